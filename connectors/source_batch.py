@@ -1,0 +1,108 @@
+"""What every rankflow source emits, and the one rule that makes barriers work.
+
+A source partition emits :class:`SourceBatch` items: a run of raw records plus the
+position after them. One Bytewax item per batch keeps the per-item cost of the
+runtime off the hot path; parsing happens per batch downstream.
+
+The barrier rule: **every source partition emits at least one batch in every
+epoch, even when it has no data.** Downstream stages learn that epoch ``e`` is
+complete only when they see an item of a later epoch (Bytewax never tells Python
+code that an epoch closed), so an idle partition must still send an empty batch,
+which the flow turns into barrier ticks for every song partition. Bytewax calls a
+partition's ``snapshot()`` exactly once at the end of each epoch, right after the
+epoch's last ``next_batch()``; :class:`BarrierPartition` uses that call to know
+that the next batch opens a new epoch.
+"""
+
+from __future__ import annotations
+
+from abc import abstractmethod
+from datetime import datetime, timedelta, timezone
+from typing import Generic, TypeVar
+
+from bytewax.inputs import StatefulSourcePartition
+
+S = TypeVar("S")
+
+IDLE_POLL = timedelta(milliseconds=20)
+
+
+class SourceBatch:
+    """Raw records ``[start, end)`` of one source partition.
+
+    ``epoch`` is filled in by the flow's epoch-stamping step right after the input
+    (see ``operators.parse.stamp_epoch``); sources leave it at 0.
+    """
+
+    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch")
+
+    def __init__(
+        self,
+        partition: str,
+        start: int,
+        end: int,
+        records: list[bytes],
+        record_offsets: list[int] | None = None,
+    ) -> None:
+        self.partition = partition
+        self.start = start
+        self.end = end
+        self.records = records
+        self.record_offsets = record_offsets
+        self.epoch = 0
+
+    def offsets(self) -> range | list[int]:
+        """Offset of each record: contiguous unless the source gave them (Kafka gaps)."""
+        if self.record_offsets is not None:
+            return self.record_offsets
+        return range(self.start, self.start + len(self.records))
+
+    def __repr__(self) -> str:
+        return (
+            f"SourceBatch({self.partition!r}, [{self.start}, {self.end}), "
+            f"{len(self.records)} records, epoch={self.epoch})"
+        )
+
+
+class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
+    """A source partition that keeps the barrier rule for its subclass.
+
+    Subclasses implement :meth:`read`, returning a batch or ``None`` when there is
+    nothing new, and :meth:`position_state`.
+    """
+
+    def __init__(self) -> None:
+        self._epoch_open = True  # the first call of an execution opens an epoch
+        self._idle = False
+
+    @abstractmethod
+    def read(self) -> SourceBatch | None:
+        """Return the next records, ``None`` if none are ready; raise StopIteration at the end."""
+
+    @abstractmethod
+    def empty_batch(self) -> SourceBatch:
+        """A batch with no records at the current position (a pure barrier tick)."""
+
+    @abstractmethod
+    def position_state(self) -> S:
+        """Resume state: where the next execution starts reading."""
+
+    def next_batch(self) -> list[SourceBatch]:
+        batch = self.read()
+        if batch is None and self._epoch_open:
+            batch = self.empty_batch()
+        self._idle = batch is None
+        if batch is None:
+            return []
+        self._epoch_open = False
+        return [batch]
+
+    def next_awake(self) -> datetime | None:
+        # When idle, poll gently; a new epoch still gets its tick within IDLE_POLL.
+        if self._idle:
+            return datetime.now(timezone.utc) + IDLE_POLL
+        return None
+
+    def snapshot(self) -> S:
+        self._epoch_open = True
+        return self.position_state()

@@ -1,0 +1,92 @@
+"""Songs ranked by current listeners: the whole dataflow in one place.
+
+::
+
+    input (SourceBatch per batch of raw records)
+      -> stamp_epoch     inspect_debug: the batch learns its epoch (= its barrier)
+      -> parse           validate every record once (SEMANTICS.md 1)
+         |-> user_events ----> users (stateful_batch, key user_id, SEMANTICS.md 3)
+         |                       |-> song_deltas  (key: song partition)  --+
+         |                       '-> conflicts -----------------------+    |
+         |-> barrier_ticks (one per song partition per batch) --------|----+
+         |                                                            |    v
+         |                                  song_counters (stateful_batch, key "0".."P-1":
+         |                                  count map + balanced-tree index, local top K_max
+         |                                  per closed epoch)
+         |-> positions ----------------------------.                  |    |
+         '-> shape dead letters ----------.        v                  |    v
+                                          +--> merger (stateful_batch, key "merger"):
+                                          |    P local lists of an epoch -> global top K_max,
+                                          |    positions, totals, invariant check
+                                          |        -> publish (Redis, one atomic script)
+                                          '--> dead_letters (JSONL / Kafka sink)
+
+Bytewax epochs are the barriers: a keyed stage receives every item of epoch ``e``
+before any item of ``e+1``, on every worker. A song partition closes epoch ``e``
+when its first item of a later epoch (a tick, at least) arrives, so each published
+snapshot is exactly the input before the positions it names; a user's -1 and +1
+always share one epoch, so a switch is never split across snapshots.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import bytewax.operators as op
+from bytewax.dataflow import Dataflow
+from bytewax.inputs import Source
+from bytewax.outputs import Sink
+
+from operators.merger import MERGER_KEY, MergerLogic
+from operators.parse import ParsedBatch, parse_batch, stamp_epoch
+from operators.song_counter import SongCounterLogic
+from operators.user_stage import UserLogic, select_conflicts, select_song_deltas
+
+
+def build_flow(
+    source: Source,
+    dead_letter_sink: Sink,
+    snapshot_sink: Sink,
+    *,
+    song_partitions: int,
+    k_max: int,
+    run_token: int,
+    recoverable: bool = False,
+    flow_id: str = "listeners",
+) -> Dataflow:
+    """The listener-count dataflow; see the module docstring for its shape."""
+    if song_partitions < 1:
+        raise ValueError("song_partitions must be >= 1")
+    if k_max < 1:
+        raise ValueError("k_max must be >= 1")
+    flow = Dataflow(flow_id)
+    batches = op.input("input", flow, source)
+    stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
+    parsed = op.map("parse", stamped, parse_batch)
+
+    events = op.flat_map("user_events", parsed, ParsedBatch.keyed_events)
+    decisions = op.stateful_batch("users", events, UserLogic.builder(song_partitions))
+    deltas = op.flat_map_batch("song_deltas", decisions, select_song_deltas)
+    ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=song_partitions))
+    counter_in = op.merge("counter_input", deltas, ticks)
+    reports = op.stateful_batch(
+        "song_counters", counter_in, SongCounterLogic.builder(k_max, recoverable)
+    )
+
+    dead_letters = op.merge(
+        "dead_letters",
+        op.flat_map("shape_dead_letters", parsed, ParsedBatch.keyed_dead_letters),
+        op.flat_map_batch("conflicts", decisions, select_conflicts),
+    )
+    merger_in = op.merge(
+        "merger_input",
+        op.map("partition_reports", reports, lambda kv: (MERGER_KEY, kv)),
+        op.map("positions", parsed, ParsedBatch.position_report),
+        op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
+    )
+    snapshots = op.stateful_batch(
+        "merger", merger_in, MergerLogic.builder(song_partitions, k_max, run_token)
+    )
+    op.output("publish", snapshots, snapshot_sink)
+    op.output("dead_letter_output", dead_letters, dead_letter_sink)
+    return flow

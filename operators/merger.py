@@ -1,0 +1,162 @@
+"""The merger: one consistent global ranking per barrier.
+
+Contract (``stateful_batch`` with the single key :data:`MERGER_KEY`):
+
+* **Input**, all keyed :data:`MERGER_KEY`:
+  ``(song_partition, PartitionReport)`` from every song partition for every epoch;
+  :class:`PositionReport` from every source batch; every ``DeadLetter`` (counted).
+* **Completion rule**: epoch ``e`` is complete when all P partitions reported it.
+  Position reports and dead letters of epoch ``e`` travel in epoch ``e``, while
+  partition reports of ``e`` are emitted in a later epoch, so by then everything
+  up to ``e`` has arrived here.
+* **Output**: one :class:`state.snapshot.Snapshot` per complete epoch, in epoch
+  order: the global top ``K_max`` merged from the P local lists, input positions
+  (the next offset per source partition), listener and user totals, and the
+  invariant check ``total_listeners == counted_users``. A violation or a negative
+  count is logged and carried in the snapshot's ``errors``; nothing is clamped.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from typing import NamedTuple
+
+from bytewax.operators import StatefulBatchLogic
+
+from state.events import DeadLetter
+from state.snapshot import Snapshot, merge_local_tops, snapshot_id
+
+log = logging.getLogger("rankflow.merger")
+
+MERGER_KEY = "merger"
+
+
+class PositionReport(NamedTuple):
+    """Source partition ``partition`` has been read up to ``end`` (exclusive) in ``epoch``."""
+
+    epoch: int
+    partition: str
+    end: int
+
+
+class PartitionReport(NamedTuple):
+    """A song partition's state at the close of ``epoch``."""
+
+    epoch: int
+    top: list[tuple[str, int]]
+    total: int
+    counted_users: int
+    active_songs: int
+    negative: list[tuple[str, int]]
+    closed_at: float
+
+
+class MergerState(NamedTuple):
+    reports: dict[int, dict[str, PartitionReport]]
+    pending_positions: dict[int, dict[str, int]]
+    pending_dead: dict[int, int]
+    positions: dict[str, int]
+    dead_letters: int
+    last_epoch: int
+
+
+class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
+    def __init__(
+        self, song_partitions: int, k_max: int, run_token: int, resume: MergerState | None
+    ) -> None:
+        self.partitions = song_partitions
+        self.k_max = k_max
+        self.run_token = run_token
+        s = resume or MergerState({}, {}, {}, {}, 0, 0)
+        self.reports = {e: dict(r) for e, r in s.reports.items()}
+        self.pending_positions = {e: dict(p) for e, p in s.pending_positions.items()}
+        self.pending_dead = dict(s.pending_dead)
+        self.positions = dict(s.positions)
+        self.dead_letters = s.dead_letters
+        self.last_epoch = s.last_epoch
+
+    @classmethod
+    def builder(
+        cls, song_partitions: int, k_max: int, run_token: int
+    ) -> Callable[[MergerState | None], "MergerLogic"]:
+        return lambda resume: cls(song_partitions, k_max, run_token, resume)
+
+    def on_batch(self, items: list[object]) -> tuple[list[Snapshot], bool]:
+        out: list[Snapshot] = []
+        for item in items:
+            if item.__class__ is PositionReport:
+                self._position(item)  # type: ignore[arg-type]
+            elif item.__class__ is DeadLetter:
+                epoch = item.epoch  # type: ignore[attr-defined]
+                self.pending_dead[epoch] = self.pending_dead.get(epoch, 0) + 1
+            else:
+                part, report = item  # type: ignore[misc]
+                self._partition_report(part, report, out)
+        return out, StatefulBatchLogic.RETAIN
+
+    def _position(self, report: PositionReport) -> None:
+        positions = self.pending_positions.setdefault(report.epoch, {})
+        if report.end > positions.get(report.partition, -1):
+            positions[report.partition] = report.end
+
+    def _partition_report(self, part: str, report: PartitionReport, out: list[Snapshot]) -> None:
+        if report.epoch <= self.last_epoch:
+            log.error("late report for epoch %s from partition %s ignored", report.epoch, part)
+            return
+        reports = self.reports.setdefault(report.epoch, {})
+        reports[part] = report
+        if len(reports) == self.partitions:
+            out.append(self._complete(report.epoch))
+
+    def _complete(self, epoch: int) -> Snapshot:
+        for stale in [e for e in self.reports if e < epoch]:
+            log.error("epoch %s never completed (%s of %s partitions); skipped",
+                      stale, len(self.reports[stale]), self.partitions)
+            del self.reports[stale]
+        reports = self.reports.pop(epoch)
+        self._fold_through(epoch)
+        self.last_epoch = epoch
+        now = time.time()
+        total = sum(r.total for r in reports.values())
+        users = sum(r.counted_users for r in reports.values())
+        errors = [f"negative count: {song} = {n} (partition {p})"
+                  for p, r in sorted(reports.items()) for song, n in r.negative]
+        if total != users:
+            errors.append(f"invariant violated: total_listeners {total} != counted_users {users}")
+        for e in errors:
+            log.error("epoch %s: %s", epoch, e)
+        return Snapshot(
+            snapshot_id=snapshot_id(self.run_token, epoch),
+            run=self.run_token,
+            epoch=epoch,
+            positions=dict(self.positions),
+            total_listeners=total,
+            counted_users=users,
+            active_songs=sum(r.active_songs for r in reports.values()),
+            dead_letters=self.dead_letters,
+            k_max=self.k_max,
+            items=merge_local_tops((r.top for r in reports.values()), self.k_max),
+            partition_lag_ms={p: round((now - r.closed_at) * 1000) for p, r in sorted(reports.items())},
+            errors=errors,
+        )
+
+    def _fold_through(self, epoch: int) -> None:
+        """Move positions and dead-letter counts of epochs <= ``epoch`` into the cut."""
+        for e in sorted(e for e in self.pending_positions if e <= epoch):
+            for part, end in self.pending_positions.pop(e).items():
+                if end > self.positions.get(part, -1):
+                    self.positions[part] = end
+        for e in [e for e in self.pending_dead if e <= epoch]:
+            self.dead_letters += self.pending_dead.pop(e)
+
+    def snapshot(self) -> MergerState:
+        return MergerState(
+            {e: dict(r) for e, r in self.reports.items()},
+            {e: dict(p) for e, p in self.pending_positions.items()},
+            dict(self.pending_dead),
+            dict(self.positions),
+            self.dead_letters,
+            self.last_epoch,
+        )

@@ -1,0 +1,63 @@
+"""From raw source batches to user events, barrier ticks and position reports.
+
+Stateless steps that run on the worker of the source partition, once per batch:
+
+* :func:`stamp_epoch` is the ``inspect_debug`` inspector that writes the Bytewax
+  epoch onto each batch. Every later item carries that epoch, which is how the
+  keyed stages tell one barrier from the next (Bytewax keeps epochs from Python
+  code everywhere else).
+* :func:`parse_batch` validates every record once (SEMANTICS.md section 1).
+* :meth:`ParsedBatch.barrier_ticks` and :meth:`ParsedBatch.position_report` feed the
+  barrier protocol: every song partition gets a tick for every batch, and the merger
+  learns how far each source partition has been read.
+"""
+
+from __future__ import annotations
+
+from connectors.source_batch import SourceBatch
+from operators.merger import MERGER_KEY, PositionReport
+from operators.song_counter import tick
+from state.events import DeadLetter, PlaybackEvent, parse_event
+
+
+def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> None:
+    """``inspect_debug`` inspector: remember which epoch (barrier interval) a batch is in."""
+    batch.epoch = epoch
+
+
+class ParsedBatch:
+    """A source batch split into valid events and dead letters."""
+
+    __slots__ = ("epoch", "partition", "end", "events", "dead_letters")
+
+    def __init__(self, batch: SourceBatch) -> None:
+        self.epoch = batch.epoch
+        self.partition = batch.partition
+        self.end = batch.end
+        self.events: list[tuple[str, PlaybackEvent]] = []
+        self.dead_letters: list[tuple[str, DeadLetter]] = []
+        part, epoch = batch.partition, batch.epoch
+        for offset, raw in zip(batch.offsets(), batch.records):
+            parsed = parse_event(raw, part, offset, epoch)
+            if parsed.__class__ is PlaybackEvent:
+                self.events.append((parsed.user_id, parsed))
+            else:
+                self.dead_letters.append((part, parsed))
+
+    def keyed_events(self) -> list[tuple[str, PlaybackEvent]]:
+        return self.events
+
+    def keyed_dead_letters(self) -> list[tuple[str, DeadLetter]]:
+        return self.dead_letters
+
+    def barrier_ticks(self, song_partitions: int) -> list[tuple[str, tuple]]:
+        """One tick per song partition, so each can close the previous epoch."""
+        t = tick(self.epoch)
+        return [(str(p), t) for p in range(song_partitions)]
+
+    def position_report(self) -> tuple[str, PositionReport]:
+        return MERGER_KEY, PositionReport(self.epoch, self.partition, self.end)
+
+
+def parse_batch(batch: SourceBatch) -> ParsedBatch:
+    return ParsedBatch(batch)

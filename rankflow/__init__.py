@@ -1,0 +1,1 @@
+"""rankflow: real-time top-K rankings from event streams."""

@@ -1,0 +1,1 @@
+"""rankflow: state."""

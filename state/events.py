@@ -1,0 +1,145 @@
+"""Playback events and their validation (SEMANTICS.md section 1).
+
+Everything that enters the flow passes through :func:`parse_event` once. An event
+that fails it changes nothing and becomes a :class:`DeadLetter`; it never raises out
+of the flow. The reason codes are stable strings so that operators can alert on them
+and tests can count them.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, NamedTuple
+
+import orjson
+
+START = "START"
+STOP = "STOP"
+HEARTBEAT = "HEARTBEAT"
+EVENT_TYPES = frozenset((START, STOP, HEARTBEAT))
+
+MAX_ID_CHARS = 256
+ID_FIELDS = ("user_id", "playback_id", "song_id")
+INT_FIELDS = ("version", "ts")
+
+# Reason codes of invalid events. "shape" reasons come from this module, "conflict"
+# reasons from the counting rules (state.rules).
+INVALID_JSON = "invalid_json"
+NOT_AN_OBJECT = "not_an_object"
+MISSING_FIELD = "missing_field"
+WRONG_TYPE = "wrong_type"
+OUT_OF_RANGE = "out_of_range"
+UNKNOWN_TYPE = "unknown_type"
+
+
+class PlaybackEvent(NamedTuple):
+    """One validated event, with where it came from.
+
+    ``epoch`` is the Bytewax epoch the event travels in: the barrier it belongs to.
+    ``raw`` is kept so that a conflict found later can still be dead-lettered with
+    the original text.
+    """
+
+    user_id: str
+    playback_id: str
+    song_id: str
+    type: str
+    version: int
+    ts: int
+    partition: str
+    offset: int
+    epoch: int
+    raw: bytes
+
+
+class DeadLetter(NamedTuple):
+    """An invalid event: why, where, and what it was."""
+
+    reason: str
+    detail: str
+    partition: str
+    offset: int
+    raw: bytes
+    epoch: int
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "reason": self.reason,
+                "detail": self.detail,
+                "position": {"partition": self.partition, "offset": self.offset},
+                "raw": self.raw.decode("utf-8", "backslashreplace"),
+            }
+        )
+
+
+class InvalidEvent(Exception):
+    """Raised by :func:`validate` with a stable reason code and a readable detail."""
+
+    def __init__(self, reason: str, detail: str) -> None:
+        super().__init__(f"{reason}: {detail}")
+        self.reason = reason
+        self.detail = detail
+
+
+def _loads(raw: bytes) -> Any:
+    try:
+        return orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise InvalidEvent(INVALID_JSON, str(exc)) from None
+
+
+def _exact_integer(raw: bytes, field: str) -> Any:
+    """Re-read a field that orjson turned into a float.
+
+    orjson reads integers beyond 64 bits as floats; JSON itself has no such limit,
+    so the standard library (which keeps Python ints) decides. Rare path only.
+    """
+    return json.loads(raw).get(field)
+
+
+def validate(obj: Any, raw: bytes) -> tuple[str, str, str, str, int, int]:
+    """Check the fields SEMANTICS.md section 1 requires; other fields are ignored."""
+    if not isinstance(obj, dict):
+        raise InvalidEvent(NOT_AN_OBJECT, f"expected a JSON object, got {type(obj).__name__}")
+    ids = []
+    for field in ID_FIELDS:
+        value = obj.get(field)
+        if value is None and field not in obj:
+            raise InvalidEvent(MISSING_FIELD, f"{field} is missing")
+        if type(value) is not str:
+            raise InvalidEvent(WRONG_TYPE, f"{field} must be a string")
+        if not 0 < len(value) <= MAX_ID_CHARS:
+            raise InvalidEvent(OUT_OF_RANGE, f"{field} must have 1 to {MAX_ID_CHARS} characters")
+        ids.append(value)
+    etype = obj.get("type")
+    if etype is None and "type" not in obj:
+        raise InvalidEvent(MISSING_FIELD, "type is missing")
+    if type(etype) is not str:
+        raise InvalidEvent(WRONG_TYPE, "type must be a string")
+    if etype not in EVENT_TYPES:
+        raise InvalidEvent(UNKNOWN_TYPE, f"type must be START, STOP or HEARTBEAT, got {etype[:40]!r}")
+    ints = []
+    for field in INT_FIELDS:
+        if field not in obj:
+            raise InvalidEvent(MISSING_FIELD, f"{field} is missing")
+        value = obj[field]
+        if type(value) is float:
+            value = _exact_integer(raw, field)
+        if type(value) is not int:  # also rejects bool, a subclass of int
+            raise InvalidEvent(WRONG_TYPE, f"{field} must be an integer")
+        if value < 0:
+            raise InvalidEvent(OUT_OF_RANGE, f"{field} must be >= 0")
+        ints.append(value)
+    return ids[0], ids[1], ids[2], etype, ints[0], ints[1]
+
+
+def parse_event(
+    raw: bytes, partition: str, offset: int, epoch: int
+) -> PlaybackEvent | DeadLetter:
+    """Turn one input record into an event, or into a dead letter saying why not."""
+    try:
+        user, playback, song, etype, version, ts = validate(_loads(raw), raw)
+    except InvalidEvent as exc:
+        return DeadLetter(exc.reason, exc.detail, partition, offset, raw, epoch)
+    return PlaybackEvent(user, playback, song, etype, version, ts, partition, offset, epoch, raw)

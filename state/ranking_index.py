@@ -1,0 +1,74 @@
+"""A song partition's counts and their ranking order.
+
+The counter stage needs what a Redis sorted set gave the first design: change a
+song's count in O(log D) and read the top K in O(log D + K). ``SongIndex`` keeps a
+count map beside a balanced-tree index (``sortedcontainers.SortedList``) of
+``(count, song_id)`` pairs. Ascending tuple order read backwards is exactly the
+ranking order of SEMANTICS.md section 4: count descending, then song_id descending.
+Python compares ``str`` by code point, which for valid UTF-8 is byte order.
+
+Only songs with a positive count are in the index. A negative count is a bug
+upstream: it is kept as it is (never clamped, so later changes still add up) and
+reported by :meth:`SongIndex.apply` to the caller.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from sortedcontainers import SortedList
+
+
+class SongIndex:
+    """Count map plus ranking index for the songs of one partition."""
+
+    __slots__ = ("_counts", "_index", "_total")
+
+    def __init__(self, counts: Mapping[str, int] | None = None) -> None:
+        self._counts: dict[str, int] = dict(counts or {})
+        self._index = SortedList((c, s) for s, c in self._counts.items() if c > 0)
+        self._total = sum(self._counts.values())
+
+    def apply(self, changes: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
+        """Add net changes ``(song_id, delta)``; return the songs left negative."""
+        counts, index = self._counts, self._index
+        negative = []
+        for song, delta in changes:
+            if not delta:
+                continue
+            old = counts.get(song, 0)
+            new = old + delta
+            self._total += delta
+            if old > 0:
+                index.remove((old, song))
+            if new > 0:
+                index.add((new, song))
+            if new:
+                counts[song] = new
+            else:
+                del counts[song]
+            if new < 0:
+                negative.append((song, new))
+        return negative
+
+    def top(self, k: int) -> list[tuple[str, int]]:
+        """The first ``k`` songs in ranking order, as ``(song_id, count)``."""
+        n = len(self._index)
+        return [(s, c) for c, s in self._index.islice(max(0, n - k), n, reverse=True)]
+
+    def count(self, song: str) -> int:
+        return self._counts.get(song, 0)
+
+    @property
+    def total(self) -> int:
+        """Sum of all counts (negative ones included, so errors stay visible)."""
+        return self._total
+
+    @property
+    def active_songs(self) -> int:
+        """Songs with a positive count: the ones that rank."""
+        return len(self._index)
+
+    def counts(self) -> dict[str, int]:
+        """A copy of the non-zero counts, for snapshots and checks."""
+        return dict(self._counts)

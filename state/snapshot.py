@@ -1,0 +1,69 @@
+"""Published snapshots: the global top K from local lists, and what a snapshot holds.
+
+The merge rests on one argument from the design: a song missing from its
+partition's local top K already has K songs ahead of it in that partition, and they
+are ahead of it globally too. So the P local top-K lists (P x K candidates) contain
+the global top K, and a size-K selection over them is exact.
+"""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Iterable
+from typing import Any, NamedTuple
+
+SNAPSHOT_ID_RUN_FACTOR = 1_000_000_000
+"""Snapshot ids are ``run_token * 10**9 + epoch``: growing within a run (epochs grow)
+and across runs (each run takes a larger token from Redis at start-up)."""
+
+
+def snapshot_id(run_token: int, epoch: int) -> int:
+    if not 0 < epoch < SNAPSHOT_ID_RUN_FACTOR:
+        raise ValueError(f"epoch {epoch} out of range for a snapshot id")
+    return run_token * SNAPSHOT_ID_RUN_FACTOR + epoch
+
+
+def merge_local_tops(local_tops: Iterable[list[tuple[str, int]]], k: int) -> list[tuple[str, int]]:
+    """The global top ``k`` of complete song partitions, in ranking order.
+
+    Ranking order is count descending, then song_id descending (SEMANTICS.md 4).
+    """
+    candidates = ((count, song) for top in local_tops for song, count in top)
+    return [(song, count) for count, song in heapq.nlargest(k, candidates)]
+
+
+class Snapshot(NamedTuple):
+    """One consistent cut of the input, ready to publish."""
+
+    snapshot_id: int
+    run: int
+    epoch: int
+    positions: dict[str, int]
+    total_listeners: int
+    counted_users: int
+    active_songs: int
+    dead_letters: int
+    k_max: int
+    items: list[tuple[str, int]]
+    partition_lag_ms: dict[str, int]
+    errors: list[str]
+
+    def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
+        return {
+            "snapshot_id": self.snapshot_id,
+            "run": self.run,
+            "epoch": self.epoch,
+            "positions": self.positions,
+            "published_at": published_at_ms,
+            "total_listeners": self.total_listeners,
+            "counted_users": self.counted_users,
+            "active_songs": self.active_songs,
+            "dead_letters": self.dead_letters,
+            "k_max": self.k_max,
+            "items": [
+                {"rank": i, "song_id": song, "listeners": count}
+                for i, (song, count) in enumerate(self.items, start=1)
+            ],
+            "partition_lag_ms": self.partition_lag_ms,
+            "errors": self.errors,
+        }

@@ -1,0 +1,128 @@
+"""A small reference model of SEMANTICS.md, written independently of the flow.
+
+It reads a whole log line by line with the standard library's ``json`` and applies
+the rules in the most direct form, with no batching, epochs or partitions. The
+flow must produce exactly what this produces.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+
+
+def _reject_constant(name: str) -> None:
+    raise ValueError(f"{name} is not JSON")
+
+
+def _is_event(obj: object) -> bool:
+    if not isinstance(obj, dict):
+        return False
+    for f in ("user_id", "playback_id", "song_id"):
+        v = obj.get(f)
+        if not isinstance(v, str) or not 1 <= len(v) <= 256:
+            return False
+    if obj.get("type") not in ("START", "STOP", "HEARTBEAT"):
+        return False
+    for f in ("version", "ts"):
+        v = obj.get(f)
+        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return False
+    return True
+
+
+def parse(raw: bytes) -> dict | None:
+    """The event, or None when it is invalid by shape."""
+    try:
+        text = raw.decode("utf-8")
+        obj = json.loads(text, parse_constant=_reject_constant)
+    except ValueError:
+        return None
+    if isinstance(obj, dict):
+        for v in obj.values():
+            if isinstance(v, str):
+                try:
+                    v.encode("utf-8")
+                except UnicodeEncodeError:  # a lone surrogate escape
+                    return None
+    return obj if _is_event(obj) else None
+
+
+@dataclass
+class Model:
+    users: dict[str, dict] = field(default_factory=dict)
+    counts: dict[str, int] = field(default_factory=dict)
+    dead_letters: int = 0
+    conflicts: int = 0
+    lines: int = 0
+
+    def apply_line(self, raw: bytes) -> None:
+        self.lines += 1
+        ev = parse(raw)
+        if ev is None:
+            self.dead_letters += 1
+            return
+        self.apply(ev)
+
+    def _add(self, song: str, n: int) -> None:
+        self.counts[song] = self.counts.get(song, 0) + n
+        if self.counts[song] == 0:
+            del self.counts[song]
+
+    def apply(self, ev: dict) -> None:
+        u = self.users.get(ev["user_id"])
+        p, s, v, t = ev["playback_id"], ev["song_id"], ev["version"], ev["type"]
+        if u is not None and p == u["playback_id"]:
+            if s != u["song_id"] or v != u["version"]:
+                self.dead_letters += 1
+                self.conflicts += 1
+            elif t == "STOP" and u["playing"]:
+                self._add(s, -1)
+                u["playing"] = False
+            return
+        if u is not None and v == u["version"]:
+            self.dead_letters += 1
+            self.conflicts += 1
+            return
+        if u is not None and v < u["version"]:
+            return
+        if t == "HEARTBEAT":
+            return
+        if u is not None and u["playing"]:
+            self._add(u["song_id"], -1)
+        self.users[ev["user_id"]] = {"version": v, "playback_id": p, "song_id": s, "playing": t == "START"}
+        if t == "START":
+            self._add(s, 1)
+
+    def ranking(self, k: int) -> list[tuple[str, int]]:
+        ordered = sorted(
+            ((s, c) for s, c in self.counts.items() if c > 0),
+            key=lambda sc: (sc[1], sc[0].encode("utf-8")),
+            reverse=True,
+        )
+        return ordered[:k]
+
+    @property
+    def counted_users(self) -> int:
+        return sum(1 for u in self.users.values() if u["playing"])
+
+    @property
+    def total(self) -> int:
+        return sum(self.counts.values())
+
+
+def model_of_lines(lines: list[bytes]) -> Model:
+    m = Model()
+    for line in lines:
+        m.apply_line(line)
+    return m
+
+
+def read_lines(path: str) -> list[bytes]:
+    """Lines as the JSONL source sees them (a trailing newline ends the last one)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    lines = data.split(b"\n")
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return lines
