@@ -32,8 +32,9 @@ class FilePosition(NamedTuple):
 
 
 class _JsonlPartition(BarrierPartition[FilePosition]):
-    def __init__(self, path: str, resume: FilePosition | None, follow: bool) -> None:
+    def __init__(self, path: str, resume: FilePosition | None, follow: bool, chunk_bytes: int) -> None:
         super().__init__()
+        self._chunk_bytes = chunk_bytes
         self._path = path
         self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
         self._pos = resume or FilePosition(0, 0)
@@ -42,20 +43,20 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
         self._rest = b""  # an incomplete last line, waiting for its newline
 
     def read(self) -> SourceBatch | None:
-        chunk = self._file.read(CHUNK_BYTES)
-        if not chunk:
-            if self._follow:
-                return None
-            if self._rest:  # a last line without a newline is still a line
-                last, self._rest = self._rest, b""
-                return self._emit([last], len(last))
-            raise StopIteration
-        data = self._rest + chunk
-        lines = data.split(b"\n")
-        self._rest = lines.pop()
-        if not lines:
-            return None
-        return self._emit(lines, len(data) - len(self._rest))
+        while True:
+            chunk = self._file.read(self._chunk_bytes)
+            if not chunk:
+                if self._follow:
+                    return None  # a partial last line waits for its newline
+                if self._rest:  # a last line without a newline is still a line
+                    last, self._rest = self._rest, b""
+                    return self._emit([last], len(last))
+                raise StopIteration
+            data = self._rest + chunk
+            lines = data.split(b"\n")
+            self._rest = lines.pop()
+            if lines:
+                return self._emit(lines, len(data) - len(self._rest))
 
     def _emit(self, lines: list[bytes], consumed: int) -> SourceBatch:
         start = self._pos.line
@@ -75,12 +76,13 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
 class JsonlSource(FixedPartitionedSource[SourceBatch, FilePosition]):
     """One partition per file. ``follow=True`` tails the files instead of ending."""
 
-    def __init__(self, paths: list[str], follow: bool = False) -> None:
+    def __init__(self, paths: list[str], follow: bool = False, chunk_bytes: int = CHUNK_BYTES) -> None:
         missing = [p for p in paths if not os.path.isfile(p)]
         if missing:
             raise FileNotFoundError(f"input file not found: {', '.join(missing)}")
         self._paths = list(paths)
         self._follow = follow
+        self._chunk_bytes = chunk_bytes
 
     def list_parts(self) -> list[str]:
         return self._paths
@@ -88,7 +90,7 @@ class JsonlSource(FixedPartitionedSource[SourceBatch, FilePosition]):
     def build_part(
         self, step_id: str, for_part: str, resume_state: FilePosition | None
     ) -> _JsonlPartition:
-        return _JsonlPartition(for_part, resume_state, self._follow)
+        return _JsonlPartition(for_part, resume_state, self._follow, self._chunk_bytes)
 
 
 class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, int]):

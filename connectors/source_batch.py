@@ -74,6 +74,7 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
     def __init__(self) -> None:
         self._epoch_open = True  # the first call of an execution opens an epoch
         self._idle = False
+        self._ended = False
 
     @abstractmethod
     def read(self) -> SourceBatch | None:
@@ -88,7 +89,17 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
         """Resume state: where the next execution starts reading."""
 
     def next_batch(self) -> list[SourceBatch]:
-        batch = self.read()
+        if self._ended:
+            raise StopIteration
+        try:
+            batch = self.read()
+        except StopIteration:
+            if not self._epoch_open:
+                raise
+            # Report the final position in this epoch too (an empty input still
+            # gets its snapshot); end on the next call.
+            self._ended = True
+            batch = self.empty_batch()
         if batch is None and self._epoch_open:
             batch = self.empty_batch()
         self._idle = batch is None

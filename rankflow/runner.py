@@ -22,7 +22,7 @@ from bytewax.inputs import Source
 from bytewax.outputs import Sink
 from bytewax.testing import cluster_main, run_main
 
-from connectors.jsonl import JsonlDeadLetterSink, JsonlSource
+from connectors.jsonl import CHUNK_BYTES, JsonlDeadLetterSink, JsonlSource
 from connectors.redis_snapshots import (
     DEFAULT_NAMESPACE,
     DEFAULT_REDIS_URL,
@@ -63,9 +63,10 @@ class RunOptions:
     k_max: int = 100
     workers: int = 1
     barrier_ms: int = 250
+    read_chunk_bytes: int = CHUNK_BYTES  # how much a JSONL partition reads per batch
 
     def check(self) -> None:
-        for name in ("song_partitions", "k_max", "workers", "barrier_ms"):
+        for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
         try:
@@ -81,11 +82,11 @@ def split_endpoint(uri: str, option: str) -> tuple[str, str]:
     return kind, rest
 
 
-def make_source(uri: str, follow: bool) -> Source:
+def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES) -> Source:
     kind, target = split_endpoint(uri, "--input")
     if kind == "jsonl":
         try:
-            return JsonlSource([target], follow=follow)
+            return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes)
         except FileNotFoundError as exc:
             raise UsageError(str(exc)) from None
     raise UsageError(f"unknown input kind {kind!r}: use jsonl:PATH")
@@ -111,7 +112,7 @@ def _take_run_token(opts: RunOptions) -> int:
 def run(opts: RunOptions) -> dict[str, Any] | None:
     """Run the flow; with ``until_eof`` return the final published snapshot."""
     opts.check()
-    source = make_source(opts.input, follow=not opts.until_eof)
+    source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
     dead_sink = make_dead_letter_sink(opts.dead_letter)
     token = _take_run_token(opts)
     log.info("run %s owns namespace %r", token, opts.namespace)

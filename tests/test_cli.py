@@ -1,0 +1,85 @@
+"""The ``rankflow`` console script as a user runs it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import orjson
+
+from tests.model import model_of_lines, parse, read_lines
+
+RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
+
+
+def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
+    return subprocess.run([*RANKFLOW, *args], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, **(env or {})})
+
+
+def test_generate_is_reproducible(tmp_path):
+    a, b, c = tmp_path / "a.jsonl", tmp_path / "b.jsonl", tmp_path / "c.jsonl"
+    for path, seed in ((a, "3"), (b, "3"), (c, "4")):
+        r = cli("generate", "--users", "50", "--songs", "20", "--events", "2000", "--seed", seed, "--out", str(path))
+        assert r.returncode == 0, r.stderr
+    assert a.read_bytes() == b.read_bytes() != c.read_bytes()
+    lines = read_lines(str(a))
+    assert len(lines) == 2000
+    model = model_of_lines(lines)
+    assert model.dead_letters > 0 and model.conflicts > 0, "the log should carry invalid events"
+    types = {ev["type"] for ev in map(parse, lines) if ev is not None}
+    assert {"START", "STOP", "HEARTBEAT"} <= types
+
+
+def test_run_then_top(tmp_path, redis_url, namespace):
+    log = tmp_path / "events.jsonl"
+    dead = tmp_path / "dead.jsonl"
+    cli("generate", "--users", "200", "--songs", "30", "--events", "5000", "--seed", "1", "--out", str(log))
+    r = cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url, "--namespace", namespace,
+            "--dead-letter", f"jsonl:{dead}", "--song-partitions", "4", "--k-max", "20")
+    assert r.returncode == 0, r.stderr
+    model = model_of_lines(read_lines(str(log)))
+    assert len(dead.read_bytes().splitlines()) == model.dead_letters
+
+    r = cli("top", "--k", "5", "--json", "--namespace", namespace, env={"RANKFLOW_REDIS_URL": redis_url})
+    assert r.returncode == 0, r.stderr
+    view = orjson.loads(r.stdout)
+    assert set(view) == {"snapshot_id", "positions", "published_at", "total_listeners", "counted_users", "items"}
+    assert [(i["song_id"], i["listeners"]) for i in view["items"]] == model.ranking(5)
+    assert [i["rank"] for i in view["items"]] == [1, 2, 3, 4, 5]
+    assert view["positions"] == {str(log): 5000}
+    assert view["total_listeners"] == view["counted_users"] == model.counted_users
+
+    r = cli("top", "--redis", redis_url, "--namespace", namespace)
+    assert r.returncode == 0 and model.ranking(1)[0][0] in r.stdout
+
+    for bad in ("0", "21"):
+        r = cli("top", "--k", bad, "--redis", redis_url, "--namespace", namespace)
+        assert r.returncode == 2 and "between 1 and K_max (20)" in r.stderr
+
+
+def test_clear_errors(tmp_path, redis_url, namespace):
+    r = cli("top", "--redis", redis_url, "--namespace", namespace)
+    assert r.returncode == 1 and "no ranking has been published" in r.stderr
+    r = cli("run", "--input", f"jsonl:{tmp_path / 'missing.jsonl'}", "--until-eof", "--redis", redis_url)
+    assert r.returncode == 2 and "input file not found" in r.stderr
+    r = cli("run", "--input", "nonsense", "--redis", redis_url)
+    assert r.returncode == 2 and "KIND:TARGET" in r.stderr
+    log = tmp_path / "e.jsonl"
+    log.write_text("")
+    r = cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", "redis://127.0.0.1:1/0")
+    assert r.returncode == 1 and "cannot reach Redis" in r.stderr
+    r = cli("top", "--redis", "redis://127.0.0.1:1/0")
+    assert r.returncode == 1 and "cannot reach Redis" in r.stderr
+
+
+def test_empty_input_publishes_an_empty_ranking(tmp_path, redis_url, namespace):
+    log = tmp_path / "empty.jsonl"
+    log.write_text("")
+    r = cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url, "--namespace", namespace,
+            "--dead-letter", f"jsonl:{tmp_path / 'dl.jsonl'}")
+    assert r.returncode == 0, r.stderr
+    r = cli("top", "--json", "--redis", redis_url, "--namespace", namespace)
+    view = orjson.loads(r.stdout)
+    assert view["items"] == [] and view["positions"] == {str(log): 0}

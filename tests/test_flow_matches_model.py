@@ -1,0 +1,80 @@
+"""Random logs with chaos through the real flow equal the reference model.
+
+The logs come from a small universe (few users, playbacks, songs, versions) so that
+duplicates, reorderings, superseded and conflicting events are frequent, mixed with
+invalid lines. Tiny read chunks and a 1 ms barrier make the flow cut the log into
+many epochs, and every published snapshot must equal the model at its positions.
+"""
+
+from __future__ import annotations
+
+import json
+
+import orjson
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from tests.model import model_of_lines
+from tests.events import ranking
+
+USERS = [f"u{i}" for i in range(5)]
+SONGS = ["s_a", "s_b", "s_c", "s_d", "é"]
+
+valid_event = st.fixed_dictionaries({
+    "user_id": st.sampled_from(USERS),
+    "playback_id": st.sampled_from(["p1", "p2", "p3", "p4"]),
+    "song_id": st.sampled_from(SONGS),
+    "type": st.sampled_from(["START", "START", "STOP", "HEARTBEAT"]),
+    "version": st.integers(0, 5),
+    "ts": st.integers(0, 10**13),
+}).map(orjson.dumps)
+
+invalid_line = st.one_of(
+    st.sampled_from([b"", b"{", b"[]", b"null", b'"x"', b"NaN", b"\xff\xfe"]),
+    st.fixed_dictionaries({
+        "user_id": st.one_of(st.sampled_from(USERS), st.just(""), st.integers()),
+        "playback_id": st.sampled_from(["p1", "p" * 257]),
+        "song_id": st.sampled_from(SONGS),
+        "type": st.sampled_from(["START", "PLAY", "start"]),
+        "version": st.one_of(st.integers(-2, 5), st.booleans(), st.floats(0, 3), st.just(2**70)),
+        "ts": st.one_of(st.integers(-1, 5), st.just(None)),
+    }).map(lambda d: json.dumps(d).encode()),  # stdlib: orjson refuses ints beyond 64 bits
+)
+
+log_lines = st.lists(st.one_of(valid_event, valid_event, valid_event, invalid_line), max_size=80)
+
+
+def check_against_model(out: dict, lines: list[bytes], path: str, k_max: int) -> None:
+    model = model_of_lines(lines)
+    final = out["final"]
+    assert ranking(final) == model.ranking(k_max)
+    assert final["total_listeners"] == model.total
+    assert final["counted_users"] == model.counted_users
+    assert final["dead_letters"] == model.dead_letters == len(out["dead_letters"])
+    assert final["positions"] == {path: len(lines)}
+    assert final["errors"] == []
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=log_lines, partitions=st.integers(1, 5), k_max=st.integers(1, 6))
+def test_random_logs_equal_the_model(flow, lines, partitions, k_max):
+    path = flow.write_log(lines)
+    out = flow.run(path, song_partitions=partitions, k_max=k_max)
+    check_against_model(out, lines, path, k_max)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=log_lines.filter(lambda ls: len(ls) > 20), partitions=st.integers(1, 4))
+def test_every_snapshot_is_the_model_at_its_positions(flow, lines, partitions):
+    path = flow.write_log(lines)
+    out = flow.run(path, song_partitions=partitions, k_max=10, barrier_ms=1, read_chunk_bytes=64)
+    check_against_model(out, lines, path, 10)
+    previous_id, previous_pos = 0, 0
+    for snap in out["history"]:
+        pos = snap["positions"][path]
+        prefix = model_of_lines(lines[:pos])
+        assert ranking(snap) == prefix.ranking(10), f"snapshot at line {pos}"
+        assert snap["total_listeners"] == snap["counted_users"] == prefix.counted_users
+        assert snap["dead_letters"] == prefix.dead_letters
+        assert snap["snapshot_id"] > previous_id and pos >= previous_pos
+        previous_id, previous_pos = snap["snapshot_id"], pos

@@ -1,0 +1,58 @@
+"""The song partition's ordered index (state.ranking_index) and the global merge."""
+
+from __future__ import annotations
+
+import random
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from state.ranking_index import SongIndex
+from state.snapshot import merge_local_tops
+
+
+def reference_top(counts: dict[str, int], k: int) -> list[tuple[str, int]]:
+    live = [(s, c) for s, c in counts.items() if c > 0]
+    return sorted(live, key=lambda sc: (sc[1], sc[0].encode()), reverse=True)[:k]
+
+
+def test_top_orders_by_count_then_song_id_descending():
+    idx = SongIndex()
+    idx.apply([("b", 2), ("a", 2), ("c", 5), ("song_10", 1), ("song_9", 1)])
+    assert idx.top(10) == [("c", 5), ("b", 2), ("a", 2), ("song_9", 1), ("song_10", 1)]
+    assert idx.top(2) == [("c", 5), ("b", 2)]
+
+
+def test_zero_leaves_the_index():
+    idx = SongIndex()
+    idx.apply([("a", 1), ("b", 1)])
+    idx.apply([("a", -1)])
+    assert idx.top(5) == [("b", 1)] and idx.active_songs == 1 and idx.count("a") == 0
+    assert idx.counts() == {"b": 1}
+
+
+def test_negative_is_reported_and_kept_not_clamped():
+    idx = SongIndex()
+    assert idx.apply([("a", -1)]) == [("a", -1)]
+    assert idx.total == -1 and idx.top(5) == [] and idx.count("a") == -1
+    idx.apply([("a", 2)])
+    assert idx.top(5) == [("a", 1)]
+
+
+@given(st.lists(st.tuples(st.sampled_from("abcdefgh"), st.integers(-3, 3))), st.integers(1, 10))
+def test_index_matches_a_sorted_dict(changes, k):
+    idx, counts = SongIndex(), {}
+    for song, delta in changes:
+        idx.apply([(song, delta)])
+        counts[song] = counts.get(song, 0) + delta
+    assert idx.top(k) == reference_top(counts, k)
+    assert idx.total == sum(counts.values())
+
+
+@given(st.dictionaries(st.text(min_size=1, max_size=3), st.integers(1, 6), max_size=40),
+       st.integers(1, 5), st.integers(1, 8))
+def test_merging_local_top_k_lists_gives_the_global_top_k(counts, partitions, k):
+    parts = [SongIndex() for _ in range(partitions)]
+    for song, c in counts.items():
+        parts[random.Random(song).randrange(partitions)].apply([(song, c)])
+    assert merge_local_tops((p.top(k) for p in parts), k) == reference_top(counts, k)
