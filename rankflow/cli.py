@@ -128,15 +128,19 @@ def top_view(snap: dict[str, Any], k: int) -> dict[str, Any]:
 
 def print_table(view: dict[str, Any]) -> None:
     published = datetime.fromtimestamp(view["published_at"] / 1000, tz=timezone.utc)
-    table = Table(title=f"Top {len(view['items'])} songs by current listeners",
-                  caption=f"snapshot {view['snapshot_id']} published {published:%Y-%m-%d %H:%M:%S} UTC, "
-                          f"{view['total_listeners']} listeners")
+    table = Table()
     table.add_column("rank", justify="right")
     table.add_column("song_id")
     table.add_column("listeners", justify="right")
     for item in view["items"]:
-        table.add_row(str(item["rank"]), item["song_id"], str(item["listeners"]))
-    Console().print(table)
+        table.add_row(str(item["rank"]), item["song_id"], f"{item['listeners']:,}")
+    console = Console()
+    console.print(f"Top {len(view['items'])} songs by current listeners", style="bold")
+    console.print(table)
+    positions = ", ".join(f"{p}: {o:,}" for p, o in sorted(view["positions"].items()))
+    console.print(f"snapshot {view['snapshot_id']} published {published:%Y-%m-%d %H:%M:%S} UTC; "
+                  f"{view['total_listeners']:,} listeners in all; input through {positions}",
+                  soft_wrap=True, highlight=False)
 
 
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "top": cmd_top}

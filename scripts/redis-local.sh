@@ -8,6 +8,7 @@ case "$cmd" in
   start)
     port=${2:?port}; dir=${3:?dir}
     mkdir -p "$dir"
+    dir=$(cd "$dir" && pwd)  # redis-server changes into --dir before opening its files
     if [ -f "$dir/redis.pid" ] && kill -0 "$(cat "$dir/redis.pid")" 2>/dev/null; then
       echo "redis://127.0.0.1:$port/0"; exit 0
     fi

@@ -142,4 +142,7 @@ def parse_event(
         user, playback, song, etype, version, ts = validate(_loads(raw), raw)
     except InvalidEvent as exc:
         return DeadLetter(exc.reason, exc.detail, partition, offset, raw, epoch)
-    return PlaybackEvent(user, playback, song, etype, version, ts, partition, offset, epoch, raw)
+    return _new_event(PlaybackEvent, (user, playback, song, etype, version, ts, partition, offset, epoch, raw))
+
+
+_new_event = tuple.__new__  # skips NamedTuple's generated __new__: this runs once per event

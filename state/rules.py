@@ -85,7 +85,7 @@ def _same_playback(
     if version != record.version:
         return record, NO_CHANGES, Verdict.CONFLICT_VERSION
     if record.playing and etype == STOP:
-        return record._replace(playing=False), ((song_id, -1, -1),), Verdict.STOPPED
+        return UserRecord(version, record.playback_id, song_id, False), ((song_id, -1, -1),), Verdict.STOPPED
     if record.playing and etype == HEARTBEAT:
         return record, NO_CHANGES, Verdict.HEARTBEAT
     return record, NO_CHANGES, Verdict.REPEATED
