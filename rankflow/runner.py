@@ -157,6 +157,8 @@ def run(opts: RunOptions) -> dict[str, Any] | None:
 
 def _explain(exc: BaseException) -> BaseException:
     """Bytewax wraps errors raised in steps; surface the ones users can act on."""
+    if "signal received" in str(exc):
+        return KeyboardInterrupt()
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, FencedError):

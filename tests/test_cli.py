@@ -83,3 +83,43 @@ def test_empty_input_publishes_an_empty_ranking(tmp_path, redis_url, namespace):
     r = cli("top", "--json", "--redis", redis_url, "--namespace", namespace)
     view = orjson.loads(r.stdout)
     assert view["items"] == [] and view["positions"] == {str(log): 0}
+
+
+def test_follow_mode_publishes_appended_events_and_stops_on_ctrl_c(tmp_path, redis_client, redis_url, namespace):
+    import signal
+    import time
+
+    from connectors.redis_snapshots import read_latest
+    from tests.events import ev
+
+    log = tmp_path / "live.jsonl"
+    log.write_bytes(ev("u1", "p1", "song_a", "START", 1) + b"\n")
+    proc = subprocess.Popen([*RANKFLOW, "run", "--input", f"jsonl:{log}", "--redis", redis_url,
+                             "--namespace", namespace, "--barrier-ms", "50",
+                             "--dead-letter", f"jsonl:{tmp_path / 'dl.jsonl'}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def wait_for(position: int) -> dict:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            snap = read_latest(redis_client, namespace)
+            if snap and snap["positions"].get(str(log)) == position:
+                return snap
+            time.sleep(0.05)
+        proc.kill()
+        raise AssertionError(f"no snapshot at position {position}: {proc.communicate()}")
+
+    try:
+        assert wait_for(1)["items"][0]["song_id"] == "song_a"
+        with open(log, "ab") as f:
+            f.write(ev("u2", "p2", "song_b", "START", 1) + b"\n" + ev("u3", "p3", "song_b", "START", 1))
+            f.flush()  # the last line has no newline yet: it must wait for one
+            time.sleep(0.5)
+            assert wait_for(2)["total_listeners"] == 2
+            f.write(b"\n")
+        snap = wait_for(3)
+        assert [(i["song_id"], i["listeners"]) for i in snap["items"]] == [("song_b", 2), ("song_a", 1)]
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 130 and "interrupted" in err
