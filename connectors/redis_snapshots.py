@@ -1,19 +1,36 @@
 """Where snapshots live in Redis, how they get there, and how readers get them.
 
-Key layout for a namespace ``ns`` (the ``{ns}`` hash tag keeps every key of a
-namespace in one Redis Cluster slot, so the publish script may touch them all):
+Key layout for a namespace ``ns``; the ``{ns}`` hash tag keeps every key of a
+namespace in one Redis Cluster slot, so one script may touch them all:
 
-==========================  ===============================================
-``{ns}:fence``              run token: ``INCR``-ed by every run at start-up
-``{ns}:snapshot``           the latest published snapshot (JSON)
-``{ns}:snapshot_id``        its id, compared by the publish script
-``{ns}:snapshots``          a stream of every published snapshot (capped)
-==========================  ===============================================
+==============================  ==================================================
+``{ns}:runs``                   run tokens: ``INCR``-ed by every run and rebuild
+``{ns}:generation``             the generation readers use (absent means 0)
+``{ns}:g<G>:owner``             the token of the run that owns generation G
+``{ns}:g<G>:snapshot``          G's latest snapshot (JSON)
+``{ns}:g<G>:snapshot_id``       its id
+``{ns}:g<G>:positions``         its input positions (hash: partition -> offset)
+``{ns}:g<G>:snapshots``         a stream of G's published snapshots (capped)
+==============================  ==================================================
 
-Publishing is one Lua script, atomic in Redis: it refuses a writer whose run token
-is not the current fence (a stale run: :class:`FencedError`), ignores a snapshot
-whose id is not newer than the stored one (a retry), and otherwise replaces the
-snapshot and appends it to the stream. Readers never see half of a snapshot.
+A live run publishes into the current generation. ``rankflow rebuild`` builds a new
+generation beside it, checks it, then switches ``{ns}:generation`` and removes the
+old generation in one script: readers see the old ranking or the new one, never a
+half-built one.
+
+The publish script (atomic in Redis) refuses, in this order:
+
+* a live run whose generation is no longer current (a rebuild replaced it):
+  :class:`GenerationSwitched`;
+* a run whose token is older than the generation's owner: :class:`FencedError`;
+* a snapshot whose id is not newer than the stored one (a retry): ignored;
+* a snapshot whose positions are behind the stored ones for any source partition
+  (a restarted run still catching up): ignored. Published positions never go
+  backwards.
+
+If Redis lost its data, the first publish re-creates the generation pointer and
+the owner, and the next complete snapshot restores the ranking: every snapshot is
+whole, so nothing else needs rebuilding.
 """
 
 from __future__ import annotations
@@ -35,73 +52,185 @@ DEFAULT_NAMESPACE = "rankflow"
 STREAM_MAXLEN = 10_000
 
 PUBLISH_LUA = """
-local fence = tonumber(redis.call('GET', KEYS[1]) or '0')
-if tonumber(ARGV[1]) ~= fence then
-  return redis.error_reply('FENCED run ' .. ARGV[1] .. ' is not the owner; current owner is run ' .. fence)
+local gen = redis.call('GET', KEYS[1])
+if ARGV[6] == 'live' then
+  if not gen then
+    redis.call('SET', KEYS[1], ARGV[2])
+  elseif gen ~= ARGV[2] then
+    return redis.error_reply('SWITCHED generation ' .. ARGV[2] .. ' was replaced by generation ' .. gen)
+  end
 end
-local current = tonumber(redis.call('GET', KEYS[2]) or '-1')
-if tonumber(ARGV[2]) <= current then
+local token = tonumber(ARGV[1])
+local owner = tonumber(redis.call('GET', KEYS[2]) or '0')
+if token < owner then
+  return redis.error_reply('FENCED run ' .. ARGV[1] .. ' is not the owner; current owner is run ' .. owner)
+end
+if token > owner then
+  redis.call('SET', KEYS[2], ARGV[1])
+end
+if tonumber(ARGV[3]) <= tonumber(redis.call('GET', KEYS[3]) or '-1') then
   return 0
 end
-redis.call('SET', KEYS[2], ARGV[2])
+for i = 7, #ARGV, 2 do
+  local stored = tonumber(redis.call('HGET', KEYS[5], ARGV[i]) or '-1')
+  if tonumber(ARGV[i + 1]) < stored then
+    return -1
+  end
+end
+for i = 7, #ARGV, 2 do
+  redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+end
 redis.call('SET', KEYS[3], ARGV[3])
-redis.call('XADD', KEYS[4], 'MAXLEN', '~', ARGV[4], '*', 'snapshot_id', ARGV[2], 'snapshot', ARGV[3])
+redis.call('SET', KEYS[4], ARGV[4])
+redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'snapshot_id', ARGV[3], 'snapshot', ARGV[4])
+return 1
+"""
+
+CLAIM_LUA = """
+local owner = tonumber(redis.call('GET', KEYS[1]) or '0')
+if tonumber(ARGV[1]) > owner then
+  redis.call('SET', KEYS[1], ARGV[1])
+end
+return redis.call('GET', KEYS[1])
+"""
+
+SWITCH_LUA = """
+local gen = redis.call('GET', KEYS[1]) or '0'
+if gen ~= ARGV[1] then
+  return redis.error_reply('SWITCHED expected generation ' .. ARGV[1] .. ', found ' .. gen)
+end
+redis.call('SET', KEYS[1], ARGV[2])
+for i = 2, #KEYS do
+  redis.call('UNLINK', KEYS[i])
+end
 return 1
 """
 
 
 class FencedError(RuntimeError):
-    """A newer run owns the namespace; this one must stop publishing."""
+    """A newer run owns the generation; this one must stop publishing."""
+
+
+class GenerationSwitched(RuntimeError):
+    """A rebuild replaced this run's generation; restart the run to follow it."""
 
 
 class Keys:
-    def __init__(self, namespace: str) -> None:
+    """Key names of one namespace (and one generation of it)."""
+
+    def __init__(self, namespace: str, generation: int = 0) -> None:
         if not namespace or "}" in namespace or "{" in namespace:
             raise ValueError(f"invalid namespace {namespace!r}: non-empty, without braces")
-        tag = "{" + namespace + "}"
-        self.fence = f"{tag}:fence"
-        self.snapshot = f"{tag}:snapshot"
-        self.snapshot_id = f"{tag}:snapshot_id"
-        self.stream = f"{tag}:snapshots"
+        self.namespace = namespace
+        self.tag = "{" + namespace + "}"
+        self.generation_no = generation
+        self.runs = f"{self.tag}:runs"
+        self.generation = f"{self.tag}:generation"
+        g = f"{self.tag}:g{generation}"
+        self.owner = f"{g}:owner"
+        self.snapshot = f"{g}:snapshot"
+        self.snapshot_id = f"{g}:snapshot_id"
+        self.positions = f"{g}:positions"
+        self.stream = f"{g}:snapshots"
+
+    def of_generation(self, generation: int) -> "Keys":
+        return Keys(self.namespace, generation)
+
+    def generation_keys(self) -> list[str]:
+        return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream]
 
 
 def connect(url: str) -> redis.Redis:
     return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)
 
 
+def current_generation(client: redis.Redis, namespace: str) -> int:
+    raw = client.get(Keys(namespace).generation)
+    return int(raw) if raw is not None else 0
+
+
+def new_run_token(client: redis.Redis, namespace: str) -> int:
+    return int(client.incr(Keys(namespace).runs))
+
+
+def claim_generation(client: redis.Redis, namespace: str, generation: int, token: int) -> None:
+    """Make ``token`` the owner of ``generation``: older runs are fenced from now on."""
+    keys = Keys(namespace, generation)
+    client.eval(CLAIM_LUA, 1, keys.owner, token)
+
+
 def acquire_run_token(client: redis.Redis, namespace: str) -> int:
-    """Take the namespace for this run: every older run is fenced from now on."""
-    return int(client.incr(Keys(namespace).fence))
+    """Take the current generation for a live run; returns the run's token."""
+    token = new_run_token(client, namespace)
+    claim_generation(client, namespace, current_generation(client, namespace), token)
+    return token
+
+
+def switch_generation(client: redis.Redis, namespace: str, old: int, new: int) -> None:
+    """Point readers at ``new`` and remove ``old``, atomically."""
+    keys = Keys(namespace)
+    old_keys = keys.of_generation(old).generation_keys()
+    try:
+        client.eval(SWITCH_LUA, 1 + len(old_keys), keys.generation, *old_keys, old, new)
+    except redis.ResponseError as exc:
+        raise GenerationSwitched(str(exc).replace("SWITCHED ", "")) from None
+
+
+def drop_generation(client: redis.Redis, namespace: str, generation: int) -> None:
+    client.unlink(*Keys(namespace, generation).generation_keys())
 
 
 def read_latest(client: redis.Redis, namespace: str) -> dict[str, Any] | None:
-    raw = client.get(Keys(namespace).snapshot)
+    """The current generation's latest snapshot, or None if there is none."""
+    keys = Keys(namespace)
+    for _ in range(3):  # a generation switch between the two reads: read again
+        generation = current_generation(client, namespace)
+        raw = client.get(keys.of_generation(generation).snapshot)
+        if raw is not None:
+            return orjson.loads(raw)
+        if current_generation(client, namespace) == generation:
+            return None
+    return None
+
+
+def read_generation(client: redis.Redis, namespace: str, generation: int) -> dict[str, Any] | None:
+    raw = client.get(Keys(namespace, generation).snapshot)
     return None if raw is None else orjson.loads(raw)
 
 
-def read_history(client: redis.Redis, namespace: str) -> list[dict[str, Any]]:
-    """Every snapshot still in the stream, oldest first."""
-    return [orjson.loads(fields[b"snapshot"]) for _, fields in client.xrange(Keys(namespace).stream)]
+def read_history(client: redis.Redis, namespace: str, generation: int | None = None) -> list[dict[str, Any]]:
+    """Every snapshot still in a generation's stream, oldest first."""
+    if generation is None:
+        generation = current_generation(client, namespace)
+    stream = Keys(namespace, generation).stream
+    return [orjson.loads(fields[b"snapshot"]) for _, fields in client.xrange(stream)]
 
 
 class Publisher:
-    """Publishes snapshots of one run, retrying while Redis is unreachable."""
+    """Publishes the snapshots of one run into one generation.
 
-    def __init__(self, url: str, namespace: str, run_token: int, retry_for_s: float = 300.0) -> None:
+    ``live=True`` (a run) requires the generation to stay current; ``live=False`` (a
+    rebuild) writes into a generation readers do not use yet.
+    """
+
+    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0,
+                 live: bool = True, retry_for_s: float = 300.0) -> None:
         self._client = connect(url)
-        self._keys = Keys(namespace)
+        self._keys = Keys(namespace, generation)
         self._script = self._client.register_script(PUBLISH_LUA)
         self._token = run_token
+        self._generation = generation
+        self._mode = "live" if live else "build"
         self._retry_for_s = retry_for_s
 
-    def publish(self, snapshot: Snapshot) -> bool:
-        """True if stored, False if Redis already had a newer snapshot."""
+    def publish(self, snapshot: Snapshot) -> int:
+        """1 stored; 0 not newer than the stored id; -1 behind the stored positions."""
         deadline = time.monotonic() + self._retry_for_s
         delay = 0.1
         while True:
             body = orjson.dumps(snapshot.to_json_obj(int(time.time() * 1000)))
             try:
-                return bool(self._call(snapshot.snapshot_id, body))
+                return int(self._call(snapshot, body))
             except redis.ConnectionError as exc:
                 if time.monotonic() + delay > deadline:
                     raise
@@ -110,16 +239,21 @@ class Publisher:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    def _call(self, sid: int, body: bytes) -> Any:
+    def _call(self, snapshot: Snapshot, body: bytes) -> Any:
         k = self._keys
+        positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
         try:
             return self._script(
-                keys=[k.fence, k.snapshot_id, k.snapshot, k.stream],
-                args=[self._token, sid, body, STREAM_MAXLEN],
+                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream],
+                args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN,
+                      self._mode, *positions],
             )
         except redis.ResponseError as exc:
-            if "FENCED" in str(exc):
-                raise FencedError(str(exc).replace("FENCED ", "")) from None
+            message = str(exc)
+            if message.startswith("FENCED"):
+                raise FencedError(message.removeprefix("FENCED ")) from None
+            if message.startswith("SWITCHED"):
+                raise GenerationSwitched(message.removeprefix("SWITCHED ")) from None
             raise
 
     def close(self) -> None:
@@ -141,8 +275,8 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
 class RedisSnapshotSink(DynamicSink[tuple[str, Snapshot]]):
     """Bytewax sink publishing the merger's ``(key, Snapshot)`` items."""
 
-    def __init__(self, url: str, namespace: str, run_token: int) -> None:
-        self._args = (url, namespace, run_token)
+    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0, live: bool = True) -> None:
+        self._args = (url, namespace, run_token, generation, live)
 
     def build(self, step_id: str, worker_index: int, worker_count: int) -> _PublisherPartition:
         return _PublisherPartition(Publisher(*self._args))

@@ -1,12 +1,20 @@
-"""Running the listener flow: options, endpoints, and the Bytewax entry points.
+"""Running the listener flow: options, endpoints, recovery, and rebuilds.
 
 ``--input`` and ``--dead-letter`` take endpoint URIs, ``kind:rest``:
 
-* ``jsonl:PATH`` a JSON Lines file (input: one source partition per file).
+* ``jsonl:PATH`` a JSON Lines file (input: one source partition per file);
+* ``kafka:HOST:PORT/TOPIC`` a Kafka topic (input: one source partition per Kafka
+  partition).
 
-Every run first takes a run token from Redis (``INCR {ns}:fence``). Snapshot ids are
-built from it, and the publish script refuses any run that is no longer the newest,
-so two runs can never interleave their rankings in one namespace.
+Every run first takes a run token from Redis (``INCR {ns}:runs``) and claims the
+current generation with it. Snapshot ids are built from the token, and the publish
+script refuses any run that is no longer the generation's owner, so two runs can
+never interleave their rankings.
+
+With ``--recovery-dir`` Bytewax stores, at every barrier, the user records, the song
+counts, the merger's pending state and the input positions together; a restarted run
+resumes from the last complete barrier and republishes from there. Redis refuses
+anything behind what it already has, so readers never see counts go back in time.
 """
 
 from __future__ import annotations
@@ -19,26 +27,38 @@ from datetime import timedelta
 from typing import Any
 
 import redis
+from pathlib import Path
+
+from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
+from bytewax.recovery import RecoveryConfig, init_db_dir
 from bytewax.testing import cluster_main, run_main
 
 from connectors.jsonl import CHUNK_BYTES, JsonlDeadLetterSink, JsonlSource
+from connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
 from connectors.redis_snapshots import (
     DEFAULT_NAMESPACE,
     DEFAULT_REDIS_URL,
     FencedError,
+    GenerationSwitched,
     Keys,
     RedisSnapshotSink,
-    acquire_run_token,
+    claim_generation,
     connect,
+    current_generation,
+    drop_generation,
+    new_run_token,
+    read_generation,
     read_latest,
+    switch_generation,
 )
 from flows.listeners import build_flow
 
 log = logging.getLogger("rankflow.run")
 
 DEFAULT_DEAD_LETTER = "jsonl:dead-letters.jsonl"
+RECOVERY_PARTITIONS = 2
 
 
 class UsageError(ValueError):
@@ -65,6 +85,7 @@ class RunOptions:
     workers: int = 1
     barrier_ms: int = 250
     read_chunk_bytes: int = CHUNK_BYTES  # how much a JSONL partition reads per batch
+    recovery_dir: str | None = None
 
     def check(self) -> None:
         for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes"):
@@ -85,29 +106,43 @@ def split_endpoint(uri: str, option: str) -> tuple[str, str]:
 
 def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES) -> Source:
     kind, target = split_endpoint(uri, "--input")
-    if kind == "jsonl":
-        try:
+    try:
+        if kind == "jsonl":
             return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes)
-        except FileNotFoundError as exc:
-            raise UsageError(str(exc)) from None
-    raise UsageError(f"unknown input kind {kind!r}: use jsonl:PATH")
+        if kind == "kafka":
+            return KafkaSource(KafkaEndpoint.parse(target), until_eof=not follow)
+    except FileNotFoundError as exc:
+        raise UsageError(str(exc)) from None
+    except ValueError as exc:
+        raise UsageError(f"--input: {exc}") from None
+    except KafkaUnavailable as exc:
+        raise ServiceError(str(exc)) from None
+    raise UsageError(f"unknown input kind {kind!r}: use jsonl:PATH or kafka:HOST:PORT/TOPIC")
 
 
 def make_dead_letter_sink(uri: str) -> Sink:
     kind, target = split_endpoint(uri, "--dead-letter")
-    if kind == "jsonl":
-        return JsonlDeadLetterSink(target)
-    raise UsageError(f"unknown dead-letter kind {kind!r}: use jsonl:PATH")
-
-
-def _take_run_token(opts: RunOptions) -> int:
-    client = connect(opts.redis_url)
     try:
-        return acquire_run_token(client, opts.namespace)
-    except redis.RedisError as exc:
-        raise ServiceError(f"cannot reach Redis at {opts.redis_url}: {exc}") from None
-    finally:
-        client.close()
+        if kind == "jsonl":
+            return JsonlDeadLetterSink(target)
+        if kind == "kafka":
+            return KafkaDeadLetterSink(KafkaEndpoint.parse(target))
+    except ValueError as exc:
+        raise UsageError(f"--dead-letter: {exc}") from None
+    except KafkaUnavailable as exc:
+        raise ServiceError(str(exc)) from None
+    raise UsageError(f"unknown dead-letter kind {kind!r}: use jsonl:PATH or kafka:HOST:PORT/TOPIC")
+
+
+def recovery_config(recovery_dir: str | None) -> RecoveryConfig | None:
+    """Bytewax recovery in ``recovery_dir``, creating its partitions the first time."""
+    if recovery_dir is None:
+        return None
+    path = Path(recovery_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    if not any(path.glob("part-*.sqlite3")):
+        init_db_dir(path, RECOVERY_PARTITIONS)
+    return RecoveryConfig(str(path))
 
 
 def tune_gc() -> None:
@@ -124,35 +159,102 @@ def tune_gc() -> None:
     gc.set_threshold(100_000, 50, 100)
 
 
-def run(opts: RunOptions) -> dict[str, Any] | None:
-    """Run the flow; with ``until_eof`` return the final published snapshot."""
-    opts.check()
-    tune_gc()
+def _redis(url: str) -> redis.Redis:
+    client = connect(url)
+    try:
+        client.ping()
+    except redis.RedisError as exc:
+        client.close()
+        raise ServiceError(f"cannot reach Redis at {url}: {exc}") from None
+    return client
+
+
+def _flow(opts: RunOptions, token: int, generation: int, live: bool) -> Dataflow:
     source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
-    dead_sink = make_dead_letter_sink(opts.dead_letter)
-    token = _take_run_token(opts)
-    log.info("run %s owns namespace %r", token, opts.namespace)
-    flow = build_flow(
+    return build_flow(
         source,
-        dead_sink,
-        RedisSnapshotSink(opts.redis_url, opts.namespace, token),
+        make_dead_letter_sink(opts.dead_letter),
+        RedisSnapshotSink(opts.redis_url, opts.namespace, token, generation, live),
         song_partitions=opts.song_partitions,
         k_max=opts.k_max,
         run_token=token,
+        recoverable=opts.recovery_dir is not None,
     )
+
+
+def _execute(flow: Dataflow, opts: RunOptions) -> None:
     interval = timedelta(milliseconds=opts.barrier_ms)
+    recovery = recovery_config(opts.recovery_dir)
     try:
         if opts.workers == 1:
-            run_main(flow, epoch_interval=interval)
+            run_main(flow, epoch_interval=interval, recovery_config=recovery)
         else:
-            cluster_main(flow, [], 0, epoch_interval=interval, worker_count_per_proc=opts.workers)
+            cluster_main(flow, [], 0, epoch_interval=interval, recovery_config=recovery,
+                         worker_count_per_proc=opts.workers)
     except Exception as exc:
         raise _explain(exc) from exc
-    client = connect(opts.redis_url)
+
+
+def run(opts: RunOptions) -> dict[str, Any] | None:
+    """Run the flow live; with ``until_eof`` return the final published snapshot."""
+    opts.check()
+    tune_gc()
+    client = _redis(opts.redis_url)
     try:
+        token = new_run_token(client, opts.namespace)
+        generation = current_generation(client, opts.namespace)
+        flow = _flow(opts, token, generation, live=True)
+        claim_generation(client, opts.namespace, generation, token)
+        log.info("run %s owns generation %s of namespace %r", token, generation, opts.namespace)
+        _execute(flow, opts)
         return read_latest(client, opts.namespace)
     finally:
         client.close()
+
+
+class RebuildFailed(RuntimeError):
+    """The rebuilt generation failed its checks; readers still use the old one."""
+
+
+def rebuild(opts: RunOptions) -> dict[str, Any]:
+    """Replay the input into a new generation, check it, then switch readers to it.
+
+    Readers keep the current generation until the switch, which is one atomic script
+    that also removes the old generation. A live run still publishing into the old
+    generation stops at its next publish (:class:`GenerationSwitched`).
+    """
+    opts.check()
+    opts.until_eof = True
+    tune_gc()
+    client = _redis(opts.redis_url)
+    try:
+        token = new_run_token(client, opts.namespace)
+        old, new = current_generation(client, opts.namespace), token  # tokens are unique, so generations are
+        flow = _flow(opts, token, new, live=False)
+        claim_generation(client, opts.namespace, new, token)
+        log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.namespace, new, old)
+        try:
+            _execute(flow, opts)
+            final = read_generation(client, opts.namespace, new)
+            _check_rebuilt(final)
+        except BaseException:
+            drop_generation(client, opts.namespace, new)
+            raise
+        switch_generation(client, opts.namespace, old, new)
+        log.info("readers switched to generation %s; generation %s removed", new, old)
+        assert final is not None
+        return final
+    finally:
+        client.close()
+
+
+def _check_rebuilt(final: dict[str, Any] | None) -> None:
+    if final is None:
+        raise RebuildFailed("the rebuild published no snapshot")
+    if final["errors"]:
+        raise RebuildFailed(f"the rebuilt ranking has errors: {final['errors'][:3]}")
+    if final["total_listeners"] != final["counted_users"]:
+        raise RebuildFailed("the rebuilt ranking breaks total_listeners == counted_users")
 
 
 def _explain(exc: BaseException) -> BaseException:
@@ -163,6 +265,11 @@ def _explain(exc: BaseException) -> BaseException:
     while seen is not None:
         if isinstance(seen, FencedError):
             return FencedError(f"stopped: a newer run took the namespace ({seen})")
+        if isinstance(seen, GenerationSwitched):
+            return GenerationSwitched(f"stopped: a rebuild replaced this run's ranking ({seen}); "
+                                      "start the run again to continue on the new generation")
+        if isinstance(seen, KafkaUnavailable):
+            return ServiceError(str(seen))
         if isinstance(seen, redis.ConnectionError):
             return ServiceError(f"lost Redis: {seen}")
         seen = seen.__cause__ or seen.__context__

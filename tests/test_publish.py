@@ -1,40 +1,92 @@
-"""The publish script: ids only grow, stale runs are fenced, readers see whole snapshots."""
+"""The publish script: ids only grow, positions never go back, stale runs are fenced,
+a rebuild's switch is atomic, and a Redis that lost its data is re-established."""
 
 from __future__ import annotations
 
 import pytest
 
-from connectors.redis_snapshots import FencedError, Publisher, acquire_run_token, read_history, read_latest
+from connectors.redis_snapshots import (
+    FencedError,
+    GenerationSwitched,
+    Keys,
+    Publisher,
+    acquire_run_token,
+    claim_generation,
+    new_run_token,
+    read_history,
+    read_latest,
+    switch_generation,
+)
 from state.snapshot import Snapshot, snapshot_id
 
 
-def snap(run: int, epoch: int, items=(("a", 2),)) -> Snapshot:
+def snap(run: int, epoch: int, position: int | None = None, items=(("a", 2),)) -> Snapshot:
     total = sum(c for _, c in items)
-    return Snapshot(snapshot_id(run, epoch), run, epoch, {"f": epoch}, total, total, len(items), 0, 10,
-                    list(items), {}, [])
+    return Snapshot(snapshot_id(run, epoch), run, epoch, {"f": epoch if position is None else position},
+                    total, total, len(items), 0, 10, list(items), {}, [])
 
 
 def test_ids_only_grow(redis_client, redis_url, namespace):
     token = acquire_run_token(redis_client, namespace)
     pub = Publisher(redis_url, namespace, token)
-    assert pub.publish(snap(token, 5))
-    assert not pub.publish(snap(token, 5))  # a retry of the same snapshot
-    assert not pub.publish(snap(token, 3, items=(("old", 1),)))  # an older one
+    assert pub.publish(snap(token, 5)) == 1
+    assert pub.publish(snap(token, 5)) == 0  # a retry of the same snapshot
+    assert pub.publish(snap(token, 3, items=(("old", 1),))) == 0  # an older one
     assert read_latest(redis_client, namespace)["epoch"] == 5
-    assert pub.publish(snap(token, 6))
+    assert pub.publish(snap(token, 6)) == 1
     assert [s["epoch"] for s in read_history(redis_client, namespace)] == [5, 6]
+
+
+def test_positions_never_go_back(redis_client, redis_url, namespace):
+    first = acquire_run_token(redis_client, namespace)
+    assert Publisher(redis_url, namespace, first).publish(snap(first, 9, position=900)) == 1
+    restarted = acquire_run_token(redis_client, namespace)  # e.g. resumed from an older barrier
+    pub = Publisher(redis_url, namespace, restarted)
+    assert pub.publish(snap(restarted, 7, position=700)) == -1
+    assert read_latest(redis_client, namespace)["positions"] == {"f": 900}
+    assert pub.publish(snap(restarted, 8, position=900)) == 1  # caught up
+    assert read_latest(redis_client, namespace)["run"] == restarted
 
 
 def test_a_newer_run_fences_the_older(redis_client, redis_url, namespace):
     old_token = acquire_run_token(redis_client, namespace)
     old = Publisher(redis_url, namespace, old_token)
-    assert old.publish(snap(old_token, 100))
+    assert old.publish(snap(old_token, 100)) == 1
     new_token = acquire_run_token(redis_client, namespace)
     new = Publisher(redis_url, namespace, new_token)
-    assert new.publish(snap(new_token, 1))  # a new run's first snapshot is newer than any of the old run's
     with pytest.raises(FencedError, match=f"current owner is run {new_token}"):
         old.publish(snap(old_token, 101))
+    assert new.publish(snap(new_token, 101)) == 1
     assert read_latest(redis_client, namespace)["run"] == new_token
+
+
+def test_rebuild_generation_is_invisible_until_the_switch(redis_client, redis_url, namespace):
+    live_token = acquire_run_token(redis_client, namespace)
+    live = Publisher(redis_url, namespace, live_token)
+    assert live.publish(snap(live_token, 1, items=(("live", 1),))) == 1
+    build_token = new_run_token(redis_client, namespace)
+    claim_generation(redis_client, namespace, build_token, build_token)
+    build = Publisher(redis_url, namespace, build_token, generation=build_token, live=False)
+    assert build.publish(snap(build_token, 50, items=(("rebuilt", 3),))) == 1
+    assert live.publish(snap(live_token, 2, items=(("live", 2),))) == 1  # the live run goes on meanwhile
+    assert read_latest(redis_client, namespace)["items"][0]["song_id"] == "live"
+    switch_generation(redis_client, namespace, 0, build_token)
+    assert read_latest(redis_client, namespace)["items"][0]["song_id"] == "rebuilt"
+    assert redis_client.exists(*Keys(namespace, 0).generation_keys()) == 0, "old generation removed"
+    with pytest.raises(GenerationSwitched):
+        live.publish(snap(live_token, 3))
+    with pytest.raises(GenerationSwitched):
+        switch_generation(redis_client, namespace, 0, 99)  # a second switch from a stale view
+
+
+def test_redis_losing_its_data_is_repaired_by_the_next_publish(redis_client, redis_url, namespace):
+    token = acquire_run_token(redis_client, namespace)
+    pub = Publisher(redis_url, namespace, token)
+    assert pub.publish(snap(token, 1)) == 1
+    redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost this namespace
+    assert read_latest(redis_client, namespace) is None
+    assert pub.publish(snap(token, 2)) == 1
+    assert read_latest(redis_client, namespace)["epoch"] == 2
 
 
 def test_snapshot_ids_grow_across_runs():

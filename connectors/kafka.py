@@ -1,0 +1,233 @@
+"""Kafka input, dead-letter output and producer, over confluent-kafka.
+
+Endpoints are written ``kafka:HOST:PORT[,HOST:PORT...]/TOPIC``.
+
+**Source.** One source partition per Kafka partition, named ``TOPIC/N``; its offset
+is the Kafka offset. Each partition has its own consumer with ``assign()``: no
+consumer group and no committed offsets, because positions live in Bytewax's
+recovery store together with the state they produced (committing them to Kafka
+separately could skip events whose effects were lost with a crash). A fresh run
+starts at the beginning of each partition; a resumed run at the offset its last
+complete epoch ended on.
+
+With ``until_eof`` a partition stops at the end it saw when the run started: the
+high watermark of its first fetch, or the partition-EOF marker when it was empty.
+(A queried high watermark is not used: some Kafka-compatible brokers, Tansu among
+them, answer it wrongly after batched produces; the fetch response is right.)
+
+**Dead letters** are produced with ``acks=all`` and idempotence, keyed
+``"<partition>:<offset>"`` of the invalid event. The sink flushes when an epoch
+closes, so every dead letter of a completed epoch is acknowledged by the broker.
+After a crash the resumed epoch may be produced again: at-least-once, and the key
+lets a consumer drop repeats.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+from bytewax.inputs import FixedPartitionedSource
+from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic
+
+from connectors.source_batch import BarrierPartition, SourceBatch
+from state.events import DeadLetter
+
+log = logging.getLogger("rankflow.kafka")
+
+BATCH_MESSAGES = 2000
+METADATA_TIMEOUT_S = 10.0
+
+
+class KafkaUnavailable(RuntimeError):
+    """The broker cannot be reached or refused a request."""
+
+
+@dataclass(frozen=True)
+class KafkaEndpoint:
+    brokers: str
+    topic: str
+
+    @classmethod
+    def parse(cls, target: str) -> "KafkaEndpoint":
+        """``HOST:PORT[,HOST:PORT]/TOPIC`` (the part after ``kafka:``)."""
+        brokers, sep, topic = target.rpartition("/")
+        if not sep or not brokers or not topic:
+            raise ValueError(f"expected kafka:HOST:PORT/TOPIC, got kafka:{target}")
+        return cls(brokers, topic)
+
+    def __str__(self) -> str:
+        return f"kafka:{self.brokers}/{self.topic}"
+
+
+def admin(brokers: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": brokers})
+
+
+def topic_partitions(brokers: str, topic: str) -> list[int]:
+    """The topic's partition numbers; raises if the broker or the topic is missing."""
+    try:
+        meta = admin(brokers).list_topics(topic=topic, timeout=METADATA_TIMEOUT_S)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"cannot reach Kafka at {brokers}: {exc}") from None
+    t = meta.topics.get(topic)
+    if t is None or t.error is not None or not t.partitions:
+        reason = t.error if t is not None and t.error is not None else "no such topic"
+        raise KafkaUnavailable(f"topic {topic!r} on {brokers}: {reason}")
+    return sorted(t.partitions)
+
+
+def ensure_topic(brokers: str, topic: str, partitions: int) -> int:
+    """Create the topic if it does not exist; return its partition count."""
+    client = admin(brokers)
+    try:
+        meta = client.list_topics(timeout=METADATA_TIMEOUT_S)
+    except KafkaException as exc:
+        raise KafkaUnavailable(f"cannot reach Kafka at {brokers}: {exc}") from None
+    if topic in meta.topics and not meta.topics[topic].error:
+        return len(meta.topics[topic].partitions)
+    future = client.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
+    try:
+        future.result(timeout=METADATA_TIMEOUT_S)
+    except KafkaException as exc:
+        if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise KafkaUnavailable(f"cannot create topic {topic!r}: {exc}") from None
+    return len(topic_partitions(brokers, topic))
+
+
+def reliable_producer(brokers: str, **extra: object) -> Producer:
+    """A producer that loses nothing it acknowledges: acks=all with idempotence."""
+    config = {
+        "bootstrap.servers": brokers,
+        "acks": "all",
+        "enable.idempotence": True,
+        "linger.ms": 5,
+        "compression.type": "none",
+    }
+    config.update(extra)
+    return Producer(config)
+
+
+class _KafkaPartition(BarrierPartition[int]):
+    def __init__(self, brokers: str, topic: str, partition: int, resume: int | None, until_eof: bool) -> None:
+        super().__init__()
+        self._name = f"{topic}/{partition}"
+        self._tp = (topic, partition)
+        self._next = resume if resume is not None else 0
+        self._until_eof = until_eof
+        self._stop_at: int | None = None
+        self._consumer = Consumer({
+            "bootstrap.servers": brokers,
+            "group.id": "rankflow-unused",  # required by the client; assign() never joins it
+            "enable.auto.commit": False,
+            "enable.partition.eof": until_eof,
+            "fetch.wait.max.ms": 50,
+        })
+        self._consumer.assign([TopicPartition(topic, partition, self._next)])
+
+    def read(self) -> SourceBatch | None:
+        if self._stop_at is not None and self._next >= self._stop_at:
+            raise StopIteration
+        msgs = self._consumer.consume(BATCH_MESSAGES, 0.01)
+        records: list[bytes] = []
+        offsets: list[int] = []
+        start = self._next
+        at_eof = False
+        for m in msgs:
+            err = m.error()
+            if err is not None:
+                if err.code() == KafkaError._PARTITION_EOF:
+                    at_eof = True
+                    continue
+                raise KafkaUnavailable(f"reading {self._name}: {err}")
+            if self._stop_at is not None and m.offset() >= self._stop_at:
+                break
+            records.append(m.value() or b"")
+            offsets.append(m.offset())
+            self._next = m.offset() + 1
+        if self._until_eof and self._stop_at is None:
+            self._learn_end(at_eof)
+        if not records:
+            return None
+        return SourceBatch(self._name, start, self._next, records, offsets)
+
+    def _learn_end(self, at_eof: bool) -> None:
+        if at_eof:
+            self._stop_at = self._next
+            return
+        # Known once a fetch response arrived (negative or 0 until then).
+        _, high = self._consumer.get_watermark_offsets(TopicPartition(*self._tp), cached=True)
+        if high > 0:
+            self._stop_at = high
+
+    def empty_batch(self) -> SourceBatch:
+        return SourceBatch(self._name, self._next, self._next, [], [])
+
+    def position_state(self) -> int:
+        return self._next
+
+    def close(self) -> None:
+        self._consumer.close()
+
+
+class KafkaSource(FixedPartitionedSource[SourceBatch, int]):
+    """Every partition of one topic, as ``TOPIC/N`` source partitions."""
+
+    def __init__(self, endpoint: KafkaEndpoint, until_eof: bool) -> None:
+        self._endpoint = endpoint
+        self._until_eof = until_eof
+        self._parts = [f"{endpoint.topic}/{p}" for p in topic_partitions(endpoint.brokers, endpoint.topic)]
+
+    def list_parts(self) -> list[str]:
+        return self._parts
+
+    def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _KafkaPartition:
+        topic, _, number = for_part.rpartition("/")
+        if topic != self._endpoint.topic:
+            raise ValueError(f"recovery state is for topic {topic!r}, this run reads {self._endpoint.topic!r}")
+        return _KafkaPartition(self._endpoint.brokers, topic, int(number), resume_state, self._until_eof)
+
+
+class _DeadLetterProducer(StatefulSinkPartition[DeadLetter, None]):
+    def __init__(self, endpoint: KafkaEndpoint) -> None:
+        self._topic = endpoint.topic
+        self._producer = reliable_producer(endpoint.brokers)
+        self._failed: list[str] = []
+
+    def _delivered(self, err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            self._failed.append(str(err))
+
+    def write_batch(self, values: list[DeadLetter]) -> None:
+        for d in values:
+            self._producer.produce(self._topic, key=f"{d.partition}:{d.offset}", value=d.to_json(),
+                                   on_delivery=self._delivered)
+            self._producer.poll(0)
+
+    def snapshot(self) -> None:
+        remaining = self._producer.flush(60)
+        if remaining or self._failed:
+            raise KafkaUnavailable(
+                f"dead letters not acknowledged by Kafka ({remaining} pending, errors: {self._failed[:3]})")
+
+    def close(self) -> None:
+        self.snapshot()
+
+
+class KafkaDeadLetterSink(FixedPartitionedSink[DeadLetter, None]):
+    """Dead letters to a Kafka topic (created with one partition if missing)."""
+
+    def __init__(self, endpoint: KafkaEndpoint) -> None:
+        self._endpoint = endpoint
+        ensure_topic(endpoint.brokers, endpoint.topic, 1)
+
+    def list_parts(self) -> list[str]:
+        return ["dead-letters"]
+
+    def part_fn(self, item_key: str) -> int:
+        return 0
+
+    def build_part(self, step_id: str, for_part: str, resume_state: None) -> _DeadLetterProducer:
+        return _DeadLetterProducer(self._endpoint)
