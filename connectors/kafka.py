@@ -38,7 +38,7 @@ from state.events import DeadLetter
 log = logging.getLogger("rankflow.kafka")
 
 BATCH_MESSAGES = 2000
-METADATA_TIMEOUT_S = 10.0
+METADATA_TIMEOUT_S = 5.0
 
 
 class KafkaUnavailable(RuntimeError):
@@ -69,7 +69,9 @@ def admin(brokers: str) -> AdminClient:
 def topic_partitions(brokers: str, topic: str) -> list[int]:
     """The topic's partition numbers; raises if the broker or the topic is missing."""
     try:
-        meta = admin(brokers).list_topics(topic=topic, timeout=METADATA_TIMEOUT_S)
+        # All topics, not list_topics(topic=...): asking for one by name makes brokers
+        # with auto-creation create it, turning a typo into an empty topic.
+        meta = admin(brokers).list_topics(timeout=METADATA_TIMEOUT_S)
     except KafkaException as exc:
         raise KafkaUnavailable(f"cannot reach Kafka at {brokers}: {exc}") from None
     t = meta.topics.get(topic)

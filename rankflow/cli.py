@@ -1,13 +1,14 @@
 """The ``rankflow`` command line.
 
-Exit status: 0 success, 1 a runtime failure (a service is unreachable, no ranking
-yet, a newer run took over), 2 bad usage.
+Exit status: 0 success, 1 a runtime failure (a service is unreachable, no usable
+ranking, a newer run or a rebuild took over), 2 bad usage.
 """
 
 from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 import time
 from datetime import datetime, timezone
@@ -18,9 +19,12 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from connectors.redis_snapshots import DEFAULT_NAMESPACE, FencedError, connect, read_latest
+from connectors.kafka import KafkaEndpoint, KafkaUnavailable
+from connectors.redis_snapshots import DEFAULT_NAMESPACE, FencedError, GenerationSwitched
 from rankflow import runner
 from rankflow.generate import generate
+from rankflow.produce import produce_file
+from rankflow.reader import RankingReader, default_cache_path
 
 log = logging.getLogger("rankflow")
 
@@ -42,6 +46,20 @@ def _add_redis(p: argparse.ArgumentParser) -> None:
                    help="key namespace in Redis (default: %(default)s)")
 
 
+def _add_flow_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--input", required=True, metavar="URI", help="jsonl:PATH or kafka:HOST:PORT/TOPIC")
+    _add_redis(p)
+    p.add_argument("--dead-letter", default=runner.DEFAULT_DEAD_LETTER, metavar="URI",
+                   help="where invalid events go: jsonl:PATH or kafka:HOST:PORT/TOPIC (default: %(default)s)")
+    p.add_argument("--song-partitions", type=_positive, default=16, metavar="P")
+    p.add_argument("--k-max", type=_positive, default=100, metavar="K")
+    p.add_argument("--workers", type=_positive, default=1, metavar="N")
+    p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
+                   help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
+    p.add_argument("--recovery-dir", metavar="DIR",
+                   help="keep state and input positions here at every barrier and resume from them")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rankflow", description="Real-time song rankings by current listeners.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -54,17 +72,19 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True, metavar="PATH")
 
     r = sub.add_parser("run", help="run the listener-count flow and publish snapshots to Redis")
-    r.add_argument("--input", required=True, metavar="URI", help="jsonl:PATH")
+    _add_flow_options(r)
     r.add_argument("--until-eof", action="store_true",
-                   help="stop at the end of the input (default: keep following it)")
-    _add_redis(r)
-    r.add_argument("--dead-letter", default=runner.DEFAULT_DEAD_LETTER, metavar="URI",
-                   help="where invalid events go (default: %(default)s)")
-    r.add_argument("--song-partitions", type=_positive, default=16, metavar="P")
-    r.add_argument("--k-max", type=_positive, default=100, metavar="K")
-    r.add_argument("--workers", type=_positive, default=1, metavar="N")
-    r.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
-                   help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
+                   help="stop at the end of the input seen at start-up (default: keep following it)")
+
+    b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it")
+    _add_flow_options(b)
+
+    pr = sub.add_parser("produce", help="load a JSON Lines log into a Kafka topic, keyed by user_id")
+    pr.add_argument("--input", required=True, metavar="PATH")
+    pr.add_argument("--kafka", required=True, metavar="HOST:PORT/TOPIC")
+    pr.add_argument("--partitions", type=_positive, default=4, metavar="N",
+                    help="partitions when the topic is created (default: %(default)s)")
+    pr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     t = sub.add_parser("top", help="print the latest published ranking")
     t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
@@ -81,49 +101,79 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_run(args: argparse.Namespace) -> int:
-    opts = runner.RunOptions(
-        input=args.input, until_eof=args.until_eof, redis_url=args.redis, namespace=args.namespace,
-        dead_letter=args.dead_letter, song_partitions=args.song_partitions, k_max=args.k_max,
-        workers=args.workers, barrier_ms=args.barrier_ms,
+def _run_options(args: argparse.Namespace) -> runner.RunOptions:
+    return runner.RunOptions(
+        input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
+        namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
+        k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
     )
+
+
+def _summary(final: dict[str, Any], took: float, dead_letter: str) -> str:
+    return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {final['total_listeners']} listeners on "
+            f"{final['active_songs']} songs, {final['dead_letters']} dead letters -> {dead_letter}; "
+            f"positions {final['positions']}")
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    opts = _run_options(args)
     started = time.perf_counter()
     final = runner.run(opts)
-    took = time.perf_counter() - started
     if final is not None:
-        events = sum(final["positions"].values())
-        print(f"done in {took:.2f}s: {events} input records ({events / took:,.0f}/s), "
-              f"snapshot {final['snapshot_id']}, {final['total_listeners']} listeners on "
-              f"{final['active_songs']} songs, {final['dead_letters']} dead letters -> {opts.dead_letter}",
-              file=sys.stderr)
+        print(f"done in {_summary(final, time.perf_counter() - started, opts.dead_letter)}", file=sys.stderr)
+    return 0
+
+
+def cmd_rebuild(args: argparse.Namespace) -> int:
+    opts = _run_options(args)
+    started = time.perf_counter()
+    final = runner.rebuild(opts)
+    print(f"rebuilt and switched in {_summary(final, time.perf_counter() - started, opts.dead_letter)}",
+          file=sys.stderr)
+    return 0
+
+
+def cmd_produce(args: argparse.Namespace) -> int:
+    try:
+        endpoint = KafkaEndpoint.parse(args.kafka)
+    except ValueError as exc:
+        raise runner.UsageError(f"--kafka: {exc}") from None
+    if not os.path.isfile(args.input):
+        raise runner.UsageError(f"input file not found: {args.input}")
+    started = time.perf_counter()
+    result = produce_file(args.input, endpoint, args.partitions, progress=not args.no_progress)
+    took = time.perf_counter() - started
+    print(f"produced {result.messages} messages to {endpoint} ({result.partitions} partitions) in {took:.1f}s, "
+          f"{result.messages / max(took, 1e-9):,.0f}/s, all acknowledged", file=sys.stderr)
     return 0
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    client = connect(args.redis)
-    try:
-        snap = read_latest(client, args.namespace)
-    finally:
-        client.close()
+    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.namespace)).read()
+    snap = reading.snapshot
     if snap is None:
-        print(f"rankflow: no ranking has been published in namespace {args.namespace!r} yet", file=sys.stderr)
+        print(f"rankflow: {reading.problem}; no earlier ranking cached", file=sys.stderr)
         return 1
     k_max = snap["k_max"]
     if not 1 <= args.k <= k_max:
         print(f"rankflow: --k must be between 1 and K_max ({k_max}), got {args.k}", file=sys.stderr)
         return 2
-    view = top_view(snap, args.k)
+    view = top_view(snap, args.k, reading.stale, reading.age_ms)
     if args.json:
         sys.stdout.buffer.write(orjson.dumps(view) + b"\n")
     else:
         print_table(view)
+    if reading.stale:
+        print(f"rankflow: {reading.problem}; showing the last ranking read, "
+              f"{(reading.age_ms or 0) / 1000:.0f}s old (stale)", file=sys.stderr)
+        return 1
     return 0
 
 
-def top_view(snap: dict[str, Any], k: int) -> dict[str, Any]:
+def top_view(snap: dict[str, Any], k: int, stale: bool, age_ms: int | None) -> dict[str, Any]:
     """The reader's view of a snapshot: its metadata and its first ``k`` items."""
     fields = ("snapshot_id", "positions", "published_at", "total_listeners", "counted_users")
-    return {**{f: snap[f] for f in fields}, "items": snap["items"][:k]}
+    return {**{f: snap[f] for f in fields}, "stale": stale, "age_ms": age_ms, "items": snap["items"][:k]}
 
 
 def print_table(view: dict[str, Any]) -> None:
@@ -135,6 +185,8 @@ def print_table(view: dict[str, Any]) -> None:
     for item in view["items"]:
         table.add_row(str(item["rank"]), item["song_id"], f"{item['listeners']:,}")
     console = Console()
+    if view["stale"]:
+        console.print(f"STALE: this ranking is {view['age_ms'] / 1000:.0f}s old", style="bold red")
     console.print(f"Top {len(view['items'])} songs by current listeners", style="bold")
     console.print(table)
     positions = ", ".join(f"{p}: {o:,}" for p, o in sorted(view["positions"].items()))
@@ -143,7 +195,8 @@ def print_table(view: dict[str, Any]) -> None:
                   soft_wrap=True, highlight=False)
 
 
-COMMANDS = {"generate": cmd_generate, "run": cmd_run, "top": cmd_top}
+COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
+            "top": cmd_top}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -154,7 +207,7 @@ def main(argv: list[str] | None = None) -> int:
     except runner.UsageError as exc:
         print(f"rankflow: {exc}", file=sys.stderr)
         return 2
-    except (runner.ServiceError, FencedError) as exc:
+    except (runner.ServiceError, runner.RebuildFailed, FencedError, GenerationSwitched, KafkaUnavailable) as exc:
         print(f"rankflow: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:

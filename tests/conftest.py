@@ -3,10 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
-import socket
-import subprocess
-import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -16,42 +12,27 @@ import redis
 
 from connectors.redis_snapshots import read_history, read_latest
 from rankflow.runner import RunOptions, run
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+from rankflow.services import LocalRedis, LocalTansu, free_port
 
 
 @pytest.fixture(scope="session")
 def redis_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    binary = shutil.which("redis-server")
-    if binary is None:
-        raise RuntimeError("redis-server is not installed: run `make setup` (apt-get install redis-server)")
-    port = free_port()
-    workdir = tmp_path_factory.mktemp("redis")
-    proc = subprocess.Popen(
-        [binary, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-         "--dir", str(workdir)],
-        stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT,
-    )
-    url = f"redis://127.0.0.1:{port}/0"
-    client = redis.Redis.from_url(url)
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            client.ping()
-            break
-        except redis.ConnectionError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError(f"redis-server did not start on port {port}")
-            time.sleep(0.05)
-    client.close()
-    yield url
-    proc.terminate()
-    proc.wait(timeout=10)
+    service = LocalRedis(free_port(), tmp_path_factory.mktemp("redis")).start()
+    yield service.url
+    service.stop()
+
+
+@pytest.fixture(scope="session")
+def kafka_brokers(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A real Kafka-protocol broker (Tansu, in memory) for the whole session."""
+    service = LocalTansu(free_port(), tmp_path_factory.mktemp("tansu")).start()
+    yield service.url
+    service.stop()
+
+
+@pytest.fixture
+def topic() -> str:
+    return "events-" + uuid.uuid4().hex[:10]
 
 
 @pytest.fixture

@@ -7,10 +7,16 @@ import subprocess
 import sys
 
 import orjson
+import pytest
 
 from tests.model import model_of_lines, parse, read_lines
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
+
+
+@pytest.fixture(autouse=True)
+def private_cache(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
 
 
 def cli(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
@@ -45,7 +51,9 @@ def test_run_then_top(tmp_path, redis_url, namespace):
     r = cli("top", "--k", "5", "--json", "--namespace", namespace, env={"RANKFLOW_REDIS_URL": redis_url})
     assert r.returncode == 0, r.stderr
     view = orjson.loads(r.stdout)
-    assert set(view) == {"snapshot_id", "positions", "published_at", "total_listeners", "counted_users", "items"}
+    assert set(view) == {"snapshot_id", "positions", "published_at", "total_listeners", "counted_users",
+                         "stale", "age_ms", "items"}
+    assert view["stale"] is False
     assert [(i["song_id"], i["listeners"]) for i in view["items"]] == model.ranking(5)
     assert [i["rank"] for i in view["items"]] == [1, 2, 3, 4, 5]
     assert view["positions"] == {str(log): 5000}
@@ -61,7 +69,7 @@ def test_run_then_top(tmp_path, redis_url, namespace):
 
 def test_clear_errors(tmp_path, redis_url, namespace):
     r = cli("top", "--redis", redis_url, "--namespace", namespace)
-    assert r.returncode == 1 and "no ranking has been published" in r.stderr
+    assert r.returncode == 1 and "no usable ranking" in r.stderr
     r = cli("run", "--input", f"jsonl:{tmp_path / 'missing.jsonl'}", "--until-eof", "--redis", redis_url)
     assert r.returncode == 2 and "input file not found" in r.stderr
     r = cli("run", "--input", "nonsense", "--redis", redis_url)
@@ -123,3 +131,22 @@ def test_follow_mode_publishes_appended_events_and_stops_on_ctrl_c(tmp_path, red
         proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=30)
     assert proc.returncode == 130 and "interrupted" in err
+
+
+def test_top_serves_the_last_ranking_marked_stale_when_redis_has_none(tmp_path, redis_client, redis_url, namespace):
+    from tests.events import ev
+
+    log = tmp_path / "e.jsonl"
+    log.write_bytes(ev("u1", "p1", "song_a", "START", 1) + b"\n")
+    assert cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url, "--namespace", namespace,
+               "--dead-letter", f"jsonl:{tmp_path / 'dl.jsonl'}").returncode == 0
+    fresh = orjson.loads(cli("top", "--json", "--redis", redis_url, "--namespace", namespace).stdout)
+    assert fresh["stale"] is False
+    redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost its data
+    r = cli("top", "--json", "--redis", redis_url, "--namespace", namespace)
+    assert r.returncode == 1 and "no usable ranking" in r.stderr and "stale" in r.stderr
+    stale = orjson.loads(r.stdout)
+    assert stale["stale"] is True and stale["age_ms"] >= 0
+    assert stale["items"] == fresh["items"] and stale["snapshot_id"] == fresh["snapshot_id"]
+    r = cli("top", "--redis", "redis://127.0.0.1:1/0", "--namespace", namespace)  # Redis unreachable
+    assert r.returncode == 1 and "STALE" in r.stdout and "cannot reach Redis" in r.stderr

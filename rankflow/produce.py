@@ -1,0 +1,76 @@
+"""Loading a JSON Lines log into a Kafka topic, keyed by ``user_id``.
+
+Every line becomes one message, invalid lines included (the flow must see them to
+dead-letter them). The key is the line's ``user_id`` when it has a string one, so
+all events of a user land in one partition and keep their order; a line without
+one gets the empty key, which keeps its placement reproducible. The producer uses
+``acks=all`` with idempotence, and the command fails unless every message was
+acknowledged.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import orjson
+from confluent_kafka import KafkaError
+from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
+
+from connectors.kafka import KafkaEndpoint, KafkaUnavailable, ensure_topic, reliable_producer
+
+
+def user_key(line: bytes) -> bytes:
+    try:
+        obj = orjson.loads(line)
+    except orjson.JSONDecodeError:
+        return b""
+    user = obj.get("user_id") if isinstance(obj, dict) else None
+    return user.encode() if isinstance(user, str) else b""
+
+
+@dataclass
+class ProduceResult:
+    messages: int
+    partitions: int
+
+
+def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: bool = True) -> ProduceResult:
+    count = ensure_topic(endpoint.brokers, endpoint.topic, partitions)
+    producer = reliable_producer(endpoint.brokers, **{"linger.ms": 20, "batch.num.messages": 10_000})
+    errors: list[KafkaError] = []
+
+    def delivered(err: KafkaError | None, _msg: object) -> None:
+        if err is not None:
+            errors.append(err)
+
+    sent = 0
+    with open(path, "rb") as f, _progress(progress) as bar:
+        task = bar.add_task("producing", total=os.path.getsize(path))
+        for line in f:
+            value = line.rstrip(b"\n")
+            while True:
+                try:
+                    producer.produce(endpoint.topic, key=user_key(value), value=value, on_delivery=delivered)
+                    break
+                except BufferError:  # the local queue is full: let deliveries drain it
+                    producer.poll(0.1)
+            sent += 1
+            if sent % 5000 == 0:
+                producer.poll(0)
+                bar.update(task, completed=f.tell())
+            if errors:
+                break
+        remaining = producer.flush(120)
+        bar.update(task, completed=os.path.getsize(path))
+    if errors or remaining:
+        raise KafkaUnavailable(f"{len(errors) + remaining} messages not acknowledged by {endpoint.brokers}"
+                               + (f": {errors[0]}" if errors else ""))
+    return ProduceResult(sent, count)
+
+
+def _progress(enabled: bool) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
+        disable=not enabled, transient=True,
+    )

@@ -1,0 +1,80 @@
+"""Reading rankings the way every reader should: fresh when possible, stale when not.
+
+While Redis has no usable ranking (it lost its data, a rebuild is under way from an
+empty namespace, or Redis is unreachable) a reader says so, and can still show the
+last ranking it saw, marked stale with its age. The CLI keeps that last ranking in
+a small cache file; the HTTP API keeps it in memory.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import orjson
+import redis
+
+from connectors.redis_snapshots import connect, read_latest
+
+
+@dataclass
+class Reading:
+    snapshot: dict[str, Any] | None
+    stale: bool
+    problem: str | None  # why the ranking is not fresh, or None
+
+    @property
+    def age_ms(self) -> int | None:
+        if self.snapshot is None:
+            return None
+        return max(0, int(time.time() * 1000) - int(self.snapshot["published_at"]))
+
+
+def default_cache_path(namespace: str) -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+    return Path(base) / "rankflow" / f"{namespace}.json"
+
+
+class RankingReader:
+    def __init__(self, url: str, namespace: str, cache_path: Path | None = None) -> None:
+        self._url = url
+        self._namespace = namespace
+        self._cache_path = cache_path
+        self._last: dict[str, Any] | None = None
+
+    def read(self) -> Reading:
+        try:
+            client = connect(self._url)
+            try:
+                snap = read_latest(client, self._namespace)
+            finally:
+                client.close()
+        except redis.RedisError as exc:
+            return self._fallback(f"cannot reach Redis at {self._url}: {exc}")
+        if snap is None:
+            return self._fallback(f"no usable ranking in namespace {self._namespace!r}")
+        self._remember(snap)
+        return Reading(snap, stale=False, problem=None)
+
+    def _remember(self, snap: dict[str, Any]) -> None:
+        self._last = snap
+        if self._cache_path is not None:
+            try:
+                self._cache_path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = self._cache_path.with_suffix(".tmp")
+                tmp.write_bytes(orjson.dumps(snap))
+                tmp.replace(self._cache_path)
+            except OSError:
+                pass  # a cache is a convenience; never fail a read because of it
+
+    def _fallback(self, problem: str) -> Reading:
+        last = self._last
+        if last is None and self._cache_path is not None:
+            try:
+                last = orjson.loads(self._cache_path.read_bytes())
+            except (OSError, orjson.JSONDecodeError):
+                last = None
+        return Reading(last, stale=last is not None, problem=problem)

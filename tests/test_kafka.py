@@ -1,0 +1,68 @@
+"""Kafka in and out against a real broker: produce, run, dead letters, --until-eof."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import orjson
+
+from rankflow.generate import generate
+from tests.events import ranking
+from tests.kafka_helpers import read_topic
+from tests.model import model_of_lines, parse, read_lines
+
+RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
+
+
+def cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([*RANKFLOW, *args], capture_output=True, text=True, timeout=300)
+
+
+def test_produce_then_run_from_kafka(tmp_path, kafka_brokers, topic, redis_url, namespace):
+    log = tmp_path / "events.jsonl"
+    generate(users=500, songs=60, events=12_000, seed=5, out=log)
+    lines = read_lines(str(log))
+    model = model_of_lines(lines)
+
+    r = cli("produce", "--input", str(log), "--kafka", f"{kafka_brokers}/{topic}", "--partitions", "3",
+            "--no-progress")
+    assert r.returncode == 0, r.stderr
+    produced = read_topic(kafka_brokers, topic)
+    assert len(produced) == len(lines)
+    for key, value in produced:
+        event = parse(value)
+        if event is not None:
+            assert key == event["user_id"].encode(), "messages are keyed by user_id"
+
+    dead_topic = topic + "-dead"
+    r = cli("run", "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
+            "--namespace", namespace, "--dead-letter", f"kafka:{kafka_brokers}/{dead_topic}",
+            "--song-partitions", "4", "--workers", "2")
+    assert r.returncode == 0, r.stderr
+    final = orjson.loads(cli("top", "--json", "--k", "100", "--redis", redis_url, "--namespace", namespace).stdout)
+    assert ranking(final) == model.ranking(100)
+    assert final["total_listeners"] == final["counted_users"] == model.counted_users
+    assert set(final["positions"]) == {f"{topic}/0", f"{topic}/1", f"{topic}/2"}
+    assert sum(final["positions"].values()) == len(lines)
+
+    dead = read_topic(kafka_brokers, dead_topic)
+    assert len(dead) == model.dead_letters
+    letter = orjson.loads(dead[0][1])
+    assert {"reason", "detail", "position", "raw"} <= set(letter)
+    assert dead[0][0] == f"{letter['position']['partition']}:{letter['position']['offset']}".encode()
+
+
+def test_clear_errors_for_kafka(kafka_brokers, redis_url, tmp_path):
+    dead = f"jsonl:{tmp_path / 'dl.jsonl'}"
+    r = cli("run", "--input", f"kafka:{kafka_brokers}/no-such-topic", "--until-eof", "--redis", redis_url,
+            "--dead-letter", dead)
+    assert r.returncode == 1 and "no-such-topic" in r.stderr
+    r = cli("run", "--input", "kafka:127.0.0.1:1/t", "--until-eof", "--redis", redis_url, "--dead-letter", dead)
+    assert r.returncode == 1 and "cannot reach Kafka" in r.stderr
+    r = cli("run", "--input", "kafka:no-topic-part", "--redis", redis_url)
+    assert r.returncode == 2 and "HOST:PORT/TOPIC" in r.stderr
+    log = tmp_path / "e.jsonl"
+    log.write_text("{}\n")
+    r = cli("produce", "--input", str(log), "--kafka", "127.0.0.1:1/t", "--no-progress")
+    assert r.returncode == 1 and "cannot reach Kafka" in r.stderr
