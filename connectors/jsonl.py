@@ -13,6 +13,7 @@ crashed execution wrote after it: dead letters are written exactly once.
 
 from __future__ import annotations
 
+import logging
 import os
 from pathlib import Path
 from typing import NamedTuple
@@ -22,6 +23,8 @@ from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 
 from connectors.source_batch import BarrierPartition, SourceBatch
 from state.events import DeadLetter
+
+log = logging.getLogger("rankflow.jsonl")
 
 CHUNK_BYTES = 1 << 18
 
@@ -90,6 +93,8 @@ class JsonlSource(FixedPartitionedSource[SourceBatch, FilePosition]):
     def build_part(
         self, step_id: str, for_part: str, resume_state: FilePosition | None
     ) -> _JsonlPartition:
+        if resume_state is not None:
+            log.info("%s: resuming at line %s", for_part, resume_state.line)
         return _JsonlPartition(for_part, resume_state, self._follow, self._chunk_bytes)
 
 

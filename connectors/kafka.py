@@ -189,6 +189,8 @@ class KafkaSource(FixedPartitionedSource[SourceBatch, int]):
         topic, _, number = for_part.rpartition("/")
         if topic != self._endpoint.topic:
             raise ValueError(f"recovery state is for topic {topic!r}, this run reads {self._endpoint.topic!r}")
+        if resume_state is not None:
+            log.info("%s: resuming at offset %s", for_part, resume_state)
         return _KafkaPartition(self._endpoint.brokers, topic, int(number), resume_state, self._until_eof)
 
 

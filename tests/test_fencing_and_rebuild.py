@@ -1,0 +1,121 @@
+"""Two runs on one namespace, and a rebuild that replaces a live ranking atomically."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+from connectors.kafka import KafkaEndpoint
+from connectors.redis_snapshots import Keys, current_generation, read_latest
+from rankflow.generate import generate
+from rankflow.produce import produce_file
+from tests.events import ranking
+from tests.model import model_of_lines, read_lines
+
+RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
+
+
+def wait_until(predicate, timeout: float = 60.0, what: str = "condition") -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.05)
+
+
+@pytest.fixture
+def produced_log(tmp_path, kafka_brokers, topic):
+    log = tmp_path / "events.jsonl"
+    generate(users=800, songs=80, events=15_000, seed=31, out=log)
+    produce_file(str(log), KafkaEndpoint(kafka_brokers, topic), partitions=2, progress=False)
+    return read_lines(str(log))
+
+
+def test_a_second_run_fences_the_first(tmp_path, redis_url, redis_client, namespace):
+    log = tmp_path / "events.jsonl"
+    generate(users=100, songs=20, events=2_000, seed=2, out=log)
+    common = ["--input", f"jsonl:{log}", "--redis", redis_url, "--namespace", namespace, "--barrier-ms", "50"]
+    first = subprocess.Popen([*RANKFLOW, "run", *common, "--dead-letter", f"jsonl:{tmp_path / 'a.jsonl'}"],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: read_latest(redis_client, namespace) is not None, what="the first run's ranking")
+        second = subprocess.run([*RANKFLOW, "run", *common, "--until-eof",
+                                 "--dead-letter", f"jsonl:{tmp_path / 'b.jsonl'}"],
+                                capture_output=True, text=True, timeout=120)
+        assert second.returncode == 0, second.stderr
+        _, err = first.communicate(timeout=60)
+    finally:
+        first.kill()
+    assert first.returncode == 1
+    assert "a newer run took the namespace" in err
+    snap = read_latest(redis_client, namespace)
+    assert snap["run"] == snap["snapshot_id"] // 10**9 and ranking(snap) == model_of_lines(read_lines(str(log))).ranking(100)
+
+
+def test_rebuild_switches_readers_atomically_and_stops_the_live_run(
+        tmp_path, kafka_brokers, topic, redis_url, redis_client, namespace, produced_log):
+    model = model_of_lines(produced_log)
+    source = f"kafka:{kafka_brokers}/{topic}"
+    live = subprocess.Popen([*RANKFLOW, "run", "--input", source, "--redis", redis_url, "--namespace", namespace,
+                             "--barrier-ms", "50", "--dead-letter", f"jsonl:{tmp_path / 'live-dead.jsonl'}"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: list[dict] = []
+    stop = threading.Event()
+
+    def reader() -> None:
+        import redis as redis_lib
+
+        client = redis_lib.Redis.from_url(redis_url)
+        while not stop.is_set():
+            snap = read_latest(client, namespace)
+            if snap is not None and (not seen or seen[-1]["snapshot_id"] != snap["snapshot_id"]):
+                seen.append(snap)
+        client.close()
+
+    try:
+        wait_until(lambda: (s := read_latest(redis_client, namespace)) is not None
+                   and sum(s["positions"].values()) == len(produced_log), what="the live run to catch up")
+        thread = threading.Thread(target=reader)
+        thread.start()
+        rebuilt = subprocess.run([*RANKFLOW, "rebuild", "--input", source, "--redis", redis_url,
+                                  "--namespace", namespace, "--barrier-ms", "20",
+                                  "--dead-letter", f"jsonl:{tmp_path / 'rebuild-dead.jsonl'}"],
+                                 capture_output=True, text=True, timeout=300)
+        assert rebuilt.returncode == 0, rebuilt.stderr
+        _, live_err = live.communicate(timeout=60)
+        stop.set()
+        thread.join()
+    finally:
+        stop.set()
+        live.kill()
+    assert live.returncode == 1 and "rebuild replaced this run's ranking" in live_err
+
+    final = read_latest(redis_client, namespace)
+    generation = current_generation(redis_client, namespace)
+    assert generation == final["run"] != 0
+    assert ranking(final) == model.ranking(100)
+    assert final["total_listeners"] == final["counted_users"] == model.counted_users
+    assert redis_client.exists(*Keys(namespace, 0).generation_keys()) == 0, "the old generation is removed"
+    rebuild_snapshots = [s for s in seen if s["run"] == generation]
+    assert rebuild_snapshots and all(s["snapshot_id"] == final["snapshot_id"] for s in rebuild_snapshots), \
+        "readers saw a half-built ranking"
+    assert all(sum(s["positions"].values()) == len(produced_log) for s in seen)
+
+
+def test_a_failed_rebuild_leaves_readers_on_the_old_generation(tmp_path, kafka_brokers, redis_url,
+                                                               redis_client, namespace, produced_log, topic):
+    source = f"kafka:{kafka_brokers}/{topic}"
+    common = ["--redis", redis_url, "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'd.jsonl'}"]
+    assert subprocess.run([*RANKFLOW, "run", "--input", source, "--until-eof", *common],
+                          capture_output=True, timeout=120).returncode == 0
+    before = read_latest(redis_client, namespace)
+    failed = subprocess.run([*RANKFLOW, "rebuild", "--input", f"kafka:{kafka_brokers}/missing-topic", *common],
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1 and "missing-topic" in failed.stderr
+    assert read_latest(redis_client, namespace) == before
+    generations = {k.split(b":")[1] for k in redis_client.keys(f"{{{namespace}}}:g[0-9]*")}
+    assert generations == {b"g0"}, "nothing of the failed rebuild is left"
