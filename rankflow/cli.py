@@ -86,6 +86,14 @@ def build_parser() -> argparse.ArgumentParser:
                     help="partitions when the topic is created (default: %(default)s)")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
+    sv = sub.add_parser("serve", help="the HTTP service: POST /events ingest (and rankings for readers)")
+    sv.add_argument("--host", default="127.0.0.1")
+    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--kafka", metavar="HOST:PORT/TOPIC", help="where POST /events produces (ingest off without it)")
+    sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
+                    help="how long to wait for the broker's acknowledgement before answering 503")
+    _add_redis(sv)
+
     t = sub.add_parser("top", help="print the latest published ranking")
     t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
     t.add_argument("--json", action="store_true", help="print one JSON object")
@@ -148,6 +156,21 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_serve(args: argparse.Namespace) -> int:
+    import uvicorn
+
+    from api.app import Settings, create_app
+
+    try:
+        kafka = KafkaEndpoint.parse(args.kafka) if args.kafka else None
+    except ValueError as exc:
+        raise runner.UsageError(f"--kafka: {exc}") from None
+    settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
+                        delivery_timeout_ms=args.delivery_timeout_ms)
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    return 0
+
+
 def cmd_top(args: argparse.Namespace) -> int:
     reading = RankingReader(args.redis, args.namespace, default_cache_path(args.namespace)).read()
     snap = reading.snapshot
@@ -196,7 +219,7 @@ def print_table(view: dict[str, Any]) -> None:
 
 
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
-            "top": cmd_top}
+            "serve": cmd_serve, "top": cmd_top}
 
 
 def main(argv: list[str] | None = None) -> int:

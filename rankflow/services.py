@@ -150,7 +150,7 @@ class LocalTansu(LocalService):
         from confluent_kafka.admin import AdminClient
 
         try:
-            AdminClient({"bootstrap.servers": self.url}).list_topics(timeout=1)
+            AdminClient({"bootstrap.servers": self.url, "log_level": 0}).list_topics(timeout=1)
             return True
         except Exception:  # noqa: BLE001 - any failure means "not yet"
             return False

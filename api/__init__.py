@@ -1,0 +1,1 @@
+"""rankflow's HTTP service: event ingest for players, rankings for readers."""

@@ -1,0 +1,138 @@
+"""``POST /events``: players and playback services hand events to Kafka through here.
+
+Contract:
+
+* The body is one event (a JSON object) or a JSON array of events.
+* Every event is validated by the same rules as the flow (SEMANTICS.md section 1).
+  If any is invalid, the answer is ``400`` with a reason per invalid event, and
+  nothing of the request is produced: a client fixes the request and sends it again.
+* Valid events are produced keyed by ``user_id`` with ``acks=all`` and idempotence.
+  The answer is ``202`` only once the broker acknowledged every one of them, with
+  the partition and offset of each; a player that gets no ``202`` retries the same
+  events, which the counting rules make harmless.
+* ``503`` when the broker does not acknowledge within the delivery timeout.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from typing import Any
+
+import orjson
+from confluent_kafka import KafkaError, Message
+from fastapi import APIRouter, Request
+from fastapi.responses import JSONResponse
+
+from connectors.kafka import KafkaEndpoint, reliable_producer
+from state.events import InvalidEvent, validate
+
+MAX_EVENTS_PER_REQUEST = 10_000
+
+
+class BrokerUnavailable(RuntimeError):
+    pass
+
+
+class EventProducer:
+    """An idempotent producer whose deliveries resolve asyncio futures."""
+
+    def __init__(self, endpoint: KafkaEndpoint, delivery_timeout_ms: int = 5000) -> None:
+        self.endpoint = endpoint
+        self._producer = reliable_producer(endpoint.brokers, **{
+            "linger.ms": 2,
+            "message.timeout.ms": delivery_timeout_ms,
+            "socket.connection.setup.timeout.ms": min(delivery_timeout_ms, 5000),
+        })
+        self._stop = threading.Event()
+        self._poller = threading.Thread(target=self._poll, name="ingest-producer-poll", daemon=True)
+        self._poller.start()
+
+    def _poll(self) -> None:
+        while not self._stop.is_set():
+            self._producer.poll(0.05)
+
+    async def send(self, records: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
+        """Produce ``(key, value)`` records; return their positions once all are acknowledged."""
+        loop = asyncio.get_running_loop()
+        futures = []
+        for key, value in records:
+            future: asyncio.Future[Message] = loop.create_future()
+            self._produce(key, value, loop, future)
+            futures.append(future)
+        results = await asyncio.gather(*futures, return_exceptions=True)
+        failures = [r for r in results if isinstance(r, BaseException)]
+        if failures:
+            raise BrokerUnavailable(str(failures[0]))
+        return [{"partition": f"{m.topic()}/{m.partition()}", "offset": m.offset()} for m in results]
+
+    def _produce(self, key: bytes, value: bytes, loop: asyncio.AbstractEventLoop,
+                 future: asyncio.Future[Message]) -> None:
+        def delivered(err: KafkaError | None, msg: Message) -> None:
+            outcome: Any = BrokerUnavailable(str(err)) if err is not None else msg
+            loop.call_soon_threadsafe(_settle, future, outcome)
+
+        while True:
+            try:
+                self._producer.produce(self.endpoint.topic, key=key, value=value, on_delivery=delivered)
+                return
+            except BufferError:  # local queue full: the poller drains it
+                self._producer.poll(0.01)
+
+    def close(self) -> None:
+        self._producer.flush(10)
+        self._stop.set()
+        self._poller.join(timeout=5)
+
+
+def _settle(future: asyncio.Future[Message], outcome: Any) -> None:
+    if future.done():
+        return
+    if isinstance(outcome, BaseException):
+        future.set_exception(outcome)
+    else:
+        future.set_result(outcome)
+
+
+def check_events(body: bytes) -> tuple[list[tuple[bytes, bytes]], list[dict[str, Any]]]:
+    """Valid records to produce, and the reasons of the invalid events (with their index)."""
+    try:
+        parsed = orjson.loads(body)
+    except orjson.JSONDecodeError as exc:
+        return [], [{"index": None, "reason": "invalid_json", "detail": str(exc)}]
+    events = parsed if isinstance(parsed, list) else [parsed]
+    if not events:
+        return [], [{"index": None, "reason": "empty", "detail": "no events in the request"}]
+    if len(events) > MAX_EVENTS_PER_REQUEST:
+        return [], [{"index": None, "reason": "too_many", "detail": f"at most {MAX_EVENTS_PER_REQUEST} events"}]
+    records, problems = [], []
+    for i, event in enumerate(events):
+        raw = orjson.dumps(event)
+        try:
+            user_id = validate(event, raw)[0]
+        except InvalidEvent as exc:
+            problems.append({"index": i, "reason": exc.reason, "detail": exc.detail})
+            continue
+        records.append((user_id.encode(), raw))
+    return records, problems
+
+
+router = APIRouter()
+
+
+@router.post("/events", status_code=202, summary="Hand playback events to Kafka",
+             responses={400: {"description": "invalid events, none produced"},
+                        503: {"description": "the broker did not acknowledge"}})
+async def post_events(request: Request) -> JSONResponse:
+    producer: EventProducer | None = request.app.state.producer
+    if producer is None:
+        return JSONResponse({"error": "ingest is not configured: start the service with --kafka"}, status_code=503)
+    records, problems = check_events(await request.body())
+    if problems:
+        return JSONResponse({"error": "invalid events; nothing was produced", "invalid": problems}, status_code=400)
+    try:
+        positions = await producer.send(records)
+    except BrokerUnavailable as exc:
+        return JSONResponse({"error": f"Kafka did not acknowledge: {exc}"}, status_code=503,
+                            headers={"Retry-After": "1"})
+    return JSONResponse({"accepted": len(records), "positions": positions}, status_code=202)
