@@ -8,9 +8,10 @@ from dataclasses import dataclass
 
 from fastapi import FastAPI
 
-from api import ingest
+from api import ingest, rankings
 from connectors.kafka import KafkaEndpoint
 from connectors.redis_snapshots import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
+from rankflow.reader import RankingReader
 
 
 @dataclass
@@ -36,5 +37,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="rankflow", summary="Songs ranked by current listeners", lifespan=lifespan)
     app.state.settings = settings
+    app.state.reader = RankingReader(settings.redis_url, settings.namespace)
     app.include_router(ingest.router)
+    app.include_router(rankings.router)
     return app
