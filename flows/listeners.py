@@ -1,25 +1,23 @@
 """Songs ranked by current listeners: the whole dataflow in one place.
 
-::
-
-    input (SourceBatch per batch of raw records)
-      -> stamp_epoch     inspect_debug: the batch learns its epoch (= its barrier)
-      -> parse           validate every record once (SEMANTICS.md 1)
-         |-> user_events ----> users (stateful_batch, key user_id, SEMANTICS.md 3)
-         |                       |-> song_deltas  (key: song partition)  --+
-         |                       '-> conflicts -----------------------+    |
-         |-> barrier_ticks (one per song partition per batch) --------|----+
-         |                                                            |    v
-         |                                  song_counters (stateful_batch, key "0".."P-1":
-         |                                  count map + balanced-tree index, local top K_max
-         |                                  per closed epoch)
-         |-> positions ----------------------------.                  |    |
-         '-> shape dead letters ----------.        v                  |    v
-                                          +--> merger (stateful_batch, key "merger"):
-                                          |    P local lists of an epoch -> global top K_max,
-                                          |    positions, totals, invariant check
-                                          |        -> publish (Redis, one atomic script)
-                                          '--> dead_letters (JSONL / Kafka sink)
+===================  ================  ==============================================
+step                 keyed by          what it does
+===================  ================  ==============================================
+input                (source part.)    one ``SourceBatch`` per batch of raw records
+stamp_epoch                            the batch learns its epoch: its barrier
+parse                                  validates each record once (SEMANTICS.md 1)
+users                ``user_id``       the counting rules (SEMANTICS.md 3): song
+                                       changes, and conflicts for the dead letters
+net_song_deltas                        sums changes per song, routes them to song
+                                       partitions (and hot songs to partials)
+barrier_ticks        song partition    one per partition per source batch
+song_counters        song partition    counts + balanced-tree index; a report with
+                                       the local top ``K_max`` per closed epoch
+merger               ``"merger"``      P reports of an epoch -> global top ``K_max``,
+                                       positions, totals, invariant; counts dead letters
+publish                                one atomic Redis script per snapshot
+dead_letter_output                     shape errors and conflicts, with reasons
+===================  ================  ==============================================
 
 Bytewax epochs are the barriers: a keyed stage receives every item of epoch ``e``
 before any item of ``e+1``, on every worker. A song partition closes epoch ``e``
@@ -39,8 +37,9 @@ from bytewax.outputs import Sink
 
 from operators.merger import MERGER_KEY, MergerLogic
 from operators.parse import ParsedBatch, parse_batch, stamp_epoch
+from operators.routing import combine_song_deltas
 from operators.song_counter import SongCounterLogic
-from operators.user_stage import UserLogic, select_conflicts, select_song_deltas
+from operators.user_stage import UserLogic, select_conflicts
 
 
 def build_flow(
@@ -65,8 +64,9 @@ def build_flow(
     parsed = op.map("parse", stamped, parse_batch)
 
     events = op.flat_map("user_events", parsed, ParsedBatch.keyed_events)
-    decisions = op.stateful_batch("users", events, UserLogic.builder(song_partitions))
-    deltas = op.flat_map_batch("song_deltas", decisions, select_song_deltas)
+    decisions = op.stateful_batch("users", events, UserLogic.builder())
+    deltas = op.flat_map_batch("net_song_deltas", decisions,
+                               partial(combine_song_deltas, partitions=song_partitions))
     ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=song_partitions))
     counter_in = op.merge("counter_input", deltas, ticks)
     reports = op.stateful_batch(

@@ -10,7 +10,8 @@ Contract (``stateful_batch`` with the single key :data:`MERGER_KEY`):
   partition reports of ``e`` are emitted in a later epoch, so by then everything
   up to ``e`` has arrived here.
 * **Output**: one :class:`state.snapshot.Snapshot` per complete epoch, in epoch
-  order: the global top ``K_max`` merged from the P local lists, input positions
+  order: the global top ``K_max`` merged from the P local lists and the split songs
+  (every partial added first, see ``operators.routing``), input positions
   (the next offset per source partition), listener and user totals, and the
   invariant check ``total_listeners == counted_users``. A violation or a negative
   count is logged and carried in the snapshot's ``errors``; nothing is clamped.
@@ -46,6 +47,7 @@ class PartitionReport(NamedTuple):
 
     epoch: int
     top: list[tuple[str, int]]
+    partials: dict[str, int]  # split songs: this partition's share of each
     total: int
     counted_users: int
     active_songs: int
@@ -119,6 +121,11 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
         self._fold_through(epoch)
         self.last_epoch = epoch
         now = time.time()
+        split: dict[str, int] = {}
+        for r in reports.values():
+            for song, count in r.partials.items():
+                split[song] = split.get(song, 0) + count
+        split_live = [(song, count) for song, count in split.items() if count > 0]
         total = sum(r.total for r in reports.values())
         users = sum(r.counted_users for r in reports.values())
         errors = [f"negative count: {song} = {n} (partition {p})"
@@ -134,10 +141,11 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
             positions=dict(self.positions),
             total_listeners=total,
             counted_users=users,
-            active_songs=sum(r.active_songs for r in reports.values()),
+            active_songs=sum(r.active_songs for r in reports.values()) + len(split_live),
             dead_letters=self.dead_letters,
             k_max=self.k_max,
-            items=merge_local_tops((r.top for r in reports.values()), self.k_max),
+            items=merge_local_tops([*(r.top for r in reports.values()), split_live], self.k_max),
+            split_songs=sorted(split),
             partition_lag_ms={p: round((now - r.closed_at) * 1000) for p, r in sorted(reports.items())},
             errors=errors,
         )

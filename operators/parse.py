@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from connectors.source_batch import SourceBatch
 from operators.merger import MERGER_KEY, PositionReport
-from operators.song_counter import tick
+from operators.routing import tick
 from state.events import DeadLetter, PlaybackEvent, parse_event
 
 

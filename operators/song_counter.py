@@ -2,86 +2,85 @@
 
 Contract (``stateful_batch`` keyed by song partition ``"0"`` .. ``"P-1"``):
 
-* **Input**: :data:`SongDelta` tuples ``(epoch, song_id, delta, user_delta)`` from
-  the user stage, and barrier ticks ``(epoch, None, 0, 0)`` from every source batch.
-  Bytewax hands a key all items of epoch ``e`` before any item of epoch ``e+1``,
-  so the first item of a newer epoch proves epoch ``e`` is complete here.
+* **Input**: :data:`operators.routing.SongDelta` net deltas from the combine step,
+  split markers, and barrier ticks ``(epoch, None, 0, 0, 0)`` from every source
+  batch. Bytewax hands a key all items of epoch ``e`` before any item of epoch
+  ``e+1``, so the first item of a newer epoch proves epoch ``e`` is complete here.
 * **State**: a :class:`state.ranking_index.SongIndex` (count map + balanced-tree
-  index), the changes of the open epoch netted per song, and the running sum of
-  ``user_delta`` (this partition's share of counted users).
+  index) of the ordinary songs, the partial counters ``(song, salt)`` of split
+  songs, the set of songs known to be split, the open epoch's changes netted per
+  counter, the running sum of ``user_delta`` (this partition's share of counted
+  users), and the last epoch applied: the identity that makes every epoch's net
+  deltas count once.
 * **Output**: when epoch ``e`` closes (a later item, or end of input), one
-  :class:`operators.merger.PartitionReport`: the local top ``K_max``, the
-  partition's listener total and user tally, and any count that went negative.
-  Changes are applied once per song per epoch, which also makes a switch's -1 and
-  +1 land in the same report, never in two.
-
-Songs are assigned to partitions by CRC-32 of their UTF-8 bytes: stable across
-processes, runs and Python versions (unlike ``hash()``).
+  :class:`operators.merger.PartitionReport`: the local top ``K_max`` of ordinary
+  songs, every partial count of split songs (summed per song), the partition's
+  listener total and user tally, and any count that went negative. A switch's -1
+  and +1 always land in the same report, never in two.
 """
 
 from __future__ import annotations
 
 import time
-import zlib
 from collections.abc import Callable
 from typing import NamedTuple
 
 from bytewax.operators import StatefulBatchLogic
 
 from operators.merger import PartitionReport
+from operators.routing import SPLIT_MARKER, SongDelta
 from state.ranking_index import SongIndex
 
-SongDelta = tuple[int, str | None, int, int]
-"""``(epoch, song_id, delta, user_delta)``; ``song_id`` is None for a barrier tick."""
-
-
-def tick(epoch: int) -> SongDelta:
-    return (epoch, None, 0, 0)
-
-
-def partition_key(song_id: str, partitions: int) -> str:
-    """The song partition that owns ``song_id``."""
-    return str(zlib.crc32(song_id.encode()) % partitions)
+Counter = tuple[str, int]  # (song_id, salt)
 
 
 class CounterState(NamedTuple):
     """Recovery state of one song partition."""
 
     counts: dict[str, int]
-    pending: dict[str, int]
+    partials: dict[Counter, int]
+    split: frozenset[str]
+    pending: dict[Counter, int]
     counted_users: int
     open_epoch: int | None
     last_closed: int
 
 
+EMPTY = CounterState({}, {}, frozenset(), {}, 0, None, 0)
+
+
 class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterState | None]):
     def __init__(self, k_max: int, resume: CounterState | None, recoverable: bool) -> None:
+        s = resume or EMPTY
         self.k_max = k_max
         self.recoverable = recoverable
-        if resume is None:
-            resume = CounterState({}, {}, 0, None, 0)
-        self.index = SongIndex(resume.counts)
-        self.pending = dict(resume.pending)
-        self.counted_users = resume.counted_users
-        self.open_epoch = resume.open_epoch
-        self.last_closed = resume.last_closed
+        self.index = SongIndex(s.counts)
+        self.partials = dict(s.partials)
+        self.split = set(s.split)
+        self.pending = dict(s.pending)
+        self.counted_users = s.counted_users
+        self.open_epoch = s.open_epoch
+        self.last_closed = s.last_closed
 
     @classmethod
-    def builder(
-        cls, k_max: int, recoverable: bool
-    ) -> Callable[[CounterState | None], "SongCounterLogic"]:
+    def builder(cls, k_max: int, recoverable: bool) -> Callable[[CounterState | None], "SongCounterLogic"]:
         return lambda resume: cls(k_max, resume, recoverable)
 
     def on_batch(self, items: list[SongDelta]) -> tuple[list[PartitionReport], bool]:
         out: list[PartitionReport] = []
         pending = self.pending
-        for epoch, song, delta, user_delta in items:
+        for epoch, song, salt, delta, user_delta in items:
             if epoch != self.open_epoch:
                 self._open(epoch, out)
                 pending = self.pending
-            if song is not None:
-                pending[song] = pending.get(song, 0) + delta
-                self.counted_users += user_delta
+            if song is None:
+                continue
+            if salt == SPLIT_MARKER:
+                self._mark_split(song)
+                continue
+            key = (song, salt)
+            pending[key] = pending.get(key, 0) + delta
+            self.counted_users += user_delta
         return out, StatefulBatchLogic.RETAIN
 
     def on_eof(self) -> tuple[list[PartitionReport], bool]:
@@ -96,17 +95,45 @@ class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterSta
                 raise AssertionError(f"epoch {epoch} arrived after epoch {self.open_epoch}")
             out.append(self._close())
         if epoch <= self.last_closed:
-            raise AssertionError(f"epoch {epoch} arrived after it was closed")
+            raise AssertionError(f"epoch {epoch} arrived after it was applied")
         self.open_epoch = epoch
+
+    def _mark_split(self, song: str) -> None:
+        """From now on the song's ordinary count is one of its partials."""
+        if song in self.split:
+            return
+        self.split.add(song)
+        count = self.index.count(song)
+        if count:
+            self.index.apply([(song, -count)])
+            self.partials[(song, 0)] = count
 
     def _close(self) -> PartitionReport:
         assert self.open_epoch is not None
-        negative = self.index.apply(self.pending.items())
+        ordinary: list[tuple[str, int]] = []
+        negative: list[tuple[str, int]] = []
+        partials, split = self.partials, self.split
+        for (song, salt), delta in self.pending.items():
+            if salt == 0 and song not in split:
+                ordinary.append((song, delta))
+                continue
+            count = partials.get((song, salt), 0) + delta
+            if count:
+                partials[(song, salt)] = count
+            else:
+                partials.pop((song, salt), None)
+            if count < 0:
+                negative.append((f"{song}#{salt}", count))
+        negative += self.index.apply(ordinary)
         self.pending = {}
+        summed: dict[str, int] = {}
+        for (song, _), count in partials.items():
+            summed[song] = summed.get(song, 0) + count
         report = PartitionReport(
             epoch=self.open_epoch,
             top=self.index.top(self.k_max),
-            total=self.index.total,
+            partials=summed,
+            total=self.index.total + sum(summed.values()),
             counted_users=self.counted_users,
             active_songs=self.index.active_songs,
             negative=negative,
@@ -120,6 +147,5 @@ class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterSta
         # copy is O(songs), so it is made only when someone will read it.
         if not self.recoverable:
             return None
-        return CounterState(
-            self.index.counts(), dict(self.pending), self.counted_users, self.open_epoch, self.last_closed
-        )
+        return CounterState(self.index.counts(), dict(self.partials), frozenset(self.split), dict(self.pending),
+                            self.counted_users, self.open_epoch, self.last_closed)

@@ -4,65 +4,88 @@ Contract:
 
 * **Input**: ``(user_id, PlaybackEvent)``, in arrival order per user (one user's
   events come from one source partition along one path).
-* **State**: one :class:`state.rules.UserRecord` per user, or none. A user whose
-  events never created a record (only heartbeats) is discarded at once; records are
-  otherwise kept forever, as SEMANTICS.md section 2 requires. The snapshot is the
-  record itself: an immutable 4-tuple, so snapshots stay cheap at millions of keys.
-* **Output**, still keyed by ``user_id``: ``(song_partition_key, SongDelta)`` for
+* **State**: :class:`UserState`: the user's :class:`state.rules.UserRecord` and the
+  salt of the partial counter holding the current contribution (0: the song's
+  ordinary counter; see ``operators.routing``), with the number of salts in use when
+  it was chosen (the routing version). A user whose events never created a record
+  (only heartbeats) is discarded at once; records are otherwise kept forever, as
+  SEMANTICS.md section 2 requires. The snapshot is the immutable state itself, so
+  snapshots stay cheap at millions of keys.
+* **Output**, still keyed by ``user_id``: a :data:`operators.routing.SongDelta` for
   every song change the rules accept, and a ``DeadLetter`` for every conflict.
-  Every output carries the epoch of the event that caused it, so the song
-  counters know which barrier a change belongs to.
+  Every output carries the epoch of the event that caused it, so the song counters
+  know which barrier a change belongs to. A -1 always leaves the contribution the
+  record holds, so it carries the recorded salt; a +1 the salt chosen now.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import NamedTuple
 
 from bytewax.operators import StatefulBatchLogic
 
-from operators.song_counter import SongDelta, partition_key
+from operators.routing import HOT_SONGS, HotSongs, SongDelta, user_salt
 from state.events import DeadLetter, PlaybackEvent
-from state.rules import CONFLICT_DETAILS, UserRecord, apply_event
+from state.rules import CONFLICT_DETAILS, UserRecord, Verdict, apply_event
 
-Decision = tuple[str, SongDelta] | DeadLetter
+Decision = SongDelta | DeadLetter
 
 
-class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserRecord | None]):
-    __slots__ = ("record", "song_partitions")
+class UserState(NamedTuple):
+    record: UserRecord
+    salt: int  # partial counter of the current contribution; 0 = the ordinary one
+    salts: int  # how many salts the routing used when it chose ``salt`` (0 when not split)
 
-    def __init__(self, record: UserRecord | None, song_partitions: int) -> None:
-        self.record = record
-        self.song_partitions = song_partitions
+
+class VerdictCounts:
+    """Per-process tally of what events did (duplicates, superseded, ...), for metrics."""
+
+    def __init__(self) -> None:
+        self.counts: dict[Verdict, int] = dict.fromkeys(Verdict, 0)
+
+
+VERDICTS = VerdictCounts()
+
+
+class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserState | None]):
+    __slots__ = ("state", "hot", "tally")
+
+    def __init__(self, state: UserState | None, hot: HotSongs) -> None:
+        self.state = state
+        self.hot = hot
+        self.tally = VERDICTS.counts
 
     @classmethod
-    def builder(cls, song_partitions: int) -> Callable[[UserRecord | None], "UserLogic"]:
-        return lambda resume: cls(resume, song_partitions)
+    def builder(cls, hot: HotSongs = HOT_SONGS) -> Callable[[UserState | None], "UserLogic"]:
+        return lambda resume: cls(resume, hot)
 
     def on_batch(self, events: list[PlaybackEvent]) -> tuple[list[Decision], bool]:
         out: list[Decision] = []
-        record, parts = self.record, self.song_partitions
+        state, tally, hot = self.state, self.tally, self.hot
         for ev in events:
-            record, changes, verdict = apply_event(
-                record, ev.playback_id, ev.song_id, ev.version, ev.type
-            )
-            for song, delta, user_delta in changes:
-                out.append((partition_key(song, parts), (ev.epoch, song, delta, user_delta)))
-            if not changes and verdict in CONFLICT_DETAILS:
-                out.append(
-                    DeadLetter(
-                        verdict.value, CONFLICT_DETAILS[verdict], ev.partition, ev.offset, ev.raw, ev.epoch
-                    )
-                )
-        self.record = record
-        return out, record is None  # True discards: nothing to remember
+            record = state.record if state is not None else None
+            new_record, changes, verdict = apply_event(record, ev.playback_id, ev.song_id, ev.version, ev.type)
+            tally[verdict] += 1
+            if changes:
+                old_salt = state.salt if state is not None else 0
+                salt = salts = 0
+                if new_record is not record and new_record.playing and ev.song_id in hot.hot:
+                    salts = hot.salts
+                    salt = user_salt(ev.user_id, salts)
+                for song, delta, user_delta in changes:
+                    out.append((ev.epoch, song, old_salt if delta < 0 else salt, delta, user_delta))
+                state = UserState(new_record, salt, salts)
+            elif new_record is not record:
+                state = UserState(new_record, 0, 0)  # a STOP of a newer playback: nothing counted
+            elif verdict in CONFLICT_DETAILS:
+                out.append(DeadLetter(verdict.value, CONFLICT_DETAILS[verdict], ev.partition, ev.offset,
+                                      ev.raw, ev.epoch))
+        self.state = state
+        return out, state is None  # True discards: nothing to remember
 
-    def snapshot(self) -> UserRecord | None:
-        return self.record
-
-
-def select_song_deltas(items: list[tuple[str, Decision]]) -> list[tuple[str, SongDelta]]:
-    """``flat_map_batch`` mapper: the song changes, keyed by song partition."""
-    return [d for _, d in items if d.__class__ is tuple]
+    def snapshot(self) -> UserState | None:
+        return self.state
 
 
 def select_conflicts(items: list[tuple[str, Decision]]) -> list[tuple[str, DeadLetter]]:

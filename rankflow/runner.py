@@ -54,6 +54,7 @@ from connectors.redis_snapshots import (
     switch_generation,
 )
 from flows.listeners import build_flow
+from operators.routing import HOT_SONGS
 
 log = logging.getLogger("rankflow.run")
 
@@ -86,11 +87,16 @@ class RunOptions:
     barrier_ms: int = 250
     read_chunk_bytes: int = CHUNK_BYTES  # how much a JSONL partition reads per batch
     recovery_dir: str | None = None
+    hot_threshold: float = 20_000.0  # changes/s of one song (per process) that split it; 0 never splits
+    hot_salts: int = 4  # partial counters of a split song
+    hot_window_s: float = 1.0  # how often the hot-song set is updated
 
     def check(self) -> None:
-        for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes"):
+        for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes", "hot_salts"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.hot_threshold < 0:
+            raise UsageError("--hot-threshold must be >= 0")
         try:
             Keys(self.namespace)
         except ValueError as exc:
@@ -170,6 +176,7 @@ def _redis(url: str) -> redis.Redis:
 
 
 def _flow(opts: RunOptions, token: int, generation: int, live: bool) -> Dataflow:
+    HOT_SONGS.configure(opts.hot_threshold, opts.hot_salts, opts.hot_window_s)
     source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
     return build_flow(
         source,

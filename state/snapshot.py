@@ -3,7 +3,9 @@
 The merge rests on one argument from the design: a song missing from its
 partition's local top K already has K songs ahead of it in that partition, and they
 are ahead of it globally too. So the P local top-K lists (P x K candidates) contain
-the global top K, and a size-K selection over them is exact.
+the global top K, and a size-K selection over them is exact. It needs complete
+counts: a split song's partials are added up first and enter as one more candidate
+list, never through the local lists.
 """
 
 from __future__ import annotations
@@ -47,6 +49,7 @@ class Snapshot(NamedTuple):
     items: list[tuple[str, int]]
     partition_lag_ms: dict[str, int]
     errors: list[str]
+    split_songs: list[str] = []
 
     def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
         return {
@@ -65,5 +68,6 @@ class Snapshot(NamedTuple):
                 for i, (song, count) in enumerate(self.items, start=1)
             ],
             "partition_lag_ms": self.partition_lag_ms,
+            "split_songs": self.split_songs,
             "errors": self.errors,
         }

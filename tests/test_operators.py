@@ -3,14 +3,15 @@
 from __future__ import annotations
 
 from operators.merger import MergerLogic, PositionReport
-from operators.song_counter import SongCounterLogic, tick
+from operators.routing import tick
+from operators.song_counter import SongCounterLogic
 
 
 def test_counter_reports_each_epoch_once_when_a_newer_epoch_arrives():
     logic = SongCounterLogic(k_max=2, resume=None, recoverable=False)
-    out, _ = logic.on_batch([(1, "a", 1, 1), (1, "b", 1, 1), (1, "a", 1, 1)])
+    out, _ = logic.on_batch([(1, "a", 0, 1, 1), (1, "b", 0, 1, 1), (1, "a", 0, 1, 1)])
     assert out == []  # epoch 1 may still get items
-    out, _ = logic.on_batch([tick(2), (2, "b", -1, -1)])
+    out, _ = logic.on_batch([tick(2), (2, "b", 0, -1, -1)])
     assert [(r.epoch, r.top, r.total, r.counted_users) for r in out] == [(1, [("a", 2), ("b", 1)], 3, 3)]
     out, _ = logic.on_eof()
     assert [(r.epoch, r.top, r.total) for r in out] == [(2, [("a", 2)], 2)]
@@ -19,7 +20,7 @@ def test_counter_reports_each_epoch_once_when_a_newer_epoch_arrives():
 
 def test_a_negative_count_is_reported_in_the_snapshot_not_clamped():
     counter = SongCounterLogic(k_max=5, resume=None, recoverable=False)
-    counter.on_batch([(1, "a", 1, 1), (1, "b", -1, -1)])
+    counter.on_batch([(1, "a", 0, 1, 1), (1, "b", 0, -1, -1)])
     [report] = counter.on_eof()[0]
     assert report.negative == [("b", -1)] and report.total == 0
     merger = MergerLogic(song_partitions=1, k_max=5, run_token=1, resume=None)
@@ -34,7 +35,7 @@ def test_merger_flags_a_broken_invariant_and_waits_for_all_partitions():
     merger = MergerLogic(song_partitions=2, k_max=5, run_token=7, resume=None)
     c0 = SongCounterLogic(k_max=5, resume=None, recoverable=False)
     c1 = SongCounterLogic(k_max=5, resume=None, recoverable=False)
-    c0.on_batch([(1, "a", 1, 0)])  # a +1 whose user was never counted: a bug upstream
+    c0.on_batch([(1, "a", 0, 1, 0)])  # a +1 whose user was never counted: a bug upstream
     c1.on_batch([tick(1)])
     assert merger.on_batch([("0", c0.on_eof()[0][0])])[0] == []
     [snap] = merger.on_batch([("1", c1.on_eof()[0][0])])[0]

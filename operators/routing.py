@@ -1,0 +1,130 @@
+"""Where a song change goes: song partitions, hot-song salts, and net deltas.
+
+**Song partitions.** A song's changes go to partition ``crc32(song) % P``: stable
+across processes, runs and Python versions (unlike ``hash()``).
+
+**Net deltas.** The user stage's changes are combined per song before they cross
+to the counters (:func:`combine_song_deltas`): within one batch of the user stage's
+output, hundreds of -1/+1 for a hit song become one net update. The identity of a
+net update is its epoch: a counter applies an epoch's changes exactly once, since
+the epochs it has applied are recorded in its state together with its counts (see
+``operators.song_counter``), and a replay after a restart re-derives exactly the
+epochs after that state.
+
+**Hot songs.** A song changing faster than a threshold (changes per second, as seen
+by one process) is *split*: new contributions to it go to one of S partial counters
+``(song, salt)``, ``salt = 1 + crc32(user_id) % S``, spread over the partitions. The
+user stage records the salt with the user's contribution, so the later -1 finds
+its partial whatever the routing is by then; salt 0 is the ordinary counter. When
+the combine step sends a salted change it also sends a *split marker* to the song's
+ordinary partition, in the same epoch, which from then on reports the song's
+ordinary count as one more partial. Partials never enter local top-K lists; the
+merger adds every partial of a song before ranking it.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import zlib
+from collections.abc import Iterable
+
+SongDelta = tuple[int, str | None, int, int, int]
+"""``(epoch, song_id, salt, delta, user_delta)``; ``song_id`` is None for a barrier tick,
+``salt`` is :data:`SPLIT_MARKER` for a split marker."""
+
+SPLIT_MARKER = -1
+
+
+def tick(epoch: int) -> SongDelta:
+    return (epoch, None, 0, 0, 0)
+
+
+def partition_of(song_id: str, salt: int, partitions: int) -> int:
+    """The partition holding the counter ``(song_id, salt)``."""
+    key = song_id if salt == 0 else f"{song_id}\x00{salt}"
+    return zlib.crc32(key.encode()) % partitions
+
+
+def user_salt(user_id: str, salts: int) -> int:
+    return 1 + zlib.crc32(user_id.encode()) % salts
+
+
+class HotSongs:
+    """Songs this process routes to salted partial counters (sticky once hot).
+
+    Fed by :func:`combine_song_deltas` with the number of changes per song; every
+    ``window_s`` the songs that changed at least ``threshold`` times per second
+    join the set. The set is only a routing hint: counts are exact whatever it
+    holds, and different processes may disagree.
+    """
+
+    def __init__(self, threshold_per_s: float = 0.0, salts: int = 4, window_s: float = 1.0) -> None:
+        self.configure(threshold_per_s, salts, window_s)
+
+    def configure(self, threshold_per_s: float, salts: int, window_s: float = 1.0) -> None:
+        if salts < 1:
+            raise ValueError("salts must be >= 1")
+        self.threshold_per_s = threshold_per_s
+        self.salts = salts
+        self.window_s = window_s
+        self.hot: set[str] = set()
+        self._window: dict[str, int] = {}
+        self._window_start = time.monotonic()
+        self._lock = threading.Lock()
+
+    @property
+    def enabled(self) -> bool:
+        return self.threshold_per_s > 0
+
+    def observe(self, changes: dict[str, int]) -> None:
+        if not self.enabled:
+            return
+        with self._lock:
+            window = self._window
+            for song, n in changes.items():
+                window[song] = window.get(song, 0) + n
+            elapsed = time.monotonic() - self._window_start
+            if elapsed >= self.window_s:
+                limit = self.threshold_per_s * elapsed
+                self.hot.update(s for s, n in window.items() if n >= limit)
+                self._window = {}
+                self._window_start = time.monotonic()
+
+
+HOT_SONGS = HotSongs()
+"""The process-wide hot-song set, configured by the runner."""
+
+
+def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
+                        hot: HotSongs = HOT_SONGS) -> list[tuple[str, SongDelta]]:
+    """``flat_map_batch`` mapper over the user stage's output: net deltas per song.
+
+    Keeps only the song changes (conflicts go their own way), sums them per
+    ``(epoch, song, salt)``, keys them by partition, and adds a split marker for
+    every salted song.
+    """
+    net: dict[tuple[int, str, int], list[int]] = {}
+    changes: dict[str, int] = {}
+    for _, d in items:
+        if d.__class__ is not tuple:
+            continue
+        epoch, song, salt, delta, user_delta = d  # type: ignore[misc]
+        key = (epoch, song, salt)
+        acc = net.get(key)
+        if acc is None:
+            net[key] = [delta, user_delta]
+        else:
+            acc[0] += delta
+            acc[1] += user_delta
+        changes[song] = changes.get(song, 0) + 1
+    hot.observe(changes)
+    out: list[tuple[str, SongDelta]] = []
+    marked: set[tuple[int, str]] = set()
+    for (epoch, song, salt), (delta, user_delta) in net.items():
+        if delta or user_delta:
+            out.append((str(partition_of(song, salt, partitions)), (epoch, song, salt, delta, user_delta)))
+        if salt and (epoch, song) not in marked:
+            marked.add((epoch, song))
+            out.append((str(partition_of(song, 0, partitions)), (epoch, song, SPLIT_MARKER, 0, 0)))
+    return out
