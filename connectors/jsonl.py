@@ -22,6 +22,7 @@ from bytewax.inputs import FixedPartitionedSource
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 
 from connectors.source_batch import BarrierPartition, SourceBatch
+from operators.metrics import METRICS
 from state.events import DeadLetter
 
 log = logging.getLogger("rankflow.jsonl")
@@ -64,6 +65,7 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
     def _emit(self, lines: list[bytes], consumed: int) -> SourceBatch:
         start = self._pos.line
         self._pos = FilePosition(start + len(lines), self._pos.byte + consumed)
+        METRICS.input_lag[self._path] = os.fstat(self._file.fileno()).st_size - self._pos.byte
         return SourceBatch(self._path, start, self._pos.line, lines)
 
     def empty_batch(self) -> SourceBatch:

@@ -33,6 +33,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from connectors.source_batch import BarrierPartition, SourceBatch
+from operators.metrics import METRICS
 from state.events import DeadLetter
 
 log = logging.getLogger("rankflow.kafka")
@@ -133,27 +134,39 @@ class _KafkaPartition(BarrierPartition[int]):
         if self._stop_at is not None and self._next >= self._stop_at:
             raise StopIteration
         msgs = self._consumer.consume(BATCH_MESSAGES, 0.01)
-        records: list[bytes] = []
-        offsets: list[int] = []
-        start = self._next
+        at_eof = False
+        if any(m.error() is not None for m in msgs):
+            at_eof = self._check_errors(msgs)
+            msgs = [m for m in msgs if m.error() is None]
+        if self._stop_at is not None and msgs and msgs[-1].offset() >= self._stop_at:
+            msgs = [m for m in msgs if m.offset() < self._stop_at]
+        if self._until_eof and self._stop_at is None:
+            if msgs:
+                self._next = msgs[-1].offset() + 1
+            self._learn_end(at_eof)
+        if not msgs:
+            return None
+        start, last = msgs[0].offset(), msgs[-1].offset()
+        self._next = last + 1
+        _, high = self._consumer.get_watermark_offsets(TopicPartition(*self._tp), cached=True)
+        if high >= 0:
+            METRICS.input_lag[self._name] = max(0, high - self._next)
+        records = [m.value() or b"" for m in msgs]
+        # Offsets are contiguous unless the topic is compacted or transactional.
+        offsets = None if last - start + 1 == len(msgs) else [m.offset() for m in msgs]
+        return SourceBatch(self._name, start, self._next, records, offsets)
+
+    def _check_errors(self, msgs: list) -> bool:
+        """True at the partition's end; any other error stops the run."""
         at_eof = False
         for m in msgs:
             err = m.error()
-            if err is not None:
-                if err.code() == KafkaError._PARTITION_EOF:
-                    at_eof = True
-                    continue
+            if err is None:
+                continue
+            if err.code() != KafkaError._PARTITION_EOF:
                 raise KafkaUnavailable(f"reading {self._name}: {err}")
-            if self._stop_at is not None and m.offset() >= self._stop_at:
-                break
-            records.append(m.value() or b"")
-            offsets.append(m.offset())
-            self._next = m.offset() + 1
-        if self._until_eof and self._stop_at is None:
-            self._learn_end(at_eof)
-        if not records:
-            return None
-        return SourceBatch(self._name, start, self._next, records, offsets)
+            at_eof = True
+        return at_eof
 
     def _learn_end(self, at_eof: bool) -> None:
         if at_eof:

@@ -43,6 +43,7 @@ import orjson
 import redis
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
+from operators.metrics import METRICS
 from state.snapshot import Snapshot
 
 log = logging.getLogger("rankflow.publisher")
@@ -92,6 +93,22 @@ if tonumber(ARGV[1]) > owner then
   redis.call('SET', KEYS[1], ARGV[1])
 end
 return redis.call('GET', KEYS[1])
+"""
+
+JOIN_LUA = """
+local joined = redis.call('GET', KEYS[1])
+if joined then
+  return joined
+end
+local token = redis.call('INCR', KEYS[2])
+local generation = redis.call('GET', KEYS[3]) or '0'
+local owner = KEYS[4]:gsub('{GEN}', generation)
+if token > tonumber(redis.call('GET', owner) or '0') then
+  redis.call('SET', owner, token)
+end
+joined = token .. ':' .. generation
+redis.call('SET', KEYS[1], joined, 'EX', ARGV[1])
+return joined
 """
 
 SWITCH_LUA = """
@@ -166,6 +183,20 @@ def acquire_run_token(client: redis.Redis, namespace: str) -> int:
     return token
 
 
+def join_run(client: redis.Redis, namespace: str, run_id: str, ttl_s: int = 86_400) -> tuple[int, int]:
+    """The token and generation of run ``run_id``, taking them if this is its first process.
+
+    Every process of a multi-process run calls this with the same ``run_id``: the
+    first one takes a new token and claims the current generation for it, the others
+    get the same answer, so they publish as one run.
+    """
+    keys = Keys(namespace)
+    owner_pattern = f"{keys.tag}:g{{GEN}}:owner"
+    joined = client.eval(JOIN_LUA, 4, f"{keys.tag}:run:{run_id}", keys.runs, keys.generation, owner_pattern, ttl_s)
+    token, generation = joined.decode().split(":")
+    return int(token), int(generation)
+
+
 def switch_generation(client: redis.Redis, namespace: str, old: int, new: int) -> None:
     """Point readers at ``new`` and remove ``old``, atomically."""
     keys = Keys(namespace)
@@ -228,9 +259,14 @@ class Publisher:
         deadline = time.monotonic() + self._retry_for_s
         delay = 0.1
         while True:
-            body = orjson.dumps(snapshot.to_json_obj(int(time.time() * 1000)))
+            obj = snapshot.to_json_obj(int(time.time() * 1000))
+            body = orjson.dumps(obj)
             try:
-                return int(self._call(snapshot, body))
+                started = time.perf_counter()
+                outcome = int(self._call(snapshot, body))
+                if outcome == 1:
+                    METRICS.published(obj, time.perf_counter() - started)
+                return outcome
             except redis.ConnectionError as exc:
                 if time.monotonic() + delay > deadline:
                     raise

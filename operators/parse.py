@@ -16,8 +16,9 @@ from __future__ import annotations
 
 from connectors.source_batch import SourceBatch
 from operators.merger import MERGER_KEY, PositionReport
+from operators.metrics import METRICS
 from operators.routing import tick
-from state.events import DeadLetter, PlaybackEvent, parse_event
+from state.events import DeadLetter, PlaybackEvent, parse_records
 
 
 def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> None:
@@ -34,15 +35,11 @@ class ParsedBatch:
         self.epoch = batch.epoch
         self.partition = batch.partition
         self.end = batch.end
-        self.events: list[tuple[str, PlaybackEvent]] = []
-        self.dead_letters: list[tuple[str, DeadLetter]] = []
-        part, epoch = batch.partition, batch.epoch
-        for offset, raw in zip(batch.offsets(), batch.records):
-            parsed = parse_event(raw, part, offset, epoch)
-            if parsed.__class__ is PlaybackEvent:
-                self.events.append((parsed.user_id, parsed))
-            else:
-                self.dead_letters.append((part, parsed))
+        self.events, self.dead_letters = parse_records(batch.records, batch.offsets(), batch.partition,
+                                                       batch.epoch)
+        METRICS.input_records[batch.partition] += len(batch.records)
+        for _, dead in self.dead_letters:
+            METRICS.dead_letters[dead.reason] += 1
 
     def keyed_events(self) -> list[tuple[str, PlaybackEvent]]:
         return self.events

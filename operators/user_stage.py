@@ -25,6 +25,7 @@ from typing import NamedTuple
 
 from bytewax.operators import StatefulBatchLogic
 
+from operators.metrics import METRICS
 from operators.routing import HOT_SONGS, HotSongs, SongDelta, user_salt
 from state.events import DeadLetter, PlaybackEvent
 from state.rules import CONFLICT_DETAILS, UserRecord, Verdict, apply_event
@@ -38,14 +39,11 @@ class UserState(NamedTuple):
     salts: int  # how many salts the routing used when it chose ``salt`` (0 when not split)
 
 
-class VerdictCounts:
-    """Per-process tally of what events did (duplicates, superseded, ...), for metrics."""
+VERDICTS: dict[str, int] = dict.fromkeys(Verdict.ALL, 0)
+"""Per-process tally of what events did (duplicates, superseded, ...), for metrics."""
+METRICS.verdicts = VERDICTS
 
-    def __init__(self) -> None:
-        self.counts: dict[Verdict, int] = dict.fromkeys(Verdict, 0)
-
-
-VERDICTS = VerdictCounts()
+_state = tuple.__new__  # builds a UserState without NamedTuple's Python-level __new__
 
 
 class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserState | None]):
@@ -54,7 +52,7 @@ class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserState | None]):
     def __init__(self, state: UserState | None, hot: HotSongs) -> None:
         self.state = state
         self.hot = hot
-        self.tally = VERDICTS.counts
+        self.tally = VERDICTS
 
     @classmethod
     def builder(cls, hot: HotSongs = HOT_SONGS) -> Callable[[UserState | None], "UserLogic"]:
@@ -75,12 +73,11 @@ class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserState | None]):
                     salt = user_salt(ev.user_id, salts)
                 for song, delta, user_delta in changes:
                     out.append((ev.epoch, song, old_salt if delta < 0 else salt, delta, user_delta))
-                state = UserState(new_record, salt, salts)
+                state = _state(UserState, (new_record, salt, salts))
             elif new_record is not record:
-                state = UserState(new_record, 0, 0)  # a STOP of a newer playback: nothing counted
-            elif verdict in CONFLICT_DETAILS:
-                out.append(DeadLetter(verdict.value, CONFLICT_DETAILS[verdict], ev.partition, ev.offset,
-                                      ev.raw, ev.epoch))
+                state = _state(UserState, (new_record, 0, 0))  # a STOP of a newer playback: nothing counted
+            elif verdict in Verdict.CONFLICTS:
+                out.append(DeadLetter(verdict, CONFLICT_DETAILS[verdict], ev.partition, ev.offset, ev.raw, ev.epoch))
         self.state = state
         return out, state is None  # True discards: nothing to remember
 
@@ -90,4 +87,7 @@ class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserState | None]):
 
 def select_conflicts(items: list[tuple[str, Decision]]) -> list[tuple[str, DeadLetter]]:
     """``flat_map_batch`` mapper: the conflicts, for the dead-letter output."""
-    return [(d.partition, d) for _, d in items if d.__class__ is DeadLetter]
+    conflicts = [(d.partition, d) for _, d in items if d.__class__ is DeadLetter]
+    for _, d in conflicts:
+        METRICS.dead_letters[d.reason] += 1
+    return conflicts

@@ -80,6 +80,14 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flow_options(r)
     r.add_argument("--until-eof", action="store_true",
                    help="stop at the end of the input seen at start-up (default: keep following it)")
+    r.add_argument("--processes", type=_positive, default=1, metavar="N",
+                   help="start N local processes of this run, each with --workers threads (default: 1)")
+    r.add_argument("--addresses", metavar="HOST:PORT,...",
+                   help="a run over several machines: every process's address, in the same order everywhere")
+    r.add_argument("--process-id", type=int, metavar="I", help="with --addresses: this process's index")
+    r.add_argument("--run-id", metavar="ID", help="with --addresses: one value shared by every process of the run")
+    r.add_argument("--metrics-port", type=int, metavar="PORT",
+                   help="serve Prometheus metrics on PORT (process i of --processes on PORT + i)")
 
     b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it")
     _add_flow_options(b)
@@ -115,7 +123,11 @@ def cmd_generate(args: argparse.Namespace) -> int:
 
 
 def _run_options(args: argparse.Namespace) -> runner.RunOptions:
+    addresses = getattr(args, "addresses", None)
     return runner.RunOptions(
+        processes=getattr(args, "processes", 1), process_id=getattr(args, "process_id", None),
+        addresses=addresses.split(",") if addresses else None, run_id=getattr(args, "run_id", None),
+        metrics_port=getattr(args, "metrics_port", None),
         input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,

@@ -21,8 +21,13 @@ from __future__ import annotations
 
 import gc
 import logging
+import multiprocessing
+import multiprocessing.process
 import os
-from dataclasses import dataclass
+import sys
+import time
+import uuid
+from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
@@ -48,13 +53,16 @@ from connectors.redis_snapshots import (
     connect,
     current_generation,
     drop_generation,
+    join_run,
     new_run_token,
     read_generation,
     read_latest,
     switch_generation,
 )
 from flows.listeners import build_flow
+from operators.metrics import METRICS
 from operators.routing import HOT_SONGS
+from rankflow.services import free_port
 
 log = logging.getLogger("rankflow.run")
 
@@ -90,6 +98,11 @@ class RunOptions:
     hot_threshold: float = 20_000.0  # changes/s of one song (per process) that split it; 0 never splits
     hot_salts: int = 4  # partial counters of a split song
     hot_window_s: float = 1.0  # how often the hot-song set is updated
+    processes: int = 1  # local processes to start (each with `workers` threads)
+    addresses: list[str] | None = None  # host:port of every process of a multi-machine run
+    process_id: int | None = None  # this process's index in `addresses`
+    run_id: str | None = None  # shared by the processes of one run (see join_run)
+    metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
 
     def check(self) -> None:
         for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes", "hot_salts"):
@@ -97,6 +110,15 @@ class RunOptions:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
         if self.hot_threshold < 0:
             raise UsageError("--hot-threshold must be >= 0")
+        if self.processes < 1:
+            raise UsageError("--processes must be >= 1")
+        if self.addresses is not None:
+            if self.processes > 1:
+                raise UsageError("--processes starts local processes; with --addresses start each one yourself")
+            if self.process_id is None or not 0 <= self.process_id < len(self.addresses):
+                raise UsageError("--addresses needs --process-id between 0 and the number of addresses - 1")
+            if self.run_id is None:
+                raise UsageError("--addresses needs --run-id: the same value for every process of the run")
         try:
             Keys(self.namespace)
         except ValueError as exc:
@@ -175,9 +197,8 @@ def _redis(url: str) -> redis.Redis:
     return client
 
 
-def _flow(opts: RunOptions, token: int, generation: int, live: bool) -> Dataflow:
+def _flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
     HOT_SONGS.configure(opts.hot_threshold, opts.hot_salts, opts.hot_window_s)
-    source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
     return build_flow(
         source,
         make_dead_letter_sink(opts.dead_letter),
@@ -193,7 +214,10 @@ def _execute(flow: Dataflow, opts: RunOptions) -> None:
     interval = timedelta(milliseconds=opts.barrier_ms)
     recovery = recovery_config(opts.recovery_dir)
     try:
-        if opts.workers == 1:
+        if opts.addresses is not None:
+            cluster_main(flow, opts.addresses, opts.process_id, epoch_interval=interval,
+                         recovery_config=recovery, worker_count_per_proc=opts.workers)
+        elif opts.workers == 1:
             run_main(flow, epoch_interval=interval, recovery_config=recovery)
         else:
             cluster_main(flow, [], 0, epoch_interval=interval, recovery_config=recovery,
@@ -205,18 +229,77 @@ def _execute(flow: Dataflow, opts: RunOptions) -> None:
 def run(opts: RunOptions) -> dict[str, Any] | None:
     """Run the flow live; with ``until_eof`` return the final published snapshot."""
     opts.check()
+    if opts.processes > 1:
+        return _run_local_processes(opts)
     tune_gc()
+    if opts.metrics_port is not None:
+        METRICS.serve(opts.metrics_port + (opts.process_id or 0))
+    source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
     client = _redis(opts.redis_url)
     try:
-        token = new_run_token(client, opts.namespace)
-        generation = current_generation(client, opts.namespace)
-        flow = _flow(opts, token, generation, live=True)
-        claim_generation(client, opts.namespace, generation, token)
+        token, generation = join_run(client, opts.namespace, opts.run_id or uuid.uuid4().hex)
+        flow = _flow(opts, token, generation, live=True, source=source)
         log.info("run %s owns generation %s of namespace %r", token, generation, opts.namespace)
         _execute(flow, opts)
         return read_latest(client, opts.namespace)
     finally:
         client.close()
+
+
+def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
+    """Start ``opts.processes`` processes of one run on this machine and wait for them.
+
+    Bytewax needs every process alive: if one fails, the others are stopped and the
+    run fails (start it again; with ``--recovery-dir`` it resumes).
+    """
+    ports = [free_port() for _ in range(opts.processes)]
+    run_id = uuid.uuid4().hex
+    context = multiprocessing.get_context("spawn")
+    children = [
+        context.Process(target=_process_main, name=f"rankflow-{i}", args=(replace(
+            opts, processes=1, addresses=[f"127.0.0.1:{p}" for p in ports], process_id=i, run_id=run_id),))
+        for i in range(opts.processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        failed = _wait_all(children)
+    except KeyboardInterrupt:
+        for child in children:
+            child.join(timeout=30)
+        raise
+    if failed is not None:
+        raise ServiceError(f"process {failed.name} exited with status {failed.exitcode}; the run stopped")
+    client = _redis(opts.redis_url)
+    try:
+        return read_latest(client, opts.namespace)
+    finally:
+        client.close()
+
+
+def _wait_all(children: list[multiprocessing.process.BaseProcess]) -> multiprocessing.process.BaseProcess | None:
+    while any(c.is_alive() for c in children):
+        for child in children:
+            if child.exitcode not in (None, 0):
+                for other in children:
+                    if other.is_alive():
+                        other.terminate()
+                for other in children:
+                    other.join(timeout=30)
+                return child
+        time.sleep(0.05)
+    return next((c for c in children if c.exitcode != 0), None)
+
+
+def _process_main(opts: RunOptions) -> None:
+    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s %(name)s[{opts.process_id}]: %(message)s")
+    try:
+        run(opts)
+    except KeyboardInterrupt:
+        sys.exit(130)
+    except Exception as exc:  # noqa: BLE001 - reported, and the exit status tells the parent
+        log.error("%s", exc)
+        sys.exit(1)
 
 
 class RebuildFailed(RuntimeError):
@@ -235,9 +318,10 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
     tune_gc()
     client = _redis(opts.redis_url)
     try:
+        source = make_source(opts.input, follow=False, chunk_bytes=opts.read_chunk_bytes)
         token = new_run_token(client, opts.namespace)
         old, new = current_generation(client, opts.namespace), token  # tokens are unique, so generations are
-        flow = _flow(opts, token, new, live=False)
+        flow = _flow(opts, token, new, live=False, source=source)
         claim_generation(client, opts.namespace, new, token)
         log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.namespace, new, old)
         try:

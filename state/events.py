@@ -146,3 +146,36 @@ def parse_event(
 
 
 _new_event = tuple.__new__  # skips NamedTuple's generated __new__: this runs once per event
+
+
+def parse_records(
+    records: list[bytes], offsets: "range | list[int]", partition: str, epoch: int
+) -> tuple[list[tuple[str, PlaybackEvent]], list[tuple[str, DeadLetter]]]:
+    """Parse a batch: ``(user_id, event)`` pairs and ``(partition, dead letter)`` pairs.
+
+    The hot path of the whole flow. A valid event takes the inlined checks below;
+    anything they do not accept outright goes through :func:`parse_event`, which
+    applies the same rules in full and says why an event is invalid. So the fast
+    path may only ever accept what :func:`validate` accepts.
+    """
+    events: list[tuple[str, PlaybackEvent]] = []
+    dead: list[tuple[str, DeadLetter]] = []
+    loads, new, event_cls, types, most = orjson.loads, _new_event, PlaybackEvent, EVENT_TYPES, MAX_ID_CHARS
+    for offset, raw in zip(offsets, records):
+        try:
+            obj = loads(raw)
+            u, p, s, t = obj["user_id"], obj["playback_id"], obj["song_id"], obj["type"]
+            v, ts = obj["version"], obj["ts"]
+            if (type(u) is str and type(p) is str and type(s) is str
+                    and 0 < len(u) <= most and 0 < len(p) <= most and 0 < len(s) <= most
+                    and t in types and type(v) is int and v >= 0 and type(ts) is int and ts >= 0):
+                events.append((u, new(event_cls, (u, p, s, t, v, ts, partition, offset, epoch, raw))))
+                continue
+        except Exception:  # noqa: BLE001 - not JSON, not an object, a field missing: the full rules decide
+            pass
+        parsed = parse_event(raw, partition, offset, epoch)
+        if parsed.__class__ is PlaybackEvent:
+            events.append((parsed.user_id, parsed))  # type: ignore[union-attr]
+        else:
+            dead.append((partition, parsed))  # type: ignore[arg-type]
+    return events, dead

@@ -14,7 +14,6 @@ snapshot is checked against.
 
 from __future__ import annotations
 
-from enum import Enum
 from typing import NamedTuple
 
 from state.events import START, STOP, HEARTBEAT
@@ -29,8 +28,12 @@ class UserRecord(NamedTuple):
     playing: bool
 
 
-class Verdict(str, Enum):
-    """What an event did. Conflicts are invalid events (dead-lettered)."""
+class Verdict:
+    """What an event did: one of these strings. Conflicts are invalid (dead-lettered).
+
+    Plain interned strings rather than an Enum: the user stage tallies one per event,
+    and an Enum member's hash is computed in Python on every dict access.
+    """
 
     STARTED = "started"  # newer playback started, user was not counted
     SWITCHED = "switched"  # newer playback started, user moved songs
@@ -44,12 +47,10 @@ class Verdict(str, Enum):
     CONFLICT_VERSION = "conflict_version"
     VERSION_REUSED = "version_reused"
 
-    @property
-    def is_conflict(self) -> bool:
-        return self in _CONFLICTS
+    ALL = (STARTED, SWITCHED, STOPPED, CLOSED_NEWER, HEARTBEAT, REPEATED, SUPERSEDED, UNKNOWN_HEARTBEAT,
+           CONFLICT_SONG, CONFLICT_VERSION, VERSION_REUSED)
+    CONFLICTS = frozenset((CONFLICT_SONG, CONFLICT_VERSION, VERSION_REUSED))
 
-
-_CONFLICTS = frozenset((Verdict.CONFLICT_SONG, Verdict.CONFLICT_VERSION, Verdict.VERSION_REUSED))
 
 CONFLICT_DETAILS = {
     Verdict.CONFLICT_SONG: "same playback_id as the user's latest playback, different song_id",
@@ -57,13 +58,15 @@ CONFLICT_DETAILS = {
     Verdict.VERSION_REUSED: "version already used by another playback of this user",
 }
 
+_record = tuple.__new__  # builds a UserRecord without NamedTuple's Python-level __new__
+
 Change = tuple[str, int, int]
 NO_CHANGES: tuple[Change, ...] = ()
 
 
 def apply_event(
     record: UserRecord | None, playback_id: str, song_id: str, version: int, etype: str
-) -> tuple[UserRecord | None, tuple[Change, ...], Verdict]:
+) -> tuple[UserRecord | None, tuple[Change, ...], str]:
     """Apply one event to a user's record, in arrival order (SEMANTICS.md 3.1-3.5)."""
     if record is not None:
         if playback_id == record.playback_id:
@@ -79,13 +82,13 @@ def apply_event(
 
 def _same_playback(
     record: UserRecord, song_id: str, version: int, etype: str
-) -> tuple[UserRecord, tuple[Change, ...], Verdict]:
+) -> tuple[UserRecord, tuple[Change, ...], str]:
     if song_id != record.song_id:
         return record, NO_CHANGES, Verdict.CONFLICT_SONG
     if version != record.version:
         return record, NO_CHANGES, Verdict.CONFLICT_VERSION
     if record.playing and etype == STOP:
-        return UserRecord(version, record.playback_id, song_id, False), ((song_id, -1, -1),), Verdict.STOPPED
+        return _record(UserRecord, (version, record.playback_id, song_id, False)), ((song_id, -1, -1),), Verdict.STOPPED
     if record.playing and etype == HEARTBEAT:
         return record, NO_CHANGES, Verdict.HEARTBEAT
     return record, NO_CHANGES, Verdict.REPEATED
@@ -93,9 +96,9 @@ def _same_playback(
 
 def _newer_playback(
     record: UserRecord | None, playback_id: str, song_id: str, version: int, starts: bool
-) -> tuple[UserRecord, tuple[Change, ...], Verdict]:
+) -> tuple[UserRecord, tuple[Change, ...], str]:
     was_playing = record is not None and record.playing
-    new_record = UserRecord(version, playback_id, song_id, starts)
+    new_record = _record(UserRecord, (version, playback_id, song_id, starts))
     if starts and was_playing:
         assert record is not None
         return new_record, ((record.song_id, -1, 0), (song_id, 1, 0)), Verdict.SWITCHED

@@ -11,13 +11,13 @@ CLOSED = UserRecord(42, "pb42", "song_101", False)
 def test_first_start_counts_the_user():
     rec, changes, verdict = apply_event(None, "pb1", "s", 1, "START")
     assert rec == UserRecord(1, "pb1", "s", True)
-    assert changes == (("s", 1, 1),) and verdict is Verdict.STARTED
+    assert changes == (("s", 1, 1),) and verdict == Verdict.STARTED
 
 
 def test_newer_start_switches_songs_without_changing_user_count():
     rec, changes, verdict = apply_event(PLAYING, "pb43", "song_202", 43, "START")
     assert rec == UserRecord(43, "pb43", "song_202", True)
-    assert changes == (("song_101", -1, 0), ("song_202", 1, 0)) and verdict is Verdict.SWITCHED
+    assert changes == (("song_101", -1, 0), ("song_202", 1, 0)) and verdict == Verdict.SWITCHED
 
 
 def test_stop_of_counted_playback():
@@ -36,12 +36,10 @@ def test_heartbeat_of_counted_playback():
 
 
 def test_conflicts():
-    assert apply_event(PLAYING, "pb42", "song_999", 42, "STOP")[2] is Verdict.CONFLICT_SONG
-    assert apply_event(PLAYING, "pb42", "song_101", 41, "STOP")[2] is Verdict.CONFLICT_VERSION
-    assert apply_event(PLAYING, "pb_other", "song_101", 42, "START")[2] is Verdict.VERSION_REUSED
-    for verdict in (Verdict.CONFLICT_SONG, Verdict.CONFLICT_VERSION, Verdict.VERSION_REUSED):
-        assert verdict.is_conflict
-    assert not Verdict.SUPERSEDED.is_conflict
+    assert apply_event(PLAYING, "pb42", "song_999", 42, "STOP")[2] == Verdict.CONFLICT_SONG
+    assert apply_event(PLAYING, "pb42", "song_101", 41, "STOP")[2] == Verdict.CONFLICT_VERSION
+    assert apply_event(PLAYING, "pb_other", "song_101", 42, "START")[2] == Verdict.VERSION_REUSED
+    assert Verdict.CONFLICTS == {Verdict.CONFLICT_SONG, Verdict.CONFLICT_VERSION, Verdict.VERSION_REUSED}
 
 
 def test_superseded_older_version():
@@ -56,7 +54,7 @@ def test_heartbeat_of_unknown_newer_playback():
 def test_newer_stop_closes_older_contribution_and_remembers_itself():
     rec, changes, verdict = apply_event(PLAYING, "pb43", "song_202", 43, "STOP")
     assert rec == UserRecord(43, "pb43", "song_202", False)
-    assert changes == (("song_101", -1, -1),) and verdict is Verdict.CLOSED_NEWER
+    assert changes == (("song_101", -1, -1),) and verdict == Verdict.CLOSED_NEWER
     # ... so its late START finds it closed.
     assert apply_event(rec, "pb43", "song_202", 43, "START") == (rec, (), Verdict.REPEATED)
 

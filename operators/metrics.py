@@ -1,0 +1,128 @@
+"""Prometheus metrics of a run, served on ``--metrics-port``.
+
+The flow's steps update plain per-process counters (a dict increment costs far
+less than a Prometheus client call, and some run once per event); a collector
+turns them into metrics when Prometheus scrapes. With ``--processes N`` each
+process serves its own metrics on ``port + process index``; the snapshot metrics
+come from the process that runs the merger.
+
+==========================================  ===========================================
+metric                                      meaning
+==========================================  ===========================================
+``rankflow_input_records_total{partition}``  records read per source partition
+``rankflow_input_lag{partition}``            records (Kafka) or bytes (JSONL) not yet read
+``rankflow_events_per_second``               input rate between the last two snapshots
+``rankflow_events_total{verdict}``           what valid events did: ``repeated`` counts
+                                             duplicates, ``superseded`` old devices and
+                                             late retries, ``conflict_*`` invalid ones
+``rankflow_dead_letters_total{reason}``      invalid events by reason (shape errors)
+``rankflow_counted_users``                   users counted as listening (last snapshot)
+``rankflow_total_listeners``                 sum of song counts (last snapshot)
+``rankflow_active_songs``                    songs with listeners (last snapshot)
+``rankflow_snapshot_id``                     id of the last published snapshot
+``rankflow_snapshot_age_seconds``            time since the last snapshot was published
+``rankflow_publish_latency_seconds``         time of the Redis publish script (histogram)
+``rankflow_partition_list_age_seconds{partition}``  how old each song partition's list
+                                             was when the last snapshot was merged
+``rankflow_split_songs``                     songs split into partial counters
+==========================================  ===========================================
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+
+class RunMetrics:
+    """Plain counters the flow updates; read by :class:`_Collector` at scrape time."""
+
+    def __init__(self) -> None:
+        self.input_records: dict[str, int] = defaultdict(int)
+        self.input_lag: dict[str, int] = {}
+        self.dead_letters: dict[str, int] = defaultdict(int)
+        self.verdicts: dict[str, int] | None = None
+        self.last_snapshot: dict[str, Any] | None = None
+        self.last_published: float | None = None
+        self.events_per_second = 0.0
+        self.registry = CollectorRegistry()
+        self.publish_latency = Histogram(
+            "rankflow_publish_latency_seconds", "Time of the Redis publish script",
+            buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
+            registry=self.registry)
+        self.registry.register(_Collector(self))
+        self._server_started = False
+        self._lock = threading.Lock()
+
+    def published(self, snapshot: dict[str, Any], seconds: float) -> None:
+        self.publish_latency.observe(seconds)
+        now = time.time()
+        previous, previous_at = self.last_snapshot, self.last_published
+        if previous is not None and previous_at is not None and now > previous_at:
+            read = sum(snapshot["positions"].values()) - sum(previous["positions"].values())
+            self.events_per_second = max(0, read) / (now - previous_at)
+        self.last_snapshot, self.last_published = snapshot, now
+
+    def serve(self, port: int) -> None:
+        with self._lock:
+            if not self._server_started:
+                start_http_server(port, addr="0.0.0.0", registry=self.registry)
+                self._server_started = True
+
+
+class _Collector(Collector):
+    def __init__(self, m: RunMetrics) -> None:
+        self.m = m
+
+    def collect(self) -> Iterator[Any]:
+        m = self.m
+        records = CounterMetricFamily("rankflow_input_records", "Records read", labels=["partition"])
+        for part, n in list(m.input_records.items()):
+            records.add_metric([part], n)
+        yield records
+        lag = GaugeMetricFamily("rankflow_input_lag", "Records (Kafka) or bytes (JSONL) not yet read",
+                                labels=["partition"])
+        for part, n in list(m.input_lag.items()):
+            lag.add_metric([part], n)
+        yield lag
+        yield GaugeMetricFamily("rankflow_events_per_second", "Input rate between the last two snapshots",
+                                value=m.events_per_second)
+        verdicts = CounterMetricFamily("rankflow_events", "What valid events did", labels=["verdict"])
+        for verdict, n in list((m.verdicts or {}).items()):
+            verdicts.add_metric([verdict], n)
+        yield verdicts
+        dead = CounterMetricFamily("rankflow_dead_letters", "Invalid events by reason", labels=["reason"])
+        for reason, n in list(m.dead_letters.items()):
+            dead.add_metric([reason], n)
+        yield dead
+        yield from self._snapshot_metrics()
+
+    def _snapshot_metrics(self) -> Iterator[Any]:
+        snap, at = self.m.last_snapshot, self.m.last_published
+        if snap is None or at is None:
+            return
+        for name, key, doc in (("counted_users", "counted_users", "Users counted as listening"),
+                               ("total_listeners", "total_listeners", "Sum of song counts"),
+                               ("active_songs", "active_songs", "Songs with listeners"),
+                               ("snapshot_id", "snapshot_id", "Id of the last published snapshot")):
+            yield GaugeMetricFamily(f"rankflow_{name}", doc, value=snap[key])
+        yield GaugeMetricFamily("rankflow_split_songs", "Songs split into partial counters",
+                                value=len(snap.get("split_songs", [])))
+        yield GaugeMetricFamily("rankflow_snapshot_age_seconds", "Time since the last publish",
+                                value=time.time() - at)
+        ages = GaugeMetricFamily("rankflow_partition_list_age_seconds",
+                                 "Age of each song partition's list at merge time", labels=["partition"])
+        for part, ms in snap["partition_lag_ms"].items():
+            ages.add_metric([part], ms / 1000)
+        yield ages
+
+
+METRICS = RunMetrics()
+"""This process's metrics."""

@@ -1,0 +1,1 @@
+"""``rankflow bench``: rankflow against the seed's first design, side by side."""

@@ -1,0 +1,125 @@
+"""The baseline: the seed's first design, done competently.
+
+One consumer reads the topic and applies every event with one Redis Lua script that
+reads the user record, decides by the same rules as rankflow (SEMANTICS.md 3),
+writes the playback record and the user record and changes the song's score in a
+sorted set (ZINCRBY, ZREM at zero), atomically. Events are validated in Python and
+sent pipelined, a consumed batch at a time. Its ranking is the sorted set: exact,
+and comparable with rankflow's.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import redis
+from confluent_kafka import Consumer, KafkaError, TopicPartition
+
+from connectors.kafka import topic_partitions
+from state.events import InvalidEvent, validate
+
+import orjson
+
+APPLY_LUA = """
+-- KEYS[1] user record, KEYS[2] playback record, KEYS[3] sorted set of songs
+-- ARGV: playback_id, song_id, version, type, user_id
+local u = redis.call('HMGET', KEYS[1], 'v', 'p', 's', 'on')
+local p, s, v, t = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
+local function add(song, n)
+  local c = tonumber(redis.call('ZINCRBY', KEYS[3], n, song))
+  if c <= 0 then redis.call('ZREM', KEYS[3], song) end
+  if c < 0 then return redis.error_reply('negative count for ' .. song) end
+end
+if u[1] then
+  local uv = tonumber(u[1])
+  if p == u[2] then
+    if s ~= u[3] or v ~= uv then return 'conflict' end
+    if u[4] == '1' and t == 'STOP' then
+      add(s, -1)
+      redis.call('HSET', KEYS[1], 'on', '0')
+      redis.call('HSET', KEYS[2], 'status', 'CLOSED')
+      return 'stopped'
+    end
+    return 'repeated'
+  end
+  if v == uv then return 'conflict' end
+  if v < uv then return 'superseded' end
+end
+if t == 'HEARTBEAT' then return 'heartbeat' end
+if u[1] and u[4] == '1' then add(u[3], -1) end
+local on = '0'
+if t == 'START' then on = '1'; add(s, 1) end
+redis.call('HSET', KEYS[1], 'v', ARGV[3], 'p', p, 's', s, 'on', on)
+redis.call('HSET', KEYS[2], 'user', ARGV[5], 'song', s, 'status', on == '1' and 'PLAYING' or 'CLOSED')
+return 'applied'
+"""
+
+
+@dataclass
+class BaselineResult:
+    events: int = 0
+    invalid: int = 0
+    conflicts: int = 0
+    seconds: float = 0.0
+    applied_at: dict[tuple[int, int], float] = field(default_factory=dict)  # sampled (partition, offset) -> time
+
+
+class Baseline:
+    def __init__(self, redis_url: str, namespace: str) -> None:
+        self.client = redis.Redis.from_url(redis_url)
+        self.tag = "{" + namespace + "}"
+        self.songs = f"{self.tag}:songs"
+        self.script = self.client.register_script(APPLY_LUA)
+        self.script_sha = self.client.script_load(APPLY_LUA)
+
+    def top(self, k: int) -> list[tuple[str, int]]:
+        pairs = self.client.zrange(self.songs, 0, k - 1, desc=True, withscores=True)
+        return [(song.decode(), int(score)) for song, score in pairs]
+
+    def apply_batch(self, values: list[bytes], result: BaselineResult) -> None:
+        pipe = self.client.pipeline(transaction=False)
+        tag, songs, sha = self.tag, self.songs, self.script_sha
+        for raw in values:
+            try:
+                user, playback, song, etype, version, _ = validate(orjson.loads(raw), raw)
+            except (InvalidEvent, orjson.JSONDecodeError):
+                result.invalid += 1
+                continue
+            pipe.evalsha(sha, 3, f"{tag}:u:{user}", f"{tag}:pb:{user}:{playback}", songs,
+                         playback, song, version, etype, user)
+        for outcome in pipe.execute():
+            if outcome == b"conflict":
+                result.conflicts += 1
+
+    def consume(self, brokers: str, topic: str, until_eof: bool = True, sample_every: int = 0,
+                stop: Callable[[], bool] = lambda: False, batch: int = 1000) -> BaselineResult:
+        """Apply the topic from the beginning; sample (partition, offset) -> applied time."""
+        parts = topic_partitions(brokers, topic)
+        consumer = Consumer({"bootstrap.servers": brokers, "group.id": "baseline", "enable.auto.commit": False,
+                             "enable.partition.eof": until_eof, "fetch.wait.max.ms": 10})
+        consumer.assign([TopicPartition(topic, p, 0) for p in parts])
+        result, ended = BaselineResult(), set()
+        started = time.perf_counter()
+        while not stop() and (not until_eof or len(ended) < len(parts)):
+            msgs = consumer.consume(batch, 0.05)
+            values, sampled = [], []
+            for m in msgs:
+                if m.error() is not None:
+                    if m.error().code() == KafkaError._PARTITION_EOF:
+                        ended.add(m.partition())
+                        continue
+                    raise RuntimeError(m.error())
+                values.append(m.value() or b"")
+                if sample_every and m.offset() % sample_every == 0:
+                    sampled.append((m.partition(), m.offset()))
+            if values:
+                self.apply_batch(values, result)
+                result.events += len(values)
+                now = time.time()
+                for key in sampled:
+                    result.applied_at[key] = now
+        result.seconds = time.perf_counter() - started
+        consumer.close()
+        return result

@@ -1,0 +1,70 @@
+"""Prometheus metrics of a live run, and a run over several processes."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import sys
+import time
+
+import httpx
+from prometheus_client.parser import text_string_to_metric_families
+
+from connectors.redis_snapshots import read_latest
+from rankflow.generate import generate
+from rankflow.services import free_port
+from tests.events import ranking
+from tests.model import model_of_lines, read_lines
+
+
+def scrape(port: int) -> dict[tuple[str, tuple], float]:
+    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def test_metrics_of_a_live_run(tmp_path, redis_url, redis_client, namespace):
+    log = tmp_path / "events.jsonl"
+    generate(users=300, songs=40, events=5_000, seed=9, out=log)
+    lines = read_lines(str(log))
+    model = model_of_lines(lines)
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "run", "--input", f"jsonl:{log}",
+                             "--redis", redis_url, "--namespace", namespace, "--barrier-ms", "50",
+                             "--metrics-port", str(port), "--dead-letter", f"jsonl:{tmp_path / 'dl.jsonl'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            snap = read_latest(redis_client, namespace)
+            if snap and snap["positions"][str(log)] == len(lines):
+                break
+            assert time.monotonic() < deadline and proc.poll() is None, proc.stderr.read() if proc.poll() else ""
+            time.sleep(0.05)
+        m = scrape(port)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    assert m[("rankflow_input_records_total", (("partition", str(log)),))] == len(lines)
+    assert m[("rankflow_input_lag", (("partition", str(log)),))] == 0
+    assert m[("rankflow_counted_users", ())] == model.counted_users
+    assert m[("rankflow_total_listeners", ())] == model.total
+    assert m[("rankflow_active_songs", ())] == len(model.ranking(10**6))
+    dead = sum(v for (name, _), v in m.items() if name == "rankflow_dead_letters_total")
+    assert dead == model.dead_letters
+    assert m[("rankflow_events_total", (("verdict", "repeated"),))] > 0, "duplicates are counted"
+    assert m[("rankflow_events_total", (("verdict", "superseded"),))] > 0
+    assert 0 <= m[("rankflow_snapshot_age_seconds", ())] < 5
+    assert m[("rankflow_publish_latency_seconds_count", ())] > 0
+    assert len([k for k in m if k[0] == "rankflow_partition_list_age_seconds"]) == 16
+
+
+def test_two_processes_give_the_results_of_one(flow, tmp_path):
+    log = tmp_path / "events.jsonl"
+    generate(users=1_000, songs=100, events=20_000, seed=13, out=log)
+    one = flow.run(str(log))["final"]
+    two = flow.run(str(log), processes=2, workers=1)["final"]
+    model = model_of_lines(read_lines(str(log)))
+    assert ranking(one) == ranking(two) == model.ranking(100)
+    for field in ("positions", "total_listeners", "counted_users", "dead_letters", "active_songs"):
+        assert one[field] == two[field]
