@@ -51,8 +51,9 @@ run: setup
 test: setup
 	$(BIN)/pytest -q
 
-bench: setup
-	$(BIN)/python scripts/bench_run.py
+bench: setup  ## rankflow vs the seed's first design: writes bench-results/bench.json and bench.png
+	$(BIN)/pip install --quiet -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(BIN)/rankflow bench --out bench-results
 
 bench-recovery: setup
 	$(BIN)/python scripts/measure_recovery.py

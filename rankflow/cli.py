@@ -107,6 +107,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how long to wait for the broker's acknowledgement before answering 503")
     _add_redis(sv)
 
+    bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
+    bn.add_argument("--events", type=_positive, default=1_000_000, help="backlog size (default: %(default)s)")
+    bn.add_argument("--users", type=_positive, default=100_000)
+    bn.add_argument("--songs", type=_positive, default=20_000)
+    bn.add_argument("--rate", type=_positive, default=20_000, help="steady events/s for freshness")
+    bn.add_argument("--steady-s", type=float, default=30.0, help="seconds of steady traffic")
+    bn.add_argument("--memory-users", type=_positive, default=1_000_000)
+    bn.add_argument("--out", default="bench-results", help="where bench.json and bench.png go")
+
     t = sub.add_parser("top", help="print the latest published ranking")
     t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
     t.add_argument("--json", action="store_true", help="print one JSON object")
@@ -189,6 +198,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench(args: argparse.Namespace) -> int:
+    from rankflow.bench.run import BenchConfig, main as bench_main
+
+    bench_main(BenchConfig(events=args.events, users=args.users, songs=args.songs, rate=args.rate,
+                           steady_s=args.steady_s, memory_users=args.memory_users, out=args.out))
+    return 0
+
+
 def cmd_top(args: argparse.Namespace) -> int:
     reading = RankingReader(args.redis, args.namespace, default_cache_path(args.namespace)).read()
     snap = reading.snapshot
@@ -237,7 +254,7 @@ def print_table(view: dict[str, Any]) -> None:
 
 
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
-            "serve": cmd_serve, "top": cmd_top}
+            "serve": cmd_serve, "bench": cmd_bench, "top": cmd_top}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -10,17 +10,18 @@ and comparable with rankflow's.
 
 from __future__ import annotations
 
+import argparse
+import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+import orjson
 import redis
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from connectors.kafka import topic_partitions
 from state.events import InvalidEvent, validate
-
-import orjson
 
 APPLY_LUA = """
 -- KEYS[1] user record, KEYS[2] playback record, KEYS[3] sorted set of songs
@@ -94,7 +95,7 @@ class Baseline:
                 result.conflicts += 1
 
     def consume(self, brokers: str, topic: str, until_eof: bool = True, sample_every: int = 0,
-                stop: Callable[[], bool] = lambda: False, batch: int = 1000) -> BaselineResult:
+                stop: Callable[[BaselineResult], bool] = lambda r: False, batch: int = 1000) -> BaselineResult:
         """Apply the topic from the beginning; sample (partition, offset) -> applied time."""
         parts = topic_partitions(brokers, topic)
         consumer = Consumer({"bootstrap.servers": brokers, "group.id": "baseline", "enable.auto.commit": False,
@@ -102,7 +103,7 @@ class Baseline:
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
         result, ended = BaselineResult(), set()
         started = time.perf_counter()
-        while not stop() and (not until_eof or len(ended) < len(parts)):
+        while not stop(result) and (not until_eof or len(ended) < len(parts)):
             msgs = consumer.consume(batch, 0.05)
             values, sampled = [], []
             for m in msgs:
@@ -123,3 +124,29 @@ class Baseline:
         result.seconds = time.perf_counter() - started
         consumer.close()
         return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the baseline as its own process (as rankflow runs as its own)."""
+    p = argparse.ArgumentParser(prog="python -m rankflow.bench.baseline")
+    p.add_argument("--brokers", required=True)
+    p.add_argument("--topic", required=True)
+    p.add_argument("--redis", required=True)
+    p.add_argument("--namespace", required=True)
+    p.add_argument("--follow", action="store_true", help="keep consuming (until --expect events)")
+    p.add_argument("--expect", type=int, default=0, help="with --follow: stop after this many events")
+    p.add_argument("--sample-every", type=int, default=0)
+    p.add_argument("--samples-out", help="write [(partition, offset), applied_time] pairs here")
+    a = p.parse_args(argv)
+    baseline = Baseline(a.redis, a.namespace)
+    result = baseline.consume(a.brokers, a.topic, until_eof=not a.follow, sample_every=a.sample_every,
+                              stop=lambda r: bool(a.expect) and r.events >= a.expect)
+    if a.samples_out:
+        with open(a.samples_out, "wb") as f:
+            f.write(orjson.dumps([[list(k), v] for k, v in result.applied_at.items()]))
+    print(f"{result.events} events in {result.seconds:.2f}s, {result.invalid} invalid, "
+          f"{result.conflicts} conflicts", file=sys.stderr)
+    return 0
+
+if __name__ == "__main__":
+    sys.exit(main())
