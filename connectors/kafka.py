@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass
+from datetime import timedelta
 
 from bytewax.inputs import FixedPartitionedSource
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
@@ -114,6 +115,10 @@ def reliable_producer(brokers: str, **extra: object) -> Producer:
 
 
 class _KafkaPartition(BarrierPartition[int]):
+    # consume() never blocks (partitions share a thread), so come back soon: the
+    # client's fetch queue refills within milliseconds.
+    idle_poll = timedelta(milliseconds=2)
+
     def __init__(self, brokers: str, topic: str, partition: int, resume: int | None, until_eof: bool) -> None:
         super().__init__()
         self._name = f"{topic}/{partition}"
@@ -133,7 +138,7 @@ class _KafkaPartition(BarrierPartition[int]):
     def read(self) -> SourceBatch | None:
         if self._stop_at is not None and self._next >= self._stop_at:
             raise StopIteration
-        msgs = self._consumer.consume(BATCH_MESSAGES, 0.01)
+        msgs = self._consumer.consume(BATCH_MESSAGES, 0.002)  # barely block: other partitions share this thread  # barely block: other partitions share this thread
         at_eof = False
         if any(m.error() is not None for m in msgs):
             at_eof = self._check_errors(msgs)

@@ -68,8 +68,11 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
     """A source partition that keeps the barrier rule for its subclass.
 
     Subclasses implement :meth:`read`, returning a batch or ``None`` when there is
-    nothing new, and :meth:`position_state`.
+    nothing new, and :meth:`position_state`. ``idle_poll`` is how long to wait before
+    asking again after ``None``.
     """
+
+    idle_poll = IDLE_POLL
 
     def __init__(self) -> None:
         self._epoch_open = True  # the first call of an execution opens an epoch
@@ -111,7 +114,7 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
     def next_awake(self) -> datetime | None:
         # When idle, poll gently; a new epoch still gets its tick within IDLE_POLL.
         if self._idle:
-            return datetime.now(timezone.utc) + IDLE_POLL
+            return datetime.now(timezone.utc) + self.idle_poll
         return None
 
     def snapshot(self) -> S:

@@ -100,24 +100,24 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
                         hot: HotSongs = HOT_SONGS) -> list[tuple[str, SongDelta]]:
     """``flat_map_batch`` mapper over the user stage's output: net deltas per song.
 
-    Keeps only the song changes (conflicts go their own way), sums them per
+    Takes the lists of song changes (conflicts go their own way), sums them per
     ``(epoch, song, salt)``, keys them by partition, and adds a split marker for
     every salted song.
     """
     net: dict[tuple[int, str, int], list[int]] = {}
     changes: dict[str, int] = {}
-    for _, d in items:
-        if d.__class__ is not tuple:
-            continue
-        epoch, song, salt, delta, user_delta = d  # type: ignore[misc]
-        key = (epoch, song, salt)
-        acc = net.get(key)
-        if acc is None:
-            net[key] = [delta, user_delta]
-        else:
-            acc[0] += delta
-            acc[1] += user_delta
-        changes[song] = changes.get(song, 0) + 1
+    for _, batch in items:
+        if batch.__class__ is not list:
+            continue  # a dead letter
+        for epoch, song, salt, delta, user_delta in batch:  # type: ignore[attr-defined]
+            key = (epoch, song, salt)
+            acc = net.get(key)
+            if acc is None:
+                net[key] = [delta, user_delta]
+            else:
+                acc[0] += delta
+                acc[1] += user_delta
+            changes[song] = changes.get(song, 0) + 1
     hot.observe(changes)
     out: list[tuple[str, SongDelta]] = []
     marked: set[tuple[int, str]] = set()

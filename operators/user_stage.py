@@ -11,8 +11,9 @@ Contract:
   (only heartbeats) is discarded at once; records are otherwise kept forever, as
   SEMANTICS.md section 2 requires. The snapshot is the immutable state itself, so
   snapshots stay cheap at millions of keys.
-* **Output**, still keyed by ``user_id``: a :data:`operators.routing.SongDelta` for
-  every song change the rules accept, and a ``DeadLetter`` for every conflict.
+* **Output**, still keyed by ``user_id``: a list of the
+  :data:`operators.routing.SongDelta` the rules accepted in the batch (one item, since
+  the runtime's cost is per item), and a ``DeadLetter`` for every conflict.
   Every output carries the epoch of the event that caused it, so the song counters
   know which barrier a change belongs to. A -1 always leaves the contribution the
   record holds, so it carries the recorded salt; a +1 the salt chosen now.
@@ -30,7 +31,7 @@ from operators.routing import HOT_SONGS, HotSongs, SongDelta, user_salt
 from state.events import DeadLetter, PlaybackEvent
 from state.rules import CONFLICT_DETAILS, UserRecord, Verdict, apply_event
 
-Decision = SongDelta | DeadLetter
+Decision = list[SongDelta] | DeadLetter
 
 
 class UserState(NamedTuple):
@@ -60,6 +61,7 @@ class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserState | None]):
 
     def on_batch(self, events: list[PlaybackEvent]) -> tuple[list[Decision], bool]:
         out: list[Decision] = []
+        deltas: list[SongDelta] = []
         state, tally, hot = self.state, self.tally, self.hot
         for ev in events:
             record = state.record if state is not None else None
@@ -72,13 +74,15 @@ class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserState | None]):
                     salts = hot.salts
                     salt = user_salt(ev.user_id, salts)
                 for song, delta, user_delta in changes:
-                    out.append((ev.epoch, song, old_salt if delta < 0 else salt, delta, user_delta))
+                    deltas.append((ev.epoch, song, old_salt if delta < 0 else salt, delta, user_delta))
                 state = _state(UserState, (new_record, salt, salts))
             elif new_record is not record:
                 state = _state(UserState, (new_record, 0, 0))  # a STOP of a newer playback: nothing counted
             elif verdict in Verdict.CONFLICTS:
                 out.append(DeadLetter(verdict, CONFLICT_DETAILS[verdict], ev.partition, ev.offset, ev.raw, ev.epoch))
         self.state = state
+        if deltas:
+            out.append(deltas)  # one item for all of the batch's changes: fewer items for the runtime
         return out, state is None  # True discards: nothing to remember
 
     def snapshot(self) -> UserState | None:
