@@ -11,6 +11,8 @@ namespace in one Redis Cluster slot, so one script may touch them all:
 ``{ns}:g<G>:snapshot_id``       its id
 ``{ns}:g<G>:positions``         its input positions (hash: partition -> offset)
 ``{ns}:g<G>:snapshots``         a stream of G's published snapshots (capped)
+``{ns}:g<G>:counts``            every song's count in G's latest snapshot (sorted
+                                set: ``ZREVRANK`` is the song's rank)
 ==============================  ==================================================
 
 A live run publishes into the current generation. ``rankflow rebuild`` builds a new
@@ -72,14 +74,25 @@ end
 if tonumber(ARGV[3]) <= tonumber(redis.call('GET', KEYS[3]) or '-1') then
   return 0
 end
-for i = 7, #ARGV, 2 do
+local counts_at = 8 + 2 * tonumber(ARGV[7])
+for i = 8, counts_at - 1, 2 do
   local stored = tonumber(redis.call('HGET', KEYS[5], ARGV[i]) or '-1')
   if tonumber(ARGV[i + 1]) < stored then
     return -1
   end
 end
-for i = 7, #ARGV, 2 do
+for i = 8, counts_at - 1, 2 do
   redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
+end
+if ARGV[counts_at] == 'full' then
+  redis.call('DEL', KEYS[7])
+end
+for i = counts_at + 1, #ARGV, 2 do
+  if tonumber(ARGV[i + 1]) > 0 then
+    redis.call('ZADD', KEYS[7], ARGV[i + 1], ARGV[i])
+  else
+    redis.call('ZREM', KEYS[7], ARGV[i])
+  end
 end
 redis.call('SET', KEYS[3], ARGV[3])
 redis.call('SET', KEYS[4], ARGV[4])
@@ -110,6 +123,18 @@ joined = token .. ':' .. generation
 redis.call('SET', KEYS[1], joined, 'EX', ARGV[1])
 return joined
 """
+
+SONG_LUA = """
+local g = redis.call('GET', KEYS[1]) or '0'
+local base = ARGV[1] .. ':g' .. g
+local score = redis.call('ZSCORE', base .. ':counts', ARGV[2])
+local sid = redis.call('GET', base .. ':snapshot_id')
+if not score then
+  return {sid}
+end
+return {sid, score, redis.call('ZREVRANK', base .. ':counts', ARGV[2])}
+"""
+"""One song's count and rank, read atomically with the id of the snapshot they belong to."""
 
 SWITCH_LUA = """
 local gen = redis.call('GET', KEYS[1]) or '0'
@@ -149,12 +174,13 @@ class Keys:
         self.snapshot_id = f"{g}:snapshot_id"
         self.positions = f"{g}:positions"
         self.stream = f"{g}:snapshots"
+        self.counts = f"{g}:counts"
 
     def of_generation(self, generation: int) -> "Keys":
         return Keys(self.namespace, generation)
 
     def generation_keys(self) -> list[str]:
-        return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream]
+        return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts]
 
 
 def connect(url: str) -> redis.Redis:
@@ -229,6 +255,25 @@ def read_generation(client: redis.Redis, namespace: str, generation: int) -> dic
     return None if raw is None else orjson.loads(raw)
 
 
+def read_counts(client: redis.Redis, namespace: str) -> dict[str, int]:
+    """Every song's count in the current generation's latest snapshot."""
+    keys = Keys(namespace, current_generation(client, namespace))
+    return {song.decode(): int(count) for song, count in client.zrange(keys.counts, 0, -1, withscores=True)}
+
+
+def read_song(client: redis.Redis, namespace: str, song_id: str) -> dict[str, Any] | None:
+    """``{"snapshot_id", "song_id", "listeners", "rank"}``, or None if the song has no listeners."""
+    keys = Keys(namespace)
+    return song_view(client.eval(SONG_LUA, 1, keys.generation, keys.tag, song_id), song_id)
+
+
+def song_view(reply: list[Any], song_id: str) -> dict[str, Any] | None:
+    if len(reply) < 3 or reply[0] is None:
+        return None
+    return {"snapshot_id": int(reply[0]), "song_id": song_id, "listeners": int(float(reply[1])),
+            "rank": int(reply[2]) + 1}
+
+
 def read_history(client: redis.Redis, namespace: str, generation: int | None = None) -> list[dict[str, Any]]:
     """Every snapshot still in a generation's stream, oldest first."""
     if generation is None:
@@ -253,9 +298,16 @@ class Publisher:
         self._generation = generation
         self._mode = "live" if live else "build"
         self._retry_for_s = retry_for_s
+        # Count changes not yet in Redis: they wait for the next snapshot Redis accepts.
+        self._pending_counts: dict[str, int] = {}
+        self._pending_full = False
 
     def publish(self, snapshot: Snapshot) -> int:
         """1 stored; 0 not newer than the stored id; -1 behind the stored positions."""
+        if snapshot.counts_full:
+            self._pending_counts, self._pending_full = dict(snapshot.counts), True
+        else:
+            self._pending_counts.update(snapshot.counts)
         deadline = time.monotonic() + self._retry_for_s
         delay = 0.1
         while True:
@@ -266,6 +318,8 @@ class Publisher:
                 outcome = int(self._call(snapshot, body))
                 if outcome == 1:
                     METRICS.published(obj, time.perf_counter() - started)
+                if outcome >= 0:  # stored now, or stored by an earlier try whose answer was lost
+                    self._pending_counts, self._pending_full = {}, False
                 return outcome
             except redis.ConnectionError as exc:
                 if time.monotonic() + delay > deadline:
@@ -278,11 +332,12 @@ class Publisher:
     def _call(self, snapshot: Snapshot, body: bytes) -> Any:
         k = self._keys
         positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
+        counts = [x for song, count in self._pending_counts.items() for x in (song, count)]
         try:
             return self._script(
-                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream],
-                args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN,
-                      self._mode, *positions],
+                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.counts],
+                args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN, self._mode,
+                      len(positions) // 2, *positions, "full" if self._pending_full else "delta", *counts],
             )
         except redis.ResponseError as exc:
             message = str(exc)

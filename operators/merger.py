@@ -52,6 +52,8 @@ class PartitionReport(NamedTuple):
     counted_users: int
     active_songs: int
     negative: list[tuple[str, int]]
+    changed: dict[str, int]  # ordinary songs whose count changed (every song when ``full``)
+    full: bool
     closed_at: float
 
 
@@ -118,6 +120,7 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
                       stale, len(self.reports[stale]), self.partitions)
             del self.reports[stale]
         reports = self.reports.pop(epoch)
+        full = all(r.full for r in reports.values())
         self._fold_through(epoch)
         self.last_epoch = epoch
         now = time.time()
@@ -126,6 +129,10 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
             for song, count in r.partials.items():
                 split[song] = split.get(song, 0) + count
         split_live = [(song, count) for song, count in split.items() if count > 0]
+        counts: dict[str, int] = {}
+        for r in reports.values():
+            counts.update(r.changed)
+        counts.update(split)  # a split song's count is the sum of its partials
         total = sum(r.total for r in reports.values())
         users = sum(r.counted_users for r in reports.values())
         errors = [f"negative count: {song} = {n} (partition {p})"
@@ -146,6 +153,8 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
             k_max=self.k_max,
             items=merge_local_tops([*(r.top for r in reports.values()), split_live], self.k_max),
             split_songs=sorted(split),
+            counts=counts,
+            counts_full=full,
             partition_lag_ms={p: round((now - r.closed_at) * 1000) for p, r in sorted(reports.items())},
             errors=errors,
         )

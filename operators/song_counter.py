@@ -15,8 +15,10 @@ Contract (``stateful_batch`` keyed by song partition ``"0"`` .. ``"P-1"``):
 * **Output**: when epoch ``e`` closes (a later item, or end of input), one
   :class:`operators.merger.PartitionReport`: the local top ``K_max`` of ordinary
   songs, every partial count of split songs (summed per song), the partition's
-  listener total and user tally, and any count that went negative. A switch's -1
-  and +1 always land in the same report, never in two.
+  listener total and user tally, any count that went negative, and the ordinary
+  songs whose count changed (all of them in the first report of an execution, so
+  readers' full count tables can be rebuilt from it). A switch's -1 and +1 always
+  land in the same report, never in two.
 """
 
 from __future__ import annotations
@@ -61,6 +63,8 @@ class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterSta
         self.counted_users = s.counted_users
         self.open_epoch = s.open_epoch
         self.last_closed = s.last_closed
+        self.reported_all = False  # the first report of this execution carries every count
+        self.moved: set[str] = set()  # songs that left the ordinary index by a split this epoch
 
     @classmethod
     def builder(cls, k_max: int, recoverable: bool) -> Callable[[CounterState | None], "SongCounterLogic"]:
@@ -103,6 +107,7 @@ class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterSta
         if song in self.split:
             return
         self.split.add(song)
+        self.moved.add(song)
         count = self.index.count(song)
         if count:
             self.index.apply([(song, -count)])
@@ -126,6 +131,14 @@ class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterSta
                 negative.append((f"{song}#{salt}", count))
         negative += self.index.apply(ordinary)
         self.pending = {}
+        full = not self.reported_all
+        if full:
+            changed = self.index.counts()
+            self.reported_all = True
+        else:
+            changed = {song: self.index.count(song) for song, _ in ordinary}
+            changed.update((song, 0) for song in self.moved if song not in changed)
+        self.moved = set()
         summed: dict[str, int] = {}
         for (song, _), count in partials.items():
             summed[song] = summed.get(song, 0) + count
@@ -137,6 +150,8 @@ class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterSta
             counted_users=self.counted_users,
             active_songs=self.index.active_songs,
             negative=negative,
+            changed=changed,
+            full=full,
             closed_at=time.time(),
         )
         self.last_closed, self.open_epoch = self.open_epoch, None

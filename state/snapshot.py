@@ -50,6 +50,8 @@ class Snapshot(NamedTuple):
     partition_lag_ms: dict[str, int]
     errors: list[str]
     split_songs: list[str] = []
+    counts: dict[str, int] = {}  # songs whose count changed since the previous snapshot (not in the JSON)
+    counts_full: bool = False  # ``counts`` holds every song: readers' count tables start over
 
     def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
         return {

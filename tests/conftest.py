@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import pytest
 import redis
 
-from connectors.redis_snapshots import read_history, read_latest
+from connectors.redis_snapshots import read_counts, read_history, read_latest
 from rankflow.runner import RunOptions, run
 from rankflow.services import LocalRedis, LocalTansu, free_port
 
@@ -71,12 +71,14 @@ class FlowRunner:
         client = redis.Redis.from_url(self.redis_url)
         try:
             history = read_history(client, namespace)
+            counts = read_counts(client, namespace)
             assert read_latest(client, namespace) == final
         finally:
             client.close()
         dead_path = dead.split(":", 1)[1]
         dead_lines = Path(dead_path).read_bytes().splitlines() if os.path.exists(dead_path) else []
-        return {"final": final, "history": history, "dead_letters": dead_lines, "namespace": namespace}
+        return {"final": final, "history": history, "dead_letters": dead_lines, "namespace": namespace,
+                "counts": counts}
 
 
 @pytest.fixture

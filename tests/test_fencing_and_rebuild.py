@@ -10,7 +10,7 @@ import time
 import pytest
 
 from connectors.kafka import KafkaEndpoint
-from connectors.redis_snapshots import Keys, current_generation, read_latest
+from connectors.redis_snapshots import Keys, current_generation, read_counts, read_latest
 from rankflow.generate import generate
 from rankflow.produce import produce_file
 from tests.events import ranking
@@ -99,6 +99,7 @@ def test_rebuild_switches_readers_atomically_and_stops_the_live_run(
     assert generation == final["run"] != 0
     assert ranking(final) == model.ranking(100)
     assert final["total_listeners"] == final["counted_users"] == model.counted_users
+    assert read_counts(redis_client, namespace) == model.counts
     assert redis_client.exists(*Keys(namespace, 0).generation_keys()) == 0, "the old generation is removed"
     rebuild_snapshots = [s for s in seen if s["run"] == generation]
     assert rebuild_snapshots and all(s["snapshot_id"] == final["snapshot_id"] for s in rebuild_snapshots), \

@@ -47,6 +47,7 @@ log_lines = st.lists(st.one_of(valid_event, valid_event, valid_event, invalid_li
 def check_against_model(out: dict, lines: list[bytes], path: str, k_max: int) -> None:
     model = model_of_lines(lines)
     final = out["final"]
+    assert out["counts"] == {s: c for s, c in model.counts.items() if c > 0}, "the full count table"
     assert ranking(final) == model.ranking(k_max)
     assert final["total_listeners"] == model.total
     assert final["counted_users"] == model.counted_users

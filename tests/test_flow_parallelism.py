@@ -37,6 +37,7 @@ def test_workers_and_partitions_do_not_change_results(flow, generated_log, model
     assert final["total_listeners"] == final["counted_users"] == model.counted_users
     assert final["dead_letters"] == model.dead_letters == len(out["dead_letters"])
     assert final["positions"] == {generated_log: model.lines}
+    assert out["counts"] == model.counts
     baseline = Path(generated_log).with_suffix(".dead-letters")
     if not baseline.exists():
         baseline.write_bytes(b"\n".join(out["dead_letters"]))

@@ -54,6 +54,7 @@ def test_a_song_with_half_the_traffic_is_split_and_exact(flow):
         assert snap["errors"] == []
     assert applied == len(lines)
     assert any(s["split_songs"] == [] for s in out["history"]), "the song was split during the run"
+    assert out["counts"] == model.counts, "the full count table adds the partials"
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -17,7 +17,7 @@ import time
 import orjson
 import redis
 
-from connectors.redis_snapshots import read_history, read_latest
+from connectors.redis_snapshots import read_counts, read_history, read_latest
 from rankflow.generate import Chaos, generate
 from rankflow.produce import produce_file
 from connectors.kafka import KafkaEndpoint
@@ -70,6 +70,7 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
     assert final["total_listeners"] == final["counted_users"] == model.counted_users
     assert final["dead_letters"] == model.dead_letters
     assert sum(final["positions"].values()) == len(lines)
+    assert read_counts(redis_client, namespace) == model.counts, "the full count table survives the crashes"
     letters = [orjson.loads(x) for x in dead.read_bytes().splitlines()]
     assert len(letters) == model.dead_letters
     assert len({(d["position"]["partition"], d["position"]["offset"]) for d in letters}) == len(letters)
