@@ -29,6 +29,7 @@ $(BIN)/rankflow: pyproject.toml
 
 setup: $(BIN)/rankflow
 	@scripts/ensure-redis.sh
+	@scripts/ensure-browser.sh
 
 services-start: setup  ## a local Redis and Kafka-protocol broker (Tansu), left running
 	@$(SERVICES) start redis --port $(REDIS_PORT) --dir $(LOCAL)/redis

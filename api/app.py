@@ -1,17 +1,26 @@
-"""The ASGI application: ``create_app`` wires the routes to their services."""
+"""The ASGI application: ``create_app`` wires the routes to their services.
+
+Routes: ``POST /events`` (ingest, ``api.ingest``), ``GET /rankings``,
+``GET /songs/{song_id}``, ``GET /rankings/stream`` (``api.rankings``), ``GET /health``,
+``GET /metrics``, and the dashboard at ``GET /`` (``api.dashboard``). The OpenAPI
+schema is at ``/openapi.json``, browsable at ``/docs``.
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 
-from fastapi import FastAPI
+from fastapi import FastAPI, Request, Response
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from api import ingest, rankings
+from api import dashboard, ingest, rankings
+from api.store import SnapshotCache
 from connectors.kafka import KafkaEndpoint
 from connectors.redis_snapshots import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
-from rankflow.reader import RankingReader
 
 
 @dataclass
@@ -20,11 +29,26 @@ class Settings:
     namespace: str = DEFAULT_NAMESPACE
     kafka: KafkaEndpoint | None = None  # where POST /events produces; None disables ingest
     delivery_timeout_ms: int = 5000
+    poll_ms: int = 100  # how often the service asks Redis for a newer snapshot
+    stale_after_ms: int = 10_000  # a ranking older than this is marked stale
+
+
+class ApiMetrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.requests = Counter("rankflow_api_requests", "HTTP requests", ["route", "status"],
+                                registry=self.registry)
+        self.latency = Histogram("rankflow_api_request_seconds", "HTTP request latency", ["route"],
+                                 buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0),
+                                 registry=self.registry)
 
 
 def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
+        cache = SnapshotCache(settings.redis_url, settings.namespace, settings.poll_ms)
+        await cache.start()
+        app.state.cache = cache
         producer = None
         if settings.kafka is not None:
             producer = ingest.EventProducer(settings.kafka, settings.delivery_timeout_ms)
@@ -32,12 +56,41 @@ def create_app(settings: Settings) -> FastAPI:
         try:
             yield
         finally:
+            await cache.stop()
             if producer is not None:
                 producer.close()
 
     app = FastAPI(title="rankflow", summary="Songs ranked by current listeners", lifespan=lifespan)
     app.state.settings = settings
-    app.state.reader = RankingReader(settings.redis_url, settings.namespace)
+    metrics = ApiMetrics()
+
+    @app.middleware("http")
+    async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        started = time.perf_counter()
+        response = await call_next(request)
+        route = request.scope.get("route")
+        name = getattr(route, "path", "other")
+        metrics.latency.labels(name).observe(time.perf_counter() - started)
+        metrics.requests.labels(name, str(response.status_code)).inc()
+        return response
+
+    @app.get("/health", summary="Redis reachable, age of the latest snapshot")
+    async def health(request: Request) -> Response:
+        cache: SnapshotCache = request.app.state.cache
+        redis_ok = await cache.ping()
+        snap = cache.snapshot
+        age = None if snap is None else max(0, int(time.time() * 1000) - snap["published_at"])
+        ok = redis_ok and cache.fresh and age is not None and age <= settings.stale_after_ms
+        body = {"status": "ok" if ok else "degraded", "redis": "ok" if redis_ok else "unreachable",
+                "snapshot_id": None if snap is None else snap["snapshot_id"], "snapshot_age_ms": age,
+                "problem": cache.problem}
+        return rankings._json(body, 200 if ok else 503)
+
+    @app.get("/metrics", summary="Prometheus metrics of this service")
+    async def prometheus() -> Response:
+        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+
     app.include_router(ingest.router)
     app.include_router(rankings.router)
+    app.include_router(dashboard.router)
     return app

@@ -1,48 +1,137 @@
-"""``GET /rankings``: the latest consistent ranking, or an honest answer why not.
+"""Rankings for readers: the top K, one song, and a live stream of changes.
 
-Reads come from Redis only, never from the flow. When Redis has no usable ranking
-(it lost its data, it is unreachable) the answer is ``503`` with the reason and, if
-this process has seen one, the last ranking marked ``stale`` with its age.
+Contract:
+
+* ``GET /rankings?k=K`` -> ``{snapshot_id, published_at, age_ms, stale, positions,
+  total_listeners, items: [{rank, song_id, listeners}]}``, every item from one
+  snapshot. ``k`` defaults to 10 and must be in 1..K_max (``400`` otherwise). While
+  Redis has no usable ranking: ``503`` with the reason and, if this process has seen
+  one, the last ranking marked ``stale: true`` with its age.
+* ``GET /songs/{song_id}`` -> ``{snapshot_id, song_id, listeners, rank}`` in the latest
+  snapshot (the full count table is published with it, atomically); ``404`` when the
+  song has no listeners.
+* ``GET /rankings/stream?k=K`` -> Server-Sent Events. The first ``ranking`` event
+  carries the whole top K; later ones only the ranks whose song or count changed
+  (``changed``), the songs that left (``removed``) and the list's ``size``, with the
+  snapshot id; at most one event a second per client, coalescing what happened in
+  between. A comment line every 15 s keeps idle connections open.
 """
 
 from __future__ import annotations
 
+import asyncio
+import time
+from collections.abc import AsyncIterator
 from typing import Any
 
+import orjson
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from rankflow.reader import RankingReader, Reading
+from api.store import SnapshotCache
 
 router = APIRouter()
 
+STREAM_MIN_INTERVAL_S = 1.0
+KEEPALIVE_S = 15.0
 
-def ranking_body(reading: Reading, k: int) -> dict[str, Any]:
-    snap = reading.snapshot
-    assert snap is not None
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def ranking_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
     return {
         "snapshot_id": snap["snapshot_id"],
         "published_at": snap["published_at"],
-        "age_ms": reading.age_ms,
-        "stale": reading.stale,
+        "age_ms": max(0, int(time.time() * 1000) - snap["published_at"]),
+        "stale": stale,
         "positions": snap["positions"],
         "total_listeners": snap["total_listeners"],
         "items": snap["items"][:k],
     }
 
 
+def _check_k(k: int, snap: dict[str, Any]) -> str | None:
+    if not 1 <= k <= snap["k_max"]:
+        return f"k must be between 1 and {snap['k_max']} (K_max), got {k}"
+    return None
+
+
 @router.get("/rankings", summary="The top K songs of the latest snapshot",
             responses={400: {"description": "k outside 1..K_max"},
-                       503: {"description": "no usable ranking (the last one, if any, comes marked stale)"}})
-def get_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> JSONResponse:
-    reader: RankingReader = request.app.state.reader
-    reading = reader.read()
-    if reading.snapshot is None:
-        return JSONResponse({"error": reading.problem}, status_code=503)
-    k_max = reading.snapshot["k_max"]
-    if not 1 <= k <= k_max:
-        return JSONResponse({"error": f"k must be between 1 and {k_max}, got {k}"}, status_code=400)
-    body = ranking_body(reading, k)
-    if reading.stale:
-        return JSONResponse({"error": reading.problem, **body}, status_code=503)
-    return JSONResponse(body)
+                       503: {"description": "no usable ranking; the last one seen, if any, comes marked stale"}})
+async def get_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
+    cache: SnapshotCache = request.app.state.cache
+    snap = cache.snapshot
+    if snap is None:
+        return _json({"error": cache.problem}, 503)
+    if (problem := _check_k(k, snap)) is not None:
+        return _json({"error": problem}, 400)
+    stale_after = request.app.state.settings.stale_after_ms
+    if not cache.fresh:
+        return _json({"error": cache.problem, **ranking_body(snap, k, stale=True)}, 503)
+    body = ranking_body(snap, k, stale=False)
+    body["stale"] = body["age_ms"] > stale_after
+    return _json(body)
+
+
+@router.get("/songs/{song_id}", summary="One song's listeners and rank in the latest snapshot",
+            responses={404: {"description": "the song has no listeners"},
+                       503: {"description": "Redis is unreachable"}})
+async def get_song(request: Request, song_id: str) -> Response:
+    cache: SnapshotCache = request.app.state.cache
+    try:
+        song = await cache.song(song_id)
+    except Exception as exc:  # noqa: BLE001 - any Redis failure is the same answer to a reader
+        return _json({"error": f"cannot reach Redis: {exc}"}, 503)
+    if song is None:
+        return _json({"error": f"song {song_id!r} has no listeners in the latest snapshot"}, 404)
+    return _json(song)
+
+
+def diff_event(previous: list[dict[str, Any]] | None, snap: dict[str, Any], k: int) -> dict[str, Any] | None:
+    """What changed in the top K since ``previous`` (everything if there is none)."""
+    items = snap["items"][:k]
+    if previous is None:
+        changed, removed = items, []
+    else:
+        changed = [it for i, it in enumerate(items) if i >= len(previous) or previous[i] != it]
+        now = {it["song_id"] for it in items}
+        removed = [it["song_id"] for it in previous if it["song_id"] not in now]
+        if not changed and not removed and len(items) == len(previous):
+            return None
+    return {"snapshot_id": snap["snapshot_id"], "published_at": snap["published_at"],
+            "total_listeners": snap["total_listeners"], "size": len(items), "changed": changed,
+            "removed": removed, "full": previous is None}
+
+
+async def ranking_events(request: Request, cache: SnapshotCache, k: int) -> AsyncIterator[bytes]:
+    sent: list[dict[str, Any]] | None = None
+    sent_at = 0.0
+    last_id = None
+    while not await request.is_disconnected():
+        snap = cache.snapshot
+        if snap is not None and snap["snapshot_id"] != last_id:
+            wait = sent_at + STREAM_MIN_INTERVAL_S - time.monotonic()
+            if wait > 0:
+                await asyncio.sleep(wait)
+                snap = cache.snapshot or snap  # coalesce: send the newest
+            event = diff_event(sent, snap, k)
+            last_id = snap["snapshot_id"]
+            if event is not None:
+                yield b"event: ranking\nid: %d\ndata: %s\n\n" % (snap["snapshot_id"], orjson.dumps(event))
+                sent, sent_at = snap["items"][:k], time.monotonic()
+                continue
+        if not await cache.wait_for_change(KEEPALIVE_S):
+            yield b": keepalive\n\n"
+
+
+@router.get("/rankings/stream", summary="Server-Sent Events: changes of the top K",
+            response_class=StreamingResponse, responses={400: {"description": "k outside 1..K_max"}})
+async def stream_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
+    cache: SnapshotCache = request.app.state.cache
+    if cache.snapshot is not None and (problem := _check_k(k, cache.snapshot)) is not None:
+        return JSONResponse({"error": problem}, status_code=400)
+    return StreamingResponse(ranking_events(request, cache, k), media_type="text/event-stream",
+                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

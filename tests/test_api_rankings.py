@@ -1,34 +1,117 @@
-"""GET /rankings: fresh from Redis, 400 for a bad k, 503 (with the last ranking, stale) without one."""
+"""The reader API against real Redis: rankings, one song, the live stream, health, metrics."""
 
 from __future__ import annotations
 
+import time
+
+import orjson
+import pytest
 from fastapi.testclient import TestClient
 
 from api.app import Settings, create_app
+from api.rankings import diff_event
 from tests.events import ev
 
 
-def test_rankings_fresh_then_stale_then_fresh(flow, redis_url, redis_client, namespace):
-    lines = [ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1),
-             ev("u3", "p3", "song_b", "START", 1)]
-    path = flow.write_log(lines)
-    with TestClient(create_app(Settings(redis_url=redis_url, namespace=namespace))) as client:
-        assert client.get("/rankings").status_code == 503  # nothing published yet, nothing seen
-        flow.run(path, namespace=namespace, k_max=5)
-        r = client.get("/rankings", params={"k": 1})
-        assert r.status_code == 200
-        body = r.json()
-        assert body["items"] == [{"rank": 1, "song_id": "song_b", "listeners": 2}]
-        assert body["stale"] is False and body["total_listeners"] == 3 and body["age_ms"] >= 0
-        assert client.get("/rankings", params={"k": 6}).status_code == 400
-        assert client.get("/rankings", params={"k": 0}).status_code == 400
+def eventually(fetch, ok, timeout: float = 10.0):
+    """The API sees a new snapshot within its poll interval: ask until it does."""
+    deadline = time.monotonic() + timeout
+    while True:
+        response = fetch()
+        if ok(response) or time.monotonic() > deadline:
+            return response
+        time.sleep(0.02)
 
-        redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost its data
-        r = client.get("/rankings", params={"k": 2})
-        assert r.status_code == 503
-        assert r.json()["stale"] is True and r.json()["snapshot_id"] == body["snapshot_id"]
-        assert "no usable ranking" in r.json()["error"]
 
-        flow.run(path, namespace=namespace, k_max=5)  # a rebuild or the live run restores it
-        r = client.get("/rankings", params={"k": 2})
-        assert r.status_code == 200 and r.json()["stale"] is False
+@pytest.fixture
+def api(redis_url, namespace):
+    with TestClient(create_app(Settings(redis_url=redis_url, namespace=namespace, poll_ms=20))) as client:
+        yield client
+
+
+LINES = [ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1),
+         ev("u3", "p3", "song_b", "START", 1)]
+
+
+def test_rankings_fresh_then_stale_then_fresh(flow, api, redis_client, namespace):
+    path = flow.write_log(LINES)
+    assert api.get("/rankings").status_code == 503  # nothing published yet, nothing seen
+    assert api.get("/health").json()["status"] == "degraded"
+    flow.run(path, namespace=namespace, k_max=5)
+    r = eventually(lambda: api.get("/rankings", params={"k": 1}), lambda r: r.status_code == 200)
+    body = r.json()
+    assert body["items"] == [{"rank": 1, "song_id": "song_b", "listeners": 2}]
+    assert body["stale"] is False and body["total_listeners"] == 3 and body["age_ms"] >= 0
+    assert body["positions"] == {path: 3}
+    assert api.get("/rankings", params={"k": 6}).status_code == 400
+    assert api.get("/rankings", params={"k": 0}).status_code == 400
+    assert api.get("/health").json()["status"] == "ok"
+
+    redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost its data
+    r = eventually(lambda: api.get("/rankings", params={"k": 2}), lambda r: r.status_code == 503)
+    assert r.status_code == 503
+    assert r.json()["stale"] is True and r.json()["snapshot_id"] == body["snapshot_id"]
+    assert "no usable ranking" in r.json()["error"]
+    assert api.get("/health").status_code == 503
+
+    flow.run(path, namespace=namespace, k_max=5)  # a rebuild or the live run restores it
+    r = eventually(lambda: api.get("/rankings", params={"k": 2}), lambda r: r.status_code == 200)
+    assert r.status_code == 200 and r.json()["stale"] is False
+
+
+def test_song_listeners_and_rank(flow, api, namespace):
+    lines = LINES + [ev("u4", "p4", "song_c", "START", 1), ev("u1", "p1", "song_a", "STOP", 1)]
+    flow.run(flow.write_log(lines), namespace=namespace)
+    snap = eventually(lambda: api.get("/rankings"), lambda r: r.status_code == 200).json()
+    assert api.get("/songs/song_b").json() == {"snapshot_id": snap["snapshot_id"], "song_id": "song_b",
+                                              "listeners": 2, "rank": 1}
+    assert api.get("/songs/song_c").json()["rank"] == 2
+    assert api.get("/songs/song_a").status_code == 404  # stopped: no listeners
+    assert api.get("/songs/nothing").status_code == 404
+
+
+def test_stream_sends_the_top_k_then_only_changes(flow, api, namespace):
+    flow.run(flow.write_log(LINES, "a.jsonl"), namespace=namespace)
+    eventually(lambda: api.get("/rankings"), lambda r: r.status_code == 200)
+    with api.stream("GET", "/rankings/stream", params={"k": 2}) as stream:
+        lines = stream.iter_lines()
+        events = _events(lines, 1)
+        assert events[0]["full"] is True and events[0]["size"] == 2
+        assert [(i["song_id"], i["listeners"]) for i in events[0]["changed"]] == [("song_b", 2), ("song_a", 1)]
+        more = LINES + [ev("u9", "p9", "song_z", "START", 1), ev("u8", "p8", "song_z", "START", 1),
+                        ev("u7", "p7", "song_z", "START", 1)]
+        flow.run(flow.write_log(more, "b.jsonl"), namespace=namespace)
+        events = _events(lines, 1)
+    assert events[0]["full"] is False
+    assert [(i["rank"], i["song_id"]) for i in events[0]["changed"]] == [(1, "song_z"), (2, "song_b")]
+    assert events[0]["removed"] == ["song_a"]
+
+
+def _events(lines, n: int) -> list[dict]:
+    out, data = [], None
+    for line in lines:
+        if line.startswith("data: "):
+            data = orjson.loads(line[6:])
+        elif line == "" and data is not None:
+            out.append(data)
+            data = None
+            if len(out) == n:
+                return out
+    return out
+
+
+def test_diff_event_reports_only_changes():
+    snap = {"snapshot_id": 2, "published_at": 0, "total_listeners": 5,
+            "items": [{"rank": 1, "song_id": "a", "listeners": 3}, {"rank": 2, "song_id": "b", "listeners": 2}]}
+    assert diff_event(snap["items"], snap, 2) is None
+    old = [{"rank": 1, "song_id": "a", "listeners": 3}, {"rank": 2, "song_id": "c", "listeners": 2}]
+    event = diff_event(old, snap, 2)
+    assert event["changed"] == [{"rank": 2, "song_id": "b", "listeners": 2}] and event["removed"] == ["c"]
+
+
+def test_openapi_and_metrics(api):
+    schema = api.get("/openapi.json").json()
+    assert {"/rankings", "/songs/{song_id}", "/rankings/stream", "/events", "/health", "/metrics"} <= set(schema["paths"])
+    api.get("/rankings")
+    assert "rankflow_api_requests_total" in api.get("/metrics").text
+    assert "rankflow" in api.get("/").text

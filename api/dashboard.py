@@ -1,0 +1,21 @@
+"""``GET /``: a live dashboard of the top K, fed by ``GET /rankings/stream``.
+
+One self-contained page (no CDN: the service may run where the internet is not): a
+bar chart of the top K (K selectable), the snapshot id, its age and the listener
+total, and a line of how fresh each snapshot was when it arrived.
+"""
+
+from __future__ import annotations
+
+from importlib import resources
+
+from fastapi import APIRouter
+from fastapi.responses import HTMLResponse
+
+router = APIRouter()
+
+
+@router.get("/", response_class=HTMLResponse, include_in_schema=False)
+async def dashboard() -> HTMLResponse:
+    page = resources.files("api").joinpath("static/dashboard.html").read_text(encoding="utf-8")
+    return HTMLResponse(page)
