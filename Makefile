@@ -17,7 +17,7 @@ EVENTS ?= 200000
 SEED ?= 1
 TOPIC ?= playback-events
 
-.PHONY: setup run test bench bench-recovery services-start services-stop clean
+.PHONY: setup run test bench bench-api bench-recovery demo services-start services-stop clean
 
 $(BIN)/rankflow: pyproject.toml
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
@@ -55,6 +55,13 @@ test: setup
 bench: setup  ## rankflow vs the seed's first design: writes bench-results/bench.json and bench.png
 	$(BIN)/pip install --quiet -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
 	$(BIN)/rankflow bench --out bench-results
+
+bench-api: setup  ## reader API latency under load while the flow publishes (bench-results/api.json)
+	@command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk not installed: max-throughput figures skipped"; }
+	$(BIN)/python scripts/bench_api.py
+
+demo: setup  ## broker, steady traffic, flow, API and dashboard, live until Ctrl-C
+	$(BIN)/python scripts/demo.py
 
 bench-recovery: setup
 	$(BIN)/python scripts/measure_recovery.py

@@ -9,9 +9,10 @@ schema is at ``/openapi.json``, browsable at ``/docs``.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
@@ -62,17 +63,8 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="rankflow", summary="Songs ranked by current listeners", lifespan=lifespan)
     app.state.settings = settings
+    app.state.bodies = rankings.BodyCache()
     metrics = ApiMetrics()
-
-    @app.middleware("http")
-    async def measure(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        started = time.perf_counter()
-        response = await call_next(request)
-        route = request.scope.get("route")
-        name = getattr(route, "path", "other")
-        metrics.latency.labels(name).observe(time.perf_counter() - started)
-        metrics.requests.labels(name, str(response.status_code)).inc()
-        return response
 
     @app.get("/health", summary="Redis reachable, age of the latest snapshot")
     async def health(request: Request) -> Response:
@@ -93,4 +85,37 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(ingest.router)
     app.include_router(rankings.router)
     app.include_router(dashboard.router)
+    app.add_middleware(MeasureRequests, metrics=metrics)
     return app
+
+
+class MeasureRequests:
+    """Pure ASGI middleware: request count and latency per route template.
+
+    (Starlette's ``@app.middleware("http")`` wraps every response in a stream and
+    costs more than the ranking handler itself.)
+    """
+
+    def __init__(self, app: Any, metrics: ApiMetrics) -> None:
+        self.app = app
+        self.metrics = metrics
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        status = 500
+
+        async def send_status(message: dict[str, Any]) -> None:
+            nonlocal status
+            if message["type"] == "http.response.start":
+                status = message["status"]
+            await send(message)
+
+        try:
+            await self.app(scope, receive, send_status)
+        finally:
+            name = getattr(scope.get("route"), "path", "other")
+            self.metrics.latency.labels(name).observe(time.perf_counter() - started)
+            self.metrics.requests.labels(name, str(status)).inc()

@@ -40,6 +40,35 @@ def _json(body: Any, status: int = 200) -> Response:
     return Response(orjson.dumps(body), status_code=status, media_type="application/json")
 
 
+class BodyCache:
+    """Serialized ranking bodies per (snapshot id, k, stale), minus the per-request age.
+
+    Every request of one snapshot returns the same items; only ``age_ms`` differs, so
+    the JSON is built once per snapshot and k and the age is spliced in.
+    """
+
+    def __init__(self) -> None:
+        self.snapshot_id: int | None = None
+        self.bodies: dict[tuple[int, bool], tuple[bytes, bytes]] = {}
+
+    def render(self, snap: dict[str, Any], k: int, stale: bool, error: str | None = None) -> bytes:
+        if snap["snapshot_id"] != self.snapshot_id:
+            self.snapshot_id, self.bodies = snap["snapshot_id"], {}
+        key = (k, stale)
+        parts = self.bodies.get(key) if error is None else None
+        if parts is None:
+            body = ranking_body(snap, k, stale)
+            body["age_ms"] = 0
+            if error is not None:
+                body = {"error": error, **body}
+            head, _, tail = orjson.dumps(body).partition(b'"age_ms":0')
+            parts = (head + b'"age_ms":', tail)
+            if error is None:
+                self.bodies[key] = parts
+        age = max(0, int(time.time() * 1000) - snap["published_at"])
+        return b"%s%d%s" % (parts[0], age, parts[1])
+
+
 def ranking_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
     return {
         "snapshot_id": snap["snapshot_id"],
@@ -68,12 +97,11 @@ async def get_rankings(request: Request, k: int = Query(10, description="how man
         return _json({"error": cache.problem}, 503)
     if (problem := _check_k(k, snap)) is not None:
         return _json({"error": problem}, 400)
-    stale_after = request.app.state.settings.stale_after_ms
+    bodies: BodyCache = request.app.state.bodies
     if not cache.fresh:
-        return _json({"error": cache.problem, **ranking_body(snap, k, stale=True)}, 503)
-    body = ranking_body(snap, k, stale=False)
-    body["stale"] = body["age_ms"] > stale_after
-    return _json(body)
+        return Response(bodies.render(snap, k, True, cache.problem), 503, media_type="application/json")
+    too_old = time.time() * 1000 - snap["published_at"] > request.app.state.settings.stale_after_ms
+    return Response(bodies.render(snap, k, too_old), media_type="application/json")
 
 
 @router.get("/songs/{song_id}", summary="One song's listeners and rank in the latest snapshot",

@@ -42,6 +42,13 @@ class SnapshotCache:
         self.checked_at = 0.0
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._songs: dict[str, dict[str, Any] | None] = {}  # answers for the cached snapshot id
+        self._songs_id: int | None = None
+        self._in_flight: dict[str, asyncio.Future[list[Any]]] = {}
+        self._top: dict[str, dict[str, Any]] = {}
+        self._top_id: int | None = None
+        self._song_script = self.client.register_script(SONG_LUA)
+        self._current_script = self.client.register_script(CURRENT_ID_LUA)
 
     async def start(self) -> None:
         await self.refresh()
@@ -63,7 +70,7 @@ class SnapshotCache:
 
     async def refresh(self) -> None:
         try:
-            generation, sid = await self.client.eval(CURRENT_ID_LUA, 1, self.keys.generation, self.keys.tag)
+            generation, sid = await self._current_script(keys=[self.keys.generation], args=[self.keys.tag])
             if sid is None:
                 self._lost(f"no usable ranking in namespace {self.keys.namespace!r}")
             elif self.snapshot is None or not self.fresh or int(sid) != self.snapshot["snapshot_id"]:
@@ -96,8 +103,50 @@ class SnapshotCache:
             return False
 
     async def song(self, song_id: str) -> dict[str, Any] | None:
-        reply = await self.client.eval(SONG_LUA, 1, self.keys.generation, self.keys.tag, song_id)
-        return song_view(reply, song_id)
+        """One song in the latest snapshot.
+
+        A song in the snapshot's top ``K_max`` is answered from the cached snapshot
+        (its rank and count are there); any other song from the full count table,
+        remembering the answer until the snapshot changes.
+        """
+        current = self.snapshot["snapshot_id"] if self.snapshot is not None and self.fresh else None
+        if current is not None:
+            if self._top_id != current:
+                self._top = {it["song_id"]: it for it in self.snapshot["items"]}  # type: ignore[index]
+                self._top_id = current
+            item = self._top.get(song_id)
+            if item is not None:
+                return {"snapshot_id": current, "song_id": song_id, "listeners": item["listeners"],
+                        "rank": item["rank"]}
+        if current is not None and current == self._songs_id and song_id in self._songs:
+            return self._songs[song_id]
+        reply = await self._read_song(song_id)
+        view = song_view(reply, song_id)
+        read_id = int(reply[0]) if reply and reply[0] is not None else None
+        if read_id is not None and read_id == current:
+            if self._songs_id != current:
+                self._songs, self._songs_id = {}, current
+            if len(self._songs) < 100_000:
+                self._songs[song_id] = view
+        return view
+
+    async def _read_song(self, song_id: str) -> list[Any]:
+        """One Redis read per song at a time: concurrent requests for it share the answer."""
+        pending = self._in_flight.get(song_id)
+        if pending is not None:
+            return await asyncio.shield(pending)
+        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
+        self._in_flight[song_id] = future
+        try:
+            reply = await self._song_script(keys=[self.keys.generation], args=[self.keys.tag, song_id])
+            future.set_result(reply)
+            return reply
+        except BaseException as exc:
+            future.set_exception(exc)
+            future.exception()  # retrieved: waiters get it, nobody else must
+            raise
+        finally:
+            del self._in_flight[song_id]
 
     async def ping(self) -> bool:
         try:

@@ -103,6 +103,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--kafka", metavar="HOST:PORT/TOPIC", help="where POST /events produces (ingest off without it)")
+    sv.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
                     help="how long to wait for the broker's acknowledgement before answering 503")
     _add_redis(sv)
@@ -194,7 +195,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise runner.UsageError(f"--kafka: {exc}") from None
     settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
                         delivery_timeout_ms=args.delivery_timeout_ms)
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info")
+    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info",
+                access_log=args.access_log)
     return 0
 
 

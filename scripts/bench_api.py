@@ -1,0 +1,138 @@
+"""``make bench-api``: latency and throughput of the reader API while the flow publishes.
+
+Starts Redis, the broker, a live flow fed with steady playback traffic, and
+``rankflow serve``; then loads ``GET /rankings?k=100`` and ``GET /songs/{id}`` at a fixed
+rate (open loop, default 1000 requests/s for 10 s each) and, if ``wrk`` is installed,
+measures the most requests/s the service sustains. Writes bench-results/api.json.
+
+    python scripts/bench_api.py [--rate 1000] [--seconds 10] [--traffic 2000]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import random
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import httpx
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from connectors.kafka import ensure_topic, reliable_producer  # noqa: E402
+from rankflow.bench.api_load import run_load  # noqa: E402
+from rankflow.generate import LogGenerator  # noqa: E402
+from rankflow.produce import user_key  # noqa: E402
+from rankflow.services import LocalRedis, LocalTansu, free_port  # noqa: E402
+
+
+def traffic(brokers: str, topic: str, rate: int, stop: threading.Event) -> None:
+    producer = reliable_producer(brokers)
+    lines = LogGenerator(50_000, 5_000, seed=3).lines(10**9)
+    start, n = time.perf_counter(), 0
+    for line in lines:
+        if stop.is_set():
+            break
+        delay = start + n / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        producer.produce(topic, key=user_key(line), value=line)
+        n += 1
+        if n % 500 == 0:
+            producer.poll(0)
+    producer.flush(10)
+
+
+def wrk(url: str, seconds: int) -> dict[str, float] | None:
+    if shutil.which("wrk") is None:
+        return None
+    out = subprocess.run(["wrk", "-t2", "-c32", f"-d{seconds}s", "--latency", url],
+                         capture_output=True, text=True).stdout
+    rps = re.search(r"Requests/sec:\s+([\d.]+)", out)
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    scale = {"us": 0.001, "ms": 1.0, "s": 1000.0}
+    return {"max_rps": float(rps.group(1)) if rps else float("nan"),
+            "p99_ms_at_max": float(p99.group(1)) * scale[p99.group(2)] if p99 else float("nan")}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--rate", type=int, default=1000)
+    p.add_argument("--seconds", type=float, default=10.0)
+    p.add_argument("--traffic", type=int, default=2000, help="playback events/s while loading")
+    p.add_argument("--out", default=str(ROOT / "bench-results"))
+    a = p.parse_args()
+    work = Path(tempfile.mkdtemp(prefix="rankflow-api-bench-"))
+    rds = LocalRedis(free_port(), work / "redis").start()
+    broker = LocalTansu(free_port(), work / "tansu").start()
+    port, topic, procs = free_port(), "events", []
+    stop = threading.Event()
+    try:
+        ensure_topic(broker.url, topic, 4)
+        procs.append(subprocess.Popen([sys.executable, "-m", "rankflow.cli", "run", "--input",
+                                       f"kafka:{broker.url}/{topic}", "--redis", rds.url,
+                                       "--dead-letter", f"jsonl:{work / 'dl.jsonl'}"],
+                                      stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        procs.append(subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port),
+                                       "--redis", rds.url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+        feeder = threading.Thread(target=traffic, args=(broker.url, topic, a.traffic, stop), daemon=True)
+        feeder.start()
+        base = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                top = httpx.get(f"{base}/rankings?k=100").json()
+                if len(top.get("items", [])) >= 50:
+                    break
+            except (httpx.HTTPError, ValueError):
+                pass
+            if time.monotonic() > deadline:
+                raise SystemExit("the flow and the service did not come up")
+            time.sleep(0.2)
+        # Half the lookups are songs of the top 100, half anywhere in the catalogue (most of
+        # those outside the top: answered from Redis's full count table, or 404).
+        songs = [it["song_id"] for it in top["items"]] + [f"song_{i}" for i in range(5_000)][:len(top["items"])]
+        songs += [f"song_{i}" for i in range(100, 5_000, 49)]
+        rng = random.Random(1)
+        results = {"rate": a.rate, "seconds": a.seconds, "traffic_events_per_s": a.traffic}
+        for name, path_for in (("rankings_k100", lambda i: "/rankings?k=100"),
+                               ("song", lambda i: f"/songs/{rng.choice(songs)}")):
+            r = asyncio.run(run_load("127.0.0.1", port, path_for, a.rate, a.seconds))
+            results[name] = {**r.summary(), "statuses": r.statuses}
+            print(f"{name}: {r.summary()['rps']:.0f} req/s, p50 {r.summary()['p50_ms']:.2f} ms, "
+                  f"p99 {r.summary()['p99_ms']:.2f} ms, errors {r.errors}, statuses {r.statuses}")
+        for name, path in (("rankings_k100", "/rankings?k=100"), ("song", f"/songs/{songs[0]}")):
+            measured = wrk(base + path, 10)
+            if measured is not None:
+                results[name]["wrk"] = measured
+                print(f"{name} (wrk -t2 -c32, max): {measured['max_rps']:.0f} req/s, "
+                      f"p99 {measured['p99_ms_at_max']:.2f} ms")
+        Path(a.out).mkdir(parents=True, exist_ok=True)
+        (Path(a.out) / "api.json").write_text(json.dumps(results, indent=2) + "\n")
+        print(f"wrote {Path(a.out) / 'api.json'}")
+    finally:
+        stop.set()
+        for proc in procs:
+            proc.send_signal(signal.SIGINT)
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        broker.stop()
+        rds.stop()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
