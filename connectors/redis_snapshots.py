@@ -28,7 +28,9 @@ The publish script (atomic in Redis) refuses, in this order:
 * a snapshot whose id is not newer than the stored one (a retry): ignored;
 * a snapshot whose positions are behind the stored ones for any source partition
   (a restarted run still catching up): ignored. Published positions never go
-  backwards.
+  backwards;
+* changes to the full count table when the generation has no snapshot yet (a new
+  generation, or Redis lost its data): the publisher then sends the whole table.
 
 If Redis lost its data, the first publish re-creates the generation pointer and
 the owner, and the next complete snapshot restores the ranking: every snapshot is
@@ -71,10 +73,13 @@ end
 if token > owner then
   redis.call('SET', KEYS[2], ARGV[1])
 end
+local counts_at = 8 + 2 * tonumber(ARGV[7])
+if ARGV[counts_at] ~= 'full' and redis.call('EXISTS', KEYS[3]) == 0 then
+  return -2
+end
 if tonumber(ARGV[3]) <= tonumber(redis.call('GET', KEYS[3]) or '-1') then
   return 0
 end
-local counts_at = 8 + 2 * tonumber(ARGV[7])
 for i = 8, counts_at - 1, 2 do
   local stored = tonumber(redis.call('HGET', KEYS[5], ARGV[i]) or '-1')
   if tonumber(ARGV[i + 1]) < stored then
@@ -301,13 +306,25 @@ class Publisher:
         # Count changes not yet in Redis: they wait for the next snapshot Redis accepts.
         self._pending_counts: dict[str, int] = {}
         self._pending_full = False
+        self._mirror: dict[str, int] = {}  # the whole table, for a Redis that lost it
 
     def publish(self, snapshot: Snapshot) -> int:
-        """1 stored; 0 not newer than the stored id; -1 behind the stored positions."""
+        """1 stored; 0 not newer than the stored id; -1 behind the stored positions.
+
+        The full count table goes with every snapshot as changes; when Redis has no
+        table for the generation (it is new, or Redis lost its data) the script says
+        so and the publisher sends the whole table, which it mirrors for that case.
+        """
         if snapshot.counts_full:
             self._pending_counts, self._pending_full = dict(snapshot.counts), True
+            self._mirror = {song: n for song, n in snapshot.counts.items() if n > 0}
         else:
             self._pending_counts.update(snapshot.counts)
+            for song, n in snapshot.counts.items():
+                if n > 0:
+                    self._mirror[song] = n
+                else:
+                    self._mirror.pop(song, None)
         deadline = time.monotonic() + self._retry_for_s
         delay = 0.1
         while True:
@@ -316,6 +333,9 @@ class Publisher:
             try:
                 started = time.perf_counter()
                 outcome = int(self._call(snapshot, body))
+                if outcome == -2:  # the generation has no table yet: send all of it
+                    self._pending_counts, self._pending_full = dict(self._mirror), True
+                    outcome = int(self._call(snapshot, body))
                 if outcome == 1:
                     METRICS.published(obj, time.perf_counter() - started)
                 if outcome >= 0:  # stored now, or stored by an earlier try whose answer was lost

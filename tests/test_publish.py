@@ -7,6 +7,7 @@ import pytest
 
 from connectors.redis_snapshots import (
     FencedError,
+    read_counts,
     GenerationSwitched,
     Keys,
     Publisher,
@@ -20,10 +21,11 @@ from connectors.redis_snapshots import (
 from state.snapshot import Snapshot, snapshot_id
 
 
-def snap(run: int, epoch: int, position: int | None = None, items=(("a", 2),)) -> Snapshot:
+def snap(run: int, epoch: int, position: int | None = None, items=(("a", 2),), counts=None,
+         full: bool = False) -> Snapshot:
     total = sum(c for _, c in items)
     return Snapshot(snapshot_id(run, epoch), run, epoch, {"f": epoch if position is None else position},
-                    total, total, len(items), 0, 10, list(items), {}, [])
+                    total, total, len(items), 0, 10, list(items), {}, [], [], counts or {}, full)
 
 
 def test_ids_only_grow(redis_client, redis_url, namespace):
@@ -87,6 +89,20 @@ def test_redis_losing_its_data_is_repaired_by_the_next_publish(redis_client, red
     assert read_latest(redis_client, namespace) is None
     assert pub.publish(snap(token, 2)) == 1
     assert read_latest(redis_client, namespace)["epoch"] == 2
+
+
+def test_the_full_count_table_follows_changes_and_survives_redis_loss(redis_client, redis_url, namespace):
+    token = acquire_run_token(redis_client, namespace)
+    pub = Publisher(redis_url, namespace, token)
+    assert pub.publish(snap(token, 1, counts={"a": 2, "b": 1, "c": 1}, full=True)) == 1
+    assert pub.publish(snap(token, 2, counts={"b": 0, "c": 4})) == 1
+    assert read_counts(redis_client, namespace) == {"a": 2, "c": 4}
+    assert pub.publish(snap(token, 1, counts={"a": 9})) == 0  # refused: its change never lands...
+    assert pub.publish(snap(token, 3, counts={"d": 1})) == 1  # ...nor is it replayed later
+    assert read_counts(redis_client, namespace) == {"a": 2, "c": 4, "d": 1}
+    redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost its data
+    assert pub.publish(snap(token, 4, counts={"a": 3})) == 1
+    assert read_counts(redis_client, namespace) == {"a": 3, "c": 4, "d": 1}, "the whole table is back"
 
 
 def test_snapshot_ids_grow_across_runs():
