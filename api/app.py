@@ -79,8 +79,13 @@ def create_app(settings: Settings) -> FastAPI:
         return rankings._json(body, 200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics of this service")
-    async def prometheus() -> Response:
-        return Response(generate_latest(metrics.registry), media_type=CONTENT_TYPE_LATEST)
+    async def prometheus(request: Request) -> Response:
+        body = generate_latest(metrics.registry)
+        reads = request.app.state.cache.song_reads
+        body += b"# HELP rankflow_api_song_reads_total Where GET /songs answers came from\n"
+        body += b"# TYPE rankflow_api_song_reads_total counter\n"
+        body += b"".join(b'rankflow_api_song_reads_total{source="%s"} %d\n' % (k.encode(), v) for k, v in reads.items())
+        return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(ingest.router)
     app.include_router(rankings.router)

@@ -21,9 +21,11 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from connectors.redis_snapshots import SONG_LUA, Keys, song_view
+from connectors.redis_snapshots import SONG_LUA, SONGS_LUA, Keys, song_view
 
 log = logging.getLogger("rankflow.api")
+
+REFRESH_SONGS_MAX = 10_000
 
 CURRENT_ID_LUA = """
 local g = redis.call('GET', KEYS[1]) or '0'
@@ -45,9 +47,11 @@ class SnapshotCache:
         self._songs: dict[str, dict[str, Any] | None] = {}  # answers for the cached snapshot id
         self._songs_id: int | None = None
         self._in_flight: dict[str, asyncio.Future[list[Any]]] = {}
+        self.song_reads = {"snapshot": 0, "cache": 0, "redis": 0}  # where song answers came from
         self._top: dict[str, dict[str, Any]] = {}
         self._top_id: int | None = None
         self._song_script = self.client.register_script(SONG_LUA)
+        self._songs_script = self.client.register_script(SONGS_LUA)
         self._current_script = self.client.register_script(CURRENT_ID_LUA)
 
     async def start(self) -> None:
@@ -78,7 +82,13 @@ class SnapshotCache:
                 if raw is None:
                     self._lost(f"no usable ranking in namespace {self.keys.namespace!r}")
                 else:
-                    self._store(orjson.loads(raw))
+                    snapshot = orjson.loads(raw)
+                    # Read the known songs for this snapshot first, then switch both at once,
+                    # so a request never pairs a snapshot with another snapshot's songs.
+                    songs = await self._read_known_songs(snapshot["snapshot_id"])
+                    self._store(snapshot)
+                    if songs is not None:
+                        self._songs, self._songs_id = songs, snapshot["snapshot_id"]
             self.checked_at = time.time()
         except (redis.RedisError, OSError) as exc:
             self._lost(f"cannot reach Redis: {exc}")
@@ -89,6 +99,22 @@ class SnapshotCache:
         if changed:
             self._changed.set()
             self._changed = asyncio.Event()
+
+    async def _read_known_songs(self, snapshot_id: int) -> dict[str, dict[str, Any] | None] | None:
+        """The songs readers asked for, re-read for a new snapshot in one atomic call.
+
+        Requests for them then never wait for Redis; a song asked for the first time
+        is read on its request and joins the set. None if Redis is already past
+        ``snapshot_id`` (the next refresh reads the newer one).
+        """
+        songs = list(self._songs)[:REFRESH_SONGS_MAX]
+        if not songs:
+            return {}
+        reply = await self._songs_script(keys=[self.keys.generation], args=[self.keys.tag, *songs])
+        if reply[0] is None or int(reply[0]) != snapshot_id:
+            return None
+        return {song: song_view([reply[0], reply[1 + 2 * i], reply[2 + 2 * i]], song)
+                for i, song in enumerate(songs)}
 
     def _lost(self, problem: str) -> None:
         if self.problem != problem:
@@ -116,18 +142,18 @@ class SnapshotCache:
                 self._top_id = current
             item = self._top.get(song_id)
             if item is not None:
+                self.song_reads["snapshot"] += 1
                 return {"snapshot_id": current, "song_id": song_id, "listeners": item["listeners"],
                         "rank": item["rank"]}
         if current is not None and current == self._songs_id and song_id in self._songs:
+            self.song_reads["cache"] += 1
             return self._songs[song_id]
+        self.song_reads["redis"] += 1
         reply = await self._read_song(song_id)
         view = song_view(reply, song_id)
         read_id = int(reply[0]) if reply and reply[0] is not None else None
-        if read_id is not None and read_id == current:
-            if self._songs_id != current:
-                self._songs, self._songs_id = {}, current
-            if len(self._songs) < 100_000:
-                self._songs[song_id] = view
+        if read_id is not None and read_id == self._songs_id and len(self._songs) < REFRESH_SONGS_MAX:
+            self._songs[song_id] = view
         return view
 
     async def _read_song(self, song_id: str) -> list[Any]:

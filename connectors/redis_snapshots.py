@@ -141,6 +141,24 @@ return {sid, score, redis.call('ZREVRANK', base .. ':counts', ARGV[2])}
 """
 """One song's count and rank, read atomically with the id of the snapshot they belong to."""
 
+SONGS_LUA = """
+local g = redis.call('GET', KEYS[1]) or '0'
+local base = ARGV[1] .. ':g' .. g
+local out = {redis.call('GET', base .. ':snapshot_id')}
+for i = 2, #ARGV do
+  local score = redis.call('ZSCORE', base .. ':counts', ARGV[i])
+  if score then
+    out[#out + 1] = score
+    out[#out + 1] = redis.call('ZREVRANK', base .. ':counts', ARGV[i])
+  else
+    out[#out + 1] = false
+    out[#out + 1] = false
+  end
+end
+return out
+"""
+"""Many songs at once (``[snapshot_id, count1, rank1, count2, rank2, ...]``), atomically."""
+
 SWITCH_LUA = """
 local gen = redis.call('GET', KEYS[1]) or '0'
 if gen ~= ARGV[1] then
@@ -273,7 +291,7 @@ def read_song(client: redis.Redis, namespace: str, song_id: str) -> dict[str, An
 
 
 def song_view(reply: list[Any], song_id: str) -> dict[str, Any] | None:
-    if len(reply) < 3 or reply[0] is None:
+    if len(reply) < 3 or reply[0] is None or reply[1] is None:
         return None
     return {"snapshot_id": int(reply[0]), "song_id": song_id, "listeners": int(float(reply[1])),
             "rank": int(reply[2]) + 1}

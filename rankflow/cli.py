@@ -195,6 +195,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise runner.UsageError(f"--kafka: {exc}") from None
     settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
                         delivery_timeout_ms=args.delivery_timeout_ms)
+    runner.tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
     uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info",
                 access_log=args.access_log)
     return 0
