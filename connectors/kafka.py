@@ -138,14 +138,14 @@ class _KafkaPartition(BarrierPartition[int]):
     def read(self) -> SourceBatch | None:
         if self._stop_at is not None and self._next >= self._stop_at:
             raise StopIteration
-        msgs = self._consumer.consume(BATCH_MESSAGES, 0.002)  # barely block: other partitions share this thread  # barely block: other partitions share this thread
+        msgs = self._consumer.consume(BATCH_MESSAGES, 0.002)  # barely block: other partitions share this thread
         at_eof = False
         if any(m.error() is not None for m in msgs):
             at_eof = self._check_errors(msgs)
             msgs = [m for m in msgs if m.error() is None]
         if self._stop_at is not None and msgs and msgs[-1].offset() >= self._stop_at:
             msgs = [m for m in msgs if m.offset() < self._stop_at]
-        if self._until_eof and self._stop_at is None:
+        if self._until_eof and self._stop_at is None and (msgs or at_eof):
             if msgs:
                 self._next = msgs[-1].offset() + 1
             self._learn_end(at_eof)
@@ -177,9 +177,10 @@ class _KafkaPartition(BarrierPartition[int]):
         if at_eof:
             self._stop_at = self._next
             return
-        # Known once a fetch response arrived (negative or 0 until then).
+        # Only after a fetch returned messages: before that the client may hold the answer of
+        # an offset query, which Tansu gets wrong (too low), and stopping there loses events.
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*self._tp), cached=True)
-        if high > 0:
+        if high >= self._next:
             self._stop_at = high
 
     def empty_batch(self) -> SourceBatch:

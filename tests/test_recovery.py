@@ -66,6 +66,7 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
     assert len(resumed) == 3 and sum(resumed) > 0, "the last execution resumes from the recovery store"
 
     final = read_latest(redis_client, namespace)
+    assert sum(final["positions"].values()) == len(lines), f"stopped early: {final['positions']}"
     assert ranking(final) == model.ranking(100)
     assert final["total_listeners"] == final["counted_users"] == model.counted_users
     assert final["dead_letters"] == model.dead_letters
