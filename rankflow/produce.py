@@ -11,13 +11,16 @@ acknowledged.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass
+from typing import Any
 
 import orjson
 from confluent_kafka import KafkaError
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from connectors.kafka import KafkaEndpoint, KafkaUnavailable, ensure_topic, reliable_producer
+from rankflow.generate import LogGenerator
 
 
 def user_key(line: bytes) -> bytes:
@@ -67,6 +70,27 @@ def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: 
         raise KafkaUnavailable(f"{len(errors) + remaining} messages not acknowledged by {endpoint.brokers}"
                                + (f": {errors[0]}" if errors else ""))
     return ProduceResult(sent, count)
+
+
+def produce_steady(brokers: str, topic: str, rate: int, users: int, songs: int, seed: int,
+                   stop: Any) -> None:
+    """Produce generated playback events at ``rate`` per second until ``stop`` is set.
+
+    ``stop`` is a threading or multiprocessing Event. Used by the demo and the API
+    benchmark to keep a live flow busy.
+    """
+    producer = reliable_producer(brokers)
+    start = time.perf_counter()
+    for n, line in enumerate(LogGenerator(users, songs, seed=seed).lines(10**12)):
+        if stop.is_set():
+            break
+        delay = start + n / rate - time.perf_counter()
+        if delay > 0:
+            time.sleep(delay)
+        producer.produce(topic, key=user_key(line), value=line)
+        if n % 100 == 0:
+            producer.poll(0)
+    producer.flush(10)
 
 
 def _progress(enabled: bool) -> Progress:

@@ -159,6 +159,18 @@ class LocalTansu(LocalService):
 SERVICES = {"redis": LocalRedis, "tansu": LocalTansu}
 
 
+def stop_processes(procs: list[subprocess.Popen], timeout: float = 20.0) -> None:
+    """Ctrl-C every process (they stop cleanly on SIGINT), then kill the ones that linger."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+    for proc in procs:
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rankflow.services", description=__doc__.split("\n")[0])
     p.add_argument("action", choices=["start", "stop"])

@@ -16,11 +16,9 @@ import json
 import random
 import re
 import shutil
-import signal
 import subprocess
 import sys
 import multiprocessing
-import multiprocessing.synchronize
 import tempfile
 import time
 from pathlib import Path
@@ -30,28 +28,10 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from connectors.kafka import ensure_topic, reliable_producer  # noqa: E402
+from connectors.kafka import ensure_topic  # noqa: E402
 from rankflow.bench.api_load import run_load  # noqa: E402
-from rankflow.generate import LogGenerator  # noqa: E402
-from rankflow.produce import user_key  # noqa: E402
-from rankflow.services import LocalRedis, LocalTansu, free_port  # noqa: E402
-
-
-def traffic(brokers: str, topic: str, rate: int, stop: "multiprocessing.synchronize.Event") -> None:
-    producer = reliable_producer(brokers)
-    lines = LogGenerator(50_000, 5_000, seed=3).lines(10**9)
-    start, n = time.perf_counter(), 0
-    for line in lines:
-        if stop.is_set():
-            break
-        delay = start + n / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        producer.produce(topic, key=user_key(line), value=line)
-        n += 1
-        if n % 500 == 0:
-            producer.poll(0)
-    producer.flush(10)
+from rankflow.produce import produce_steady  # noqa: E402
+from rankflow.services import LocalRedis, LocalTansu, free_port, stop_processes  # noqa: E402
 
 
 def server_p99_ms(base: str, route: str, before: dict[float, float]) -> tuple[float, dict[float, float]]:
@@ -103,8 +83,8 @@ def main() -> int:
                                        "--redis", rds.url], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
         # Its own process: in this one it would steal the load generator's time and
         # its stalls would be charged to the server.
-        feeder = multiprocessing.get_context("spawn").Process(target=traffic, args=(broker.url, topic, a.traffic, stop),
-                                                              daemon=True)
+        feeder = multiprocessing.get_context("spawn").Process(
+            target=produce_steady, args=(broker.url, topic, a.traffic, 50_000, 5_000, 3, stop), daemon=True)
         feeder.start()
         base = f"http://127.0.0.1:{port}"
         deadline = time.monotonic() + 60
@@ -148,13 +128,7 @@ def main() -> int:
         print(f"wrote {Path(a.out) / 'api.json'}")
     finally:
         stop.set()
-        for proc in procs:
-            proc.send_signal(signal.SIGINT)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs)
         broker.stop()
         rds.stop()
     return 0

@@ -23,24 +23,9 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from connectors.kafka import ensure_topic, reliable_producer  # noqa: E402
-from rankflow.generate import LogGenerator  # noqa: E402
-from rankflow.produce import user_key  # noqa: E402
-from rankflow.services import LocalRedis, LocalTansu, free_port  # noqa: E402
-
-
-def feed(brokers: str, topic: str, rate: int, users: int, songs: int, stop: threading.Event) -> None:
-    producer = reliable_producer(brokers)
-    start = time.perf_counter()
-    for n, line in enumerate(LogGenerator(users, songs, seed=int(start)).lines(10**12)):
-        if stop.is_set():
-            break
-        delay = start + n / rate - time.perf_counter()
-        if delay > 0:
-            time.sleep(delay)
-        producer.produce(topic, key=user_key(line), value=line)
-        producer.poll(0)
-    producer.flush(10)
+from connectors.kafka import ensure_topic  # noqa: E402
+from rankflow.produce import produce_steady  # noqa: E402
+from rankflow.services import LocalRedis, LocalTansu, free_port, stop_processes  # noqa: E402
 
 
 def main() -> int:
@@ -63,7 +48,8 @@ def main() -> int:
         procs.append(subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--host", "127.0.0.1",
                                        "--port", str(a.port), "--redis", rds.url,
                                        "--kafka", f"{broker.url}/{topic}"]))
-        threading.Thread(target=feed, args=(broker.url, topic, a.rate, a.users, a.songs, stop), daemon=True).start()
+        threading.Thread(target=produce_steady, args=(broker.url, topic, a.rate, a.users, a.songs,
+                                                      int(time.time()), stop), daemon=True).start()
         url = f"http://127.0.0.1:{a.port}/"
         for _ in range(300):
             try:
@@ -82,13 +68,7 @@ def main() -> int:
         return 0
     finally:
         stop.set()
-        for proc in procs:
-            proc.send_signal(signal.SIGINT)
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        stop_processes(procs)
         broker.stop()
         rds.stop()
 
