@@ -16,6 +16,7 @@ that the next batch opens a new epoch.
 
 from __future__ import annotations
 
+import threading
 from abc import abstractmethod
 from datetime import datetime, timedelta, timezone
 from typing import Generic, TypeVar
@@ -25,6 +26,10 @@ from bytewax.inputs import StatefulSourcePartition
 S = TypeVar("S")
 
 IDLE_POLL = timedelta(milliseconds=20)
+
+STOP = threading.Event()
+"""Set to end every source of this process at its next read: a graceful stop (Ctrl-C).
+The flow then closes its last barrier, publishes and flushes as at the end of input."""
 
 
 class SourceBatch:
@@ -95,6 +100,8 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
         if self._ended:
             raise StopIteration
         try:
+            if STOP.is_set():
+                raise StopIteration
             batch = self.read()
         except StopIteration:
             if not self._epoch_open:

@@ -155,8 +155,13 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     started = time.perf_counter()
     final = runner.run(opts)
+    stopped = runner.stopped_by_user()
     if final is not None:
-        print(f"done in {_summary(final, time.perf_counter() - started, opts.dead_letter)}", file=sys.stderr)
+        print(f"{'stopped' if stopped else 'done'} in {_summary(final, time.perf_counter() - started, opts.dead_letter)}",
+              file=sys.stderr)
+    if stopped:
+        print("rankflow: interrupted; stopped at a barrier, everything read so far is published", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -24,7 +24,9 @@ import logging
 import multiprocessing
 import multiprocessing.process
 import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from dataclasses import dataclass, replace
@@ -42,6 +44,7 @@ from bytewax.testing import cluster_main, run_main
 
 from connectors.jsonl import CHUNK_BYTES, JsonlDeadLetterSink, JsonlSource
 from connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
+from connectors.source_batch import STOP
 from connectors.redis_snapshots import (
     DEFAULT_NAMESPACE,
     DEFAULT_REDIS_URL,
@@ -210,9 +213,24 @@ def _flow(opts: RunOptions, token: int, generation: int, live: bool, source: Sou
     )
 
 
+def _stop_gracefully(signum: int, frame: Any) -> None:
+    """SIGINT handler of a running flow: the first Ctrl-C ends the sources.
+
+    The flow then finishes as at the end of its input: the last barrier closes, its
+    snapshot is published, dead letters are flushed, recovery state is written. A
+    second Ctrl-C aborts at once.
+    """
+    if STOP.is_set():
+        raise KeyboardInterrupt
+    log.warning("stopping at the next barrier (Ctrl-C again to abort)")
+    STOP.set()
+
+
 def _execute(flow: Dataflow, opts: RunOptions) -> None:
     interval = timedelta(milliseconds=opts.barrier_ms)
     recovery = recovery_config(opts.recovery_dir)
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = signal.signal(signal.SIGINT, _stop_gracefully) if in_main_thread else None
     try:
         if opts.addresses is not None:
             cluster_main(flow, opts.addresses, opts.process_id, epoch_interval=interval,
@@ -224,6 +242,9 @@ def _execute(flow: Dataflow, opts: RunOptions) -> None:
                          worker_count_per_proc=opts.workers)
     except Exception as exc:
         raise _explain(exc) from exc
+    finally:
+        if in_main_thread:
+            signal.signal(signal.SIGINT, previous)
 
 
 def run(opts: RunOptions) -> dict[str, Any] | None:
@@ -291,10 +312,17 @@ def _wait_all(children: list[multiprocessing.process.BaseProcess]) -> multiproce
     return next((c for c in children if c.exitcode != 0), None)
 
 
+def stopped_by_user() -> bool:
+    """True if Ctrl-C ended the run (gracefully) rather than the end of its input."""
+    return STOP.is_set()
+
+
 def _process_main(opts: RunOptions) -> None:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s %(name)s[{opts.process_id}]: %(message)s")
     try:
         run(opts)
+        if stopped_by_user():
+            sys.exit(130)
     except KeyboardInterrupt:
         sys.exit(130)
     except Exception as exc:  # noqa: BLE001 - reported, and the exit status tells the parent
