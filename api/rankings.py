@@ -34,6 +34,7 @@ router = APIRouter()
 
 STREAM_MIN_INTERVAL_S = 1.0
 KEEPALIVE_S = 15.0
+DISCONNECT_CHECK_S = 1.0  # a gone client is noticed within this, even when nothing changes
 
 
 def _json(body: Any, status: int = 200) -> Response:
@@ -138,6 +139,7 @@ async def ranking_events(request: Request, cache: SnapshotCache, k: int) -> Asyn
     sent: list[dict[str, Any]] | None = None
     sent_at = 0.0
     last_id = None
+    quiet_since = time.monotonic()
     while not await request.is_disconnected():
         snap = cache.snapshot
         if snap is not None and snap["snapshot_id"] != last_id:
@@ -151,8 +153,11 @@ async def ranking_events(request: Request, cache: SnapshotCache, k: int) -> Asyn
                 yield b"event: ranking\nid: %d\ndata: %s\n\n" % (snap["snapshot_id"], orjson.dumps(event))
                 sent, sent_at = snap["items"][:k], time.monotonic()
                 continue
-        if not await cache.wait_for_change(KEEPALIVE_S):
+        if await cache.wait_for_change(DISCONNECT_CHECK_S):
+            quiet_since = time.monotonic()
+        elif time.monotonic() - quiet_since >= KEEPALIVE_S:
             yield b": keepalive\n\n"
+            quiet_since = time.monotonic()
 
 
 @router.get("/rankings/stream", summary="Server-Sent Events: changes of the top K",

@@ -62,10 +62,13 @@ class SnapshotCache:
         if self._task is not None:
             self._task.cancel()
             try:
-                await self._task
-            except asyncio.CancelledError:
+                await asyncio.wait_for(self._task, 5)
+            except (asyncio.CancelledError, asyncio.TimeoutError):
                 pass
-        await self.client.aclose()
+        try:
+            await asyncio.wait_for(self.client.aclose(), 5)
+        except asyncio.TimeoutError:
+            log.warning("Redis connections did not close in time")
 
     async def _poll(self) -> None:
         while True:
