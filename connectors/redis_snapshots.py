@@ -124,6 +124,9 @@ local owner = KEYS[4]:gsub('{GEN}', generation)
 if token > tonumber(redis.call('GET', owner) or '0') then
   redis.call('SET', owner, token)
 end
+if ARGV[2] == '1' then
+  redis.call('DEL', (KEYS[5]:gsub('{GEN}', generation)))
+end
 joined = token .. ':' .. generation
 redis.call('SET', KEYS[1], joined, 'EX', ARGV[1])
 return joined
@@ -232,16 +235,21 @@ def acquire_run_token(client: redis.Redis, namespace: str) -> int:
     return token
 
 
-def join_run(client: redis.Redis, namespace: str, run_id: str, ttl_s: int = 86_400) -> tuple[int, int]:
+def join_run(client: redis.Redis, namespace: str, run_id: str, fresh: bool = False,
+             ttl_s: int = 86_400) -> tuple[int, int]:
     """The token and generation of run ``run_id``, taking them if this is its first process.
 
     Every process of a multi-process run calls this with the same ``run_id``: the
     first one takes a new token and claims the current generation for it, the others
-    get the same answer, so they publish as one run.
+    get the same answer, so they publish as one run. A ``fresh`` run (one that does
+    not resume from recovery state) starts its input over on purpose, so it also
+    forgets the generation's published positions: "never back in time" holds within
+    one lineage of state, and a new computation replaces the old one.
     """
     keys = Keys(namespace)
-    owner_pattern = f"{keys.tag}:g{{GEN}}:owner"
-    joined = client.eval(JOIN_LUA, 4, f"{keys.tag}:run:{run_id}", keys.runs, keys.generation, owner_pattern, ttl_s)
+    pattern = f"{keys.tag}:g{{GEN}}"
+    joined = client.eval(JOIN_LUA, 5, f"{keys.tag}:run:{run_id}", keys.runs, keys.generation,
+                         f"{pattern}:owner", f"{pattern}:positions", ttl_s, "1" if fresh else "0")
     token, generation = joined.decode().split(":")
     return int(token), int(generation)
 

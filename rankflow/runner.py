@@ -165,6 +165,11 @@ def make_dead_letter_sink(uri: str) -> Sink:
     raise UsageError(f"unknown dead-letter kind {kind!r}: use jsonl:PATH or kafka:HOST:PORT/TOPIC")
 
 
+def resumes_from_recovery(recovery_dir: str | None) -> bool:
+    """Whether a run will start from stored state (else it starts its input over)."""
+    return recovery_dir is not None and any(Path(recovery_dir).glob("part-*.sqlite3"))
+
+
 def recovery_config(recovery_dir: str | None) -> RecoveryConfig | None:
     """Bytewax recovery in ``recovery_dir``, creating its partitions the first time."""
     if recovery_dir is None:
@@ -258,7 +263,8 @@ def run(opts: RunOptions) -> dict[str, Any] | None:
     source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
     client = _redis(opts.redis_url)
     try:
-        token, generation = join_run(client, opts.namespace, opts.run_id or uuid.uuid4().hex)
+        token, generation = join_run(client, opts.namespace, opts.run_id or uuid.uuid4().hex,
+                                     fresh=not resumes_from_recovery(opts.recovery_dir))
         flow = _flow(opts, token, generation, live=True, source=source)
         log.info("run %s owns generation %s of namespace %r", token, generation, opts.namespace)
         _execute(flow, opts)

@@ -67,6 +67,21 @@ def test_run_then_top(tmp_path, redis_url, namespace):
         assert r.returncode == 2 and "between 1 and K_max (20)" in r.stderr
 
 
+def test_a_new_run_replaces_the_ranking_of_a_longer_earlier_log(tmp_path, redis_url, namespace):
+    from tests.events import ev
+
+    log, dead = tmp_path / "events.jsonl", f"jsonl:{tmp_path / 'dl.jsonl'}"
+    log.write_bytes(b"".join(ev(f"u{i}", f"p{i}", "song_old", "START", 1) + b"\n" for i in range(20)))
+    assert cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url, "--namespace", namespace,
+               "--dead-letter", dead).returncode == 0
+    log.write_bytes(ev("u1", "p1", "song_new", "START", 1) + b"\n")  # a new, shorter log at the same path
+    assert cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url, "--namespace", namespace,
+               "--dead-letter", dead).returncode == 0
+    view = orjson.loads(cli("top", "--json", "--redis", redis_url, "--namespace", namespace).stdout)
+    assert [(i["song_id"], i["listeners"]) for i in view["items"]] == [("song_new", 1)]
+    assert view["positions"] == {str(log): 1}
+
+
 def test_clear_errors(tmp_path, redis_url, namespace):
     r = cli("top", "--redis", redis_url, "--namespace", namespace)
     assert r.returncode == 1 and "no usable ranking" in r.stderr
