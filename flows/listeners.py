@@ -64,7 +64,7 @@ def build_flow(
     parsed = op.map("parse", stamped, parse_batch)
 
     events = op.flat_map("user_events", parsed, ParsedBatch.keyed_events)
-    decisions = op.stateful_batch("users", events, UserLogic.builder())
+    decisions = op.stateful_batch("users", events, UserLogic.builder(recoverable))
     deltas = op.flat_map_batch("net_song_deltas", decisions,
                                partial(combine_song_deltas, partitions=song_partitions))
     ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=song_partitions))

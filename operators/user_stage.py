@@ -9,8 +9,10 @@ Contract:
   ordinary counter; see ``operators.routing``), with the number of salts in use when
   it was chosen (the routing version). A user whose events never created a record
   (only heartbeats) is discarded at once; records are otherwise kept forever, as
-  SEMANTICS.md section 2 requires. The snapshot is the immutable state itself, so
-  snapshots stay cheap at millions of keys.
+  SEMANTICS.md section 2 requires. With recovery, the snapshot is a flat 6-tuple:
+  pickling it is ten times cheaper than the named tuples (measured 0.3 us vs 3.1 us,
+  48 vs 120 bytes), and it is written for every user touched in every epoch. Without
+  recovery nobody reads snapshots, so none is built.
 * **Output**, still keyed by ``user_id``: a list of the
   :data:`operators.routing.SongDelta` the rules accepted in the batch (one item, since
   the runtime's cost is per item), and a ``DeadLetter`` for every conflict.
@@ -47,17 +49,21 @@ METRICS.verdicts = VERDICTS
 _state = tuple.__new__  # builds a UserState without NamedTuple's Python-level __new__
 
 
-class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserState | None]):
-    __slots__ = ("state", "hot", "tally")
+Snapshot = tuple[int, str, str, bool, int, int]  # (version, playback_id, song_id, playing, salt, salts)
 
-    def __init__(self, state: UserState | None, hot: HotSongs) -> None:
-        self.state = state
+
+class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, Snapshot | None]):
+    __slots__ = ("state", "hot", "tally", "recoverable")
+
+    def __init__(self, resume: Snapshot | None, hot: HotSongs, recoverable: bool) -> None:
+        self.state = None if resume is None else UserState(UserRecord(*resume[:4]), resume[4], resume[5])
         self.hot = hot
         self.tally = VERDICTS
+        self.recoverable = recoverable
 
     @classmethod
-    def builder(cls, hot: HotSongs = HOT_SONGS) -> Callable[[UserState | None], "UserLogic"]:
-        return lambda resume: cls(resume, hot)
+    def builder(cls, recoverable: bool = False, hot: HotSongs = HOT_SONGS) -> Callable[[Snapshot | None], "UserLogic"]:
+        return lambda resume: cls(resume, hot, recoverable)
 
     def on_batch(self, events: list[PlaybackEvent]) -> tuple[list[Decision], bool]:
         out: list[Decision] = []
@@ -85,8 +91,11 @@ class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, UserState | None]):
             out.append(deltas)  # one item for all of the batch's changes: fewer items for the runtime
         return out, state is None  # True discards: nothing to remember
 
-    def snapshot(self) -> UserState | None:
-        return self.state
+    def snapshot(self) -> Snapshot | None:
+        state = self.state
+        if state is None or not self.recoverable:
+            return None
+        return (*state.record, state.salt, state.salts)
 
 
 def select_conflicts(items: list[tuple[str, Decision]]) -> list[tuple[str, DeadLetter]]:
