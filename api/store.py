@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from typing import Any
 
 import orjson
@@ -41,7 +40,6 @@ class SnapshotCache:
         self.snapshot: dict[str, Any] | None = None
         self.fresh = False  # the cached snapshot is Redis's current one
         self.problem: str | None = "not read yet"
-        self.checked_at = 0.0
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._songs: dict[str, dict[str, Any] | None] = {}  # answers for the cached snapshot id
@@ -92,7 +90,6 @@ class SnapshotCache:
                     self._store(snapshot)
                     if songs is not None:
                         self._songs, self._songs_id = songs, snapshot["snapshot_id"]
-            self.checked_at = time.time()
         except (redis.RedisError, OSError) as exc:
             self._lost(f"cannot reach Redis: {exc}")
 

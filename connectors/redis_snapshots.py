@@ -228,13 +228,6 @@ def claim_generation(client: redis.Redis, namespace: str, generation: int, token
     client.eval(CLAIM_LUA, 1, keys.owner, token)
 
 
-def acquire_run_token(client: redis.Redis, namespace: str) -> int:
-    """Take the current generation for a live run; returns the run's token."""
-    token = new_run_token(client, namespace)
-    claim_generation(client, namespace, current_generation(client, namespace), token)
-    return token
-
-
 def join_run(client: redis.Redis, namespace: str, run_id: str, fresh: bool = False,
              ttl_s: int = 86_400) -> tuple[int, int]:
     """The token and generation of run ``run_id``, taking them if this is its first process.

@@ -73,24 +73,36 @@ def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: 
 
 
 def produce_steady(brokers: str, topic: str, rate: int, users: int, songs: int, seed: int,
-                   stop: Any) -> None:
-    """Produce generated playback events at ``rate`` per second until ``stop`` is set.
+                   stop: Any = None, count: int = 10**12, sample_every: int = 0) -> dict[tuple[int, int], float]:
+    """Produce generated playback events at ``rate`` per second.
 
-    ``stop`` is a threading or multiprocessing Event. Used by the demo and the API
-    benchmark to keep a live flow busy.
+    Stops after ``count`` events or when ``stop`` (a threading or multiprocessing
+    Event) is set. Keeps the demo and the API benchmark busy, and drives the freshness
+    benchmark: with ``sample_every``, returns ``(partition, offset) -> send time`` of
+    every n-th event the broker acknowledged.
     """
-    producer = reliable_producer(brokers)
+    producer = reliable_producer(brokers, **{"linger.ms": 2})
+    producer.list_topics(topic, timeout=10)  # connect and learn the partitions before the clock starts
+    sent: dict[tuple[int, int], float] = {}
+
+    def delivered(err: KafkaError | None, msg: Any, at: float, n: int) -> None:
+        if err is None and sample_every and n % sample_every == 0:
+            sent[(msg.partition(), msg.offset())] = at
+
     start = time.perf_counter()
-    for n, line in enumerate(LogGenerator(users, songs, seed=seed).lines(10**12)):
-        if stop.is_set():
+    for n, line in enumerate(LogGenerator(users, songs, seed=seed).lines(count)):
+        if stop is not None and stop.is_set():
             break
         delay = start + n / rate - time.perf_counter()
         if delay > 0:
             time.sleep(delay)
-        producer.produce(topic, key=user_key(line), value=line)
+        at = time.time()
+        producer.produce(topic, key=user_key(line), value=line,
+                         on_delivery=lambda e, m, at=at, n=n: delivered(e, m, at, n))
         if n % 100 == 0:
             producer.poll(0)
-    producer.flush(10)
+    producer.flush(60)
+    return sent
 
 
 def _progress(enabled: bool) -> Progress:

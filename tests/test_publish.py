@@ -3,6 +3,8 @@ a rebuild's switch is atomic, and a Redis that lost its data is re-established."
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
 
 from connectors.redis_snapshots import (
@@ -11,7 +13,7 @@ from connectors.redis_snapshots import (
     GenerationSwitched,
     Keys,
     Publisher,
-    acquire_run_token,
+    join_run,
     claim_generation,
     new_run_token,
     read_history,
@@ -29,7 +31,7 @@ def snap(run: int, epoch: int, position: int | None = None, items=(("a", 2),), c
 
 
 def test_ids_only_grow(redis_client, redis_url, namespace):
-    token = acquire_run_token(redis_client, namespace)
+    token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
     pub = Publisher(redis_url, namespace, token)
     assert pub.publish(snap(token, 5)) == 1
     assert pub.publish(snap(token, 5)) == 0  # a retry of the same snapshot
@@ -40,9 +42,9 @@ def test_ids_only_grow(redis_client, redis_url, namespace):
 
 
 def test_positions_never_go_back(redis_client, redis_url, namespace):
-    first = acquire_run_token(redis_client, namespace)
+    first = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
     assert Publisher(redis_url, namespace, first).publish(snap(first, 9, position=900)) == 1
-    restarted = acquire_run_token(redis_client, namespace)  # e.g. resumed from an older barrier
+    restarted = join_run(redis_client, namespace, uuid.uuid4().hex)[0]  # e.g. resumed from an older barrier
     pub = Publisher(redis_url, namespace, restarted)
     assert pub.publish(snap(restarted, 7, position=700)) == -1
     assert read_latest(redis_client, namespace)["positions"] == {"f": 900}
@@ -51,10 +53,10 @@ def test_positions_never_go_back(redis_client, redis_url, namespace):
 
 
 def test_a_newer_run_fences_the_older(redis_client, redis_url, namespace):
-    old_token = acquire_run_token(redis_client, namespace)
+    old_token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
     old = Publisher(redis_url, namespace, old_token)
     assert old.publish(snap(old_token, 100)) == 1
-    new_token = acquire_run_token(redis_client, namespace)
+    new_token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
     new = Publisher(redis_url, namespace, new_token)
     with pytest.raises(FencedError, match=f"current owner is run {new_token}"):
         old.publish(snap(old_token, 101))
@@ -63,7 +65,7 @@ def test_a_newer_run_fences_the_older(redis_client, redis_url, namespace):
 
 
 def test_rebuild_generation_is_invisible_until_the_switch(redis_client, redis_url, namespace):
-    live_token = acquire_run_token(redis_client, namespace)
+    live_token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
     live = Publisher(redis_url, namespace, live_token)
     assert live.publish(snap(live_token, 1, items=(("live", 1),))) == 1
     build_token = new_run_token(redis_client, namespace)
@@ -82,7 +84,7 @@ def test_rebuild_generation_is_invisible_until_the_switch(redis_client, redis_ur
 
 
 def test_redis_losing_its_data_is_repaired_by_the_next_publish(redis_client, redis_url, namespace):
-    token = acquire_run_token(redis_client, namespace)
+    token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
     pub = Publisher(redis_url, namespace, token)
     assert pub.publish(snap(token, 1)) == 1
     redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost this namespace
@@ -92,7 +94,7 @@ def test_redis_losing_its_data_is_repaired_by_the_next_publish(redis_client, red
 
 
 def test_the_full_count_table_follows_changes_and_survives_redis_loss(redis_client, redis_url, namespace):
-    token = acquire_run_token(redis_client, namespace)
+    token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
     pub = Publisher(redis_url, namespace, token)
     assert pub.publish(snap(token, 1, counts={"a": 2, "b": 1, "c": 1}, full=True)) == 1
     assert pub.publish(snap(token, 2, counts={"b": 0, "c": 4})) == 1

@@ -36,12 +36,11 @@ from typing import Any
 
 import orjson
 import redis
-from confluent_kafka import KafkaError, Message
 
-from connectors.kafka import KafkaEndpoint, ensure_topic, reliable_producer
+from connectors.kafka import KafkaEndpoint, ensure_topic
 from connectors.redis_snapshots import read_history, read_latest
-from rankflow.generate import LogGenerator, generate
-from rankflow.produce import produce_file, user_key
+from rankflow.generate import generate
+from rankflow.produce import produce_file, produce_steady
 from rankflow.services import LocalRedis, LocalTansu, free_port
 
 TARGET_RATIO = 2.0
@@ -151,32 +150,8 @@ class Bench:
         """Produce at ``cfg.rate``/s for ``cfg.steady_s``; return sampled (partition, offset) -> send time."""
         cfg = self.cfg
         ensure_topic(self.broker.url, topic, cfg.partitions)
-        producer = reliable_producer(self.broker.url, **{"linger.ms": 2})
-        producer.list_topics(topic, timeout=10)  # connect and learn the partitions before the clock starts
-        gen = LogGenerator(cfg.users, cfg.songs, seed=cfg.seed + 1)
-        lines = gen.lines(int(cfg.rate * cfg.steady_s))
-        sent: dict[tuple[int, int], float] = {}
-        counter = itertools.count()
-
-        def delivered(err: KafkaError | None, msg: Message, at: float, n: int) -> None:
-            if err is None and n % sample_every == 0:
-                sent[(msg.partition(), msg.offset())] = at
-
-        start = time.perf_counter()
-        for n, line in enumerate(lines):
-            due = start + n / cfg.rate
-            delay = due - time.perf_counter()
-            if delay > 0:
-                time.sleep(delay)
-            at = time.time()
-            key = user_key(line)
-            i = next(counter)
-            producer.produce(topic, key=key, value=line,
-                             on_delivery=lambda e, m, at=at, i=i: delivered(e, m, at, i))
-            if n % 500 == 0:
-                producer.poll(0)
-        producer.flush(60)
-        return sent
+        return produce_steady(self.broker.url, topic, cfg.rate, cfg.users, cfg.songs, cfg.seed + 1,
+                              count=int(cfg.rate * cfg.steady_s), sample_every=sample_every)
 
     def freshness(self, result: BenchResult) -> None:
         cfg = self.cfg
