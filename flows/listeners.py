@@ -6,8 +6,10 @@ step                 keyed by          what it does
 input                (source part.)    one ``SourceBatch`` per batch of raw records
 stamp_epoch                            the batch learns its epoch: its barrier
 parse                                  validates each record once (SEMANTICS.md 1)
+user_events          ``user_id``       a batch's events, one item per user shard
+                     (shard or user)   (or per user with ``user_shards=0``)
 users                ``user_id``       the counting rules (SEMANTICS.md 3): song
-                                       changes, and conflicts for the dead letters
+                     (shard or user)   changes, and conflicts for the dead letters
 net_song_deltas                        sums changes per song, routes them to song
                                        partitions (and hot songs to partials)
 barrier_ticks        song partition    one per partition per source batch
@@ -39,7 +41,7 @@ from operators.merger import MERGER_KEY, MergerLogic
 from operators.parse import ParsedBatch, parse_batch, stamp_epoch
 from operators.routing import combine_song_deltas
 from operators.song_counter import SongCounterLogic
-from operators.user_stage import UserLogic, select_conflicts
+from operators.user_stage import ShardRouter, UserLogic, UserShardLogic, select_conflicts
 
 
 def build_flow(
@@ -50,21 +52,33 @@ def build_flow(
     song_partitions: int,
     k_max: int,
     run_token: int,
+    user_shards: int = 0,
     recoverable: bool = False,
     flow_id: str = "listeners",
 ) -> Dataflow:
-    """The listener-count dataflow; see the module docstring for its shape."""
+    """The listener-count dataflow; see the module docstring for its shape.
+
+    ``user_shards``: 0 keys the user stage by ``user_id`` itself, N > 0 by one of N
+    shards of users (see ``operators.user_stage`` for the trade-off).
+    """
     if song_partitions < 1:
         raise ValueError("song_partitions must be >= 1")
     if k_max < 1:
         raise ValueError("k_max must be >= 1")
+    if user_shards < 0:
+        raise ValueError("user_shards must be >= 0")
     flow = Dataflow(flow_id)
     batches = op.input("input", flow, source)
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
     parsed = op.map("parse", stamped, parse_batch)
 
-    events = op.flat_map("user_events", parsed, ParsedBatch.keyed_events)
-    decisions = op.stateful_batch("users", events, UserLogic.builder(recoverable))
+    if user_shards:
+        route = ShardRouter(user_shards)
+        events = op.flat_map("user_events", parsed, lambda batch: route(batch.events))
+        decisions = op.stateful_batch("users", events, UserShardLogic.builder(recoverable))
+    else:
+        events = op.flat_map("user_events", parsed, ParsedBatch.keyed_events)
+        decisions = op.stateful_batch("users", events, UserLogic.builder(recoverable))
     deltas = op.flat_map_batch("net_song_deltas", decisions,
                                partial(combine_song_deltas, partitions=song_partitions))
     ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=song_partitions))

@@ -58,6 +58,10 @@ def _add_flow_options(p: argparse.ArgumentParser) -> None:
                    help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
     p.add_argument("--recovery-dir", metavar="DIR",
                    help="keep state and input positions here at every barrier and resume from them")
+    p.add_argument("--user-shards", type=int, metavar="N",
+                   help="key the user stage by N shards of users (fast), or 0 for one key per user "
+                        "(recovery writes only changed users); default: "
+                        f"{runner.DEFAULT_USER_SHARDS}, or 0 with --recovery-dir")
     p.add_argument("--hot-threshold", type=float, default=20_000, metavar="N",
                    help="split a song whose changes pass N per second (per process) into partial "
                         "counters; 0 never splits (default: %(default)s)")
@@ -141,7 +145,7 @@ def _run_options(args: argparse.Namespace) -> runner.RunOptions:
         input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
-        hot_threshold=args.hot_threshold, hot_salts=args.hot_salts,
+        hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
     )
 
 

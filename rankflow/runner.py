@@ -33,8 +33,10 @@ from dataclasses import dataclass, replace
 from datetime import timedelta
 from typing import Any
 
-import redis
 from pathlib import Path
+
+import orjson
+import redis
 
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
@@ -71,6 +73,8 @@ log = logging.getLogger("rankflow.run")
 
 DEFAULT_DEAD_LETTER = "jsonl:dead-letters.jsonl"
 RECOVERY_PARTITIONS = 2
+LAYOUT_FILE = "rankflow-layout.json"
+DEFAULT_USER_SHARDS = 64
 
 
 class UsageError(ValueError):
@@ -98,6 +102,7 @@ class RunOptions:
     barrier_ms: int = 250
     read_chunk_bytes: int = CHUNK_BYTES  # how much a JSONL partition reads per batch
     recovery_dir: str | None = None
+    user_shards: int | None = None  # None: DEFAULT_USER_SHARDS, or 0 (a key per user) with recovery
     hot_threshold: float = 20_000.0  # changes/s of one song (per process) that split it; 0 never splits
     hot_salts: int = 4  # partial counters of a split song
     hot_window_s: float = 1.0  # how often the hot-song set is updated
@@ -107,7 +112,16 @@ class RunOptions:
     run_id: str | None = None  # shared by the processes of one run (see join_run)
     metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
 
+    @property
+    def shards(self) -> int:
+        """User shards of the user stage (0: one key per user); see ``operators.user_stage``."""
+        if self.user_shards is not None:
+            return self.user_shards
+        return 0 if self.recovery_dir is not None else DEFAULT_USER_SHARDS
+
     def check(self) -> None:
+        if self.user_shards is not None and self.user_shards < 0:
+            raise UsageError("--user-shards must be >= 0")
         for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes", "hot_salts"):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
@@ -170,14 +184,29 @@ def resumes_from_recovery(recovery_dir: str | None) -> bool:
     return recovery_dir is not None and any(Path(recovery_dir).glob("part-*.sqlite3"))
 
 
-def recovery_config(recovery_dir: str | None) -> RecoveryConfig | None:
-    """Bytewax recovery in ``recovery_dir``, creating its partitions the first time."""
-    if recovery_dir is None:
+def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
+    """Bytewax recovery in ``opts.recovery_dir``, creating its partitions the first time.
+
+    State is stored under the keys of the flow's layout (song partitions, user
+    shards), so a resume with another layout would look for it under other keys
+    and count wrong. The layout is written next to the partitions and a resume
+    with a different one is refused.
+    """
+    if opts.recovery_dir is None:
         return None
-    path = Path(recovery_dir)
+    path = Path(opts.recovery_dir)
     path.mkdir(parents=True, exist_ok=True)
+    layout = {"song_partitions": opts.song_partitions, "user_shards": opts.shards}
+    layout_file = path / LAYOUT_FILE
     if not any(path.glob("part-*.sqlite3")):
         init_db_dir(path, RECOVERY_PARTITIONS)
+    elif layout_file.exists():
+        stored = orjson.loads(layout_file.read_bytes())
+        if stored != layout:
+            wanted = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in stored.items())
+            raise UsageError(f"{path} holds state of a run with {wanted}: resume with the same options, "
+                             "or start over in an empty --recovery-dir")
+    layout_file.write_bytes(orjson.dumps(layout))
     return RecoveryConfig(str(path))
 
 
@@ -213,6 +242,7 @@ def _flow(opts: RunOptions, token: int, generation: int, live: bool, source: Sou
         RedisSnapshotSink(opts.redis_url, opts.namespace, token, generation, live),
         song_partitions=opts.song_partitions,
         k_max=opts.k_max,
+        user_shards=opts.shards,
         run_token=token,
         recoverable=opts.recovery_dir is not None,
     )
@@ -233,7 +263,7 @@ def _stop_gracefully(signum: int, frame: Any) -> None:
 
 def _execute(flow: Dataflow, opts: RunOptions) -> None:
     interval = timedelta(milliseconds=opts.barrier_ms)
-    recovery = recovery_config(opts.recovery_dir)
+    recovery = recovery_config(opts)
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, _stop_gracefully) if in_main_thread else None
     try:

@@ -41,6 +41,8 @@ invalid_line = st.one_of(
     }).map(lambda d: json.dumps(d).encode()),  # stdlib: orjson refuses ints beyond 64 bits
 )
 
+SHARDS = st.sampled_from([0, 1, 2, 64])  # user stage keyed per user, or by shards of users
+
 log_lines = st.lists(st.one_of(valid_event, valid_event, valid_event, invalid_line), max_size=80)
 
 
@@ -57,18 +59,19 @@ def check_against_model(out: dict, lines: list[bytes], path: str, k_max: int) ->
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=log_lines, partitions=st.integers(1, 5), k_max=st.integers(1, 6))
-def test_random_logs_equal_the_model(flow, lines, partitions, k_max):
+@given(lines=log_lines, partitions=st.integers(1, 5), k_max=st.integers(1, 6), shards=SHARDS)
+def test_random_logs_equal_the_model(flow, lines, partitions, k_max, shards):
     path = flow.write_log(lines)
-    out = flow.run(path, song_partitions=partitions, k_max=k_max)
+    out = flow.run(path, song_partitions=partitions, k_max=k_max, user_shards=shards)
     check_against_model(out, lines, path, k_max)
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=log_lines.filter(lambda ls: len(ls) > 20), partitions=st.integers(1, 4))
-def test_every_snapshot_is_the_model_at_its_positions(flow, lines, partitions):
+@given(lines=log_lines.filter(lambda ls: len(ls) > 20), partitions=st.integers(1, 4), shards=SHARDS)
+def test_every_snapshot_is_the_model_at_its_positions(flow, lines, partitions, shards):
     path = flow.write_log(lines)
-    out = flow.run(path, song_partitions=partitions, k_max=10, barrier_ms=1, read_chunk_bytes=64)
+    out = flow.run(path, song_partitions=partitions, k_max=10, barrier_ms=1, read_chunk_bytes=64,
+                   user_shards=shards)
     check_against_model(out, lines, path, 10)
     previous_id, previous_pos = 0, 0
     for snap in out["history"]:

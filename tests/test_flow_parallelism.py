@@ -1,5 +1,5 @@
-"""The same log gives the same results whatever the workers and song partitions,
-and every snapshot of a run with many switches is a consistent cut."""
+"""The same log gives the same results whatever the workers, song partitions and
+user shards, and every snapshot of a run with many switches is a consistent cut."""
 
 from __future__ import annotations
 
@@ -29,9 +29,11 @@ def model(generated_log: str) -> Model:
     return m
 
 
-@pytest.mark.parametrize("workers,partitions", [(1, 1), (1, 4), (1, 16), (2, 1), (2, 4), (2, 16)])
-def test_workers_and_partitions_do_not_change_results(flow, generated_log, model, workers, partitions):
-    out = flow.run(generated_log, workers=workers, song_partitions=partitions)
+@pytest.mark.parametrize("workers,partitions,shards", [
+    (1, 1, 0), (1, 4, 64), (1, 16, 1), (2, 1, 64), (2, 4, 0), (2, 16, 7)])
+def test_workers_partitions_and_shards_do_not_change_results(flow, generated_log, model, workers, partitions,
+                                                               shards):
+    out = flow.run(generated_log, workers=workers, song_partitions=partitions, user_shards=shards)
     final = out["final"]
     assert ranking(final) == model.ranking(100)
     assert final["total_listeners"] == final["counted_users"] == model.counted_users
@@ -44,12 +46,14 @@ def test_workers_and_partitions_do_not_change_results(flow, generated_log, model
     assert b"\n".join(out["dead_letters"]) == baseline.read_bytes(), "dead letters differ between runs"
 
 
-def test_invariant_holds_in_every_snapshot_of_a_run_with_many_switches(flow, tmp_path):
+@pytest.mark.parametrize("shards", [0, 64])
+def test_invariant_holds_in_every_snapshot_of_a_run_with_many_switches(flow, tmp_path, shards):
     path = tmp_path / "switches.jsonl"
     generate(users=300, songs=40, events=20_000, seed=11, out=path,
              chaos=Chaos(duplicate=0.05, late=0.1, stop_before_start=0.05, old_device=0.02, conflict=0.01))
     lines = read_lines(str(path))
-    out = flow.run(str(path), workers=2, song_partitions=4, k_max=20, barrier_ms=2, read_chunk_bytes=4096)
+    out = flow.run(str(path), workers=2, song_partitions=4, k_max=20, barrier_ms=2, read_chunk_bytes=4096,
+                   user_shards=shards)
     history = out["history"]
     assert len(history) >= 20, "the run should publish many snapshots"
     model, applied = Model(), 0

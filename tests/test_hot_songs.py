@@ -5,11 +5,12 @@ from __future__ import annotations
 import random
 
 import orjson
+import pytest
 from hypothesis import HealthCheck, given, settings
 
 from tests.events import ranking
 from tests.model import Model
-from tests.test_flow_matches_model import check_against_model, log_lines
+from tests.test_flow_matches_model import SHARDS, check_against_model, log_lines
 
 
 def hot_log(n_events: int, seed: int) -> list[bytes]:
@@ -35,11 +36,12 @@ def hot_log(n_events: int, seed: int) -> list[bytes]:
     return lines
 
 
-def test_a_song_with_half_the_traffic_is_split_and_exact(flow):
+@pytest.mark.parametrize("shards", [0, 64])
+def test_a_song_with_half_the_traffic_is_split_and_exact(flow, shards):
     lines = hot_log(40_000, seed=3)
     path = flow.write_log(lines)
     out = flow.run(path, workers=2, song_partitions=8, k_max=20, barrier_ms=5, read_chunk_bytes=8192,
-                   hot_threshold=2000, hot_salts=4, hot_window_s=0.02)
+                   hot_threshold=2000, hot_salts=4, hot_window_s=0.02, user_shards=shards)
     final = out["final"]
     assert final["split_songs"] == ["the_hit"]
     assert [i["song_id"] for i in final["items"]].count("the_hit") == 1, "a split song appears once"
@@ -58,9 +60,9 @@ def test_a_song_with_half_the_traffic_is_split_and_exact(flow):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=log_lines)
-def test_random_logs_with_every_song_split_equal_the_model(flow, lines):
+@given(lines=log_lines, shards=SHARDS)
+def test_random_logs_with_every_song_split_equal_the_model(flow, lines, shards):
     path = flow.write_log(lines)
     out = flow.run(path, song_partitions=3, k_max=6, barrier_ms=1, read_chunk_bytes=64,
-                   hot_threshold=1e-9, hot_salts=3, hot_window_s=0.0)
+                   hot_threshold=1e-9, hot_salts=3, hot_window_s=0.0, user_shards=shards)
     check_against_model(out, lines, path, 6)

@@ -15,13 +15,15 @@ import sys
 import time
 
 import orjson
+import pytest
 import redis
 
 from connectors.redis_snapshots import read_counts, read_history, read_latest
 from rankflow.generate import Chaos, generate
 from rankflow.produce import produce_file
 from connectors.kafka import KafkaEndpoint
-from tests.events import ranking
+from rankflow.runner import UsageError
+from tests.events import ev, ranking
 from tests.model import model_of_lines, read_lines
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
@@ -32,7 +34,9 @@ def progress(client: redis.Redis, namespace: str) -> int:
     return sum(snap["positions"].values()) if snap else -1
 
 
-def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, redis_url, redis_client, namespace):
+@pytest.mark.parametrize("shards", ["0", "8"])  # one key per user (the default with recovery), or 8 shards
+def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, redis_url, redis_client, namespace,
+                                              shards):
     log = tmp_path / "events.jsonl"
     generate(users=5_000, songs=200, events=120_000, seed=23, out=log,
              chaos=Chaos(duplicate=0.05, late=0.05, stop_before_start=0.03, old_device=0.02, conflict=0.005))
@@ -43,7 +47,8 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
     dead = tmp_path / "dead.jsonl"
     command = [*RANKFLOW, "run", "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof",
                "--redis", redis_url, "--namespace", namespace, "--dead-letter", f"jsonl:{dead}",
-               "--recovery-dir", str(tmp_path / "recovery"), "--barrier-ms", "50", "--song-partitions", "4"]
+               "--recovery-dir", str(tmp_path / "recovery"), "--barrier-ms", "50", "--song-partitions", "4",
+               "--user-shards", shards]
     rng = random.Random(4)
     kills = 0
     for _ in range(4):
@@ -84,3 +89,16 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
         for part, offset in snap["positions"].items():
             assert offset >= seen.get(part, 0), "a published snapshot went back in time"
             seen[part] = offset
+
+
+def test_a_resume_with_another_layout_is_refused(flow, tmp_path):
+    """Stored state is keyed by user shard and song partition: another layout would miscount."""
+    path = flow.write_log([ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1)])
+    recovery = str(tmp_path / "recovery")
+    first = flow.run(path, recovery_dir=recovery, user_shards=4, song_partitions=2)
+    with pytest.raises(UsageError, match="--song-partitions 2 --user-shards 4"):
+        flow.run(path, recovery_dir=recovery, user_shards=8, song_partitions=2)
+    with pytest.raises(UsageError, match="--song-partitions 2 --user-shards 4"):
+        flow.run(path, recovery_dir=recovery, user_shards=4)
+    again = flow.run(path, recovery_dir=recovery, user_shards=4, song_partitions=2, namespace=first["namespace"])
+    assert ranking(again["final"]) == [("song_b", 1), ("song_a", 1)]
