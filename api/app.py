@@ -81,10 +81,13 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/metrics", summary="Prometheus metrics of this service")
     async def prometheus(request: Request) -> Response:
         body = generate_latest(metrics.registry)
-        reads = request.app.state.cache.song_reads
-        body += b"# HELP rankflow_api_song_reads_total Where GET /songs answers came from\n"
-        body += b"# TYPE rankflow_api_song_reads_total counter\n"
-        body += b"".join(b'rankflow_api_song_reads_total{source="%s"} %d\n' % (k.encode(), v) for k, v in reads.items())
+        cache = request.app.state.cache
+        body += (b"# HELP rankflow_api_table_loads_total Whole count tables read from Redis (else changes)\n"
+                 b"# TYPE rankflow_api_table_loads_total counter\n"
+                 b"rankflow_api_table_loads_total %d\n"
+                 b"# HELP rankflow_api_table_songs Songs with listeners in this process's count table\n"
+                 b"# TYPE rankflow_api_table_songs gauge\n"
+                 b"rankflow_api_table_songs %d\n") % (cache.table_loads, cache.table.active_songs)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(ingest.router)

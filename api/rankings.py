@@ -8,8 +8,9 @@ Contract:
   Redis has no usable ranking: ``503`` with the reason and, if this process has seen
   one, the last ranking marked ``stale: true`` with its age.
 * ``GET /songs/{song_id}`` -> ``{snapshot_id, song_id, listeners, rank}`` in the latest
-  snapshot (the full count table is published with it, atomically); ``404`` when the
-  song has no listeners.
+  snapshot (the full count table is published with it, atomically, and this process
+  follows it in memory); ``404`` when the song has no listeners. While Redis has no
+  usable ranking: ``503`` with the reason and the last answer seen, marked ``stale``.
 * ``GET /rankings/stream?k=K`` -> Server-Sent Events. The first ``ranking`` event
   carries the whole top K; later ones only the ranks whose song or count changed
   (``changed``), the songs that left (``removed``) and the list's ``size``, with the
@@ -107,13 +108,12 @@ async def get_rankings(request: Request, k: int = Query(10, description="how man
 
 @router.get("/songs/{song_id}", summary="One song's listeners and rank in the latest snapshot",
             responses={404: {"description": "the song has no listeners"},
-                       503: {"description": "Redis is unreachable"}})
+                       503: {"description": "no usable ranking; the last answer seen, if any, comes marked stale"}})
 async def get_song(request: Request, song_id: str) -> Response:
     cache: SnapshotCache = request.app.state.cache
-    try:
-        song = await cache.song(song_id)
-    except Exception as exc:  # noqa: BLE001 - any Redis failure is the same answer to a reader
-        return _json({"error": f"cannot reach Redis: {exc}"}, 503)
+    song = cache.song(song_id)
+    if not cache.fresh:
+        return _json({"error": cache.problem, **(song or {}), "stale": True}, 503)
     if song is None:
         return _json({"error": f"song {song_id!r} has no listeners in the latest snapshot"}, 404)
     return _json(song)

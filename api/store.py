@@ -1,13 +1,18 @@
-"""What the HTTP service reads from Redis, and the in-process cache in front of it.
+"""What the HTTP service reads from Redis, and the in-process copy in front of it.
 
 Readers never touch the flow: everything comes from the keys the publisher writes
 (``connectors.redis_snapshots``). A background task (:class:`SnapshotCache`) asks
-Redis every ``poll_ms`` for the current snapshot id, a few bytes, and fetches and
-parses the snapshot only when the id changed; requests for rankings are then
-answered from memory, all items of a response from one snapshot. When Redis has no
-usable ranking the cache keeps the last one it saw, so it can be served marked
-stale. One song's count and rank need the full count table, so they are read per
-request, atomically with the id of the snapshot they belong to.
+Redis every ``poll_ms`` for the current snapshot id, a few bytes, with one script
+(``READ_LUA``); when the id changed the same call returns the new snapshot and the
+count changes published since the ones this process applied. The service keeps its
+own copy of the full count table (a :class:`state.ranking_index.SongIndex`), so
+every request, the top K or one song's count and rank, is answered from memory, and
+the snapshot and the table always switch together: no response mixes two
+snapshots. A process without a table (just started, a new generation, or too far
+behind the capped ``changes`` stream) loads the whole table once.
+
+When Redis has no usable ranking the cache keeps the last snapshot and table it
+saw, so they can be served marked stale.
 """
 
 from __future__ import annotations
@@ -20,16 +25,10 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from connectors.redis_snapshots import SONG_LUA, SONGS_LUA, Keys, song_view
+from connectors.redis_snapshots import READ_LUA, Keys
+from state.ranking_index import SongIndex
 
 log = logging.getLogger("rankflow.api")
-
-REFRESH_SONGS_MAX = 10_000
-
-CURRENT_ID_LUA = """
-local g = redis.call('GET', KEYS[1]) or '0'
-return {g, redis.call('GET', ARGV[1] .. ':g' .. g .. ':snapshot_id')}
-"""
 
 
 class SnapshotCache:
@@ -40,18 +39,14 @@ class SnapshotCache:
         self.snapshot: dict[str, Any] | None = None
         self.fresh = False  # the cached snapshot is Redis's current one
         self.problem: str | None = "not read yet"
+        self.table = SongIndex()  # every song's count in ``snapshot``
+        self.table_loads = 0  # whole-table reads (the rest are changes)
+        self._generation: str | None = None
+        self._changes_at = ""  # id of the last ``changes`` entry applied to ``table``
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
-        self._songs: dict[str, dict[str, Any] | None] = {}  # answers for the cached snapshot id
-        self._songs_id: int | None = None
-        self._in_flight: dict[str, asyncio.Future[list[Any]]] = {}
-        self.song_reads = {"snapshot": 0, "cache": 0, "redis": 0}  # where song answers came from
-        self._top: dict[str, dict[str, Any]] = {}
-        self._top_id: int | None = None
-        self._song_script = self.client.register_script(SONG_LUA)
-        self._songs_script = self.client.register_script(SONGS_LUA)
-        self._current_script = self.client.register_script(CURRENT_ID_LUA)
+        self._read = self.client.register_script(READ_LUA)
 
     async def start(self) -> None:
         await self.refresh()
@@ -85,46 +80,58 @@ class SnapshotCache:
 
     async def refresh(self) -> None:
         try:
-            generation, sid = await self._current_script(keys=[self.keys.generation], args=[self.keys.tag])
-            if sid is None:
-                self._lost(f"no usable ranking in namespace {self.keys.namespace!r}")
-            elif self.snapshot is None or not self.fresh or int(sid) != self.snapshot["snapshot_id"]:
-                raw = await self.client.get(self.keys.of_generation(int(generation)).snapshot)
-                if raw is None:
-                    self._lost(f"no usable ranking in namespace {self.keys.namespace!r}")
-                else:
-                    snapshot = orjson.loads(raw)
-                    # Read the known songs for this snapshot first, then switch both at once,
-                    # so a request never pairs a snapshot with another snapshot's songs.
-                    songs = await self._read_known_songs(snapshot["snapshot_id"])
-                    self._store(snapshot)
-                    if songs is not None:
-                        self._songs, self._songs_id = songs, snapshot["snapshot_id"]
+            reply = await self._read(keys=[self.keys.generation], args=[
+                self.keys.tag, self.snapshot["snapshot_id"] if self.snapshot else "", self._generation or "",
+                self._changes_at])
+            if len(reply) > 2 and not self._follow(reply):
+                self._changes_at = ""  # a gap in the changes: load the whole table
+                reply = await self._read(keys=[self.keys.generation], args=[self.keys.tag, "", "", ""])
+                self._follow(reply)
         except (redis.RedisError, OSError) as exc:
             self._lost(f"cannot reach Redis: {exc}")
+            return
+        if len(reply) == 1:
+            self._lost(f"no usable ranking in namespace {self.keys.namespace!r}")
+        else:
+            self.fresh, self.problem = True, None
 
-    def _store(self, snapshot: dict[str, Any]) -> None:
-        changed = self.snapshot is None or snapshot["snapshot_id"] != self.snapshot["snapshot_id"]
-        self.snapshot, self.fresh, self.problem = snapshot, True, None
+    def _follow(self, reply: list[Any]) -> bool:
+        """Switch to the snapshot in ``reply``; False if its changes do not follow ours."""
+        generation, sid, raw, kind = reply[0].decode(), int(reply[1]), reply[2], reply[3]
+        if kind == b"table":
+            flat = reply[5]
+            table = SongIndex({flat[i].decode(): int(float(flat[i + 1])) for i in range(0, len(flat), 2)})
+            changes_at = reply[4].decode()
+            self.table_loads += 1
+        else:
+            entries = [(entry_id.decode(), dict(zip(fields[::2], fields[1::2]))) for entry_id, fields in reply[4]]
+            if generation != self._generation or not self._continues(entries, sid):
+                return False
+            table, changes_at = self.table, entries[-1][0]
+            for _, entry in entries:
+                if entry[b"full"] == b"full":
+                    table = SongIndex()  # the publisher sent the whole table (Redis had lost it)
+                table.set_counts(orjson.loads(entry[b"counts"]))
+        snapshot = orjson.loads(raw)
+        self.table, self._generation, self._changes_at = table, generation, changes_at
+        changed = self.snapshot is None or sid != self.snapshot["snapshot_id"]
+        self.snapshot = snapshot
         if changed:
             self._changed.set()
             self._changed = asyncio.Event()
+        return True
 
-    async def _read_known_songs(self, snapshot_id: int) -> dict[str, dict[str, Any] | None] | None:
-        """The songs readers asked for, re-read for a new snapshot in one atomic call.
-
-        Requests for them then never wait for Redis; a song asked for the first time
-        is read on its request and joins the set. None if Redis is already past
-        ``snapshot_id`` (the next refresh reads the newer one).
-        """
-        songs = list(self._songs)[:REFRESH_SONGS_MAX]
-        if not songs:
-            return {}
-        reply = await self._songs_script(keys=[self.keys.generation], args=[self.keys.tag, *songs])
-        if reply[0] is None or int(reply[0]) != snapshot_id:
-            return None
-        return {song: song_view([reply[0], reply[1 + 2 * i], reply[2 + 2 * i]], song)
-                for i, song in enumerate(songs)}
+    def _continues(self, entries: list[tuple[str, dict[bytes, bytes]]], sid: int) -> bool:
+        """Whether ``entries`` lead from our snapshot to ``sid`` without a gap (a trimmed
+        or lost entry); a whole-table entry starts a new chain."""
+        if not entries or self.snapshot is None:
+            return False
+        at = str(self.snapshot["snapshot_id"]).encode()
+        for _, entry in entries:
+            if entry[b"full"] != b"full" and entry[b"previous"] != at:
+                return False
+            at = entry[b"snapshot_id"]
+        return at == str(sid).encode()
 
     def _lost(self, problem: str) -> None:
         if self.problem != problem:
@@ -138,51 +145,15 @@ class SnapshotCache:
         except asyncio.TimeoutError:
             return False
 
-    async def song(self, song_id: str) -> dict[str, Any] | None:
-        """One song in the latest snapshot.
-
-        A song in the snapshot's top ``K_max`` is answered from the cached snapshot
-        (its rank and count are there); any other song from the full count table,
-        remembering the answer until the snapshot changes.
-        """
-        current = self.snapshot["snapshot_id"] if self.snapshot is not None and self.fresh else None
-        if current is not None:
-            if self._top_id != current:
-                self._top = {it["song_id"]: it for it in self.snapshot["items"]}  # type: ignore[index]
-                self._top_id = current
-            item = self._top.get(song_id)
-            if item is not None:
-                self.song_reads["snapshot"] += 1
-                return {"snapshot_id": current, "song_id": song_id, "listeners": item["listeners"],
-                        "rank": item["rank"]}
-        if current is not None and current == self._songs_id and song_id in self._songs:
-            self.song_reads["cache"] += 1
-            return self._songs[song_id]
-        self.song_reads["redis"] += 1
-        reply = await self._read_song(song_id)
-        view = song_view(reply, song_id)
-        read_id = int(reply[0]) if reply and reply[0] is not None else None
-        if read_id is not None and read_id == self._songs_id and len(self._songs) < REFRESH_SONGS_MAX:
-            self._songs[song_id] = view
-        return view
-
-    async def _read_song(self, song_id: str) -> list[Any]:
-        """One Redis read per song at a time: concurrent requests for it share the answer."""
-        pending = self._in_flight.get(song_id)
-        if pending is not None:
-            return await asyncio.shield(pending)
-        future: asyncio.Future[list[Any]] = asyncio.get_running_loop().create_future()
-        self._in_flight[song_id] = future
-        try:
-            reply = await self._song_script(keys=[self.keys.generation], args=[self.keys.tag, song_id])
-            future.set_result(reply)
-            return reply
-        except BaseException as exc:
-            future.set_exception(exc)
-            future.exception()  # retrieved: waiters get it, nobody else must
-            raise
-        finally:
-            del self._in_flight[song_id]
+    def song(self, song_id: str) -> dict[str, Any] | None:
+        """One song's count and rank in the cached snapshot; None if it has no listeners."""
+        if self.snapshot is None:
+            return None
+        rank = self.table.rank(song_id)
+        if rank is None:
+            return None
+        return {"snapshot_id": self.snapshot["snapshot_id"], "song_id": song_id,
+                "listeners": self.table.count(song_id), "rank": rank}
 
     async def ping(self) -> bool:
         try:

@@ -13,6 +13,9 @@ namespace in one Redis Cluster slot, so one script may touch them all:
 ``{ns}:g<G>:snapshots``         a stream of G's published snapshots (capped)
 ``{ns}:g<G>:counts``            every song's count in G's latest snapshot (sorted
                                 set: ``ZREVRANK`` is the song's rank)
+``{ns}:g<G>:changes``           per published snapshot, the counts that changed
+                                (stream, capped): readers keep their own copy of
+                                the count table with it (see ``api.store``)
 ==============================  ==================================================
 
 A live run publishes into the current generation. ``rankflow rebuild`` builds a new
@@ -55,6 +58,7 @@ log = logging.getLogger("rankflow.publisher")
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_NAMESPACE = "rankflow"
 STREAM_MAXLEN = 10_000
+CHANGES_MAXLEN = 1_000  # about 4 minutes of snapshots at the default barrier; a reader further behind reloads
 
 PUBLISH_LUA = """
 local gen = redis.call('GET', KEYS[1])
@@ -73,35 +77,38 @@ end
 if token > owner then
   redis.call('SET', KEYS[2], ARGV[1])
 end
-local counts_at = 8 + 2 * tonumber(ARGV[7])
-if ARGV[counts_at] ~= 'full' and redis.call('EXISTS', KEYS[3]) == 0 then
+local counts_at = 9 + 2 * tonumber(ARGV[8])
+local previous = redis.call('GET', KEYS[3])
+if ARGV[counts_at] ~= 'full' and not previous then
   return -2
 end
-if tonumber(ARGV[3]) <= tonumber(redis.call('GET', KEYS[3]) or '-1') then
+if tonumber(ARGV[3]) <= tonumber(previous or '-1') then
   return 0
 end
-for i = 8, counts_at - 1, 2 do
+for i = 9, counts_at - 1, 2 do
   local stored = tonumber(redis.call('HGET', KEYS[5], ARGV[i]) or '-1')
   if tonumber(ARGV[i + 1]) < stored then
     return -1
   end
 end
-for i = 8, counts_at - 1, 2 do
+for i = 9, counts_at - 1, 2 do
   redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
 end
 if ARGV[counts_at] == 'full' then
   redis.call('DEL', KEYS[7])
 end
-for i = counts_at + 1, #ARGV, 2 do
-  if tonumber(ARGV[i + 1]) > 0 then
-    redis.call('ZADD', KEYS[7], ARGV[i + 1], ARGV[i])
+for song, count in pairs(cjson.decode(ARGV[counts_at + 1])) do
+  if count > 0 then
+    redis.call('ZADD', KEYS[7], count, song)
   else
-    redis.call('ZREM', KEYS[7], ARGV[i])
+    redis.call('ZREM', KEYS[7], song)
   end
 end
 redis.call('SET', KEYS[3], ARGV[3])
 redis.call('SET', KEYS[4], ARGV[4])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'snapshot_id', ARGV[3], 'snapshot', ARGV[4])
+redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[7], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
+           'full', ARGV[counts_at], 'counts', ARGV[counts_at + 1])
 return 1
 """
 
@@ -144,23 +151,37 @@ return {sid, score, redis.call('ZREVRANK', base .. ':counts', ARGV[2])}
 """
 """One song's count and rank, read atomically with the id of the snapshot they belong to."""
 
-SONGS_LUA = """
+READ_LUA = """
 local g = redis.call('GET', KEYS[1]) or '0'
 local base = ARGV[1] .. ':g' .. g
-local out = {redis.call('GET', base .. ':snapshot_id')}
-for i = 2, #ARGV do
-  local score = redis.call('ZSCORE', base .. ':counts', ARGV[i])
-  if score then
-    out[#out + 1] = score
-    out[#out + 1] = redis.call('ZREVRANK', base .. ':counts', ARGV[i])
-  else
-    out[#out + 1] = false
-    out[#out + 1] = false
-  end
+local sid = redis.call('GET', base .. ':snapshot_id')
+if not sid then
+  return {g}
 end
-return out
+if sid == ARGV[2] and g == ARGV[3] then
+  return {g, sid}
+end
+local snapshot = redis.call('GET', base .. ':snapshot')
+if g ~= ARGV[3] or ARGV[4] == '' then
+  local last = redis.call('XREVRANGE', base .. ':changes', '+', '-', 'COUNT', 1)
+  local at = '0-0'
+  if last[1] then
+    at = last[1][1]
+  end
+  return {g, sid, snapshot, 'table', at, redis.call('ZRANGE', base .. ':counts', 0, -1, 'WITHSCORES')}
+end
+return {g, sid, snapshot, 'changes', redis.call('XRANGE', base .. ':changes', '(' .. ARGV[4], '+')}
 """
-"""Many songs at once (``[snapshot_id, count1, rank1, count2, rank2, ...]``), atomically."""
+"""What a reader needs to follow the latest snapshot, atomically (see ``api.store``).
+
+``ARGV``: namespace tag, the snapshot id and generation the reader holds, the id of
+the last ``changes`` entry it applied ('' for none). Replies ``{generation}`` when
+there is no snapshot; ``{generation, id}`` when the reader is current; else
+``{generation, id, snapshot, 'table', changes_at, [song, count, ...]}`` (the whole
+count table, for a reader without one or of another generation) or
+``{generation, id, snapshot, 'changes', entries}`` (the ``changes`` entries after the
+reader's).
+"""
 
 SWITCH_LUA = """
 local gen = redis.call('GET', KEYS[1]) or '0'
@@ -201,12 +222,13 @@ class Keys:
         self.positions = f"{g}:positions"
         self.stream = f"{g}:snapshots"
         self.counts = f"{g}:counts"
+        self.changes = f"{g}:changes"
 
     def of_generation(self, generation: int) -> "Keys":
         return Keys(self.namespace, generation)
 
     def generation_keys(self) -> list[str]:
-        return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts]
+        return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts, self.changes]
 
 
 def connect(url: str) -> redis.Redis:
@@ -371,12 +393,12 @@ class Publisher:
     def _call(self, snapshot: Snapshot, body: bytes) -> Any:
         k = self._keys
         positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
-        counts = [x for song, count in self._pending_counts.items() for x in (song, count)]
         try:
             return self._script(
-                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.counts],
+                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.counts, k.changes],
                 args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN, self._mode,
-                      len(positions) // 2, *positions, "full" if self._pending_full else "delta", *counts],
+                      CHANGES_MAXLEN, len(positions) // 2, *positions, "full" if self._pending_full else "delta",
+                      orjson.dumps(self._pending_counts)],
             )
         except redis.ResponseError as exc:
             message = str(exc)

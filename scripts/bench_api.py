@@ -122,7 +122,7 @@ def main() -> int:
                 print(f"{name} (wrk -t2 -c32, max): {measured['max_rps']:.0f} req/s, "
                       f"p99 {measured['p99_ms_at_max']:.2f} ms")
         print(" ".join(line for line in httpx.get(base + "/metrics").text.splitlines()
-                       if line.startswith("rankflow_api_song_reads_total")))
+                       if line.startswith("rankflow_api_table_")))
         Path(a.out).mkdir(parents=True, exist_ok=True)
         (Path(a.out) / "api.json").write_text(json.dumps(results, indent=2) + "\n")
         print(f"wrote {Path(a.out) / 'api.json'}")

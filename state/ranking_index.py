@@ -59,6 +59,18 @@ class SongIndex:
     def count(self, song: str) -> int:
         return self._counts.get(song, 0)
 
+    def rank(self, song: str) -> int | None:
+        """The song's 1-based place in ranking order; None unless its count is positive."""
+        count = self._counts.get(song, 0)
+        if count <= 0:
+            return None
+        return len(self._index) - self._index.bisect_right((count, song)) + 1
+
+    def set_counts(self, counts: Mapping[str, int]) -> None:
+        """Make these songs' counts the given ones (0 removes a song)."""
+        get = self._counts.get
+        self.apply((song, n - get(song, 0)) for song, n in counts.items())
+
     @property
     def total(self) -> int:
         """Sum of all counts (negative ones included, so errors stay visible)."""

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import random
 import time
 
 import orjson
@@ -10,6 +12,9 @@ from fastapi.testclient import TestClient
 
 from api.app import Settings, create_app
 from api.rankings import diff_event
+from api.store import SnapshotCache
+from connectors.redis_snapshots import Keys, Publisher, join_run
+from state.snapshot import Snapshot, snapshot_id
 from tests.events import ev
 
 
@@ -115,3 +120,60 @@ def test_openapi_and_metrics(api):
     api.get("/rankings")
     assert "rankflow_api_requests_total" in api.get("/metrics").text
     assert "rankflow" in api.get("/").text
+
+
+def _snapshot(run: int, epoch: int, counts: dict[str, int], full: bool) -> Snapshot:
+    return Snapshot(snapshot_id(run, epoch), run, epoch, {"f": epoch}, 0, 0, 0, 0, 10, [], {}, [], [], counts, full)
+
+
+def _expected(table: dict[str, int], song: str) -> tuple[int, int] | None:
+    order = sorted(((c, s) for s, c in table.items() if c > 0), reverse=True)
+    return next(((c, i) for i, (c, s) in enumerate(order, 1) if s == song), None)
+
+
+def test_the_service_follows_the_count_table_through_changes_gaps_and_loss(redis_client, redis_url, namespace):
+    """The service's own copy of the table equals Redis's after every refresh: through
+    chains of changes, a gap in the capped changes stream (reload) and a Redis that
+    lost everything (the publisher resends the whole table)."""
+    rng = random.Random(5)
+    songs = [f"s{i}" for i in range(25)]
+    token = join_run(redis_client, namespace, "follow")[0]
+    publisher = Publisher(redis_url, namespace, token)
+    table: dict[str, int] = {}
+
+    async def scenario() -> None:
+        cache = SnapshotCache(redis_url, namespace)
+        epoch = 0
+        try:
+            await cache.refresh()
+            assert not cache.fresh and cache.song("s1") is None
+            for step in range(45):
+                for _ in range(rng.randint(1, 3)):
+                    epoch += 1
+                    changes = {rng.choice(songs): rng.randint(0, 6) for _ in range(rng.randint(0, 6))}
+                    table.update(changes)
+                    assert publisher.publish(_snapshot(token, epoch, changes, full=epoch == 1)) == 1
+                if step == 15:
+                    redis_client.xtrim(Keys(namespace).changes, maxlen=0)  # the entries this reader needs
+                    epoch += 1
+                    assert publisher.publish(_snapshot(token, epoch, {"s0": 1}, full=False)) == 1
+                    table["s0"] = 1
+                if step == 30:
+                    redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost its data
+                    await cache.refresh()
+                    assert not cache.fresh and cache.snapshot is not None, "the last snapshot is kept (stale)"
+                    epoch += 1
+                    assert publisher.publish(_snapshot(token, epoch, {"s1": 2}, full=False)) == 1
+                    table["s1"] = 2
+                await cache.refresh()
+                assert cache.fresh and cache.snapshot["snapshot_id"] == snapshot_id(token, epoch)
+                for song in songs:
+                    answer = cache.song(song)
+                    expected = _expected(table, song)
+                    assert (None if answer is None else (answer["listeners"], answer["rank"])) == expected, song
+                    assert answer is None or answer["snapshot_id"] == cache.snapshot["snapshot_id"]
+            assert cache.table_loads == 2, "one load at start, one after the gap; changes otherwise"
+        finally:
+            await cache.stop()
+
+    asyncio.run(scenario())

@@ -38,10 +38,10 @@ def hot_log(n_events: int, seed: int) -> list[bytes]:
 
 @pytest.mark.parametrize("shards", [0, 64])
 def test_a_song_with_half_the_traffic_is_split_and_exact(flow, shards):
-    lines = hot_log(40_000, seed=3)
+    lines = hot_log(60_000, seed=3)
     path = flow.write_log(lines)
     out = flow.run(path, workers=2, song_partitions=8, k_max=20, barrier_ms=5, read_chunk_bytes=8192,
-                   hot_threshold=2000, hot_salts=4, hot_window_s=0.02, user_shards=shards)
+                   hot_threshold=2000, hot_salts=4, hot_window_s=0.1, user_shards=shards)
     final = out["final"]
     assert final["split_songs"] == ["the_hit"]
     assert [i["song_id"] for i in final["items"]].count("the_hit") == 1, "a split song appears once"

@@ -49,6 +49,20 @@ def test_index_matches_a_sorted_dict(changes, k):
     assert idx.total == sum(counts.values())
 
 
+@given(st.lists(st.dictionaries(st.sampled_from(["a", "b", "c", "d", "é", "song_1", "song_10"]),
+                                st.integers(0, 4), max_size=5), max_size=12))
+def test_rank_and_set_counts_match_the_ranking_order(updates):
+    idx, counts = SongIndex(), {}
+    for update in updates:
+        idx.set_counts(update)
+        counts.update(update)
+    order = [song for song, _ in reference_top(counts, len(counts))]
+    for song in ["a", "b", "c", "d", "é", "song_1", "song_10"]:
+        expected = order.index(song) + 1 if song in order else None
+        assert idx.rank(song) == expected, song
+        assert idx.count(song) == counts.get(song, 0)
+
+
 @given(st.dictionaries(st.text(min_size=1, max_size=3), st.integers(1, 6), max_size=40),
        st.integers(1, 5), st.integers(1, 8))
 def test_merging_local_top_k_lists_gives_the_global_top_k(counts, partitions, k):
