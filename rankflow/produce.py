@@ -105,6 +105,30 @@ def produce_steady(brokers: str, topic: str, rate: int, users: int, songs: int, 
     return sent
 
 
+def append_steady(path: str, rate: int, users: int, songs: int, seed: int, stop: Any = None,
+                  count: int = 10**12) -> None:
+    """Append generated playback events to a JSON Lines file at ``rate`` per second.
+
+    Traffic for a flow that follows the file (``--input jsonl:PATH`` without
+    ``--until-eof``) without a broker: the local test broker costs a core when it is
+    consumed live at low rates, which a reader benchmark would measure instead.
+    """
+    start = time.perf_counter()
+    with open(path, "ab", buffering=0) as out:
+        pending: list[bytes] = []
+        for n, line in enumerate(LogGenerator(users, songs, seed=seed).lines(count)):
+            if stop is not None and stop.is_set():
+                break
+            pending.append(line + b"\n")
+            delay = start + (n + 1) / rate - time.perf_counter()
+            if delay > 0.005 or len(pending) >= 100:  # whole lines, about every 5 ms
+                out.write(b"".join(pending))
+                pending.clear()
+            if delay > 0:
+                time.sleep(delay)
+        out.write(b"".join(pending))
+
+
 def _progress(enabled: bool) -> Progress:
     return Progress(
         TextColumn("{task.description}"), BarColumn(), TransferSpeedColumn(), TimeRemainingColumn(),

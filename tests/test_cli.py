@@ -3,11 +3,17 @@
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import time
 
 import orjson
 import pytest
+import redis
+
+from connectors.redis_snapshots import read_history, read_latest
+from rankflow.produce import append_steady
 
 from tests.model import model_of_lines, parse, read_lines
 
@@ -165,3 +171,33 @@ def test_top_serves_the_last_ranking_marked_stale_when_redis_has_none(tmp_path, 
     assert stale["items"] == fresh["items"] and stale["snapshot_id"] == fresh["snapshot_id"]
     r = cli("top", "--redis", "redis://127.0.0.1:1/0", "--namespace", namespace)  # Redis unreachable
     assert r.returncode == 1 and "STALE" in r.stdout and "cannot reach Redis" in r.stderr
+
+
+def test_a_followed_file_fed_at_a_steady_rate_then_ctrl_c(tmp_path, redis_url, namespace):
+    """Follow mode (no --until-eof): lines appended while the run is live are counted,
+    every snapshot is the model at its position, and Ctrl-C publishes the last barrier."""
+    log = tmp_path / "live.jsonl"
+    log.touch()
+    proc = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "run", "--input", f"jsonl:{log}",
+                             "--redis", redis_url, "--namespace", namespace, "--barrier-ms", "50",
+                             "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        append_steady(str(log), rate=5000, users=200, songs=30, seed=2, count=3000)
+        client = redis.Redis.from_url(redis_url)
+        deadline = time.monotonic() + 60
+        while (read_latest(client, namespace) or {}).get("positions", {}).get(str(log), 0) < 3000:
+            assert proc.poll() is None and time.monotonic() < deadline, "the run did not catch up"
+            time.sleep(0.05)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    lines = read_lines(str(log))
+    assert len(lines) == 3000
+    history = read_history(client, namespace)
+    assert len(history) >= 3, "snapshots while the file grew"
+    for snap in history:
+        prefix = model_of_lines(lines[:snap["positions"][str(log)]])
+        assert [(i["song_id"], i["listeners"]) for i in snap["items"]] == prefix.ranking(100)
+    client.close()
