@@ -182,10 +182,13 @@ def test_a_followed_file_fed_at_a_steady_rate_then_ctrl_c(tmp_path, redis_url, n
                              "--redis", redis_url, "--namespace", namespace, "--barrier-ms", "50",
                              "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    client = redis.Redis.from_url(redis_url)
     try:
-        append_steady(str(log), rate=5000, users=200, songs=30, seed=2, count=3000)
-        client = redis.Redis.from_url(redis_url)
         deadline = time.monotonic() + 60
+        while read_latest(client, namespace) is None:  # live: it publishes the empty file's ranking
+            assert proc.poll() is None and time.monotonic() < deadline, "the run did not start"
+            time.sleep(0.05)
+        append_steady(str(log), rate=2000, users=200, songs=30, seed=2, count=3000)
         while (read_latest(client, namespace) or {}).get("positions", {}).get(str(log), 0) < 3000:
             assert proc.poll() is None and time.monotonic() < deadline, "the run did not catch up"
             time.sleep(0.05)
