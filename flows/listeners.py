@@ -74,11 +74,11 @@ def build_flow(
 
     if user_shards:
         route = ShardRouter(user_shards)
-        events = op.flat_map("user_events", parsed, lambda batch: route(batch.events))
-        decisions = op.stateful_batch("users", events, UserShardLogic.builder(recoverable))
+        shard_events = op.flat_map("user_events", parsed, lambda batch: route(batch.events))
+        decisions = op.stateful_batch("users", shard_events, UserShardLogic.builder(recoverable))
     else:
-        events = op.flat_map("user_events", parsed, ParsedBatch.keyed_events)
-        decisions = op.stateful_batch("users", events, UserLogic.builder(recoverable))
+        user_events = op.flat_map("user_events", parsed, ParsedBatch.keyed_events)
+        decisions = op.stateful_batch("users", user_events, UserLogic.builder(recoverable))
     deltas = op.flat_map_batch("net_song_deltas", decisions,
                                partial(combine_song_deltas, partitions=song_partitions))
     ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=song_partitions))
