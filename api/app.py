@@ -8,6 +8,7 @@ schema is at ``/openapi.json``, browsable at ``/docs``.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -63,6 +64,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     app = FastAPI(title="rankflow", summary="Songs ranked by current listeners", lifespan=lifespan)
     app.state.settings = settings
+    app.state.stopping = threading.Event()  # set by the server at Ctrl-C: event streams end
     app.state.bodies = rankings.BodyCache()
     metrics = ApiMetrics()
 

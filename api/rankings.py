@@ -140,7 +140,8 @@ async def ranking_events(request: Request, cache: SnapshotCache, k: int) -> Asyn
     sent_at = 0.0
     last_id = None
     quiet_since = time.monotonic()
-    while not await request.is_disconnected():
+    stopping = request.app.state.stopping
+    while not stopping.is_set() and not await request.is_disconnected():
         snap = cache.snapshot
         if snap is not None and snap["snapshot_id"] != last_id:
             wait = sent_at + STREAM_MIN_INTERVAL_S - time.monotonic()

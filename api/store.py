@@ -139,11 +139,17 @@ class SnapshotCache:
         self.fresh, self.problem = False, problem
 
     async def wait_for_change(self, timeout: float) -> bool:
+        """True if a new snapshot arrived within ``timeout``.
+
+        ``asyncio.wait`` rather than ``wait_for``: on Python 3.11 the latter can swallow
+        the cancellation of a stream whose client left or whose server is stopping.
+        """
+        waiter = asyncio.ensure_future(self._changed.wait())
         try:
-            await asyncio.wait_for(self._changed.wait(), timeout)
-            return True
-        except asyncio.TimeoutError:
-            return False
+            done, _ = await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()
+        return bool(done)
 
     def song(self, song_id: str) -> dict[str, Any] | None:
         """One song's count and rank in the cached snapshot; None if it has no listeners."""

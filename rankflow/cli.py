@@ -205,8 +205,18 @@ def cmd_serve(args: argparse.Namespace) -> int:
     settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
                         delivery_timeout_ms=args.delivery_timeout_ms)
     runner.tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
-    uvicorn.run(create_app(settings), host=args.host, port=args.port, log_level="info",
-                access_log=args.access_log)
+    app = create_app(settings)
+
+    class Server(uvicorn.Server):
+        """Tells the app at Ctrl-C, so open event streams (the dashboard) end at once
+        instead of keeping the shutdown waiting for every browser to go away."""
+
+        def handle_exit(self, sig: int, frame: Any) -> None:
+            app.state.stopping.set()
+            super().handle_exit(sig, frame)
+
+    Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=args.access_log,
+                          timeout_graceful_shutdown=5)).run()
     return 0
 
 

@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import random
+import signal
+import subprocess
+import sys
+import threading
 import time
+
+import httpx
 
 import orjson
 import pytest
@@ -14,6 +20,7 @@ from api.app import Settings, create_app
 from api.rankings import diff_event
 from api.store import SnapshotCache
 from connectors.redis_snapshots import Keys, Publisher, join_run
+from rankflow.services import free_port
 from state.snapshot import Snapshot, snapshot_id
 from tests.events import ev
 
@@ -177,3 +184,38 @@ def test_the_service_follows_the_count_table_through_changes_gaps_and_loss(redis
             await cache.stop()
 
     asyncio.run(scenario())
+
+
+def test_ctrl_c_stops_the_service_while_a_stream_is_open(redis_url, namespace):
+    """An open event stream (a dashboard left open) must not hold the shutdown."""
+    port = free_port()
+    server = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port),
+                               "--redis", redis_url, "--namespace", namespace],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(base + "/health")
+                break
+            except httpx.ConnectError:
+                assert time.monotonic() < deadline and server.poll() is None, "the service did not start"
+                time.sleep(0.1)
+        opened = threading.Event()
+
+        def listen() -> None:
+            with httpx.stream("GET", base + "/rankings/stream", timeout=None) as stream:
+                opened.set()
+                for _ in stream.iter_raw():
+                    pass
+
+        threading.Thread(target=listen, daemon=True).start()
+        assert opened.wait(10)
+        server.send_signal(signal.SIGINT)
+        _, stderr = server.communicate(timeout=15)
+        assert server.returncode == 130, stderr.decode()  # Ctrl-C, as for `rankflow run`
+        assert b"Exception in ASGI application" not in stderr
+    finally:
+        if server.poll() is None:
+            server.kill()
