@@ -35,9 +35,10 @@ The publish script (atomic in Redis) refuses, in this order:
 * changes to the full count table when the generation has no snapshot yet (a new
   generation, or Redis lost its data): the publisher then sends the whole table.
 
-If Redis lost its data, the first publish re-creates the generation pointer and
-the owner, and the next complete snapshot restores the ranking: every snapshot is
-whole, so nothing else needs rebuilding.
+If Redis lost its data, the first publish re-creates the generation pointer, the
+owner and the run-token counter (at least the publisher's token, so a run started
+later still gets a newer token and takes over), and the next complete snapshot
+restores the ranking: every snapshot is whole, so nothing else needs rebuilding.
 """
 
 from __future__ import annotations
@@ -76,6 +77,9 @@ if token < owner then
 end
 if token > owner then
   redis.call('SET', KEYS[2], ARGV[1])
+end
+if tonumber(redis.call('GET', KEYS[9]) or '0') < token then
+  redis.call('SET', KEYS[9], ARGV[1])
 end
 local counts_at = 9 + 2 * tonumber(ARGV[8])
 local previous = redis.call('GET', KEYS[3])
@@ -395,7 +399,8 @@ class Publisher:
         positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
         try:
             return self._script(
-                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.counts, k.changes],
+                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.counts, k.changes,
+                      k.runs],
                 args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN, self._mode,
                       CHANGES_MAXLEN, len(positions) // 2, *positions, "full" if self._pending_full else "delta",
                       orjson.dumps(self._pending_counts)],

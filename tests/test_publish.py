@@ -93,6 +93,23 @@ def test_redis_losing_its_data_is_repaired_by_the_next_publish(redis_client, red
     assert read_latest(redis_client, namespace)["epoch"] == 2
 
 
+def test_a_run_started_after_redis_lost_everything_takes_over(redis_client, redis_url, namespace):
+    """The run-token counter is lost with the data: the live run's next publish restores
+    it, so a later run still gets a newer token (before, it was fenced for good)."""
+    for _ in range(3):
+        join_run(redis_client, namespace, uuid.uuid4().hex)
+    old_token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
+    old = Publisher(redis_url, namespace, old_token)
+    assert old.publish(snap(old_token, 1)) == 1
+    redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost everything
+    assert old.publish(snap(old_token, 2)) == 1  # the live run goes on
+    new_token = join_run(redis_client, namespace, uuid.uuid4().hex, fresh=True)[0]  # a run starting over
+    assert new_token > old_token
+    assert Publisher(redis_url, namespace, new_token).publish(snap(new_token, 1)) == 1
+    with pytest.raises(FencedError):
+        old.publish(snap(old_token, 3))
+
+
 def test_the_full_count_table_follows_changes_and_survives_redis_loss(redis_client, redis_url, namespace):
     token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
     pub = Publisher(redis_url, namespace, token)
