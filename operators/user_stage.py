@@ -184,8 +184,9 @@ def shard_key(shard: int) -> str:
 class ShardRouter:
     """``flat_map`` mapper: a batch's ``(user_id, event)`` pairs -> one item per user shard.
 
-    Order within a shard's list is the batch's order, so each user's events keep
-    their arrival order.
+    A user's shard is :func:`shard_of` (inlined here: it runs once per event). Order
+    within a shard's list is the batch's order, so each user's events keep their
+    arrival order.
     """
 
     __slots__ = ("shards", "keys")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from operators.merger import MergerLogic, PositionReport
 from operators.routing import tick
 from operators.song_counter import SongCounterLogic
+from operators.user_stage import ShardRouter, shard_key, shard_of
+from state.events import PlaybackEvent
 
 
 def test_counter_reports_each_epoch_once_when_a_newer_epoch_arrives():
@@ -41,3 +43,15 @@ def test_merger_flags_a_broken_invariant_and_waits_for_all_partitions():
     [snap] = merger.on_batch([("1", c1.on_eof()[0][0])])[0]
     assert snap.snapshot_id == 7_000_000_001
     assert snap.errors == ["invariant violated: total_listeners 1 != counted_users 0"]
+
+
+def test_shard_router_groups_by_shard_of_and_keeps_each_users_order():
+    events = [(f"u{i % 7}", PlaybackEvent(f"u{i % 7}", f"p{i}", "s", "START", i, i, "f", i, 1, b""))
+              for i in range(60)]
+    groups = dict(ShardRouter(4)(events))
+    assert set(groups) == {shard_key(shard_of(user, 4)) for user, _ in events}
+    for key, group in groups.items():
+        assert all(shard_key(shard_of(ev.user_id, 4)) == key for ev in group)
+    for user in {u for u, _ in events}:
+        mine = [ev.version for ev in groups[shard_key(shard_of(user, 4))] if ev.user_id == user]
+        assert mine == [ev.version for u, ev in events if u == user], "arrival order per user"
