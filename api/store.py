@@ -75,8 +75,16 @@ class SnapshotCache:
     async def _poll(self) -> None:
         while not self._stopping:
             await asyncio.sleep(self.poll_s)
-            if not self._stopping:
+            if self._stopping:
+                break
+            try:
                 await self.refresh()
+            except Exception as exc:  # noqa: BLE001 - the poller must outlive one bad read
+                # Something in Redis this reader cannot follow (not our keys' shape?):
+                # serve what we have as stale and load the whole table next time.
+                log.exception("cannot follow the published snapshots")
+                self._generation, self._changes_at = None, ""
+                self._lost(f"cannot read the published snapshots: {exc!r}")
 
     async def refresh(self) -> None:
         try:

@@ -219,3 +219,35 @@ def test_ctrl_c_stops_the_service_while_a_stream_is_open(redis_url, namespace):
     finally:
         if server.poll() is None:
             server.kill()
+
+
+def test_a_changes_entry_it_cannot_read_makes_the_service_stale_then_it_recovers(redis_client, redis_url,
+                                                                                   namespace):
+    """The poller outlives a bad read: stale meanwhile, a whole-table reload afterwards."""
+    token = join_run(redis_client, namespace, "bad")[0]
+    publisher = Publisher(redis_url, namespace, token)
+
+    async def scenario() -> None:
+        cache = SnapshotCache(redis_url, namespace, poll_ms=10)
+        await cache.start()
+        try:
+            assert publisher.publish(_snapshot(token, 1, {"a": 1}, full=True)) == 1
+            await _until(lambda: cache.fresh and cache.song("a") is not None)
+            redis_client.xadd(Keys(namespace).changes, {"not": "ours"})  # an entry without our fields
+            redis_client.set(Keys(namespace).snapshot_id, snapshot_id(token, 2))
+            await _until(lambda: not cache.fresh)
+            assert "cannot read" in cache.problem and cache.song("a") is not None, "the last answer is kept"
+            assert publisher.publish(_snapshot(token, 3, {"b": 2}, full=False)) == 1
+            await _until(lambda: cache.fresh and cache.song("b") is not None)
+            assert cache.table_loads == 2 and cache.song("a")["rank"] == 2
+        finally:
+            await cache.stop()
+
+    asyncio.run(scenario())
+
+
+async def _until(condition, timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out"
+        await asyncio.sleep(0.01)
