@@ -126,10 +126,9 @@ class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, Snapshot | None]):
         return out, state is None  # True discards: nothing to remember
 
     def snapshot(self) -> Snapshot | None:
-        state = self.state
-        if state is None or not self.recoverable:
+        if self.state is None or not self.recoverable:
             return None
-        return (*state.record, state.salt, state.salts)  # _flat, inlined: called per user per epoch
+        return _flat(self.state)
 
 
 ShardSnapshot = dict[str, Snapshot]
@@ -184,9 +183,8 @@ def shard_key(shard: int) -> str:
 class ShardRouter:
     """``flat_map`` mapper: a batch's ``(user_id, event)`` pairs -> one item per user shard.
 
-    A user's shard is :func:`shard_of` (inlined here: it runs once per event). Order
-    within a shard's list is the batch's order, so each user's events keep their
-    arrival order.
+    A user's shard is :func:`shard_of`. Order within a shard's list is the batch's
+    order, so each user's events keep their arrival order.
     """
 
     __slots__ = ("shards", "keys")
@@ -199,9 +197,9 @@ class ShardRouter:
 
     def __call__(self, events: list[tuple[str, PlaybackEvent]]) -> list[tuple[str, list[PlaybackEvent]]]:
         groups: dict[int, list[PlaybackEvent]] = {}
-        crc, n = zlib.crc32, self.shards
+        n = self.shards
         for user, ev in events:
-            shard = crc(user.encode()) % n
+            shard = shard_of(user, n)
             group = groups.get(shard)
             if group is None:
                 groups[shard] = [ev]

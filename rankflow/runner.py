@@ -264,6 +264,7 @@ def _stop_gracefully(signum: int, frame: Any) -> None:
 def _execute(flow: Dataflow, opts: RunOptions) -> None:
     interval = timedelta(milliseconds=opts.barrier_ms)
     recovery = recovery_config(opts)
+    STOP.clear()  # a Ctrl-C of an earlier run in this process must not end this one
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = signal.signal(signal.SIGINT, _stop_gracefully) if in_main_thread else None
     try:
