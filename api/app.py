@@ -19,10 +19,10 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from api import dashboard, ingest, rankings
-from api.store import SnapshotCache
-from connectors.kafka import KafkaEndpoint
-from connectors.redis_snapshots import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
+from rankflow.api import dashboard, ingest, rankings
+from rankflow.api.store import SnapshotCache
+from rankflow.connectors.kafka import KafkaEndpoint
+from rankflow.connectors.redis_snapshots import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
 
 
 @dataclass

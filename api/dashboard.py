@@ -17,5 +17,5 @@ router = APIRouter()
 
 @router.get("/", response_class=HTMLResponse, include_in_schema=False)
 async def dashboard() -> HTMLResponse:
-    page = resources.files("api").joinpath("static/dashboard.html").read_text(encoding="utf-8")
+    page = resources.files("rankflow.api").joinpath("static/dashboard.html").read_text(encoding="utf-8")
     return HTMLResponse(page)

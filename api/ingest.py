@@ -24,8 +24,8 @@ from confluent_kafka import KafkaError, Message
 from fastapi import APIRouter, Request
 from fastapi.responses import JSONResponse
 
-from connectors.kafka import KafkaEndpoint, reliable_producer
-from state.events import InvalidEvent, validate
+from rankflow.connectors.kafka import KafkaEndpoint, reliable_producer
+from rankflow.state.events import InvalidEvent, validate
 
 MAX_EVENTS_PER_REQUEST = 10_000
 

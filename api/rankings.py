@@ -29,7 +29,7 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
-from api.store import SnapshotCache
+from rankflow.api.store import SnapshotCache
 
 router = APIRouter()
 

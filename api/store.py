@@ -25,8 +25,8 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from connectors.redis_snapshots import READ_LUA, Keys
-from state.ranking_index import SongIndex
+from rankflow.connectors.redis_snapshots import READ_LUA, Keys
+from rankflow.state.ranking_index import SongIndex
 
 log = logging.getLogger("rankflow.api")
 

@@ -21,9 +21,9 @@ from typing import NamedTuple
 from bytewax.inputs import FixedPartitionedSource
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 
-from connectors.source_batch import BarrierPartition, SourceBatch
-from operators.metrics import METRICS
-from state.events import DeadLetter
+from rankflow.connectors.source_batch import BarrierPartition, SourceBatch
+from rankflow.operators.metrics import METRICS
+from rankflow.state.events import DeadLetter
 
 log = logging.getLogger("rankflow.jsonl")
 

@@ -33,9 +33,9 @@ from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from connectors.source_batch import BarrierPartition, SourceBatch
-from operators.metrics import METRICS
-from state.events import DeadLetter
+from rankflow.connectors.source_batch import BarrierPartition, SourceBatch
+from rankflow.operators.metrics import METRICS
+from rankflow.state.events import DeadLetter
 
 log = logging.getLogger("rankflow.kafka")
 

@@ -51,8 +51,8 @@ import orjson
 import redis
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
-from operators.metrics import METRICS
-from state.snapshot import Snapshot
+from rankflow.operators.metrics import METRICS
+from rankflow.state.snapshot import Snapshot
 
 log = logging.getLogger("rankflow.publisher")
 

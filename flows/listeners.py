@@ -37,11 +37,11 @@ from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
-from operators.merger import MERGER_KEY, MergerLogic
-from operators.parse import ParsedBatch, parse_batch, stamp_epoch
-from operators.routing import combine_song_deltas
-from operators.song_counter import SongCounterLogic
-from operators.user_stage import ShardRouter, UserLogic, UserShardLogic, select_conflicts
+from rankflow.operators.merger import MERGER_KEY, MergerLogic
+from rankflow.operators.parse import ParsedBatch, parse_batch, stamp_epoch
+from rankflow.operators.routing import combine_song_deltas
+from rankflow.operators.song_counter import SongCounterLogic
+from rankflow.operators.user_stage import ShardRouter, UserLogic, UserShardLogic, select_conflicts
 
 
 def build_flow(

@@ -26,8 +26,8 @@ from typing import NamedTuple
 
 from bytewax.operators import StatefulBatchLogic
 
-from state.events import DeadLetter
-from state.snapshot import Snapshot, merge_local_tops, snapshot_id
+from rankflow.state.events import DeadLetter
+from rankflow.state.snapshot import Snapshot, merge_local_tops, snapshot_id
 
 log = logging.getLogger("rankflow.merger")
 

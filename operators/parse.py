@@ -14,11 +14,11 @@ Stateless steps that run on the worker of the source partition, once per batch:
 
 from __future__ import annotations
 
-from connectors.source_batch import SourceBatch
-from operators.merger import MERGER_KEY, PositionReport
-from operators.metrics import METRICS
-from operators.routing import tick
-from state.events import DeadLetter, PlaybackEvent, parse_records
+from rankflow.connectors.source_batch import SourceBatch
+from rankflow.operators.merger import MERGER_KEY, PositionReport
+from rankflow.operators.metrics import METRICS
+from rankflow.operators.routing import tick
+from rankflow.state.events import DeadLetter, PlaybackEvent, parse_records
 
 
 def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> None:

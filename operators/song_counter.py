@@ -29,9 +29,9 @@ from typing import NamedTuple
 
 from bytewax.operators import StatefulBatchLogic
 
-from operators.merger import PartitionReport
-from operators.routing import SPLIT_MARKER, SongDelta
-from state.ranking_index import SongIndex
+from rankflow.operators.merger import PartitionReport
+from rankflow.operators.routing import SPLIT_MARKER, SongDelta
+from rankflow.state.ranking_index import SongIndex
 
 Counter = tuple[str, int]  # (song_id, salt)
 

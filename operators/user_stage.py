@@ -41,10 +41,10 @@ from typing import NamedTuple
 
 from bytewax.operators import StatefulBatchLogic
 
-from operators.metrics import METRICS
-from operators.routing import HOT_SONGS, HotSongs, SongDelta, user_salt
-from state.events import DeadLetter, PlaybackEvent
-from state.rules import CONFLICT_DETAILS, UserRecord, Verdict, apply_event
+from rankflow.operators.metrics import METRICS
+from rankflow.operators.routing import HOT_SONGS, HotSongs, SongDelta, user_salt
+from rankflow.state.events import DeadLetter, PlaybackEvent
+from rankflow.state.rules import CONFLICT_DETAILS, UserRecord, Verdict, apply_event
 
 Decision = list[SongDelta] | DeadLetter
 

@@ -19,8 +19,8 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from connectors.kafka import KafkaEndpoint, KafkaUnavailable
-from connectors.redis_snapshots import DEFAULT_NAMESPACE, FencedError, GenerationSwitched
+from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
+from rankflow.connectors.redis_snapshots import DEFAULT_NAMESPACE, FencedError, GenerationSwitched
 from rankflow import runner
 from rankflow.generate import generate
 from rankflow.produce import produce_file
@@ -196,7 +196,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
-    from api.app import Settings, create_app
+    from rankflow.api.app import Settings, create_app
 
     try:
         kafka = KafkaEndpoint.parse(args.kafka) if args.kafka else None

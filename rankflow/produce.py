@@ -19,7 +19,7 @@ import orjson
 from confluent_kafka import KafkaError
 from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
-from connectors.kafka import KafkaEndpoint, KafkaUnavailable, ensure_topic, reliable_producer
+from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable, ensure_topic, reliable_producer
 from rankflow.generate import LogGenerator
 
 

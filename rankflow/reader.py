@@ -17,7 +17,7 @@ from typing import Any
 import orjson
 import redis
 
-from connectors.redis_snapshots import connect, read_latest
+from rankflow.connectors.redis_snapshots import connect, read_latest
 
 
 @dataclass

@@ -44,10 +44,10 @@ from bytewax.outputs import Sink
 from bytewax.recovery import RecoveryConfig, init_db_dir
 from bytewax.testing import cluster_main, run_main
 
-from connectors.jsonl import CHUNK_BYTES, JsonlDeadLetterSink, JsonlSource
-from connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
-from connectors.source_batch import STOP
-from connectors.redis_snapshots import (
+from rankflow.connectors.jsonl import CHUNK_BYTES, JsonlDeadLetterSink, JsonlSource
+from rankflow.connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
+from rankflow.connectors.source_batch import STOP
+from rankflow.connectors.redis_snapshots import (
     DEFAULT_NAMESPACE,
     DEFAULT_REDIS_URL,
     FencedError,
@@ -64,9 +64,9 @@ from connectors.redis_snapshots import (
     read_latest,
     switch_generation,
 )
-from flows.listeners import build_flow
-from operators.metrics import METRICS
-from operators.routing import HOT_SONGS
+from rankflow.flows.listeners import build_flow
+from rankflow.operators.metrics import METRICS
+from rankflow.operators.routing import HOT_SONGS
 from rankflow.services import free_port
 
 log = logging.getLogger("rankflow.run")

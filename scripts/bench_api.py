@@ -33,7 +33,7 @@ import httpx
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from connectors.kafka import ensure_topic  # noqa: E402
+from rankflow.connectors.kafka import ensure_topic  # noqa: E402
 from rankflow.bench.api_load import run_load  # noqa: E402
 from rankflow.produce import append_steady, produce_steady  # noqa: E402
 from rankflow.services import LocalRedis, LocalTansu, free_port, stop_processes  # noqa: E402

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from state.events import START, STOP, HEARTBEAT
+from rankflow.state.events import START, STOP, HEARTBEAT
 
 
 class UserRecord(NamedTuple):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from connectors.kafka import topic_partitions
+from rankflow.connectors.kafka import topic_partitions
 
 
 def read_topic(brokers: str, topic: str, timeout_s: float = 30.0) -> list[tuple[bytes | None, bytes]]:

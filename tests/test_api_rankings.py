@@ -16,12 +16,12 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import Settings, create_app
-from api.rankings import diff_event
-from api.store import SnapshotCache
-from connectors.redis_snapshots import Keys, Publisher, join_run
+from rankflow.api.app import Settings, create_app
+from rankflow.api.rankings import diff_event
+from rankflow.api.store import SnapshotCache
+from rankflow.connectors.redis_snapshots import Keys, Publisher, join_run
 from rankflow.services import free_port
-from state.snapshot import Snapshot, snapshot_id
+from rankflow.state.snapshot import Snapshot, snapshot_id
 from tests.events import ev
 
 

@@ -7,7 +7,7 @@ import json
 import orjson
 import pytest
 
-from state.events import DeadLetter, PlaybackEvent, parse_event
+from rankflow.state.events import DeadLetter, PlaybackEvent, parse_event
 
 GOOD = {"user_id": "u", "playback_id": "p", "song_id": "s", "type": "START", "version": 3, "ts": 10}
 

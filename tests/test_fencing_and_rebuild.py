@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from connectors.kafka import KafkaEndpoint
-from connectors.redis_snapshots import Keys, current_generation, read_counts, read_latest
+from rankflow.connectors.kafka import KafkaEndpoint
+from rankflow.connectors.redis_snapshots import Keys, current_generation, read_counts, read_latest
 from rankflow.generate import generate
 from rankflow.produce import produce_file
 from tests.events import ranking

@@ -12,8 +12,8 @@ import orjson
 import pytest
 from fastapi.testclient import TestClient
 
-from api.app import Settings, create_app
-from connectors.kafka import KafkaEndpoint, ensure_topic
+from rankflow.api.app import Settings, create_app
+from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
 from rankflow.services import free_port
 from tests.events import ranking
 from tests.kafka_helpers import read_topic

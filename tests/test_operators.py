@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-from operators.merger import MergerLogic, PositionReport
-from operators.routing import tick
-from operators.song_counter import SongCounterLogic
-from operators.user_stage import ShardRouter, shard_key, shard_of
-from state.events import PlaybackEvent
+from rankflow.operators.merger import MergerLogic, PositionReport
+from rankflow.operators.routing import tick
+from rankflow.operators.song_counter import SongCounterLogic
+from rankflow.operators.user_stage import ShardRouter, shard_key, shard_of
+from rankflow.state.events import PlaybackEvent
 
 
 def test_counter_reports_each_epoch_once_when_a_newer_epoch_arrives():

@@ -7,7 +7,7 @@ import uuid
 
 import pytest
 
-from connectors.redis_snapshots import (
+from rankflow.connectors.redis_snapshots import (
     FencedError,
     read_counts,
     GenerationSwitched,
@@ -20,7 +20,7 @@ from connectors.redis_snapshots import (
     read_latest,
     switch_generation,
 )
-from state.snapshot import Snapshot, snapshot_id
+from rankflow.state.snapshot import Snapshot, snapshot_id
 
 
 def snap(run: int, epoch: int, position: int | None = None, items=(("a", 2),), counts=None,

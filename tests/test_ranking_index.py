@@ -7,8 +7,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from state.ranking_index import SongIndex
-from state.snapshot import merge_local_tops
+from rankflow.state.ranking_index import SongIndex
+from rankflow.state.snapshot import merge_local_tops
 
 
 def reference_top(counts: dict[str, int], k: int) -> list[tuple[str, int]]:

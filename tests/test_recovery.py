@@ -18,10 +18,10 @@ import orjson
 import pytest
 import redis
 
-from connectors.redis_snapshots import read_counts, read_history, read_latest
+from rankflow.connectors.redis_snapshots import read_counts, read_history, read_latest
 from rankflow.generate import Chaos, generate
 from rankflow.produce import produce_file
-from connectors.kafka import KafkaEndpoint
+from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.runner import UsageError
 from tests.events import ev, ranking
 from tests.model import model_of_lines, read_lines

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from state.rules import UserRecord, Verdict, apply_event
+from rankflow.state.rules import UserRecord, Verdict, apply_event
 
 PLAYING = UserRecord(42, "pb42", "song_101", True)
 CLOSED = UserRecord(42, "pb42", "song_101", False)

@@ -20,8 +20,8 @@ import orjson
 import redis
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
-from connectors.kafka import topic_partitions
-from state.events import InvalidEvent, validate
+from rankflow.connectors.kafka import topic_partitions
+from rankflow.state.events import InvalidEvent, validate
 
 APPLY_LUA = """
 -- KEYS[1] user record, KEYS[2] playback record, KEYS[3] sorted set of songs

@@ -37,8 +37,8 @@ from typing import Any
 import orjson
 import redis
 
-from connectors.kafka import KafkaEndpoint, ensure_topic
-from connectors.redis_snapshots import read_history, read_latest
+from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
+from rankflow.connectors.redis_snapshots import read_history, read_latest
 from rankflow.generate import generate
 from rankflow.produce import produce_file, produce_steady
 from rankflow.services import LocalRedis, LocalTansu, free_port

@@ -1,0 +1,57 @@
+"""The wheel installs one import package, ``rankflow``, and works outside the checkout."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import orjson
+
+from tests.events import ev, ranking
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_the_wheel_is_one_package_that_runs_from_a_new_venv(tmp_path, redis_url, namespace):
+    dist = tmp_path / "dist"
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(ROOT)],
+                           capture_output=True, text=True, timeout=600)
+    assert built.returncode == 0, built.stderr
+    [wheel] = dist.glob("rankflow-*.whl")
+    names = zipfile.ZipFile(wheel).namelist()
+    top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
+    assert top == {"rankflow"}, f"top-level names in the wheel: {sorted(top)}"
+    assert "rankflow/api/static/dashboard.html" in names
+
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    installed = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "-c", str(ROOT / "constraints.txt"),
+                                str(wheel)], capture_output=True, text=True, timeout=900)
+    assert installed.returncode == 0, installed.stderr
+
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    log = outside / "events.jsonl"
+    log.write_bytes(b"\n".join([ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1),
+                                ev("u3", "p3", "song_b", "START", 1), b"not json"]) + b"\n")
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "VIRTUAL_ENV")}
+    rankflow = str(venv / "bin" / "rankflow")
+    run = subprocess.run([rankflow, "run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url,
+                          "--namespace", namespace, "--dead-letter", f"jsonl:{outside / 'dead.jsonl'}"],
+                         cwd=outside, env=env, capture_output=True, text=True, timeout=300)
+    assert run.returncode == 0, run.stderr
+    top_k = subprocess.run([rankflow, "top", "--json", "--redis", redis_url, "--namespace", namespace],
+                           cwd=outside, env=env, capture_output=True, text=True, timeout=60)
+    assert top_k.returncode == 0, top_k.stderr
+    assert ranking(orjson.loads(top_k.stdout)) == [("song_b", 2), ("song_a", 1)]
+    where = subprocess.run([str(venv / "bin" / "python"), "-c",
+                            "import rankflow.flows.listeners as m, importlib.util as u; print(m.__file__); "
+                            "print([n for n in ('flows', 'operators', 'state', 'connectors', 'api') "
+                            "if u.find_spec(n) is not None])"],
+                           cwd=outside, env=env, capture_output=True, text=True, timeout=60)
+    module_file, leaked = where.stdout.splitlines()
+    assert module_file.startswith(str(venv)), "imported from the installed wheel, not the checkout"
+    assert leaked == "[]", f"top-level modules installed: {leaked}"
