@@ -21,7 +21,7 @@ from typing import NamedTuple
 from bytewax.inputs import FixedPartitionedSource
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 
-from rankflow.connectors.source_batch import BarrierPartition, SourceBatch
+from rankflow.connectors.source_batch import BarrierPartition, PositionOutOfRange, SourceBatch
 from rankflow.operators.metrics import METRICS
 from rankflow.state.events import DeadLetter
 
@@ -42,9 +42,26 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
         self._path = path
         self._file = open(path, "rb")  # noqa: SIM115 - closed in close()
         self._pos = resume or FilePosition(0, 0)
+        self._check_resume()
         self._file.seek(self._pos.byte)
         self._follow = follow
         self._rest = b""  # an incomplete last line, waiting for its newline
+
+    def _check_resume(self) -> None:
+        """A resume position must end a line of this file: else the file was truncated or replaced."""
+        byte = self._pos.byte
+        if byte == 0:
+            return
+        size = os.fstat(self._file.fileno()).st_size
+        if byte <= size:
+            self._file.seek(byte - 1)
+            if self._file.read(1) == b"\n":
+                return
+        self._file.close()
+        raise PositionOutOfRange(
+            f"jsonl {self._path}: the recovery state resumes at line {self._pos.line} (byte {byte}), but the file "
+            f"has {size} bytes{'' if byte > size else ' and no line ends there'} (was it truncated or replaced?): "
+            "start over with an empty --recovery-dir, or give the file the state came from")
 
     def read(self) -> SourceBatch | None:
         while True:

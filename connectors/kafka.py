@@ -10,6 +10,14 @@ separately could skip events whose effects were lost with a crash). A fresh run
 starts at the beginning of each partition; a resumed run at the offset its last
 complete epoch ended on.
 
+**Never a silent jump.** A position outside the partition's log (recovery state
+of a deleted and re-created topic, or events removed by retention) stops the run
+with :class:`PositionOutOfRange`, naming the partition, the offset and the log's
+range: the consumers use ``auto.offset.reset=error``, and a resumed partition is
+checked against its log's range at start-up (some brokers answer a fetch beyond
+the end with nothing at all rather than an error). A fresh run whose log no longer
+starts at 0 starts at the log's start and says so; a rebuild refuses it.
+
 With ``until_eof`` a partition stops at the end it saw when the run started: the
 high watermark of its first fetch, or the partition-EOF marker when it was empty.
 (A queried high watermark is not used: some Kafka-compatible brokers, Tansu among
@@ -25,15 +33,17 @@ lets a consumer drop repeats.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from dataclasses import dataclass
 from datetime import timedelta
 
 from bytewax.inputs import FixedPartitionedSource
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
-from rankflow.connectors.source_batch import BarrierPartition, SourceBatch
+from rankflow.connectors.source_batch import BarrierPartition, PositionOutOfRange, SourceBatch
 from rankflow.operators.metrics import METRICS
 from rankflow.state.events import DeadLetter
 
@@ -114,41 +124,52 @@ def reliable_producer(brokers: str, **extra: object) -> Producer:
     return Producer(config)
 
 
+def _consumer(brokers: str, until_eof: bool, **extra: object) -> Consumer:
+    return Consumer({
+        "bootstrap.servers": brokers,
+        "group.id": "rankflow-unused",  # required by the client; assign() never joins it
+        "enable.auto.commit": False,
+        "enable.partition.eof": until_eof,
+        "auto.offset.reset": "error",  # an offset out of range is an error, never a silent jump
+        "fetch.wait.max.ms": 50,
+        **extra,
+    })
+
+
 class _KafkaPartition(BarrierPartition[int]):
     # consume() never blocks (partitions share a thread), so come back soon: the
     # client's fetch queue refills within milliseconds.
     idle_poll = timedelta(milliseconds=2)
 
-    def __init__(self, brokers: str, topic: str, partition: int, resume: int | None, until_eof: bool) -> None:
+    def __init__(self, brokers: str, topic: str, partition: int, resume: int | None, until_eof: bool,
+                 whole_history: bool = False) -> None:
         super().__init__()
         self._name = f"{topic}/{partition}"
         self._tp = (topic, partition)
         self._next = resume if resume is not None else 0
+        self._unstarted = resume is None  # a fresh partition learns where its log starts
+        self._whole_history = whole_history
         self._until_eof = until_eof
         self._stop_at: int | None = None
-        self._consumer = Consumer({
-            "bootstrap.servers": brokers,
-            "group.id": "rankflow-unused",  # required by the client; assign() never joins it
-            "enable.auto.commit": False,
-            "enable.partition.eof": until_eof,
-            "fetch.wait.max.ms": 50,
-        })
-        self._consumer.assign([TopicPartition(topic, partition, self._next)])
+        self._consumer = _consumer(brokers, until_eof)
+        self._consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if resume is None else resume)])
 
     def read(self) -> SourceBatch | None:
         if self._stop_at is not None and self._next >= self._stop_at:
             raise StopIteration
         msgs = self._consumer.consume(BATCH_MESSAGES, 0.002)  # barely block: other partitions share this thread
-        at_eof = False
+        eof_at = None
         if any(m.error() is not None for m in msgs):
-            at_eof = self._check_errors(msgs)
+            eof_at = self._check_errors(msgs)
             msgs = [m for m in msgs if m.error() is None]
+        if self._unstarted and (msgs or eof_at is not None):
+            self._start_at(msgs[0].offset() if msgs else eof_at)  # type: ignore[arg-type]
         if self._stop_at is not None and msgs and msgs[-1].offset() >= self._stop_at:
             msgs = [m for m in msgs if m.offset() < self._stop_at]
-        if self._until_eof and self._stop_at is None and (msgs or at_eof):
+        if self._until_eof and self._stop_at is None and (msgs or eof_at is not None):
             if msgs:
                 self._next = msgs[-1].offset() + 1
-            self._learn_end(at_eof)
+            self._learn_end(eof_at is not None)
         if not msgs:
             return None
         start, last = msgs[0].offset(), msgs[-1].offset()
@@ -161,17 +182,34 @@ class _KafkaPartition(BarrierPartition[int]):
         offsets = None if last - start + 1 == len(msgs) else [m.offset() for m in msgs]
         return SourceBatch(self._name, start, self._next, records, offsets)
 
-    def _check_errors(self, msgs: list) -> bool:
-        """True at the partition's end; any other error stops the run."""
-        at_eof = False
+    def _start_at(self, first: int) -> None:
+        """A fresh partition's first offset: above 0 when retention deleted the log's beginning."""
+        self._unstarted = False
+        if first > 0 and self._whole_history:
+            raise PositionOutOfRange(
+                f"kafka {self._name}: the log starts at offset {first}: the events before it were deleted "
+                "(retention), so a replay from the beginning would not be exact; rebuild from a backup of "
+                "the recovery directory instead (README: Retention)")
+        if first > 0:
+            log.warning("%s: the log starts at offset %s (earlier events were deleted by retention); "
+                        "counting from there", self._name, first)
+        self._next = max(self._next, first)
+
+    def _check_errors(self, msgs: list) -> int | None:
+        """The offset of the partition's end if a message says it was reached; other errors stop the run."""
+        eof_at = None
         for m in msgs:
             err = m.error()
             if err is None:
                 continue
-            if err.code() != KafkaError._PARTITION_EOF:
+            if err.code() == KafkaError._PARTITION_EOF:
+                eof_at = m.offset()
+            elif err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
+                raise PositionOutOfRange(f"kafka {self._name}: offset {self._next} is not in the partition's log "
+                                       f"({err.str()}); {OUT_OF_RANGE_ADVICE}")
+            else:
                 raise KafkaUnavailable(f"reading {self._name}: {err}")
-            at_eof = True
-        return at_eof
+        return eof_at
 
     def _learn_end(self, at_eof: bool) -> None:
         if at_eof:
@@ -193,13 +231,53 @@ class _KafkaPartition(BarrierPartition[int]):
         self._consumer.close()
 
 
-class KafkaSource(FixedPartitionedSource[SourceBatch, int]):
-    """Every partition of one topic, as ``TOPIC/N`` source partitions."""
+OUT_OF_RANGE_ADVICE = ("the recovery state belongs to other data (was the topic deleted and re-created, or did "
+                       "retention delete the events?): start over with an empty --recovery-dir, or rebuild")
 
-    def __init__(self, endpoint: KafkaEndpoint, until_eof: bool) -> None:
+
+def log_ranges(brokers: str, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+    """Each partition's ``(first offset, end offset)``, as the broker's fetch answers say.
+
+    Learned by fetching from each log's beginning, not by an offset query: some
+    Kafka-compatible brokers (Tansu) answer queried high watermarks wrongly, while
+    the watermark carried by a fetch response is right. One consumer for all
+    partitions, small fetches: a start-up cost of one round trip, paid on resume only.
+    """
+    consumer = _consumer(brokers, until_eof=True, **{"max.partition.fetch.bytes": 65536, "fetch.wait.max.ms": 10})
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
+        answered: set[int] = set()
+        deadline = time.monotonic() + 2 * METADATA_TIMEOUT_S
+        while len(answered) < len(partitions):
+            if time.monotonic() > deadline:
+                raise KafkaUnavailable(f"kafka {topic}: no fetch answer for partitions "
+                                       f"{sorted(set(partitions) - answered)} within {2 * METADATA_TIMEOUT_S:.0f}s")
+            for m in consumer.consume(len(partitions), 0.1):
+                err = m.error()
+                if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                    raise KafkaUnavailable(f"reading {topic}/{m.partition()}: {err}")
+                answered.add(m.partition())
+        return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True) for p in partitions}
+    finally:
+        consumer.close()
+
+
+class KafkaSource(FixedPartitionedSource[SourceBatch, int]):
+    """Every partition of one topic, as ``TOPIC/N`` source partitions.
+
+    ``whole_history``: a fresh partition must start at offset 0 (a rebuild from the
+    beginning), else the run fails; without it a fresh run starts at the log's start
+    and says so. A resumed partition must resume inside its log, else the run fails.
+    """
+
+    def __init__(self, endpoint: KafkaEndpoint, until_eof: bool, whole_history: bool = False) -> None:
         self._endpoint = endpoint
         self._until_eof = until_eof
-        self._parts = [f"{endpoint.topic}/{p}" for p in topic_partitions(endpoint.brokers, endpoint.topic)]
+        self._whole_history = whole_history
+        self._numbers = topic_partitions(endpoint.brokers, endpoint.topic)
+        self._parts = [f"{endpoint.topic}/{p}" for p in self._numbers]
+        self._ranges: dict[int, tuple[int, int]] | None = None
+        self._lock = threading.Lock()
 
     def list_parts(self) -> list[str]:
         return self._parts
@@ -209,8 +287,20 @@ class KafkaSource(FixedPartitionedSource[SourceBatch, int]):
         if topic != self._endpoint.topic:
             raise ValueError(f"recovery state is for topic {topic!r}, this run reads {self._endpoint.topic!r}")
         if resume_state is not None:
+            self._check_resume(int(number), resume_state)
             log.info("%s: resuming at offset %s", for_part, resume_state)
-        return _KafkaPartition(self._endpoint.brokers, topic, int(number), resume_state, self._until_eof)
+        return _KafkaPartition(self._endpoint.brokers, topic, int(number), resume_state, self._until_eof,
+                               self._whole_history)
+
+    def _check_resume(self, partition: int, offset: int) -> None:
+        with self._lock:
+            if self._ranges is None:
+                self._ranges = log_ranges(self._endpoint.brokers, self._endpoint.topic, self._numbers)
+        low, high = self._ranges[partition]
+        if offset > high or (low >= 0 and offset < low):
+            raise PositionOutOfRange(
+                f"kafka {self._endpoint.topic}/{partition}: the recovery state resumes at offset {offset}, but the "
+                f"partition's log holds offsets {low} to {high - 1} (end {high}); {OUT_OF_RANGE_ADVICE}")
 
 
 class _DeadLetterProducer(StatefulSinkPartition[DeadLetter, None]):

@@ -17,6 +17,7 @@ that the next batch opens a new epoch.
 from __future__ import annotations
 
 import threading
+import time
 from abc import abstractmethod
 from datetime import datetime, timedelta, timezone
 from typing import Generic, TypeVar
@@ -31,15 +32,34 @@ STOP = threading.Event()
 """Set to end every source of this process at its next read: a graceful stop (Ctrl-C).
 The flow then closes its last barrier, publishes and flushes as at the end of input."""
 
+ENDS: dict[str, int] = {}
+"""Source partition -> the position where it reached the end of its input (``--until-eof``).
+
+A partition stopped by :data:`STOP` or by an error has no entry: that is how a
+rebuild tells a replay that reached the end it saw at start from one that was cut
+short, which ends the flow in the same way. Cleared by the runner at every start."""
+
+
+class PositionOutOfRange(RuntimeError):
+    """A position the run must read from is not in its input.
+
+    Never skipped over (Kafka's default ``auto.offset.reset=latest`` would jump to
+    the end and lose history without a word): either the recovery state belongs to
+    another incarnation of the input (a re-created topic, a replaced file), or
+    retention deleted events a replay needs.
+    """
+
 
 class SourceBatch:
     """Raw records ``[start, end)`` of one source partition.
 
     ``epoch`` is filled in by the flow's epoch-stamping step right after the input
-    (see ``operators.parse.stamp_epoch``); sources leave it at 0.
+    (see ``operators.parse.stamp_epoch``); sources leave it at 0. ``read_at`` (Unix
+    seconds) is when the records were read: snapshots report how far behind it
+    each song partition was.
     """
 
-    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch")
+    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "read_at")
 
     def __init__(
         self,
@@ -55,6 +75,7 @@ class SourceBatch:
         self.records = records
         self.record_offsets = record_offsets
         self.epoch = 0
+        self.read_at = time.time()
 
     def offsets(self) -> range | list[int]:
         """Offset of each record: contiguous unless the source gave them (Kafka gaps)."""
@@ -102,7 +123,12 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
         try:
             if STOP.is_set():
                 raise StopIteration
-            batch = self.read()
+            try:
+                batch = self.read()
+            except StopIteration:
+                here = self.empty_batch()
+                ENDS[here.partition] = here.end
+                raise
         except StopIteration:
             if not self._epoch_open:
                 raise

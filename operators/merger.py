@@ -12,15 +12,16 @@ Contract (``stateful_batch`` with the single key :data:`MERGER_KEY`):
 * **Output**: one :class:`state.snapshot.Snapshot` per complete epoch, in epoch
   order: the global top ``K_max`` merged from the P local lists and the split songs
   (every partial added first, see ``operators.routing``), input positions
-  (the next offset per source partition), listener and user totals, and the
-  invariant check ``total_listeners == counted_users``. A violation or a negative
+  (the next offset per source partition), listener and user totals, the
+  invariant check ``total_listeners == counted_users``, and per song partition its
+  lag (``partition_lag_ms``): how long after the newest input of the cut was read
+  the partition closed the epoch, i.e. how far its counts trailed the input. A violation or a negative
   count is logged and carried in the snapshot's ``errors``; nothing is clamped.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from typing import NamedTuple
 
@@ -35,11 +36,13 @@ MERGER_KEY = "merger"
 
 
 class PositionReport(NamedTuple):
-    """Source partition ``partition`` has been read up to ``end`` (exclusive) in ``epoch``."""
+    """Source partition ``partition`` has been read up to ``end`` (exclusive) in ``epoch``,
+    by a read at ``read_at`` (Unix seconds)."""
 
     epoch: int
     partition: str
     end: int
+    read_at: float = 0.0
 
 
 class PartitionReport(NamedTuple):
@@ -64,6 +67,8 @@ class MergerState(NamedTuple):
     positions: dict[str, int]
     dead_letters: int
     last_epoch: int
+    pending_read_at: dict[int, float] = {}  # defaults: state stored before these fields resumes too
+    read_at: float = 0.0
 
 
 class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
@@ -80,6 +85,8 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
         self.positions = dict(s.positions)
         self.dead_letters = s.dead_letters
         self.last_epoch = s.last_epoch
+        self.pending_read_at = dict(s.pending_read_at)
+        self.read_at = s.read_at  # when the newest input in the cut was read
 
     @classmethod
     def builder(
@@ -104,6 +111,8 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
         positions = self.pending_positions.setdefault(report.epoch, {})
         if report.end > positions.get(report.partition, -1):
             positions[report.partition] = report.end
+        if report.read_at > self.pending_read_at.get(report.epoch, 0.0):
+            self.pending_read_at[report.epoch] = report.read_at
 
     def _partition_report(self, part: str, report: PartitionReport, out: list[Snapshot]) -> None:
         if report.epoch <= self.last_epoch:
@@ -123,7 +132,6 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
         full = all(r.full for r in reports.values())
         self._fold_through(epoch)
         self.last_epoch = epoch
-        now = time.time()
         split: dict[str, int] = {}
         for r in reports.values():
             for song, count in r.partials.items():
@@ -152,10 +160,10 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
             dead_letters=self.dead_letters,
             k_max=self.k_max,
             items=merge_local_tops([*(r.top for r in reports.values()), split_live], self.k_max),
-            split_songs=sorted(split),
+            split_songs=sorted(song for song, count in split.items() if count),
             counts=counts,
             counts_full=full,
-            partition_lag_ms={p: round((now - r.closed_at) * 1000) for p, r in sorted(reports.items())},
+            partition_lag_ms={p: max(0, round((r.closed_at - self.read_at) * 1000)) for p, r in sorted(reports.items())},
             errors=errors,
         )
 
@@ -167,6 +175,8 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
                     self.positions[part] = end
         for e in [e for e in self.pending_dead if e <= epoch]:
             self.dead_letters += self.pending_dead.pop(e)
+        for e in [e for e in self.pending_read_at if e <= epoch]:
+            self.read_at = max(self.read_at, self.pending_read_at.pop(e))
 
     def snapshot(self) -> MergerState:
         return MergerState(
@@ -176,4 +186,6 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
             dict(self.positions),
             self.dead_letters,
             self.last_epoch,
+            dict(self.pending_read_at),
+            self.read_at,
         )

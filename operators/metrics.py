@@ -22,8 +22,9 @@ metric                                      meaning
 ``rankflow_snapshot_id``                     id of the last published snapshot
 ``rankflow_snapshot_age_seconds``            time since the last snapshot was published
 ``rankflow_publish_latency_seconds``         time of the Redis publish script (histogram)
-``rankflow_partition_list_age_seconds{partition}``  how old each song partition's list
-                                             was when the last snapshot was merged
+``rankflow_partition_lag_seconds{partition}``  how far each song partition's counts
+                                             trailed the input in the last snapshot
+                                             (its ``partition_lag_ms``)
 ``rankflow_split_songs``                     songs split into partial counters
 ==========================================  ===========================================
 """
@@ -117,8 +118,9 @@ class _Collector(Collector):
                                 value=len(snap.get("split_songs", [])))
         yield GaugeMetricFamily("rankflow_snapshot_age_seconds", "Time since the last publish",
                                 value=time.time() - at)
-        ages = GaugeMetricFamily("rankflow_partition_list_age_seconds",
-                                 "Age of each song partition's list at merge time", labels=["partition"])
+        ages = GaugeMetricFamily("rankflow_partition_lag_seconds",
+                                 "How far each song partition's counts trailed the input in the last snapshot",
+                                 labels=["partition"])
         for part, ms in snap["partition_lag_ms"].items():
             ages.add_metric([part], ms / 1000)
         yield ages

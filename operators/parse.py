@@ -5,7 +5,8 @@ Stateless steps that run on the worker of the source partition, once per batch:
 * :func:`stamp_epoch` is the ``inspect_debug`` inspector that writes the Bytewax
   epoch onto each batch. Every later item carries that epoch, which is how the
   keyed stages tell one barrier from the next (Bytewax keeps epochs from Python
-  code everywhere else).
+  code everywhere else; ``inspect_debug`` is the one operator that is told the
+  epoch, see :func:`stamp_epoch` for why writing it there is safe).
 * :func:`parse_batch` validates every record once (SEMANTICS.md section 1).
 * :meth:`ParsedBatch.barrier_ticks` and :meth:`ParsedBatch.position_report` feed the
   barrier protocol: every song partition gets a tick for every batch, and the merger
@@ -22,19 +23,31 @@ from rankflow.state.events import DeadLetter, PlaybackEvent, parse_records
 
 
 def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> None:
-    """``inspect_debug`` inspector: remember which epoch (barrier interval) a batch is in."""
+    """``inspect_debug`` inspector: remember which epoch (barrier interval) a batch is in.
+
+    An inspector is meant to look, not to write; writing is safe here because of how
+    Bytewax 0.21 runs it (``src/operators.rs``, ``InspectDebugOp``): the operator takes
+    an epoch's items from its input (a ``Pipeline``: same worker, no copy), calls the
+    inspector on each, and only then gives the same objects downstream. The step
+    sits right after the input, so each batch is a fresh object that nothing else
+    references yet. :class:`ParsedBatch` refuses a batch without its epoch, so a
+    Bytewax that stopped calling inspectors first would fail loudly, not miscount.
+    """
     batch.epoch = epoch
 
 
 class ParsedBatch:
     """A source batch split into valid events and dead letters."""
 
-    __slots__ = ("epoch", "partition", "end", "events", "dead_letters")
+    __slots__ = ("epoch", "partition", "end", "read_at", "events", "dead_letters")
 
     def __init__(self, batch: SourceBatch) -> None:
+        if not batch.epoch:
+            raise RuntimeError(f"{batch!r} reached the parser without its epoch: stamp_epoch must run first")
         self.epoch = batch.epoch
         self.partition = batch.partition
         self.end = batch.end
+        self.read_at = batch.read_at
         self.events, self.dead_letters = parse_records(batch.records, batch.offsets(), batch.partition,
                                                        batch.epoch)
         METRICS.input_records[batch.partition] += len(batch.records)
@@ -53,7 +66,7 @@ class ParsedBatch:
         return [(str(p), t) for p in range(song_partitions)]
 
     def position_report(self) -> tuple[str, PositionReport]:
-        return MERGER_KEY, PositionReport(self.epoch, self.partition, self.end)
+        return MERGER_KEY, PositionReport(self.epoch, self.partition, self.end, self.read_at)
 
 
 def parse_batch(batch: SourceBatch) -> ParsedBatch:

@@ -12,7 +12,7 @@ the epochs it has applied are recorded in its state together with its counts (se
 epochs after that state.
 
 **Hot songs.** A song changing faster than a threshold (changes per second, as seen
-by one process) is *split*: new contributions to it go to one of S partial counters
+by one process), or named by ``--split-songs`` (split at its first change), is *split*: new contributions to it go to one of S partial counters
 ``(song, salt)``, ``salt = 1 + crc32(user_id) % S``, spread over the partitions. The
 user stage records the salt with the user's contribution, so the later -1 finds
 its partial whatever the routing is by then; salt 0 is the ordinary counter. When
@@ -59,15 +59,20 @@ class HotSongs:
     holds, and different processes may disagree.
     """
 
-    def __init__(self, threshold_per_s: float = 0.0, salts: int = 4, window_s: float = 1.0) -> None:
-        self.configure(threshold_per_s, salts, window_s)
+    def __init__(self, threshold_per_s: float = 0.0, salts: int = 4, window_s: float = 1.0,
+                 always: frozenset[str] = frozenset()) -> None:
+        self.configure(threshold_per_s, salts, window_s, always)
 
-    def configure(self, threshold_per_s: float, salts: int, window_s: float = 1.0) -> None:
+    def configure(self, threshold_per_s: float, salts: int, window_s: float = 1.0,
+                  always: frozenset[str] = frozenset()) -> None:
+        """``always``: songs split at their first change whatever their rate (``--split-songs``):
+        a deterministic trigger for songs known to be hot, and for tests."""
         if salts < 1:
             raise ValueError("salts must be >= 1")
         self.threshold_per_s = threshold_per_s
         self.salts = salts
         self.window_s = window_s
+        self.always = frozenset(always)
         self.hot: set[str] = set()
         self._window: dict[str, int] = {}
         self._window_start = time.monotonic()
@@ -75,10 +80,14 @@ class HotSongs:
 
     @property
     def enabled(self) -> bool:
-        return self.threshold_per_s > 0
+        return self.threshold_per_s > 0 or bool(self.always)
 
     def observe(self, changes: dict[str, int]) -> None:
         if not self.enabled:
+            return
+        if self.always:
+            self.hot.update(song for song in changes if song in self.always)
+        if self.threshold_per_s <= 0:
             return
         with self._lock:
             window = self._window

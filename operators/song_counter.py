@@ -14,7 +14,9 @@ Contract (``stateful_batch`` keyed by song partition ``"0"`` .. ``"P-1"``):
   deltas count once.
 * **Output**: when epoch ``e`` closes (a later item, or end of input), one
   :class:`operators.merger.PartitionReport`: the local top ``K_max`` of ordinary
-  songs, every partial count of split songs (summed per song), the partition's
+  songs, every partial count of split songs (summed per song; a song whose partials
+  changed this epoch is listed even at 0, so the merger learns that its last
+  listener left and removes it from the count table), the partition's
   listener total and user tally, any count that went negative, and the ordinary
   songs whose count changed (all of them in the first report of an execution, so
   readers' full count tables can be rebuilt from it). A switch's -1 and +1 always
@@ -118,10 +120,12 @@ class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterSta
         ordinary: list[tuple[str, int]] = []
         negative: list[tuple[str, int]] = []
         partials, split = self.partials, self.split
+        touched: set[str] = set()  # split songs whose partials changed: reported even at 0
         for (song, salt), delta in self.pending.items():
             if salt == 0 and song not in split:
                 ordinary.append((song, delta))
                 continue
+            touched.add(song)
             count = partials.get((song, salt), 0) + delta
             if count:
                 partials[(song, salt)] = count
@@ -139,7 +143,7 @@ class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterSta
             changed = {song: self.index.count(song) for song, _ in ordinary}
             changed.update((song, 0) for song in self.moved if song not in changed)
         self.moved = set()
-        summed: dict[str, int] = {}
+        summed: dict[str, int] = dict.fromkeys(touched, 0)
         for (song, _), count in partials.items():
             summed[song] = summed.get(song, 0) + count
         report = PartitionReport(

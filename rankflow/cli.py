@@ -19,9 +19,13 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
+from rankflow import runner
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
 from rankflow.connectors.redis_snapshots import DEFAULT_NAMESPACE, FencedError, GenerationSwitched
-from rankflow import runner
+from rankflow.execution import stop_signal, tune_gc
+from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_USER_SHARDS, RunOptions,
+                              ServiceError, UsageError, default_redis_url, redacted)
+from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.generate import generate
 from rankflow.produce import produce_file
 from rankflow.reader import RankingReader, default_cache_path
@@ -40,16 +44,16 @@ def _positive(text: str) -> int:
 
 
 def _add_redis(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--redis", default=runner.default_redis_url(), metavar="URL",
+    p.add_argument("--redis", default=default_redis_url(), metavar="URL",
                    help="Redis URL (default: $RANKFLOW_REDIS_URL or %(default)s)")
     p.add_argument("--namespace", default=DEFAULT_NAMESPACE, metavar="NS",
                    help="key namespace in Redis (default: %(default)s)")
 
 
-def _add_flow_options(p: argparse.ArgumentParser) -> None:
+def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
     p.add_argument("--input", required=True, metavar="URI", help="jsonl:PATH or kafka:HOST:PORT/TOPIC")
     _add_redis(p)
-    p.add_argument("--dead-letter", default=runner.DEFAULT_DEAD_LETTER, metavar="URI",
+    p.add_argument("--dead-letter", default=dead_letter, metavar="URI",
                    help="where invalid events go: jsonl:PATH or kafka:HOST:PORT/TOPIC (default: %(default)s)")
     p.add_argument("--song-partitions", type=_positive, default=16, metavar="P")
     p.add_argument("--k-max", type=_positive, default=100, metavar="K")
@@ -61,12 +65,15 @@ def _add_flow_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--user-shards", type=int, metavar="N",
                    help="key the user stage by N shards of users (fast), or 0 for one key per user "
                         "(recovery writes only changed users); default: "
-                        f"{runner.DEFAULT_USER_SHARDS}, or 0 with --recovery-dir")
+                        f"{DEFAULT_USER_SHARDS}, or 0 with --recovery-dir")
     p.add_argument("--hot-threshold", type=float, default=20_000, metavar="N",
                    help="split a song whose changes pass N per second (per process) into partial "
                         "counters; 0 never splits (default: %(default)s)")
     p.add_argument("--hot-salts", type=_positive, default=4, metavar="S",
                    help="partial counters per split song (default: %(default)s)")
+    p.add_argument("--split-songs", type=lambda text: [s for s in text.split(",") if s], default=[],
+                   metavar="SONG,...", help="split these songs into partial counters at their first change, "
+                                            "whatever their rate (songs known to be hot)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -81,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True, metavar="PATH")
 
     r = sub.add_parser("run", help="run the listener-count flow and publish snapshots to Redis")
-    _add_flow_options(r)
+    _add_flow_options(r, DEFAULT_DEAD_LETTER)
     r.add_argument("--until-eof", action="store_true",
                    help="stop at the end of the input seen at start-up (default: keep following it)")
     r.add_argument("--processes", type=_positive, default=1, metavar="N",
@@ -94,7 +101,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on PORT (process i of --processes on PORT + i)")
 
     b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it")
-    _add_flow_options(b)
+    _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER)
 
     pr = sub.add_parser("produce", help="load a JSON Lines log into a Kafka topic, keyed by user_id")
     pr.add_argument("--input", required=True, metavar="PATH")
@@ -136,9 +143,9 @@ def cmd_generate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _run_options(args: argparse.Namespace) -> runner.RunOptions:
+def _run_options(args: argparse.Namespace) -> RunOptions:
     addresses = getattr(args, "addresses", None)
-    return runner.RunOptions(
+    return RunOptions(
         processes=getattr(args, "processes", 1), process_id=getattr(args, "process_id", None),
         addresses=addresses.split(",") if addresses else None, run_id=getattr(args, "run_id", None),
         metrics_port=getattr(args, "metrics_port", None),
@@ -146,6 +153,7 @@ def _run_options(args: argparse.Namespace) -> runner.RunOptions:
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
         hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
+        split_songs=args.split_songs,
     )
 
 
@@ -159,20 +167,20 @@ def cmd_run(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     started = time.perf_counter()
     final = runner.run(opts)
-    stopped = runner.stopped_by_user()
+    stopped = stop_signal()
     if final is not None:
         print(f"{'stopped' if stopped else 'done'} in {_summary(final, time.perf_counter() - started, opts.dead_letter)}",
               file=sys.stderr)
-    if stopped:
+    if stopped is not None:
         print("rankflow: interrupted; stopped at a barrier, everything read so far is published", file=sys.stderr)
-        return 130
+        return 128 + stopped
     return 0
 
 
 def cmd_rebuild(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     started = time.perf_counter()
-    final = runner.rebuild(opts)
+    final = rebuild(opts)
     print(f"rebuilt and switched in {_summary(final, time.perf_counter() - started, opts.dead_letter)}",
           file=sys.stderr)
     return 0
@@ -182,9 +190,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     try:
         endpoint = KafkaEndpoint.parse(args.kafka)
     except ValueError as exc:
-        raise runner.UsageError(f"--kafka: {exc}") from None
+        raise UsageError(f"--kafka: {exc}") from None
     if not os.path.isfile(args.input):
-        raise runner.UsageError(f"input file not found: {args.input}")
+        raise UsageError(f"input file not found: {args.input}")
     started = time.perf_counter()
     result = produce_file(args.input, endpoint, args.partitions, progress=not args.no_progress)
     took = time.perf_counter() - started
@@ -201,10 +209,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         kafka = KafkaEndpoint.parse(args.kafka) if args.kafka else None
     except ValueError as exc:
-        raise runner.UsageError(f"--kafka: {exc}") from None
+        raise UsageError(f"--kafka: {exc}") from None
     settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
                         delivery_timeout_ms=args.delivery_timeout_ms)
-    runner.tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
+    tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
     app = create_app(settings)
 
     class Server(uvicorn.Server):
@@ -284,14 +292,17 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
         return COMMANDS[args.command](args)
-    except runner.UsageError as exc:
+    except UsageError as exc:
         print(f"rankflow: {exc}", file=sys.stderr)
         return 2
-    except (runner.ServiceError, runner.RebuildFailed, FencedError, GenerationSwitched, KafkaUnavailable) as exc:
+    except RebuildFailed as exc:
+        print(f"rankflow: {exc}; readers stay on the old ranking", file=sys.stderr)
+        return 1 if exc.signal is None else 128 + exc.signal
+    except (ServiceError, FencedError, GenerationSwitched, KafkaUnavailable) as exc:
         print(f"rankflow: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:
-        print(f"rankflow: cannot reach Redis at {getattr(args, 'redis', '?')}: {exc}", file=sys.stderr)
+        print(f"rankflow: cannot reach Redis at {redacted(getattr(args, 'redis', '?'))}: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
         print("rankflow: interrupted", file=sys.stderr)

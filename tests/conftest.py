@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import threading
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Iterator
@@ -10,8 +12,12 @@ from typing import Any, Iterator
 import pytest
 import redis
 
-from rankflow.connectors.redis_snapshots import read_counts, read_history, read_latest
-from rankflow.runner import RunOptions, run
+import orjson
+
+from rankflow.connectors.redis_snapshots import Keys, current_generation, read_counts, read_history, read_latest
+from rankflow.connectors.source_batch import STOP
+from rankflow.options import RunOptions
+from rankflow.runner import run
 from rankflow.services import LocalRedis, LocalTansu, free_port
 
 
@@ -64,7 +70,8 @@ class FlowRunner:
         self.runs += 1
         namespace = options.pop("namespace", f"flow-{uuid.uuid4().hex[:12]}")
         dead = options.pop("dead_letter", f"jsonl:{self.tmp / f'dead-{self.runs}.jsonl'}")
-        opts = RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=self.redis_url,
+        source = options.pop("input", f"jsonl:{path}")
+        opts = RunOptions(input=source, until_eof=True, redis_url=self.redis_url,
                           namespace=namespace, dead_letter=dead, **options)
         final = run(opts)
         assert final is not None, "the run published no snapshot"
@@ -72,13 +79,73 @@ class FlowRunner:
         try:
             history = read_history(client, namespace)
             counts = read_counts(client, namespace)
+            tables = count_tables(client, namespace)
             assert read_latest(client, namespace) == final
         finally:
             client.close()
         dead_path = dead.split(":", 1)[1]
         dead_lines = Path(dead_path).read_bytes().splitlines() if os.path.exists(dead_path) else []
         return {"final": final, "history": history, "dead_letters": dead_lines, "namespace": namespace,
-                "counts": counts}
+                "counts": counts, "tables": tables}
+
+
+def run_line_by_line(flow: FlowRunner, lines: list[bytes], **options: Any) -> dict[str, Any]:
+    """Run the flow following a file, appending one line per published snapshot.
+
+    Each line then lands in a barrier of its own, whatever the machine's speed: the
+    way to make a test about what happens *between* snapshots deterministic.
+    """
+    path = flow.write_log([])
+    namespace = f"flow-{uuid.uuid4().hex[:12]}"
+    opts = RunOptions(input=f"jsonl:{path}", redis_url=flow.redis_url, namespace=namespace,
+                      dead_letter=f"jsonl:{flow.tmp / 'dead-stepwise.jsonl'}", **options)
+    failure: list[BaseException] = []
+
+    def follow() -> None:
+        try:
+            run(opts)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=follow, name="flow")
+    thread.start()
+    client = redis.Redis.from_url(flow.redis_url)
+    try:
+        with open(path, "ab") as out:
+            for n, line in enumerate(lines, start=1):
+                out.write(line + b"\n")
+                out.flush()
+                deadline = time.monotonic() + 60
+                while (snap := read_latest(client, namespace)) is None or snap["positions"][path] < n:
+                    assert not failure and time.monotonic() < deadline, f"line {n} was never published: {failure}"
+                    time.sleep(0.005)
+    finally:
+        STOP.set()
+        thread.join(timeout=60)
+    try:
+        assert not failure, failure
+        return {"path": path, "history": read_history(client, namespace), "tables": count_tables(client, namespace),
+                "counts": read_counts(client, namespace)}
+    finally:
+        client.close()
+
+
+def count_tables(client: redis.Redis, namespace: str) -> dict[int, dict[str, int]]:
+    """The full count table as of every published snapshot, rebuilt from the ``changes`` stream
+    the way a reader keeps its copy: a ``full`` entry starts over, the others add changes."""
+    table: dict[str, int] = {}
+    tables: dict[int, dict[str, int]] = {}
+    changes = Keys(namespace, current_generation(client, namespace)).changes
+    for _, entry in client.xrange(changes):
+        if entry[b"full"] == b"full":
+            table = {}
+        for song, count in orjson.loads(entry[b"counts"]).items():
+            if count:
+                table[song] = count
+            else:
+                table.pop(song, None)
+        tables[int(entry[b"snapshot_id"])] = dict(table)
+    return tables
 
 
 @pytest.fixture

@@ -55,14 +55,21 @@ class Model:
     dead_letters: int = 0
     conflicts: int = 0
     lines: int = 0
+    dead: list[tuple[int, str]] = field(default_factory=list)  # (line, "shape" or the conflict's reason)
 
     def apply_line(self, raw: bytes) -> None:
         self.lines += 1
         ev = parse(raw)
         if ev is None:
-            self.dead_letters += 1
+            self._dead("shape")
             return
         self.apply(ev)
+
+    def _dead(self, reason: str) -> None:
+        self.dead_letters += 1
+        self.dead.append((self.lines - 1, reason))
+        if reason != "shape":
+            self.conflicts += 1
 
     def _add(self, song: str, n: int) -> None:
         self.counts[song] = self.counts.get(song, 0) + n
@@ -73,16 +80,16 @@ class Model:
         u = self.users.get(ev["user_id"])
         p, s, v, t = ev["playback_id"], ev["song_id"], ev["version"], ev["type"]
         if u is not None and p == u["playback_id"]:
-            if s != u["song_id"] or v != u["version"]:
-                self.dead_letters += 1
-                self.conflicts += 1
+            if s != u["song_id"]:
+                self._dead("conflict_song")
+            elif v != u["version"]:
+                self._dead("conflict_version")
             elif t == "STOP" and u["playing"]:
                 self._add(s, -1)
                 u["playing"] = False
             return
         if u is not None and v == u["version"]:
-            self.dead_letters += 1
-            self.conflicts += 1
+            self._dead("version_reused")
             return
         if u is not None and v < u["version"]:
             return

@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
+import re
+import signal
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+import uuid
+from pathlib import Path
 
+import orjson
 import pytest
 
-from rankflow.connectors.kafka import KafkaEndpoint
+from rankflow.connectors.kafka import KafkaEndpoint, admin
 from rankflow.connectors.redis_snapshots import Keys, current_generation, read_counts, read_latest
 from rankflow.generate import generate
 from rankflow.produce import produce_file
@@ -107,6 +113,10 @@ def test_rebuild_switches_readers_atomically_and_stops_the_live_run(
     assert all(sum(s["positions"].values()) == len(produced_log) for s in seen)
 
 
+def generations(client, namespace: str) -> set[bytes]:
+    return {k.split(b":")[1] for k in client.keys(f"{{{namespace}}}:g[0-9]*")}
+
+
 def test_a_failed_rebuild_leaves_readers_on_the_old_generation(tmp_path, kafka_brokers, redis_url,
                                                                redis_client, namespace, produced_log, topic):
     source = f"kafka:{kafka_brokers}/{topic}"
@@ -114,9 +124,76 @@ def test_a_failed_rebuild_leaves_readers_on_the_old_generation(tmp_path, kafka_b
     assert subprocess.run([*RANKFLOW, "run", "--input", source, "--until-eof", *common],
                           capture_output=True, timeout=120).returncode == 0
     before = read_latest(redis_client, namespace)
+
     failed = subprocess.run([*RANKFLOW, "rebuild", "--input", f"kafka:{kafka_brokers}/missing-topic", *common],
                             capture_output=True, text=True, timeout=120)
     assert failed.returncode == 1 and "missing-topic" in failed.stderr
     assert read_latest(redis_client, namespace) == before
-    generations = {k.split(b":")[1] for k in redis_client.keys(f"{{{namespace}}}:g[0-9]*")}
-    assert generations == {b"g0"}, "nothing of the failed rebuild is left"
+    assert generations(redis_client, namespace) == {b"g0"}, "nothing of the failed rebuild is left"
+
+    # A failure after the rebuild claimed its generation: recovery state beyond the topic's end.
+    recovery = tmp_path / "recovery"
+    assert subprocess.run([*RANKFLOW, "rebuild", "--input", source, "--recovery-dir", str(recovery), *common],
+                          capture_output=True, timeout=120).returncode == 0
+    switched = read_latest(redis_client, namespace)
+    recreate_topic(kafka_brokers, topic, produced_log[:100])
+    failed = subprocess.run([*RANKFLOW, "rebuild", "--input", source, "--recovery-dir", str(recovery), *common],
+                            capture_output=True, text=True, timeout=120)
+    assert failed.returncode == 1, failed.stderr
+    assert "resumes at offset" in failed.stderr, failed.stderr
+    assert re.search(r"generation \d+ dropped; readers stay on generation \d+", failed.stderr), \
+        "the rebuild's generation existed and was dropped"
+    assert read_latest(redis_client, namespace) == switched
+    assert generations(redis_client, namespace) == {f"g{switched['run']}".encode()}, "nothing of it is left"
+
+
+def recreate_topic(brokers: str, topic: str, lines: list[bytes]) -> None:
+    """Delete the topic and create it again with fewer events (offsets start over)."""
+    client = admin(brokers)  # kept alive until the future resolves
+    client.delete_topics([topic])[topic].result(timeout=10)
+    wait_until(lambda: topic not in admin(brokers).list_topics(timeout=5).topics, what="the topic to go")
+    path = Path(tempfile.mkdtemp()) / "again.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    produce_file(str(path), KafkaEndpoint(brokers, topic), partitions=2, progress=False)
+
+
+@pytest.fixture(scope="module")
+def big_topic(tmp_path_factory, kafka_brokers):
+    """Enough events that a rebuild is still replaying when the test stops it."""
+    log = tmp_path_factory.mktemp("big") / "events.jsonl"
+    generate(users=20_000, songs=500, events=150_000, seed=37, out=log)
+    topic = "big-" + uuid.uuid4().hex[:8]
+    produce_file(str(log), KafkaEndpoint(kafka_brokers, topic), partitions=2, progress=False)
+    return topic, read_lines(str(log))
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_a_rebuild_stopped_midway_switches_nothing(tmp_path, kafka_brokers, redis_url, redis_client, namespace,
+                                                   big_topic, signum):
+    topic, lines = big_topic
+    source = f"kafka:{kafka_brokers}/{topic}"
+    common = ["--redis", redis_url, "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'd.jsonl'}"]
+    assert subprocess.run([*RANKFLOW, "run", "--input", source, "--until-eof", *common],
+                          capture_output=True, timeout=300).returncode == 0
+    before = read_latest(redis_client, namespace)
+    assert sum(before["positions"].values()) == len(lines)
+
+    rebuilding = subprocess.Popen([*RANKFLOW, "rebuild", "--input", source, "--barrier-ms", "20", *common],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: len(generations(redis_client, namespace)) == 2 or rebuilding.poll() is not None,
+                   what="the rebuild's generation")
+        new = (generations(redis_client, namespace) - {b"g0"}).pop().decode()
+        wait_until(lambda: redis_client.exists(f"{{{namespace}}}:{new}:snapshot") or rebuilding.poll() is not None,
+                   what="the rebuild's first snapshot")
+        partial = orjson.loads(redis_client.get(f"{{{namespace}}}:{new}:snapshot"))
+        rebuilding.send_signal(signum)
+        _, err = rebuilding.communicate(timeout=120)
+    finally:
+        rebuilding.kill()
+    assert sum(partial["positions"].values()) < len(lines), "stopped while replaying"
+    assert rebuilding.returncode == 128 + signum, err
+    assert "stopped before the end of its input" in err and "readers stay on the old ranking" in err
+    assert read_latest(redis_client, namespace) == before
+    assert current_generation(redis_client, namespace) == 0
+    assert generations(redis_client, namespace) == {b"g0"}, "the half-built generation is dropped"

@@ -78,7 +78,23 @@ def test_every_snapshot_is_the_model_at_its_positions(flow, lines, partitions, s
         pos = snap["positions"][path]
         prefix = model_of_lines(lines[:pos])
         assert ranking(snap) == prefix.ranking(10), f"snapshot at line {pos}"
+        assert out["tables"][snap["snapshot_id"]] == prefix.counts, f"count table at line {pos}"
         assert snap["total_listeners"] == snap["counted_users"] == prefix.counted_users
         assert snap["dead_letters"] == prefix.dead_letters
         assert snap["snapshot_id"] > previous_id and pos >= previous_pos
         previous_id, previous_pos = snap["snapshot_id"], pos
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=log_lines.filter(lambda ls: len(ls) > 20), partitions=st.integers(1, 4), shards=SHARDS)
+def test_every_snapshot_with_every_song_split_is_the_model_at_its_positions(flow, lines, partitions, shards):
+    """Split songs' partials coming and going (a song's last listener leaving included):
+    the ranking and the whole count table of every snapshot."""
+    path = flow.write_log(lines)
+    out = flow.run(path, song_partitions=partitions, k_max=10, barrier_ms=1, read_chunk_bytes=64,
+                   user_shards=shards, hot_threshold=0, split_songs=SONGS, hot_salts=3)
+    check_against_model(out, lines, path, 10)
+    for snap in out["history"]:
+        prefix = model_of_lines(lines[:snap["positions"][path]])
+        assert ranking(snap) == prefix.ranking(10)
+        assert out["tables"][snap["snapshot_id"]] == prefix.counts, "count table"

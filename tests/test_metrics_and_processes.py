@@ -58,7 +58,7 @@ def test_metrics_of_a_live_run(tmp_path, redis_url, redis_client, namespace):
     age = m[("rankflow_snapshot_age_seconds", ())]
     assert 0 <= age <= time.monotonic() - started, "the age of a snapshot of this run"
     assert m[("rankflow_publish_latency_seconds_count", ())] > 0
-    assert len([k for k in m if k[0] == "rankflow_partition_list_age_seconds"]) == 16
+    assert len([k for k in m if k[0] == "rankflow_partition_lag_seconds"]) == 16
 
 
 def test_two_processes_give_the_results_of_one(flow, tmp_path):

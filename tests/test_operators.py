@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import pytest
+
+from rankflow.connectors.source_batch import SourceBatch
 from rankflow.operators.merger import MergerLogic, PositionReport
-from rankflow.operators.routing import tick
+from rankflow.operators.parse import ParsedBatch
+from rankflow.operators.routing import SPLIT_MARKER, tick
 from rankflow.operators.song_counter import SongCounterLogic
-from rankflow.operators.user_stage import ShardRouter, shard_key, shard_of
+from rankflow.operators.user_stage import ShardRouter, UserLogic, shard_key, shard_of
 from rankflow.state.events import PlaybackEvent
 
 
@@ -55,3 +59,41 @@ def test_shard_router_groups_by_shard_of_and_keeps_each_users_order():
     for user in {u for u, _ in events}:
         mine = [ev.version for ev in groups[shard_key(shard_of(user, 4))] if ev.user_id == user]
         assert mine == [ev.version for u, ev in events if u == user], "arrival order per user"
+
+
+def test_a_split_song_reported_at_zero_when_its_partials_empty():
+    """The merger learns that a split song's last listener left: 0 goes into the count table."""
+    counter = SongCounterLogic(k_max=5, resume=None, recoverable=False)
+    merger = MergerLogic(song_partitions=1, k_max=5, run_token=1, resume=None)
+    counter.on_batch([(1, "x", SPLIT_MARKER, 0, 0), (1, "x", 2, 1, 1)])
+    [report1] = counter.on_batch([(2, "x", 2, -1, -1)])[0]
+    [report2] = counter.on_eof()[0]
+    merger.on_batch([PositionReport(1, "f", 1), PositionReport(2, "f", 2)])
+    [snap1] = merger.on_batch([("0", report1)])[0]
+    [snap2] = merger.on_batch([("0", report2)])[0]
+    assert snap1.counts == {"x": 1} and snap1.split_songs == ["x"]
+    assert snap2.counts == {"x": 0} and snap2.split_songs == [] and snap2.items == []
+
+
+def test_partition_lag_is_the_time_from_reading_the_input_to_closing_the_barrier():
+    counter = SongCounterLogic(k_max=5, resume=None, recoverable=False)
+    merger = MergerLogic(song_partitions=1, k_max=5, run_token=1, resume=None)
+    counter.on_batch([(1, "a", 0, 1, 1)])
+    [report] = counter.on_eof()[0]
+    read_at = report.closed_at - 0.75
+    merger.on_batch([PositionReport(1, "f", 1, read_at - 1.0), PositionReport(1, "f", 1, read_at)])
+    [snap] = merger.on_batch([("0", report)])[0]
+    assert snap.partition_lag_ms == {"0": 750}
+
+
+def test_a_batch_without_its_epoch_is_refused():
+    with pytest.raises(RuntimeError, match="without its epoch"):
+        ParsedBatch(SourceBatch("f", 0, 1, [b"{}"]))
+
+
+def test_user_snapshots_are_five_fields_and_older_six_field_ones_still_resume():
+    logic = UserLogic.builder(recoverable=True)(None)
+    logic.on_batch([PlaybackEvent("u", "p", "s", "START", 1, 0, "f", 0, 1, b"")])
+    assert logic.snapshot() == (1, "p", "s", True, 0)
+    older = UserLogic.builder(recoverable=True)((1, "p", "s", True, 2, 4))
+    assert older.state.record.song_id == "s" and older.state.salt == 2

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -16,8 +17,12 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_the_wheel_is_one_package_that_runs_from_a_new_venv(tmp_path, redis_url, namespace):
+    source = tmp_path / "source"  # a copy: setuptools leaves build/ behind, and stale files there would ship
+    shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
+        ".git", ".venv", ".local", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache", "data",
+        "bench-results", "test-artifacts", "*.jsonl"))
     dist = tmp_path / "dist"
-    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(ROOT)],
+    built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(source)],
                            capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr
     [wheel] = dist.glob("rankflow-*.whl")

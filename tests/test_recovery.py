@@ -9,6 +9,7 @@ must be written exactly once, and no published snapshot may go back in time.
 from __future__ import annotations
 
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -22,8 +23,10 @@ from rankflow.connectors.redis_snapshots import read_counts, read_history, read_
 from rankflow.generate import Chaos, generate
 from rankflow.produce import produce_file
 from rankflow.connectors.kafka import KafkaEndpoint
-from rankflow.runner import UsageError
+from rankflow.cli import build_parser
+from rankflow.options import ServiceError, UsageError
 from tests.events import ev, ranking
+from tests.test_fencing_and_rebuild import recreate_topic
 from tests.model import model_of_lines, read_lines
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
@@ -102,3 +105,54 @@ def test_a_resume_with_another_layout_is_refused(flow, tmp_path):
         flow.run(path, recovery_dir=recovery, user_shards=4)
     again = flow.run(path, recovery_dir=recovery, user_shards=4, song_partitions=2, namespace=first["namespace"])
     assert ranking(again["final"]) == [("song_b", 1), ("song_a", 1)]
+
+
+def test_recovery_beyond_a_re_created_topics_end_is_refused(tmp_path, kafka_brokers, topic, redis_url, redis_client,
+                                                            namespace):
+    """Kafka would jump to the end of the new topic without a word; the run must stop and say why."""
+    log = tmp_path / "events.jsonl"
+    generate(users=300, songs=30, events=4_000, seed=41, out=log)
+    lines = read_lines(str(log))
+    produce_file(str(log), KafkaEndpoint(kafka_brokers, topic), partitions=2, progress=False)
+    command = [*RANKFLOW, "run", "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
+               "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}",
+               "--recovery-dir", str(tmp_path / "recovery")]
+    assert subprocess.run(command, capture_output=True, timeout=120).returncode == 0
+    before = read_latest(redis_client, namespace)
+
+    recreate_topic(kafka_brokers, topic, lines[:60])
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 1
+    message = again.stderr.strip().splitlines()[-1]
+    assert re.search(rf"kafka {topic}/[01]: the recovery state resumes at offset \d+, but the partition's log "
+                     r"holds offsets 0 to \d+ \(end \d+\)", message), message
+    assert read_latest(redis_client, namespace) == before, "nothing was published from the wrong position"
+
+
+def test_a_resume_from_another_input_is_refused(flow, tmp_path):
+    """Source positions are stored under the input's names: another input would start at 0
+    beside the users and counts of the first one."""
+    first = flow.write_log([ev("u1", "p1", "song_a", "START", 1)], name="first.jsonl")
+    second = flow.write_log([ev("u1", "p1", "song_a", "START", 1)], name="second.jsonl")
+    recovery = str(tmp_path / "recovery")
+    flow.run(first, recovery_dir=recovery)
+    with pytest.raises(UsageError, match=f"reading JSON Lines '{first}', but this run reads JSON Lines '{second}'"):
+        flow.run(second, recovery_dir=recovery)
+    with pytest.raises(UsageError, match="reading JSON Lines .*, but this run reads Kafka topic 'events'"):
+        flow.run(first, recovery_dir=recovery, input="kafka:127.0.0.1:1/events")
+
+
+def test_a_truncated_input_file_is_refused_on_resume(flow, tmp_path):
+    path = flow.write_log([ev(f"u{i}", "p1", "song_a", "START", 1) for i in range(5)])
+    recovery = str(tmp_path / "recovery")
+    flow.run(path, recovery_dir=recovery)
+    flow.write_log([ev("u1", "p1", "song_a", "START", 1)])
+    with pytest.raises(ServiceError, match=r"resumes at line 5 \(byte \d+\), but the file has \d+ bytes"):
+        flow.run(path, recovery_dir=recovery)
+
+
+def test_run_and_rebuild_write_dead_letters_to_different_files_by_default():
+    parser = build_parser()
+    run_args = parser.parse_args(["run", "--input", "jsonl:x"])
+    rebuild_args = parser.parse_args(["rebuild", "--input", "jsonl:x"])
+    assert run_args.dead_letter != rebuild_args.dead_letter

@@ -1,0 +1,103 @@
+"""Executing a built flow: Bytewax's entry points, graceful stops, and readable errors.
+
+A graceful stop (the first Ctrl-C, or SIGTERM from a process manager) ends every
+source at its next read; the flow then finishes as at the end of its input: the
+last barrier closes, its snapshot is published, dead letters are flushed and
+recovery state is written. A second signal aborts at once. The caller learns which
+signal stopped the run from :func:`stop_signal`: a run exits 128 + its number, and
+a rebuild knows it did not reach the end of its input.
+"""
+
+from __future__ import annotations
+
+import gc
+import logging
+import signal
+import threading
+from datetime import timedelta
+from typing import Any
+
+import redis
+from bytewax.dataflow import Dataflow
+from bytewax.recovery import RecoveryConfig
+from bytewax.testing import cluster_main, run_main
+
+from rankflow.connectors.kafka import KafkaUnavailable
+from rankflow.connectors.redis_snapshots import FencedError, GenerationSwitched
+from rankflow.connectors.source_batch import ENDS, STOP, PositionOutOfRange
+from rankflow.options import RunOptions, ServiceError
+
+log = logging.getLogger("rankflow.run")
+
+GRACEFUL = (signal.SIGINT, signal.SIGTERM)
+_stopped_by: list[int] = []  # the signal of this execution's graceful stop, if any
+
+
+def tune_gc() -> None:
+    """Make the cyclic garbage collector run rarely.
+
+    The flow keeps millions of long-lived objects (user records, index entries) and
+    allocates a few short-lived tuples per event; with the default thresholds the
+    collector rescans the long-lived ones constantly (16% of a 1M-event run in
+    py-spy). Nothing in the flow builds reference cycles, so rarer collections cost
+    no memory; measured: 1M events in 13.5 s with the defaults, 10 s with these.
+    """
+    gc.collect()
+    gc.freeze()
+    gc.set_threshold(100_000, 50, 100)
+
+
+def stop_signal() -> int | None:
+    """The signal that stopped the last execution gracefully, or None if its input ended."""
+    return _stopped_by[-1] if _stopped_by else None
+
+
+def _stop_gracefully(signum: int, frame: Any) -> None:
+    if STOP.is_set():
+        raise KeyboardInterrupt
+    log.warning("%s: stopping at the next barrier (again to abort)", signal.Signals(signum).name)
+    _stopped_by.append(signum)
+    STOP.set()
+
+
+def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -> None:
+    """Run ``flow`` to its end (or a graceful stop) with the options' workers and processes."""
+    interval = timedelta(milliseconds=opts.barrier_ms)
+    STOP.clear()  # a stop of an earlier run in this process must not end this one
+    _stopped_by.clear()
+    ENDS.clear()
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, _stop_gracefully) for s in GRACEFUL} if in_main_thread else {}
+    try:
+        if opts.addresses is not None:
+            cluster_main(flow, opts.addresses, opts.process_id, epoch_interval=interval,
+                         recovery_config=recovery, worker_count_per_proc=opts.workers)
+        elif opts.workers == 1:
+            run_main(flow, epoch_interval=interval, recovery_config=recovery)
+        else:
+            cluster_main(flow, [], 0, epoch_interval=interval, recovery_config=recovery,
+                         worker_count_per_proc=opts.workers)
+    except Exception as exc:
+        raise explain(exc) from exc
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+
+
+def explain(exc: BaseException) -> BaseException:
+    """Bytewax wraps errors raised in steps; surface the ones users can act on."""
+    if "signal received" in str(exc):
+        return KeyboardInterrupt()
+    seen: BaseException | None = exc
+    while seen is not None:
+        if isinstance(seen, FencedError):
+            return FencedError(f"stopped: a newer run took the namespace ({seen})")
+        if isinstance(seen, GenerationSwitched):
+            return GenerationSwitched(f"stopped: a rebuild replaced this run's ranking ({seen}); "
+                                      "start the run again to continue on the new generation")
+        if isinstance(seen, (KafkaUnavailable, PositionOutOfRange)):
+            return ServiceError(str(seen))
+        if isinstance(seen, (redis.ConnectionError, redis.TimeoutError)):
+            return ServiceError(f"lost Redis: {seen}")
+        seen = seen.__cause__ or seen.__context__
+    return exc

@@ -1,0 +1,104 @@
+"""What a run of the listener flow is told: its options, their defaults and checks.
+
+One place for every knob of ``rankflow run`` and ``rankflow rebuild``, so the
+command line, the tests and the benchmarks build runs the same way. The errors
+here are the two kinds the command line turns into exit statuses: bad usage (2)
+and a service the run needs that is unreachable or refused it (1).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit, urlunsplit
+
+from rankflow.connectors.jsonl import CHUNK_BYTES
+from rankflow.connectors.redis_snapshots import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys
+
+DEFAULT_DEAD_LETTER = "jsonl:dead-letters.jsonl"
+DEFAULT_REBUILD_DEAD_LETTER = "jsonl:rebuild-dead-letters.jsonl"
+"""A rebuild writes its own file: it starts its dead letters over, and must not
+truncate the ones a live run is appending to."""
+DEFAULT_USER_SHARDS = 64
+
+
+class UsageError(ValueError):
+    """Bad options: the CLI prints the message and exits with status 2."""
+
+
+class ServiceError(RuntimeError):
+    """A service the run needs (Redis, a broker) is unreachable or refused it."""
+
+
+def default_redis_url() -> str:
+    return os.environ.get("RANKFLOW_REDIS_URL", DEFAULT_REDIS_URL)
+
+
+def redacted(url: str) -> str:
+    """``url`` without its password, for messages and logs.
+
+    >>> redacted("redis://user:secret@cache:6379/0")
+    'redis://user:***@cache:6379/0'
+    >>> redacted("redis://127.0.0.1:6379/0")
+    'redis://127.0.0.1:6379/0'
+    """
+    parts = urlsplit(url)
+    if parts.password is None:
+        return url
+    host = parts.netloc.rpartition("@")[2]
+    user = parts.username or ""
+    return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+@dataclass
+class RunOptions:
+    input: str
+    until_eof: bool = False
+    redis_url: str = DEFAULT_REDIS_URL
+    namespace: str = DEFAULT_NAMESPACE
+    dead_letter: str = DEFAULT_DEAD_LETTER
+    song_partitions: int = 16
+    k_max: int = 100
+    workers: int = 1
+    barrier_ms: int = 250
+    read_chunk_bytes: int = CHUNK_BYTES  # how much a JSONL partition reads per batch
+    recovery_dir: str | None = None
+    user_shards: int | None = None  # None: DEFAULT_USER_SHARDS, or 0 (a key per user) with recovery
+    hot_threshold: float = 20_000.0  # changes/s of one song (per process) that split it; 0 never splits
+    hot_salts: int = 4  # partial counters of a split song
+    hot_window_s: float = 1.0  # how often the hot-song set is updated
+    split_songs: list[str] = field(default_factory=list)  # songs split at their first change, whatever their rate
+    processes: int = 1  # local processes to start (each with `workers` threads)
+    addresses: list[str] | None = None  # host:port of every process of a multi-machine run
+    process_id: int | None = None  # this process's index in `addresses`
+    run_id: str | None = None  # shared by the processes of one run (see join_run)
+    metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
+
+    @property
+    def shards(self) -> int:
+        """User shards of the user stage (0: one key per user); see ``operators.user_stage``."""
+        if self.user_shards is not None:
+            return self.user_shards
+        return 0 if self.recovery_dir is not None else DEFAULT_USER_SHARDS
+
+    def check(self) -> None:
+        if self.user_shards is not None and self.user_shards < 0:
+            raise UsageError("--user-shards must be >= 0")
+        for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes", "hot_salts"):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+        if self.hot_threshold < 0:
+            raise UsageError("--hot-threshold must be >= 0")
+        if self.processes < 1:
+            raise UsageError("--processes must be >= 1")
+        if self.addresses is not None:
+            if self.processes > 1:
+                raise UsageError("--processes starts local processes; with --addresses start each one yourself")
+            if self.process_id is None or not 0 <= self.process_id < len(self.addresses):
+                raise UsageError("--addresses needs --process-id between 0 and the number of addresses - 1")
+            if self.run_id is None:
+                raise UsageError("--addresses needs --run-id: the same value for every process of the run")
+        try:
+            Keys(self.namespace)
+        except ValueError as exc:
+            raise UsageError(str(exc)) from None

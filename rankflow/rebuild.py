@@ -1,0 +1,112 @@
+"""``rankflow rebuild``: replay the input into a new generation, check it, switch readers.
+
+Readers keep the current generation until the switch, which is one atomic script
+that also removes the old generation. A live run still publishing into the old
+generation stops at its next publish (``GenerationSwitched``).
+
+A rebuild switches only a ranking that is complete and sound:
+
+* **complete**: every source partition reached the end it saw at start, and the
+  last snapshot's positions are those ends. A graceful stop (Ctrl-C, SIGTERM)
+  ends the sources early and the flow finishes as if the input had ended there;
+  such a partial replay satisfies every invariant, so only the positions tell;
+* **sound**: no errors, and ``total_listeners == counted_users``.
+
+Otherwise the new generation is dropped, readers stay where they were, and the
+command fails saying why.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+import redis
+
+from rankflow.connectors.redis_snapshots import (
+    claim_generation,
+    current_generation,
+    drop_generation,
+    new_run_token,
+    read_generation,
+    switch_generation,
+)
+from rankflow.connectors.source_batch import ENDS
+from rankflow.endpoints import make_source
+from rankflow.execution import execute, stop_signal, tune_gc
+from rankflow.options import RunOptions
+from rankflow.recovery import recovery_config, resumes_from_recovery
+from rankflow.runner import connect_redis, listener_flow
+
+log = logging.getLogger("rankflow.rebuild")
+
+
+class RebuildFailed(RuntimeError):
+    """The rebuilt generation was incomplete or failed its checks; readers still use the old one.
+
+    ``signal``: the signal that stopped the rebuild early, if one did.
+    """
+
+    def __init__(self, message: str, signal: int | None = None) -> None:
+        super().__init__(message)
+        self.signal = signal
+
+
+def rebuild(opts: RunOptions) -> dict[str, Any]:
+    """Replay, check, switch; the final snapshot of the new generation."""
+    opts.check()
+    opts.until_eof = True
+    tune_gc()
+    from_start = not resumes_from_recovery(opts.recovery_dir)  # then retention must not have cut the input
+    recovery = recovery_config(opts)
+    client = connect_redis(opts.redis_url)
+    try:
+        source = make_source(opts.input, follow=False, chunk_bytes=opts.read_chunk_bytes,
+                             whole_history=from_start)
+        token = new_run_token(client, opts.namespace)
+        old, new = current_generation(client, opts.namespace), token  # tokens are unique, so generations are
+        flow = listener_flow(opts, token, new, live=False, source=source)
+        claim_generation(client, opts.namespace, new, token)
+        log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.namespace, new, old)
+        try:
+            execute(flow, opts, recovery)
+            final = read_generation(client, opts.namespace, new)
+            _check_complete(final, source.list_parts())
+            _check_sound(final)
+            switch_generation(client, opts.namespace, old, new)
+        except BaseException:
+            _drop(client, opts.namespace, new, old)
+            raise
+        log.info("readers switched to generation %s; generation %s removed", new, old)
+        assert final is not None
+        return final
+    finally:
+        client.close()
+
+
+def _drop(client: redis.Redis, namespace: str, new: int, old: int) -> None:
+    drop_generation(client, namespace, new)
+    log.error("rebuild failed: generation %s dropped; readers stay on generation %s", new, old)
+
+
+def _check_complete(final: dict[str, Any] | None, parts: list[str]) -> None:
+    """Every source partition reached its end, and the final snapshot is at those ends."""
+    positions = {} if final is None else final["positions"]
+    short = [f"{p} at {positions.get(p, 0)}" + (f" of {ENDS[p]}" if p in ENDS else " (end not reached)")
+             for p in parts if p not in ENDS or positions.get(p) != ENDS[p]]
+    if not short:
+        return
+    stopped = stop_signal()
+    how = "was stopped" if stopped is not None else "ended"
+    raise RebuildFailed(f"the rebuild {how} before the end of its input ({'; '.join(short)}): "
+                        "nothing was switched", stopped)
+
+
+def _check_sound(final: dict[str, Any] | None) -> None:
+    if final is None:
+        raise RebuildFailed("the rebuild published no snapshot")
+    if final["errors"]:
+        raise RebuildFailed(f"the rebuilt ranking has errors: {final['errors'][:3]}")
+    if final["total_listeners"] != final["counted_users"]:
+        raise RebuildFailed("the rebuilt ranking breaks total_listeners == counted_users")
+

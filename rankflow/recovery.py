@@ -1,0 +1,70 @@
+"""The recovery directory: Bytewax's state store, and what it was made with.
+
+Bytewax stores every key's state and every source partition's position under the
+names of the flow's layout: user shards, song partitions, and source partitions
+named by their input (``TOPIC/N`` or the file path). A resume with another layout
+or another input would find no state under the new names and count wrong (a new
+topic's partitions would start from 0 beside users and counts of the old one). So
+the directory records both beside the partitions, and a resume with different ones
+is refused with the options to use.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import orjson
+from bytewax.recovery import RecoveryConfig, init_db_dir
+
+from rankflow.endpoints import input_identity
+from rankflow.options import RunOptions, UsageError
+
+RECOVERY_PARTITIONS = 2
+LAYOUT_FILE = "rankflow-layout.json"
+
+
+def resumes_from_recovery(recovery_dir: str | None) -> bool:
+    """Whether a run will start from stored state (else it starts its input over)."""
+    return recovery_dir is not None and any(Path(recovery_dir).glob("part-*.sqlite3"))
+
+
+def recorded(opts: RunOptions) -> dict[str, Any]:
+    """What the directory must have been made with for ``opts`` to resume from it."""
+    return {"song_partitions": opts.song_partitions, "user_shards": opts.shards, "input": input_identity(opts.input)}
+
+
+def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
+    """Bytewax recovery in ``opts.recovery_dir``, creating its partitions the first time."""
+    if opts.recovery_dir is None:
+        return None
+    path = Path(opts.recovery_dir)
+    path.mkdir(parents=True, exist_ok=True)
+    wanted = recorded(opts)
+    layout_file = path / LAYOUT_FILE
+    if not any(path.glob("part-*.sqlite3")):
+        init_db_dir(path, RECOVERY_PARTITIONS)
+    elif layout_file.exists():
+        _refuse_other(path, orjson.loads(layout_file.read_bytes()), wanted)
+    layout_file.write_bytes(orjson.dumps(wanted))
+    return RecoveryConfig(str(path))
+
+
+def _refuse_other(path: Path, stored: dict[str, Any], wanted: dict[str, Any]) -> None:
+    """Stop a resume whose layout or input differs from the stored one (keys a directory
+    from before inputs were recorded does not have are not compared)."""
+    if stored.get("input", wanted["input"]) != wanted["input"]:
+        raise UsageError(f"{path} holds state of a run reading {_describe(stored['input'])}, but this run reads "
+                         f"{_describe(wanted['input'])}: resume with the same input, or start over in an empty "
+                         "--recovery-dir")
+    layout = {k: v for k, v in stored.items() if k != "input"}
+    if layout != {k: wanted[k] for k in layout}:
+        options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in layout.items())
+        raise UsageError(f"{path} holds state of a run with {options}: resume with the same options, "
+                         "or start over in an empty --recovery-dir")
+
+
+def _describe(identity: dict[str, Any]) -> str:
+    if "kafka_topic" in identity:
+        return f"Kafka topic {identity['kafka_topic']!r}"
+    return "JSON Lines " + ", ".join(repr(f) for f in identity["jsonl_files"])
