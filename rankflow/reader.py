@@ -18,6 +18,7 @@ import orjson
 import redis
 
 from rankflow.connectors.redis_snapshots import connect, read_latest
+from rankflow.options import redacted
 
 
 @dataclass
@@ -53,7 +54,7 @@ class RankingReader:
             finally:
                 client.close()
         except redis.RedisError as exc:
-            return self._fallback(f"cannot reach Redis at {self._url}: {exc}")
+            return self._fallback(f"cannot reach Redis at {redacted(self._url)}: {exc}")
         if snap is None:
             return self._fallback(f"no usable ranking in namespace {self._namespace!r}")
         self._remember(snap)

@@ -204,3 +204,16 @@ def test_a_followed_file_fed_at_a_steady_rate_then_ctrl_c(tmp_path, redis_url, n
         prefix = model_of_lines(lines[:snap["positions"][str(log)]])
         assert [(i["song_id"], i["listeners"]) for i in snap["items"]] == prefix.ranking(100)
     client.close()
+
+
+@pytest.mark.parametrize("command", [["run", "--input", "jsonl:{log}", "--until-eof"], ["top"]])
+def test_redis_passwords_are_never_printed(tmp_path, command):
+    log = tmp_path / "e.jsonl"
+    log.write_text("")
+    url = "redis://reader:s3cr3t-pw@127.0.0.1:1/0"
+    r = subprocess.run([sys.executable, "-m", "rankflow.cli", *[c.format(log=log) for c in command], "--redis", url,
+                        "--namespace", f"ns-{tmp_path.name}"], capture_output=True, text=True, timeout=60,
+                       env={**os.environ, "HOME": str(tmp_path)})
+    assert r.returncode == 1
+    assert "s3cr3t-pw" not in r.stdout + r.stderr
+    assert "redis://reader:***@127.0.0.1:1/0" in r.stderr
