@@ -92,6 +92,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", metavar="ID", help="with --addresses: one value shared by every process of the run")
     r.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus metrics on PORT (process i of --processes on PORT + i)")
+    r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="the address the metrics listen on (default: %(default)s; 0.0.0.0 for every interface)")
 
     b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it")
     _add_flow_options(b)
@@ -141,7 +143,7 @@ def _run_options(args: argparse.Namespace) -> runner.RunOptions:
     return runner.RunOptions(
         processes=getattr(args, "processes", 1), process_id=getattr(args, "process_id", None),
         addresses=addresses.split(",") if addresses else None, run_id=getattr(args, "run_id", None),
-        metrics_port=getattr(args, "metrics_port", None),
+        metrics_port=getattr(args, "metrics_port", None), metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
         input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,

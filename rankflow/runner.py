@@ -111,6 +111,7 @@ class RunOptions:
     process_id: int | None = None  # this process's index in `addresses`
     run_id: str | None = None  # shared by the processes of one run (see join_run)
     metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
+    metrics_host: str = "127.0.0.1"  # the address the metrics listen on
 
     @property
     def shards(self) -> int:
@@ -290,7 +291,7 @@ def run(opts: RunOptions) -> dict[str, Any] | None:
         return _run_local_processes(opts)
     tune_gc()
     if opts.metrics_port is not None:
-        METRICS.serve(opts.metrics_port + (opts.process_id or 0))
+        METRICS.serve(opts.metrics_port + (opts.process_id or 0), opts.metrics_host)
     source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
     client = _redis(opts.redis_url)
     try:
