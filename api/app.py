@@ -31,6 +31,7 @@ class Settings:
     namespace: str = DEFAULT_NAMESPACE
     kafka: KafkaEndpoint | None = None  # where POST /events produces; None disables ingest
     delivery_timeout_ms: int = 5000
+    max_body_bytes: int = ingest.DEFAULT_MAX_BODY_BYTES  # a longer POST /events body is a 413
     poll_ms: int = 100  # how often the service asks Redis for a newer snapshot
     stale_after_ms: int = 10_000  # a ranking older than this is marked stale
 

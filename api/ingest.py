@@ -2,7 +2,12 @@
 
 Contract:
 
-* The body is one event (a JSON object) or a JSON array of events.
+* The body is one event (a JSON object) or a JSON array of events. A request is
+  checked in this order, and stops at the first failure: size (``413`` as soon as
+  the declared ``Content-Length`` or the bytes read pass the body limit, so at most
+  the limit plus one chunk is ever held), parse, count (at most
+  ``MAX_EVENTS_PER_REQUEST`` events, ``400 too_many``), then every event. Parsing
+  is bounded by the size limit; the count is checked before any event is validated.
 * Every event is validated by the same rules as the flow (SEMANTICS.md section 1).
   If any is invalid, the answer is ``400`` with a reason per invalid event, and
   nothing of the request is produced: a client fixes the request and sends it again.
@@ -28,6 +33,7 @@ from rankflow.connectors.kafka import KafkaEndpoint, reliable_producer
 from rankflow.state.events import InvalidEvent, validate
 
 MAX_EVENTS_PER_REQUEST = 10_000
+DEFAULT_MAX_BODY_BYTES = 1 << 20
 
 
 class BrokerUnavailable(RuntimeError):
@@ -94,6 +100,22 @@ def _settle(future: asyncio.Future[Message], outcome: Any) -> None:
         future.set_result(outcome)
 
 
+async def read_body(request: Request, limit: int) -> bytes | None:
+    """The body, or ``None`` as soon as it is known to be longer than ``limit`` bytes:
+    a declared ``Content-Length`` says so before anything is read, and the bytes are
+    counted as they arrive (a chunked body declares no length), so an oversized body
+    is never held whole."""
+    declared = request.headers.get("content-length", "")
+    if declared.isdigit() and int(declared) > limit:
+        return None
+    body = bytearray()
+    async for chunk in request.stream():
+        body += chunk
+        if len(body) > limit:
+            return None
+    return bytes(body)
+
+
 def check_events(body: bytes) -> tuple[list[tuple[bytes, bytes]], list[dict[str, Any]]]:
     """Valid records to produce, and the reasons of the invalid events (with their index)."""
     try:
@@ -121,13 +143,19 @@ router = APIRouter()
 
 
 @router.post("/events", status_code=202, summary="Hand playback events to Kafka",
-             responses={400: {"description": "invalid events, none produced"},
+             responses={400: {"description": "invalid events (or more than 10,000), none produced"},
+                        413: {"description": "the body is longer than the service's limit (--max-body-bytes)"},
                         503: {"description": "the broker did not acknowledge"}})
 async def post_events(request: Request) -> JSONResponse:
     producer: EventProducer | None = request.app.state.producer
     if producer is None:
         return JSONResponse({"error": "ingest is not configured: start the service with --kafka"}, status_code=503)
-    records, problems = check_events(await request.body())
+    settings = request.app.state.settings
+    body = await read_body(request, settings.max_body_bytes)
+    if body is None:
+        return JSONResponse({"error": f"the body is longer than {settings.max_body_bytes} bytes; "
+                                      "send the events in smaller requests"}, status_code=413)
+    records, problems = check_events(body)
     if problems:
         return JSONResponse({"error": "invalid events; nothing was produced", "invalid": problems}, status_code=400)
     try:

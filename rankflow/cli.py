@@ -112,6 +112,8 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
                     help="how long to wait for the broker's acknowledgement before answering 503")
+    sv.add_argument("--max-body-bytes", type=_positive, metavar="N",
+                    help="a longer POST /events body is refused with 413 (default: 1048576, 1 MiB)")
     _add_redis(sv)
 
     bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
@@ -199,13 +201,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from rankflow.api.app import Settings, create_app
+    from rankflow.api.ingest import DEFAULT_MAX_BODY_BYTES
 
     try:
         kafka = KafkaEndpoint.parse(args.kafka) if args.kafka else None
     except ValueError as exc:
         raise runner.UsageError(f"--kafka: {exc}") from None
     settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
-                        delivery_timeout_ms=args.delivery_timeout_ms)
+                        delivery_timeout_ms=args.delivery_timeout_ms,
+                        max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
     runner.tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
     app = create_app(settings)
 

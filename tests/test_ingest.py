@@ -1,11 +1,16 @@
 """POST /events against a real broker: 202 only after acknowledgement, 400 with reasons,
-503 when the broker cannot acknowledge, and acknowledged events reach the ranking."""
+503 when the broker cannot acknowledge, and acknowledged events reach the ranking;
+the body limit and the event-count limit."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import orjson
@@ -13,6 +18,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from rankflow.api.app import Settings, create_app
+from rankflow.api.ingest import MAX_EVENTS_PER_REQUEST
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
 from rankflow.services import free_port
 from tests.events import ranking
@@ -91,3 +97,83 @@ def test_served_ingest_feeds_the_flow(tmp_path, kafka_brokers, topic, redis_url,
     top = subprocess.run([sys.executable, "-m", "rankflow.cli", "top", "--json", "--redis", redis_url,
                           "--namespace", namespace], capture_output=True, text=True)
     assert ranking(orjson.loads(top.stdout)) == [("song_a", 2), ("song_b", 1)]
+
+
+@contextmanager
+def served(*options: str, log: Path) -> Iterator[str]:
+    """``rankflow serve`` in its own process: the real command line, uvicorn and event loop."""
+    port = free_port()
+    with log.open("wb") as err:
+        server = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port), *options],
+                                  stdout=subprocess.DEVNULL, stderr=err)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{url}/openapi.json")
+                break
+            except httpx.ConnectError:
+                assert server.poll() is None and time.monotonic() < deadline, \
+                    f"the server did not start: {log.read_text()}"
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+def status_of_unfinished_request(port: int, request: bytes) -> int:
+    """Send ``request`` (a head and the start of a body) and never the rest: the status
+    of the answer, which only comes if the server decides before the body ends."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        received = b""
+        try:
+            while b"\r\n" not in received:
+                chunk = sock.recv(4096)
+                assert chunk, f"the server closed the connection without an answer: {received!r}"
+                received += chunk
+        except TimeoutError:
+            pytest.fail("no answer in 10 s to a request whose body never ended: the server waits for the whole body")
+    return int(received.split(b" ", 2)[1])
+
+
+def test_the_body_limit_is_enforced_while_reading(tmp_path, kafka_brokers, topic, redis_url):
+    ensure_topic(kafka_brokers, topic, 2)
+    log = tmp_path / "serve.log"
+    with served("--kafka", f"{kafka_brokers}/{topic}", "--redis", redis_url, "--max-body-bytes", "1000",
+                log=log) as url:
+        port = int(url.rsplit(":", 1)[1])
+        head = b"POST /events HTTP/1.1\r\nHost: rankflow\r\nContent-Type: application/json\r\n"
+        assert status_of_unfinished_request(port, head + b"Content-Length: 1001\r\n\r\n") == 413, \
+            "a declared length over the limit is refused before any of the body is read"
+        chunks = b"258\r\n" + b" " * 600 + b"\r\n"  # 0x258 = 600 bytes, twice, and no last chunk
+        assert status_of_unfinished_request(port, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunks * 2) == 413, \
+            "a chunked body is refused as soon as it passes the limit"
+        for too_long in (b" " * 1001, iter([b" " * 600, b" " * 600])):  # Content-Length, then chunked
+            r = httpx.post(f"{url}/events", content=too_long)
+            assert r.status_code == 413 and "longer than 1000 bytes" in r.json()["error"], r.text
+        r = httpx.post(f"{url}/events", content=orjson.dumps(EVENT).ljust(1000))
+        assert r.status_code == 202, f"a body of exactly the limit is accepted: {r.text}"
+    assert len(read_topic(kafka_brokers, topic)) == 1
+
+
+def test_sizes_are_checked_then_the_event_count_then_each_event(client, kafka_brokers, topic):
+    events = [{**EVENT, "user_id": f"u{i}", "playback_id": f"p{i}"} for i in range(MAX_EVENTS_PER_REQUEST + 1)]
+    events[0] = {**EVENT, "type": "PAUSE"}  # invalid, but the count is checked first
+    body = orjson.dumps(events)
+    assert len(body) < Settings().max_body_bytes
+    r = client.post("/events", content=body)
+    assert r.status_code == 400, r.text
+    assert [p["reason"] for p in r.json()["invalid"]] == ["too_many"]
+    smaller_limit = create_app(Settings(kafka=KafkaEndpoint(kafka_brokers, topic), max_body_bytes=len(body) - 1))
+    with TestClient(smaller_limit) as c:
+        assert c.post("/events", content=body).status_code == 413
+    assert read_topic(kafka_brokers, topic) == []
+
+
+def test_openapi_lists_every_answer_of_post_events():
+    with TestClient(create_app(Settings())) as c:
+        responses = c.get("/openapi.json").json()["paths"]["/events"]["post"]["responses"]
+    assert {"202", "400", "413", "503"} <= set(responses)
