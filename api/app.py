@@ -31,6 +31,7 @@ class Settings:
     namespace: str = DEFAULT_NAMESPACE
     kafka: KafkaEndpoint | None = None  # where POST /events produces; None disables ingest
     delivery_timeout_ms: int = 5000
+    producer_queue_messages: int | None = None  # the producer's local queue; None: librdkafka's default
     max_body_bytes: int = ingest.DEFAULT_MAX_BODY_BYTES  # a longer POST /events body is a 413
     poll_ms: int = 100  # how often the service asks Redis for a newer snapshot
     stale_after_ms: int = 10_000  # a ranking older than this is marked stale
@@ -54,7 +55,8 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.cache = cache
         producer = None
         if settings.kafka is not None:
-            producer = ingest.EventProducer(settings.kafka, settings.delivery_timeout_ms)
+            producer = ingest.EventProducer(settings.kafka, settings.delivery_timeout_ms,
+                                            settings.producer_queue_messages)
         app.state.producer = producer
         try:
             yield
@@ -85,6 +87,12 @@ def create_app(settings: Settings) -> FastAPI:
     async def prometheus(request: Request) -> Response:
         body = generate_latest(metrics.registry)
         cache = request.app.state.cache
+        producer: ingest.EventProducer | None = request.app.state.producer
+        if producer is not None:
+            body += (b"# HELP rankflow_api_producer_queue_messages Events in the producer's local queue, "
+                     b"not yet acknowledged by the broker\n"
+                     b"# TYPE rankflow_api_producer_queue_messages gauge\n"
+                     b"rankflow_api_producer_queue_messages %d\n") % producer.queued
         body += (b"# HELP rankflow_api_table_loads_total Whole count tables read from Redis (else changes)\n"
                  b"# TYPE rankflow_api_table_loads_total counter\n"
                  b"rankflow_api_table_loads_total %d\n"

@@ -15,7 +15,9 @@ Contract:
   The answer is ``202`` only once the broker acknowledged every one of them, with
   the partition and offset of each; a player that gets no ``202`` retries the same
   events, which the counting rules make harmless.
-* ``503`` when the broker does not acknowledge within the delivery timeout.
+* ``503`` (with ``Retry-After``) when the broker does not acknowledge within the
+  delivery timeout, or the producer's local queue stays full that long. Waiting
+  for room in the queue yields to the event loop, so other requests go on.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ from rankflow.state.events import InvalidEvent, validate
 
 MAX_EVENTS_PER_REQUEST = 10_000
 DEFAULT_MAX_BODY_BYTES = 1 << 20
+QUEUE_FULL_RETRY_S = 0.005  # soon enough to take a freed slot, rare enough to cost waiting requests nothing
 
 
 class BrokerUnavailable(RuntimeError):
@@ -43,13 +46,18 @@ class BrokerUnavailable(RuntimeError):
 class EventProducer:
     """An idempotent producer whose deliveries resolve asyncio futures."""
 
-    def __init__(self, endpoint: KafkaEndpoint, delivery_timeout_ms: int = 5000) -> None:
+    def __init__(self, endpoint: KafkaEndpoint, delivery_timeout_ms: int = 5000,
+                 queue_messages: int | None = None) -> None:
         self.endpoint = endpoint
-        self._producer = reliable_producer(endpoint.brokers, **{
+        self.delivery_timeout_s = delivery_timeout_ms / 1000
+        config: dict[str, object] = {
             "linger.ms": 2,
             "message.timeout.ms": delivery_timeout_ms,
             "socket.connection.setup.timeout.ms": min(delivery_timeout_ms, 5000),
-        })
+        }
+        if queue_messages is not None:
+            config["queue.buffering.max.messages"] = queue_messages
+        self._producer = reliable_producer(endpoint.brokers, **config)
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="ingest-producer-poll", daemon=True)
         self._poller.start()
@@ -58,22 +66,34 @@ class EventProducer:
         while not self._stop.is_set():
             self._producer.poll(0.05)
 
+    @property
+    def queued(self) -> int:
+        """Messages in the local queue, not yet acknowledged: how far the broker is behind."""
+        return len(self._producer)
+
     async def send(self, records: list[tuple[bytes, bytes]]) -> list[dict[str, Any]]:
         """Produce ``(key, value)`` records; return their positions once all are acknowledged."""
         loop = asyncio.get_running_loop()
-        futures = []
-        for key, value in records:
-            future: asyncio.Future[Message] = loop.create_future()
-            self._produce(key, value, loop, future)
-            futures.append(future)
+        deadline = loop.time() + self.delivery_timeout_s
+        futures: list[asyncio.Future[Message]] = []
+        try:
+            for key, value in records:
+                futures.append(await self._produce(key, value, loop, deadline))
+        except BrokerUnavailable:
+            _abandon(futures)
+            raise
         results = await asyncio.gather(*futures, return_exceptions=True)
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             raise BrokerUnavailable(str(failures[0]))
         return [{"partition": f"{m.topic()}/{m.partition()}", "offset": m.offset()} for m in results]
 
-    def _produce(self, key: bytes, value: bytes, loop: asyncio.AbstractEventLoop,
-                 future: asyncio.Future[Message]) -> None:
+    async def _produce(self, key: bytes, value: bytes, loop: asyncio.AbstractEventLoop,
+                       deadline: float) -> asyncio.Future[Message]:
+        """Queue one record; while the local queue is full, give the loop to other
+        requests (the poller thread drains the queue) until ``deadline``."""
+        future: asyncio.Future[Message] = loop.create_future()
+
         def delivered(err: KafkaError | None, msg: Message) -> None:
             outcome: Any = BrokerUnavailable(str(err)) if err is not None else msg
             loop.call_soon_threadsafe(_settle, future, outcome)
@@ -81,9 +101,12 @@ class EventProducer:
         while True:
             try:
                 self._producer.produce(self.endpoint.topic, key=key, value=value, on_delivery=delivered)
-                return
-            except BufferError:  # local queue full: the poller drains it
-                self._producer.poll(0.01)
+                return future
+            except BufferError:
+                if loop.time() >= deadline:
+                    raise BrokerUnavailable(
+                        f"the producer's local queue stayed full for {self.delivery_timeout_s:g} s") from None
+                await asyncio.sleep(QUEUE_FULL_RETRY_S)
 
     def close(self) -> None:
         self._producer.flush(10)
@@ -98,6 +121,17 @@ def _settle(future: asyncio.Future[Message], outcome: Any) -> None:
         future.set_exception(outcome)
     else:
         future.set_result(outcome)
+
+
+def _abandon(futures: list[asyncio.Future[Message]]) -> None:
+    """Drop the deliveries of a request answered ``503`` before they all settled: the
+    client sends the events again, and a failure nobody awaits must not be logged
+    as an exception never retrieved."""
+    for future in futures:
+        if future.done():
+            future.exception()
+        else:
+            future.cancel()
 
 
 async def read_body(request: Request, limit: int) -> bytes | None:
@@ -145,7 +179,8 @@ router = APIRouter()
 @router.post("/events", status_code=202, summary="Hand playback events to Kafka",
              responses={400: {"description": "invalid events (or more than 10,000), none produced"},
                         413: {"description": "the body is longer than the service's limit (--max-body-bytes)"},
-                        503: {"description": "the broker did not acknowledge"}})
+                        503: {"description": "the broker did not acknowledge, or the producer's queue stayed "
+                                             "full, within the delivery timeout"}})
 async def post_events(request: Request) -> JSONResponse:
     producer: EventProducer | None = request.app.state.producer
     if producer is None:

@@ -1,12 +1,14 @@
 """POST /events against a real broker: 202 only after acknowledgement, 400 with reasons,
 503 when the broker cannot acknowledge, and acknowledged events reach the ranking;
-the body limit and the event-count limit."""
+the body limit, the event-count limit and a full producer queue."""
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -15,7 +17,10 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+import uvicorn
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from rankflow.api.app import Settings, create_app
 from rankflow.api.ingest import MAX_EVENTS_PER_REQUEST
@@ -123,6 +128,25 @@ def served(*options: str, log: Path) -> Iterator[str]:
         server.wait(timeout=30)
 
 
+@contextmanager
+def served_in_thread(app: FastAPI) -> Iterator[str]:
+    """uvicorn with its own event loop on a thread: a handler that blocked that loop
+    would keep every other request of the test waiting."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
 def status_of_unfinished_request(port: int, request: bytes) -> int:
     """Send ``request`` (a head and the start of a body) and never the rest: the status
     of the answer, which only comes if the server decides before the body ends."""
@@ -171,6 +195,48 @@ def test_sizes_are_checked_then_the_event_count_then_each_event(client, kafka_br
     with TestClient(smaller_limit) as c:
         assert c.post("/events", content=body).status_code == 413
     assert read_topic(kafka_brokers, topic) == []
+
+
+def producer_queue(metrics: str) -> float:
+    samples = {s.name: s.value for f in text_string_to_metric_families(metrics) for s in f.samples}
+    return samples["rankflow_api_producer_queue_messages"]
+
+
+async def post_and_scrape_while_it_waits(url: str, body: bytes, queue: int) -> httpx.Response:
+    """POST ``body``; meanwhile scrape ``/metrics`` until the producer's queue is seen
+    full, which must happen while the POST still waits for room in it."""
+    async with httpx.AsyncClient(base_url=url) as client:
+        post = asyncio.create_task(client.post("/events", content=body, timeout=30))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                scraped = await client.get("/metrics", timeout=10)
+            except httpx.TimeoutException:
+                pytest.fail("GET /metrics got no answer in 10 s while a POST waited for room in the "
+                            "producer's queue: the event loop is blocked")
+            assert not post.done(), "GET /metrics was answered only after the POST"
+            if producer_queue(scraped.text) >= queue:
+                break
+            assert time.monotonic() < deadline, "the POST never filled the producer's queue"
+            await asyncio.sleep(0.01)
+        try:
+            return await post
+        except httpx.TimeoutException:
+            pytest.fail("the POST got no answer in 30 s: a queue that stays full should be a 503 "
+                        "after the delivery timeout")
+
+
+def test_a_full_producer_queue_is_a_503_and_other_requests_go_on(redis_url):
+    # Room in the queue comes only as a message times out (the broker is unreachable), so
+    # producing these events one by one would take about 30 delivery timeouts.
+    queue = 1
+    settings = Settings(redis_url=redis_url, kafka=KafkaEndpoint(f"127.0.0.1:{free_port()}", "t"),
+                        delivery_timeout_ms=2000, producer_queue_messages=queue)
+    events = [{**EVENT, "user_id": f"u{i}", "playback_id": f"p{i}"} for i in range(30)]
+    with served_in_thread(create_app(settings)) as url:
+        r = asyncio.run(post_and_scrape_while_it_waits(url, orjson.dumps(events), queue))
+    assert r.status_code == 503 and "queue stayed full" in r.json()["error"], r.text
+    assert r.headers["Retry-After"] == "1"
 
 
 def test_openapi_lists_every_answer_of_post_events():
