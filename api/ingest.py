@@ -2,6 +2,9 @@
 
 Contract:
 
+* With an ingest token (``rankflow serve --ingest-token``), a request without
+  ``Authorization: Bearer TOKEN`` is refused with ``401`` before its body is read.
+  Without one, anyone who can reach the port can write events.
 * The body is one event (a JSON object) or a JSON array of events. A request is
   checked in this order, and stops at the first failure: size (``413`` as soon as
   the declared ``Content-Length`` or the bytes read pass the body limit, so at most
@@ -23,13 +26,15 @@ Contract:
 from __future__ import annotations
 
 import asyncio
+import hmac
 import threading
 from typing import Any
 
 import orjson
 from confluent_kafka import KafkaError, Message
-from fastapi import APIRouter, Request
+from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from rankflow.connectors.kafka import KafkaEndpoint, reliable_producer
 from rankflow.state.events import InvalidEvent, validate
@@ -173,19 +178,40 @@ def check_events(body: bytes) -> tuple[list[tuple[bytes, bytes]], list[dict[str,
     return records, problems
 
 
+def refuse_credentials(expected: str | None, given: HTTPAuthorizationCredentials | None) -> JSONResponse | None:
+    """The ``401`` for a request without the ingest token (``None`` when it may write).
+    The comparison takes the same time wherever the tokens differ, so the answer's
+    timing does not reveal how much of a guess was right."""
+    if expected is None:
+        return None
+    if given is None:
+        return JSONResponse({"error": "POST /events needs the header 'Authorization: Bearer <ingest token>'"},
+                            status_code=401, headers={"WWW-Authenticate": "Bearer"})
+    if not hmac.compare_digest(given.credentials.encode(), expected.encode()):
+        return JSONResponse({"error": "the ingest token is wrong"}, status_code=401,
+                            headers={"WWW-Authenticate": 'Bearer error="invalid_token"'})
+    return None
+
+
+bearer = HTTPBearer(auto_error=False, description="the ingest token, when the service has one (--ingest-token)")
 router = APIRouter()
 
 
 @router.post("/events", status_code=202, summary="Hand playback events to Kafka",
              responses={400: {"description": "invalid events (or more than 10,000), none produced"},
+                        401: {"description": "the service has an ingest token and the request lacks it"},
                         413: {"description": "the body is longer than the service's limit (--max-body-bytes)"},
                         503: {"description": "the broker did not acknowledge, or the producer's queue stayed "
                                              "full, within the delivery timeout"}})
-async def post_events(request: Request) -> JSONResponse:
+async def post_events(request: Request,
+                      credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> JSONResponse:
     producer: EventProducer | None = request.app.state.producer
     if producer is None:
         return JSONResponse({"error": "ingest is not configured: start the service with --kafka"}, status_code=503)
     settings = request.app.state.settings
+    refused = refuse_credentials(settings.ingest_token, credentials)
+    if refused is not None:
+        return refused
     body = await read_body(request, settings.max_body_bytes)
     if body is None:
         return JSONResponse({"error": f"the body is longer than {settings.max_body_bytes} bytes; "

@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -27,6 +28,8 @@ from rankflow.produce import produce_file
 from rankflow.reader import RankingReader, default_cache_path
 
 log = logging.getLogger("rankflow")
+
+INGEST_TOKEN_ENV = "RANKFLOW_INGEST_TOKEN"
 
 
 def _positive(text: str) -> int:
@@ -114,6 +117,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="how long to wait for the broker's acknowledgement before answering 503")
     sv.add_argument("--max-body-bytes", type=_positive, metavar="N",
                     help="a longer POST /events body is refused with 413 (default: 1048576, 1 MiB)")
+    sv.add_argument("--ingest-token", metavar="TOKEN",
+                    help=f"POST /events needs 'Authorization: Bearer TOKEN' (default: ${INGEST_TOKEN_ENV}; "
+                         "without either, ingest is open)")
     _add_redis(sv)
 
     bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
@@ -197,6 +203,16 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def ingest_token(option: str | None, environ: Mapping[str, str]) -> str | None:
+    """``--ingest-token``, else ``$RANKFLOW_INGEST_TOKEN`` (which keeps the secret out of
+    the process list): the option is the more specific choice, so it wins. An empty
+    token is refused rather than taken to mean an open ingest."""
+    token = option if option is not None else environ.get(INGEST_TOKEN_ENV)
+    if token is not None and not token.strip():
+        raise runner.UsageError(f"the ingest token (--ingest-token or ${INGEST_TOKEN_ENV}) is empty")
+    return token
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -209,7 +225,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise runner.UsageError(f"--kafka: {exc}") from None
     settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
                         delivery_timeout_ms=args.delivery_timeout_ms,
-                        max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES)
+                        max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+                        ingest_token=ingest_token(args.ingest_token, os.environ))
     runner.tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
     app = create_app(settings)
 

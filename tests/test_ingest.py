@@ -1,10 +1,11 @@
 """POST /events against a real broker: 202 only after acknowledgement, 400 with reasons,
 503 when the broker cannot acknowledge, and acknowledged events reach the ranking;
-the body limit, the event-count limit and a full producer queue."""
+the body limit, the event-count limit, a full producer queue and the ingest token."""
 
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import subprocess
 import sys
@@ -24,7 +25,9 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rankflow.api.app import Settings, create_app
 from rankflow.api.ingest import MAX_EVENTS_PER_REQUEST
+from rankflow.cli import ingest_token
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
+from rankflow.runner import UsageError
 from rankflow.services import free_port
 from tests.events import ranking
 from tests.kafka_helpers import read_topic
@@ -105,12 +108,16 @@ def test_served_ingest_feeds_the_flow(tmp_path, kafka_brokers, topic, redis_url,
 
 
 @contextmanager
-def served(*options: str, log: Path) -> Iterator[str]:
-    """``rankflow serve`` in its own process: the real command line, uvicorn and event loop."""
+def served(*options: str, log: Path, token_env: str | None = None) -> Iterator[str]:
+    """``rankflow serve`` in its own process: the real command line, uvicorn and event
+    loop; ``$RANKFLOW_INGEST_TOKEN`` is ``token_env``, whatever the test's environment."""
     port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "RANKFLOW_INGEST_TOKEN"}
+    if token_env is not None:
+        env["RANKFLOW_INGEST_TOKEN"] = token_env
     with log.open("wb") as err:
         server = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port), *options],
-                                  stdout=subprocess.DEVNULL, stderr=err)
+                                  stdout=subprocess.DEVNULL, stderr=err, env=env)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -181,6 +188,7 @@ def test_the_body_limit_is_enforced_while_reading(tmp_path, kafka_brokers, topic
         r = httpx.post(f"{url}/events", content=orjson.dumps(EVENT).ljust(1000))
         assert r.status_code == 202, f"a body of exactly the limit is accepted: {r.text}"
     assert len(read_topic(kafka_brokers, topic)) == 1
+    assert "ingest is open: anyone who can reach this port can write events" in log.read_text()
 
 
 def test_sizes_are_checked_then_the_event_count_then_each_event(client, kafka_brokers, topic):
@@ -239,7 +247,37 @@ def test_a_full_producer_queue_is_a_503_and_other_requests_go_on(redis_url):
     assert r.headers["Retry-After"] == "1"
 
 
+def test_the_ingest_token_guards_post_events_only(kafka_brokers, topic, redis_url):
+    ensure_topic(kafka_brokers, topic, 2)
+    app = create_app(Settings(redis_url=redis_url, kafka=KafkaEndpoint(kafka_brokers, topic), ingest_token="s3cret"))
+    body = orjson.dumps(EVENT)
+    with TestClient(app) as c:
+        r = c.post("/events", content=body)
+        assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]
+        assert r.headers["WWW-Authenticate"] == "Bearer"
+        for wrong in ("Bearer s3cre", "Bearer s3cret2", "Basic s3cret"):
+            r = c.post("/events", content=body, headers={"Authorization": wrong})
+            assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer"), wrong
+        assert c.post("/events", content=body, headers={"Authorization": "Bearer s3cret"}).status_code == 202
+        assert c.get("/rankings").status_code != 401 and c.get("/openapi.json").status_code == 200
+    assert len(read_topic(kafka_brokers, topic)) == 1
+
+
+def test_the_ingest_token_from_the_environment(tmp_path, kafka_brokers, topic, redis_url):
+    ensure_topic(kafka_brokers, topic, 2)
+    log = tmp_path / "serve.log"
+    with served("--kafka", f"{kafka_brokers}/{topic}", "--redis", redis_url, log=log, token_env="from-env") as url:
+        assert httpx.post(f"{url}/events", content=orjson.dumps(EVENT)).status_code == 401
+        r = httpx.post(f"{url}/events", content=orjson.dumps(EVENT), headers={"Authorization": "Bearer from-env"})
+        assert r.status_code == 202, r.text
+    assert "ingest is open" not in log.read_text()
+    assert ingest_token("option", {"RANKFLOW_INGEST_TOKEN": "from-env"}) == "option", "the option wins"
+    assert ingest_token(None, {}) is None
+    with pytest.raises(UsageError, match="empty"):
+        ingest_token(None, {"RANKFLOW_INGEST_TOKEN": ""})
+
+
 def test_openapi_lists_every_answer_of_post_events():
     with TestClient(create_app(Settings())) as c:
         responses = c.get("/openapi.json").json()["paths"]["/events"]["post"]["responses"]
-    assert {"202", "400", "413", "503"} <= set(responses)
+    assert {"202", "400", "401", "413", "503"} <= set(responses)
