@@ -8,11 +8,12 @@ schema is at ``/openapi.json``, browsable at ``/docs``.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
@@ -24,6 +25,8 @@ from rankflow.api.store import SnapshotCache
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.connectors.redis_snapshots import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
 
+log = logging.getLogger("rankflow.api")
+
 
 @dataclass
 class Settings:
@@ -31,6 +34,9 @@ class Settings:
     namespace: str = DEFAULT_NAMESPACE
     kafka: KafkaEndpoint | None = None  # where POST /events produces; None disables ingest
     delivery_timeout_ms: int = 5000
+    producer_queue_messages: int | None = None  # the producer's local queue; None: librdkafka's default
+    max_body_bytes: int = ingest.DEFAULT_MAX_BODY_BYTES  # a longer POST /events body is a 413
+    ingest_token: str | None = field(default=None, repr=False)  # POST /events needs it as a Bearer token
     poll_ms: int = 100  # how often the service asks Redis for a newer snapshot
     stale_after_ms: int = 10_000  # a ranking older than this is marked stale
 
@@ -53,7 +59,10 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.cache = cache
         producer = None
         if settings.kafka is not None:
-            producer = ingest.EventProducer(settings.kafka, settings.delivery_timeout_ms)
+            producer = ingest.EventProducer(settings.kafka, settings.delivery_timeout_ms,
+                                            settings.producer_queue_messages)
+            if settings.ingest_token is None:
+                log.warning("ingest is open: anyone who can reach this port can write events; set --ingest-token")
         app.state.producer = producer
         try:
             yield
@@ -84,6 +93,12 @@ def create_app(settings: Settings) -> FastAPI:
     async def prometheus(request: Request) -> Response:
         body = generate_latest(metrics.registry)
         cache = request.app.state.cache
+        producer: ingest.EventProducer | None = request.app.state.producer
+        if producer is not None:
+            body += (b"# HELP rankflow_api_producer_queue_messages Events in the producer's local queue, "
+                     b"not yet acknowledged by the broker\n"
+                     b"# TYPE rankflow_api_producer_queue_messages gauge\n"
+                     b"rankflow_api_producer_queue_messages %d\n") % producer.queued
         body += (b"# HELP rankflow_api_table_loads_total Whole count tables read from Redis (else changes)\n"
                  b"# TYPE rankflow_api_table_loads_total counter\n"
                  b"rankflow_api_table_loads_total %d\n"

@@ -4,7 +4,9 @@ The flow's steps update plain per-process counters (a dict increment costs far
 less than a Prometheus client call, and some run once per event); a collector
 turns them into metrics when Prometheus scrapes. With ``--processes N`` each
 process serves its own metrics on ``port + process index``; the snapshot metrics
-come from the process that runs the merger.
+come from the process that runs the merger. They listen on 127.0.0.1 unless the run
+is given another address (``--metrics-host``): metrics tell anyone who can read them
+about the input and its traffic, so exposing them is a choice.
 
 ==========================================  ===========================================
 metric                                      meaning
@@ -71,10 +73,10 @@ class RunMetrics:
             self.events_per_second = max(0, read) / (now - previous_at)
         self.last_snapshot, self.last_published = snapshot, now
 
-    def serve(self, port: int) -> None:
+    def serve(self, port: int, host: str) -> None:
         with self._lock:
             if not self._server_started:
-                start_http_server(port, addr="0.0.0.0", registry=self.registry)
+                start_http_server(port, addr=host, registry=self.registry)
                 self._server_started = True
 
 

@@ -11,6 +11,7 @@ import logging
 import os
 import sys
 import time
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
@@ -31,6 +32,8 @@ from rankflow.produce import produce_file
 from rankflow.reader import RankingReader, default_cache_path
 
 log = logging.getLogger("rankflow")
+
+INGEST_TOKEN_ENV = "RANKFLOW_INGEST_TOKEN"
 
 
 def _positive(text: str) -> int:
@@ -99,6 +102,8 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--run-id", metavar="ID", help="with --addresses: one value shared by every process of the run")
     r.add_argument("--metrics-port", type=int, metavar="PORT",
                    help="serve Prometheus metrics on PORT (process i of --processes on PORT + i)")
+    r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="the address the metrics listen on (default: %(default)s; 0.0.0.0 for every interface)")
 
     b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it")
     _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER)
@@ -117,6 +122,11 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
                     help="how long to wait for the broker's acknowledgement before answering 503")
+    sv.add_argument("--max-body-bytes", type=_positive, metavar="N",
+                    help="a longer POST /events body is refused with 413 (default: 1048576, 1 MiB)")
+    sv.add_argument("--ingest-token", metavar="TOKEN",
+                    help=f"POST /events needs 'Authorization: Bearer TOKEN' (default: ${INGEST_TOKEN_ENV}; "
+                         "without either, ingest is open)")
     _add_redis(sv)
 
     bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
@@ -148,7 +158,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
         processes=getattr(args, "processes", 1), process_id=getattr(args, "process_id", None),
         addresses=addresses.split(",") if addresses else None, run_id=getattr(args, "run_id", None),
-        metrics_port=getattr(args, "metrics_port", None),
+        metrics_port=getattr(args, "metrics_port", None), metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
         input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
@@ -201,17 +211,30 @@ def cmd_produce(args: argparse.Namespace) -> int:
     return 0
 
 
+def ingest_token(option: str | None, environ: Mapping[str, str]) -> str | None:
+    """``--ingest-token``, else ``$RANKFLOW_INGEST_TOKEN`` (which keeps the secret out of
+    the process list): the option is the more specific choice, so it wins. An empty
+    token is refused rather than taken to mean an open ingest."""
+    token = option if option is not None else environ.get(INGEST_TOKEN_ENV)
+    if token is not None and not token.strip():
+        raise UsageError(f"the ingest token (--ingest-token or ${INGEST_TOKEN_ENV}) is empty")
+    return token
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from rankflow.api.app import Settings, create_app
+    from rankflow.api.ingest import DEFAULT_MAX_BODY_BYTES
 
     try:
         kafka = KafkaEndpoint.parse(args.kafka) if args.kafka else None
     except ValueError as exc:
         raise UsageError(f"--kafka: {exc}") from None
     settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
-                        delivery_timeout_ms=args.delivery_timeout_ms)
+                        delivery_timeout_ms=args.delivery_timeout_ms,
+                        max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
+                        ingest_token=ingest_token(args.ingest_token, os.environ))
     tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
     app = create_app(settings)
 

@@ -73,6 +73,7 @@ class RunOptions:
     process_id: int | None = None  # this process's index in `addresses`
     run_id: str | None = None  # shared by the processes of one run (see join_run)
     metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
+    metrics_host: str = "127.0.0.1"  # the address the metrics listen on
 
     @property
     def shards(self) -> int:

@@ -73,7 +73,7 @@ def run(opts: RunOptions) -> dict[str, Any] | None:
     fresh = not resumes_from_recovery(opts.recovery_dir)
     recovery = recovery_config(opts)  # first: a directory of another input or layout is a usage error
     if opts.metrics_port is not None:
-        METRICS.serve(opts.metrics_port + (opts.process_id or 0))
+        METRICS.serve(opts.metrics_port + (opts.process_id or 0), opts.metrics_host)
     source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
     client = connect_redis(opts.redis_url)
     try:

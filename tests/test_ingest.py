@@ -1,19 +1,33 @@
 """POST /events against a real broker: 202 only after acknowledgement, 400 with reasons,
-503 when the broker cannot acknowledge, and acknowledged events reach the ranking."""
+503 when the broker cannot acknowledge, and acknowledged events reach the ranking;
+the body limit, the event-count limit, a full producer queue and the ingest token."""
 
 from __future__ import annotations
 
+import asyncio
+import os
+import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 import httpx
 import orjson
 import pytest
+import uvicorn
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from prometheus_client.parser import text_string_to_metric_families
 
 from rankflow.api.app import Settings, create_app
+from rankflow.api.ingest import MAX_EVENTS_PER_REQUEST
+from rankflow.cli import ingest_token
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
+from rankflow.runner import UsageError
 from rankflow.services import free_port
 from tests.events import ranking
 from tests.kafka_helpers import read_topic
@@ -91,3 +105,179 @@ def test_served_ingest_feeds_the_flow(tmp_path, kafka_brokers, topic, redis_url,
     top = subprocess.run([sys.executable, "-m", "rankflow.cli", "top", "--json", "--redis", redis_url,
                           "--namespace", namespace], capture_output=True, text=True)
     assert ranking(orjson.loads(top.stdout)) == [("song_a", 2), ("song_b", 1)]
+
+
+@contextmanager
+def served(*options: str, log: Path, token_env: str | None = None) -> Iterator[str]:
+    """``rankflow serve`` in its own process: the real command line, uvicorn and event
+    loop; ``$RANKFLOW_INGEST_TOKEN`` is ``token_env``, whatever the test's environment."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k != "RANKFLOW_INGEST_TOKEN"}
+    if token_env is not None:
+        env["RANKFLOW_INGEST_TOKEN"] = token_env
+    with log.open("wb") as err:
+        server = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port), *options],
+                                  stdout=subprocess.DEVNULL, stderr=err, env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(f"{url}/openapi.json")
+                break
+            except httpx.ConnectError:
+                assert server.poll() is None and time.monotonic() < deadline, \
+                    f"the server did not start: {log.read_text()}"
+                time.sleep(0.1)
+        yield url
+    finally:
+        server.terminate()
+        server.wait(timeout=30)
+
+
+@contextmanager
+def served_in_thread(app: FastAPI) -> Iterator[str]:
+    """uvicorn with its own event loop on a thread: a handler that blocked that loop
+    would keep every other request of the test waiting."""
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        yield f"http://127.0.0.1:{port}"
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+def status_of_unfinished_request(port: int, request: bytes) -> int:
+    """Send ``request`` (a head and the start of a body) and never the rest: the status
+    of the answer, which only comes if the server decides before the body ends."""
+    with socket.create_connection(("127.0.0.1", port), timeout=10) as sock:
+        sock.sendall(request)
+        received = b""
+        try:
+            while b"\r\n" not in received:
+                chunk = sock.recv(4096)
+                assert chunk, f"the server closed the connection without an answer: {received!r}"
+                received += chunk
+        except TimeoutError:
+            pytest.fail("no answer in 10 s to a request whose body never ended: the server waits for the whole body")
+    return int(received.split(b" ", 2)[1])
+
+
+def test_the_body_limit_is_enforced_while_reading(tmp_path, kafka_brokers, topic, redis_url):
+    ensure_topic(kafka_brokers, topic, 2)
+    log = tmp_path / "serve.log"
+    with served("--kafka", f"{kafka_brokers}/{topic}", "--redis", redis_url, "--max-body-bytes", "1000",
+                log=log) as url:
+        port = int(url.rsplit(":", 1)[1])
+        head = b"POST /events HTTP/1.1\r\nHost: rankflow\r\nContent-Type: application/json\r\n"
+        assert status_of_unfinished_request(port, head + b"Content-Length: 1001\r\n\r\n") == 413, \
+            "a declared length over the limit is refused before any of the body is read"
+        chunks = b"258\r\n" + b" " * 600 + b"\r\n"  # 0x258 = 600 bytes, twice, and no last chunk
+        assert status_of_unfinished_request(port, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunks * 2) == 413, \
+            "a chunked body is refused as soon as it passes the limit"
+        for too_long in (b" " * 1001, iter([b" " * 600, b" " * 600])):  # Content-Length, then chunked
+            r = httpx.post(f"{url}/events", content=too_long)
+            assert r.status_code == 413 and "longer than 1000 bytes" in r.json()["error"], r.text
+        r = httpx.post(f"{url}/events", content=orjson.dumps(EVENT).ljust(1000))
+        assert r.status_code == 202, f"a body of exactly the limit is accepted: {r.text}"
+    assert len(read_topic(kafka_brokers, topic)) == 1
+    assert "ingest is open: anyone who can reach this port can write events" in log.read_text()
+
+
+def test_sizes_are_checked_then_the_event_count_then_each_event(client, kafka_brokers, topic):
+    events = [{**EVENT, "user_id": f"u{i}", "playback_id": f"p{i}"} for i in range(MAX_EVENTS_PER_REQUEST + 1)]
+    events[0] = {**EVENT, "type": "PAUSE"}  # invalid, but the count is checked first
+    body = orjson.dumps(events)
+    assert len(body) < Settings().max_body_bytes
+    r = client.post("/events", content=body)
+    assert r.status_code == 400, r.text
+    assert [p["reason"] for p in r.json()["invalid"]] == ["too_many"]
+    smaller_limit = create_app(Settings(kafka=KafkaEndpoint(kafka_brokers, topic), max_body_bytes=len(body) - 1))
+    with TestClient(smaller_limit) as c:
+        assert c.post("/events", content=body).status_code == 413
+    assert read_topic(kafka_brokers, topic) == []
+
+
+def producer_queue(metrics: str) -> float:
+    samples = {s.name: s.value for f in text_string_to_metric_families(metrics) for s in f.samples}
+    return samples["rankflow_api_producer_queue_messages"]
+
+
+async def post_and_scrape_while_it_waits(url: str, body: bytes, queue: int) -> httpx.Response:
+    """POST ``body``; meanwhile scrape ``/metrics`` until the producer's queue is seen
+    full, which must happen while the POST still waits for room in it."""
+    async with httpx.AsyncClient(base_url=url) as client:
+        post = asyncio.create_task(client.post("/events", content=body, timeout=30))
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                scraped = await client.get("/metrics", timeout=10)
+            except httpx.TimeoutException:
+                pytest.fail("GET /metrics got no answer in 10 s while a POST waited for room in the "
+                            "producer's queue: the event loop is blocked")
+            assert not post.done(), "GET /metrics was answered only after the POST"
+            if producer_queue(scraped.text) >= queue:
+                break
+            assert time.monotonic() < deadline, "the POST never filled the producer's queue"
+            await asyncio.sleep(0.01)
+        try:
+            return await post
+        except httpx.TimeoutException:
+            pytest.fail("the POST got no answer in 30 s: a queue that stays full should be a 503 "
+                        "after the delivery timeout")
+
+
+def test_a_full_producer_queue_is_a_503_and_other_requests_go_on(redis_url):
+    # Room in the queue comes only as a message times out (the broker is unreachable), so
+    # producing these events one by one would take about 30 delivery timeouts.
+    queue = 1
+    settings = Settings(redis_url=redis_url, kafka=KafkaEndpoint(f"127.0.0.1:{free_port()}", "t"),
+                        delivery_timeout_ms=2000, producer_queue_messages=queue)
+    events = [{**EVENT, "user_id": f"u{i}", "playback_id": f"p{i}"} for i in range(30)]
+    with served_in_thread(create_app(settings)) as url:
+        r = asyncio.run(post_and_scrape_while_it_waits(url, orjson.dumps(events), queue))
+    assert r.status_code == 503 and "queue stayed full" in r.json()["error"], r.text
+    assert r.headers["Retry-After"] == "1"
+
+
+def test_the_ingest_token_guards_post_events_only(kafka_brokers, topic, redis_url):
+    ensure_topic(kafka_brokers, topic, 2)
+    app = create_app(Settings(redis_url=redis_url, kafka=KafkaEndpoint(kafka_brokers, topic), ingest_token="s3cret"))
+    body = orjson.dumps(EVENT)
+    with TestClient(app) as c:
+        r = c.post("/events", content=body)
+        assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]
+        assert r.headers["WWW-Authenticate"] == "Bearer"
+        for wrong in ("Bearer s3cre", "Bearer s3cret2", "Basic s3cret"):
+            r = c.post("/events", content=body, headers={"Authorization": wrong})
+            assert r.status_code == 401 and r.headers["WWW-Authenticate"].startswith("Bearer"), wrong
+        assert c.post("/events", content=body, headers={"Authorization": "Bearer s3cret"}).status_code == 202
+        assert c.get("/rankings").status_code != 401 and c.get("/openapi.json").status_code == 200
+    assert len(read_topic(kafka_brokers, topic)) == 1
+
+
+def test_the_ingest_token_from_the_environment(tmp_path, kafka_brokers, topic, redis_url):
+    ensure_topic(kafka_brokers, topic, 2)
+    log = tmp_path / "serve.log"
+    with served("--kafka", f"{kafka_brokers}/{topic}", "--redis", redis_url, log=log, token_env="from-env") as url:
+        assert httpx.post(f"{url}/events", content=orjson.dumps(EVENT)).status_code == 401
+        r = httpx.post(f"{url}/events", content=orjson.dumps(EVENT), headers={"Authorization": "Bearer from-env"})
+        assert r.status_code == 202, r.text
+    assert "ingest is open" not in log.read_text()
+    assert ingest_token("option", {"RANKFLOW_INGEST_TOKEN": "from-env"}) == "option", "the option wins"
+    assert ingest_token(None, {}) is None
+    with pytest.raises(UsageError, match="empty"):
+        ingest_token(None, {"RANKFLOW_INGEST_TOKEN": ""})
+
+
+def test_openapi_lists_every_answer_of_post_events():
+    with TestClient(create_app(Settings())) as c:
+        responses = c.get("/openapi.json").json()["paths"]["/events"]["post"]["responses"]
+    assert {"202", "400", "401", "413", "503"} <= set(responses)

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import os
 import signal
+import socket
+import struct
 import subprocess
 import sys
 import time
@@ -21,6 +24,54 @@ def scrape(port: int) -> dict[tuple[str, tuple], float]:
     text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
+
+
+def listening_addresses(port: int) -> set[str]:
+    """The local addresses of the TCP sockets listening on ``port``, from Linux's
+    /proc/net tables (addresses are 32-bit words in the machine's byte order)."""
+    found = set()
+    for table, family, words in (("/proc/net/tcp", socket.AF_INET, 1), ("/proc/net/tcp6", socket.AF_INET6, 4)):
+        if not os.path.exists(table):
+            continue
+        with open(table) as f:
+            next(f)
+            for line in f:
+                local, state = line.split()[1], line.split()[3]
+                address, hex_port = local.split(":")
+                if state == "0A" and int(hex_port, 16) == port:  # 0A: LISTEN
+                    raw = struct.pack(f"={words}I", *(int(address[i:i + 8], 16) for i in range(0, 8 * words, 8)))
+                    found.add(socket.inet_ntop(family, raw))
+    return found
+
+
+def test_metrics_listen_on_loopback_unless_told_otherwise(tmp_path, redis_url, namespace):
+    log = tmp_path / "events.jsonl"
+    generate(users=10, songs=5, events=100, seed=1, out=log)
+    ports = {"127.0.0.1": free_port(), "0.0.0.0": free_port()}
+    runs = [subprocess.Popen([sys.executable, "-m", "rankflow.cli", "run", "--input", f"jsonl:{log}",
+                              "--redis", redis_url, "--namespace", f"{namespace}-{i}", "--metrics-port", str(port),
+                              *(["--metrics-host", host] if host != "127.0.0.1" else []),
+                              "--dead-letter", f"jsonl:{tmp_path / f'dl-{i}.jsonl'}"],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+            for i, (host, port) in enumerate(ports.items())]
+    try:
+        for proc, port in zip(runs, ports.values()):
+            deadline = time.monotonic() + 60
+            while True:
+                try:
+                    scrape(port)
+                    break
+                except httpx.TransportError:
+                    assert proc.poll() is None, proc.stderr.read()
+                    assert time.monotonic() < deadline, "the metrics never answered on 127.0.0.1"
+                    time.sleep(0.1)
+        assert listening_addresses(ports["127.0.0.1"]) == {"127.0.0.1"}, "by default, only this machine"
+        assert listening_addresses(ports["0.0.0.0"]) == {"0.0.0.0"}, "--metrics-host 0.0.0.0: every interface"
+    finally:
+        for proc in runs:
+            proc.send_signal(signal.SIGINT)
+        for proc in runs:
+            proc.wait(timeout=30)
 
 
 def test_metrics_of_a_live_run(tmp_path, redis_url, redis_client, namespace):
