@@ -27,7 +27,7 @@ from rankflow.api.app import Settings, create_app
 from rankflow.api.ingest import MAX_EVENTS_PER_REQUEST
 from rankflow.cli import ingest_token
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
-from rankflow.runner import UsageError
+from rankflow.options import UsageError
 from rankflow.services import free_port
 from tests.events import ranking
 from tests.kafka_helpers import read_topic
