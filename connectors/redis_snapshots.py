@@ -143,18 +143,6 @@ redis.call('SET', KEYS[1], joined, 'EX', ARGV[1])
 return joined
 """
 
-SONG_LUA = """
-local g = redis.call('GET', KEYS[1]) or '0'
-local base = ARGV[1] .. ':g' .. g
-local score = redis.call('ZSCORE', base .. ':counts', ARGV[2])
-local sid = redis.call('GET', base .. ':snapshot_id')
-if not score then
-  return {sid}
-end
-return {sid, score, redis.call('ZREVRANK', base .. ':counts', ARGV[2])}
-"""
-"""One song's count and rank, read atomically with the id of the snapshot they belong to."""
-
 READ_LUA = """
 local g = redis.call('GET', KEYS[1]) or '0'
 local base = ARGV[1] .. ':g' .. g
@@ -309,19 +297,6 @@ def read_counts(client: redis.Redis, namespace: str) -> dict[str, int]:
     """Every song's count in the current generation's latest snapshot."""
     keys = Keys(namespace, current_generation(client, namespace))
     return {song.decode(): int(count) for song, count in client.zrange(keys.counts, 0, -1, withscores=True)}
-
-
-def read_song(client: redis.Redis, namespace: str, song_id: str) -> dict[str, Any] | None:
-    """``{"snapshot_id", "song_id", "listeners", "rank"}``, or None if the song has no listeners."""
-    keys = Keys(namespace)
-    return song_view(client.eval(SONG_LUA, 1, keys.generation, keys.tag, song_id), song_id)
-
-
-def song_view(reply: list[Any], song_id: str) -> dict[str, Any] | None:
-    if len(reply) < 3 or reply[0] is None or reply[1] is None:
-        return None
-    return {"snapshot_id": int(reply[0]), "song_id": song_id, "listeners": int(float(reply[1])),
-            "rank": int(reply[2]) + 1}
 
 
 def read_history(client: redis.Redis, namespace: str, generation: int | None = None) -> list[dict[str, Any]]:
