@@ -1,7 +1,7 @@
 """What the HTTP service reads from Redis, and the in-process copy in front of it.
 
 Readers never touch the flow: everything comes from the keys the publisher writes
-(``connectors.redis_snapshots``). A background task (:class:`SnapshotCache`) asks
+(``connectors.redis_publish``). A background task (:class:`SnapshotCache`) asks
 Redis every ``poll_ms`` for the current snapshot id, a few bytes, with one script
 (``READ_LUA``); when the id changed the same call returns the new snapshot and the
 count changes published since the ones this process applied. The service keeps its
@@ -25,7 +25,8 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from rankflow.connectors.redis_snapshots import READ_LUA, Keys
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_scripts import READ_LUA
 from rankflow.state.ranking_index import SongIndex
 
 log = logging.getLogger("rankflow.api")

@@ -20,7 +20,8 @@ from rich.console import Console
 from rich.table import Table
 
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
-from rankflow.connectors.redis_snapshots import DEFAULT_NAMESPACE, FencedError, GenerationSwitched
+from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
+from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow import runner
 from rankflow.generate import generate
 from rankflow.produce import produce_file

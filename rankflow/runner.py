@@ -47,23 +47,19 @@ from bytewax.testing import cluster_main, run_main
 from rankflow.connectors.jsonl import CHUNK_BYTES, JsonlDeadLetterSink, JsonlSource
 from rankflow.connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
 from rankflow.connectors.source_batch import STOP
-from rankflow.connectors.redis_snapshots import (
-    DEFAULT_NAMESPACE,
-    DEFAULT_REDIS_URL,
+from rankflow.connectors.redis_generations import (
     FencedError,
     GenerationSwitched,
-    Keys,
-    RedisSnapshotSink,
     claim_generation,
-    connect,
     current_generation,
     drop_generation,
     join_run,
     new_run_token,
-    read_generation,
-    read_latest,
     switch_generation,
 )
+from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys, connect
+from rankflow.connectors.redis_publish import RedisSnapshotSink
+from rankflow.connectors.redis_read import read_generation, read_latest
 from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS

@@ -10,7 +10,7 @@ from typing import Any, Iterator
 import pytest
 import redis
 
-from rankflow.connectors.redis_snapshots import read_counts, read_history, read_latest
+from rankflow.connectors.redis_read import read_counts, read_history, read_latest
 from rankflow.runner import RunOptions, run
 from rankflow.services import LocalRedis, LocalTansu, free_port
 

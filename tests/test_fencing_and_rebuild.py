@@ -10,7 +10,9 @@ import time
 import pytest
 
 from rankflow.connectors.kafka import KafkaEndpoint
-from rankflow.connectors.redis_snapshots import Keys, current_generation, read_counts, read_latest
+from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_read import read_counts, read_latest
 from rankflow.generate import generate
 from rankflow.produce import produce_file
 from tests.events import ranking

@@ -7,19 +7,17 @@ import uuid
 
 import pytest
 
-from rankflow.connectors.redis_snapshots import (
+from rankflow.connectors.redis_generations import (
     FencedError,
-    read_counts,
     GenerationSwitched,
-    Keys,
-    Publisher,
-    join_run,
     claim_generation,
+    join_run,
     new_run_token,
-    read_history,
-    read_latest,
     switch_generation,
 )
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_publish import Publisher
+from rankflow.connectors.redis_read import read_counts, read_history, read_latest
 from rankflow.state.snapshot import Snapshot, snapshot_id
 
 

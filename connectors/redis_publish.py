@@ -1,0 +1,136 @@
+"""Publishing a run's snapshots into Redis, one atomic script per snapshot.
+
+The publish script (``redis_scripts.PUBLISH_LUA``) decides what is stored; this
+module keeps what Redis has not accepted yet. If Redis lost its data, the first
+publish re-creates the generation pointer, the owner and the run-token counter, and
+the next complete snapshot restores the ranking: every snapshot is whole, and the
+publisher mirrors the full count table to send it whole when Redis has none.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+import redis
+from bytewax.outputs import DynamicSink, StatelessSinkPartition
+
+from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
+from rankflow.connectors.redis_keys import Keys, connect
+from rankflow.connectors.redis_scripts import PUBLISH_LUA
+from rankflow.operators.metrics import METRICS
+from rankflow.state.snapshot import Snapshot
+
+log = logging.getLogger("rankflow.publisher")
+
+STREAM_MAXLEN = 10_000
+CHANGES_MAXLEN = 1_000  # about 4 minutes of snapshots at the default barrier; a reader further behind reloads
+
+
+class Publisher:
+    """Publishes the snapshots of one run into one generation.
+
+    ``live=True`` (a run) requires the generation to stay current; ``live=False`` (a
+    rebuild) writes into a generation readers do not use yet.
+    """
+
+    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0,
+                 live: bool = True, retry_for_s: float = 300.0) -> None:
+        self._client = connect(url)
+        self._keys = Keys(namespace, generation)
+        self._script = self._client.register_script(PUBLISH_LUA)
+        self._token = run_token
+        self._generation = generation
+        self._mode = "live" if live else "build"
+        self._retry_for_s = retry_for_s
+        # Count changes not yet in Redis: they wait for the next snapshot Redis accepts.
+        self._pending_counts: dict[str, int] = {}
+        self._pending_full = False
+        self._mirror: dict[str, int] = {}  # the whole table, for a Redis that lost it
+
+    def publish(self, snapshot: Snapshot) -> int:
+        """1 stored; 0 not newer than the stored id; -1 behind the stored positions.
+
+        The full count table goes with every snapshot as changes; when Redis has no
+        table for the generation (it is new, or Redis lost its data) the script says
+        so and the publisher sends the whole table, which it mirrors for that case.
+        """
+        if snapshot.counts_full:
+            self._pending_counts, self._pending_full = dict(snapshot.counts), True
+            self._mirror = {song: n for song, n in snapshot.counts.items() if n > 0}
+        else:
+            self._pending_counts.update(snapshot.counts)
+            for song, n in snapshot.counts.items():
+                if n > 0:
+                    self._mirror[song] = n
+                else:
+                    self._mirror.pop(song, None)
+        deadline = time.monotonic() + self._retry_for_s
+        delay = 0.1
+        while True:
+            obj = snapshot.to_json_obj(int(time.time() * 1000))
+            body = orjson.dumps(obj)
+            try:
+                started = time.perf_counter()
+                outcome = int(self._call(snapshot, body))
+                if outcome == -2:  # the generation has no table yet: send all of it
+                    self._pending_counts, self._pending_full = dict(self._mirror), True
+                    outcome = int(self._call(snapshot, body))
+                if outcome == 1:
+                    METRICS.published(obj, time.perf_counter() - started)
+                if outcome >= 0:  # stored now, or stored by an earlier try whose answer was lost
+                    self._pending_counts, self._pending_full = {}, False
+                return outcome
+            except redis.ConnectionError as exc:
+                if time.monotonic() + delay > deadline:
+                    raise
+                log.warning("Redis unreachable (%s); retrying snapshot %s in %.1fs",
+                            exc, snapshot.snapshot_id, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _call(self, snapshot: Snapshot, body: bytes) -> Any:
+        k = self._keys
+        positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
+        try:
+            return self._script(
+                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.counts, k.changes,
+                      k.runs],
+                args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN, self._mode,
+                      CHANGES_MAXLEN, len(positions) // 2, *positions, "full" if self._pending_full else "delta",
+                      orjson.dumps(self._pending_counts)],
+            )
+        except redis.ResponseError as exc:
+            message = str(exc)
+            if message.startswith("FENCED"):
+                raise FencedError(message.removeprefix("FENCED ")) from None
+            if message.startswith("SWITCHED"):
+                raise GenerationSwitched(message.removeprefix("SWITCHED ")) from None
+            raise
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
+    def __init__(self, publisher: Publisher) -> None:
+        self._publisher = publisher
+
+    def write_batch(self, items: list[tuple[str, Snapshot]]) -> None:
+        for _, snapshot in items:
+            self._publisher.publish(snapshot)
+
+    def close(self) -> None:
+        self._publisher.close()
+
+
+class RedisSnapshotSink(DynamicSink[tuple[str, Snapshot]]):
+    """Bytewax sink publishing the merger's ``(key, Snapshot)`` items."""
+
+    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0, live: bool = True) -> None:
+        self._args = (url, namespace, run_token, generation, live)
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _PublisherPartition:
+        return _PublisherPartition(Publisher(*self._args))
