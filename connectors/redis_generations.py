@@ -13,7 +13,7 @@ from __future__ import annotations
 import redis
 
 from rankflow.connectors.redis_keys import Keys
-from rankflow.connectors.redis_scripts import CLAIM_LUA, JOIN_LUA, SWITCH_LUA
+from rankflow.connectors.redis_scripts import CLAIM_LUA, JOIN_LUA, MOVED, MOVES, SWITCH_LUA
 
 
 class FencedError(RuntimeError):
@@ -22,6 +22,14 @@ class FencedError(RuntimeError):
 
 class GenerationSwitched(RuntimeError):
     """A rebuild replaced this run's generation; restart the run to follow it."""
+
+
+class GenerationMoving(RuntimeError):
+    """The current generation changed every time a script was called: give up."""
+
+    def __init__(self, namespace: str) -> None:
+        super().__init__(f"the generation of namespace {namespace!r} changed {MOVES} times during one "
+                         "call; is something switching generations in a loop?")
 
 
 def current_generation(client: redis.Redis, namespace: str) -> int:
@@ -51,11 +59,16 @@ def join_run(client: redis.Redis, namespace: str, run_id: str, fresh: bool = Fal
     one lineage of state, and a new computation replaces the old one.
     """
     keys = Keys(namespace)
-    pattern = f"{keys.tag}:g{{GEN}}"
-    joined = client.eval(JOIN_LUA, 5, keys.run(run_id), keys.runs, keys.generation,
-                         f"{pattern}:owner", f"{pattern}:positions", ttl_s, "1" if fresh else "0")
-    token, generation = joined.decode().split(":")
-    return int(token), int(generation)
+    generation = current_generation(client, namespace)
+    for _ in range(MOVES):
+        g = keys.of_generation(generation)
+        reply = client.eval(JOIN_LUA, 5, keys.run(run_id), keys.runs, keys.generation, g.owner, g.positions,
+                            ttl_s, "1" if fresh else "0", generation)
+        if reply[0] != MOVED:
+            token, joined_generation = reply[1].decode().split(":")
+            return int(token), int(joined_generation)
+        generation = int(reply[1])
+    raise GenerationMoving(namespace)
 
 
 def switch_generation(client: redis.Redis, namespace: str, old: int, new: int) -> None:

@@ -3,6 +3,12 @@
 Each script is one atomic step in Redis; the Python around it (``redis_generations``,
 ``redis_publish``, ``api.store``) only builds its ``KEYS`` and ``ARGV`` and reads its
 reply. Key names are in ``redis_keys``.
+
+Every key a script touches is passed in ``KEYS``: Redis Cluster routes a script by
+its keys and refuses one that reaches others (``tests/test_script_keys.py`` checks
+it). A script whose keys depend on the current generation therefore gets the keys
+of the generation the caller read, checks that it is still current, and otherwise
+answers ``MOVED`` with the current one so the caller calls again.
 """
 
 PUBLISH_LUA = """
@@ -98,61 +104,76 @@ return redis.call('GET', KEYS[1])
 JOIN_LUA = """
 local joined = redis.call('GET', KEYS[1])
 if joined then
-  return joined
+  return {'joined', joined}
+end
+local generation = redis.call('GET', KEYS[3]) or '0'
+if generation ~= ARGV[3] then
+  return {'moved', generation}
 end
 local token = redis.call('INCR', KEYS[2])
-local generation = redis.call('GET', KEYS[3]) or '0'
-local owner = KEYS[4]:gsub('{GEN}', generation)
-if token > tonumber(redis.call('GET', owner) or '0') then
-  redis.call('SET', owner, token)
+if token > tonumber(redis.call('GET', KEYS[4]) or '0') then
+  redis.call('SET', KEYS[4], token)
 end
 if ARGV[2] == '1' then
-  redis.call('DEL', (KEYS[5]:gsub('{GEN}', generation)))
+  redis.call('DEL', KEYS[5])
 end
 joined = token .. ':' .. generation
 redis.call('SET', KEYS[1], joined, 'EX', ARGV[1])
-return joined
+return {'joined', joined}
 """
 """The token and generation of one run, the same for every process of it.
 
 ``KEYS``: the run's key, the run-token counter, the generation pointer, then the
-owner and positions keys with ``{GEN}`` in place of the generation. ``ARGV``: how long
-the run's key lives (seconds), ``1`` for a fresh run (its positions are forgotten).
-Replies ``token:generation``: the stored one, or a new token that now owns the
-current generation.
+owner and positions of generation G, the one the caller read as current. ``ARGV``:
+how long the run's key lives (seconds), ``1`` for a fresh run (G's positions are
+forgotten), G. Replies ``{'joined', 'token:generation'}``: the run's stored answer,
+or a new token that now owns G; or ``{'moved', current}`` when G is no longer the
+current generation: call again with that generation's keys.
 """
 
 READ_LUA = """
 local g = redis.call('GET', KEYS[1]) or '0'
-local base = ARGV[1] .. ':g' .. g
-local sid = redis.call('GET', base .. ':snapshot_id')
+if g ~= ARGV[1] then
+  return {'moved', g}
+end
+local sid = redis.call('GET', KEYS[2])
 if not sid then
   return {g}
 end
 if sid == ARGV[2] and g == ARGV[3] then
   return {g, sid}
 end
-local snapshot = redis.call('GET', base .. ':snapshot')
+local snapshot = redis.call('GET', KEYS[3])
 if g ~= ARGV[3] or ARGV[4] == '' then
-  local last = redis.call('XREVRANGE', base .. ':changes', '+', '-', 'COUNT', 1)
+  local last = redis.call('XREVRANGE', KEYS[4], '+', '-', 'COUNT', 1)
   local at = '0-0'
   if last[1] then
     at = last[1][1]
   end
-  return {g, sid, snapshot, 'table', at, redis.call('ZRANGE', base .. ':counts', 0, -1, 'WITHSCORES')}
+  return {g, sid, snapshot, 'table', at, redis.call('ZRANGE', KEYS[5], 0, -1, 'WITHSCORES')}
 end
-return {g, sid, snapshot, 'changes', redis.call('XRANGE', base .. ':changes', '(' .. ARGV[4], '+')}
+return {g, sid, snapshot, 'changes', redis.call('XRANGE', KEYS[4], '(' .. ARGV[4], '+')}
 """
 """What a reader needs to follow the latest snapshot, atomically (see ``api.store``).
 
-``KEYS``: the generation pointer. ``ARGV``: namespace tag, the snapshot id and
-generation the reader holds, the id of the last ``changes`` entry it applied ('' for
-none). Replies ``{generation}`` when there is no snapshot; ``{generation, id}`` when
-the reader is current; else ``{generation, id, snapshot, 'table', changes_at, [song,
+``KEYS``: the generation pointer, then of generation G (the one the reader expects
+to be current): snapshot_id, snapshot, changes, counts. ``ARGV``: G, the snapshot id
+and generation the reader holds, the id of the last ``changes`` entry it applied (''
+for none). Replies ``{'moved', current}`` when G is not the current generation (call
+again with that generation's keys); ``{G}`` when there is no snapshot; ``{G, id}``
+when the reader is current; else ``{G, id, snapshot, 'table', changes_at, [song,
 count, ...]}`` (the whole count table, for a reader without one or of another
-generation) or ``{generation, id, snapshot, 'changes', entries}`` (the ``changes``
-entries after the reader's).
+generation) or ``{G, id, snapshot, 'changes', entries}`` (the ``changes`` entries
+after the reader's).
 """
+
+MOVED = b"moved"
+"""The first element of a reply asking the caller to call again with another
+generation's keys."""
+
+MOVES = 3
+"""How often a caller follows ``MOVED`` before giving up: a generation changes once
+per rebuild, so one more call is almost always enough."""
 
 SWITCH_LUA = """
 local gen = redis.call('GET', KEYS[1]) or '0'
