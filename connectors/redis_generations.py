@@ -13,7 +13,8 @@ from __future__ import annotations
 import redis
 
 from rankflow.connectors.redis_keys import Keys
-from rankflow.connectors.redis_scripts import CLAIM_LUA, JOIN_LUA, MOVED, MOVES, SWITCH_LUA
+from rankflow.connectors.redis_scripts import CLAIM_LUA, JOIN_LUA, MOVED, MOVES, PUBLISHED, SWITCH_LUA
+from rankflow.state.snapshot import SNAPSHOT_ID_RUN_FACTOR
 
 
 class FencedError(RuntimeError):
@@ -22,6 +23,15 @@ class FencedError(RuntimeError):
 
 class GenerationSwitched(RuntimeError):
     """A rebuild replaced this run's generation; restart the run to follow it."""
+
+
+class RunAlreadyPublished(RuntimeError):
+    """A run started over without recovery state under the run id of a run that published."""
+
+    def __init__(self, namespace: str, run_id: str, token: int) -> None:
+        super().__init__(f"run id {run_id!r} belongs to run {token}, which already published snapshots in "
+                         f"namespace {namespace!r}; a run without recovery state starts its input over, so "
+                         "give it a new --run-id (or resume it with its --recovery-dir)")
 
 
 class GenerationMoving(RuntimeError):
@@ -56,17 +66,22 @@ def join_run(client: redis.Redis, namespace: str, run_id: str, fresh: bool = Fal
     get the same answer, so they publish as one run. A ``fresh`` run (one that does
     not resume from recovery state) starts its input over on purpose, so it also
     forgets the generation's published positions: "never back in time" holds within
-    one lineage of state, and a new computation replaces the old one.
+    one lineage of state, and a new computation replaces the old one. A fresh process
+    joining a run that already published is refused (:class:`RunAlreadyPublished`):
+    with the run's token its epochs, so its snapshot ids, would start over below the
+    stored ones and never be published.
     """
     keys = Keys(namespace)
     generation = current_generation(client, namespace)
     for _ in range(MOVES):
         g = keys.of_generation(generation)
-        reply = client.eval(JOIN_LUA, 5, keys.run(run_id), keys.runs, keys.generation, g.owner, g.positions,
-                            ttl_s, "1" if fresh else "0", generation)
+        reply = client.eval(JOIN_LUA, 6, keys.run(run_id), keys.runs, keys.generation, g.owner, g.positions,
+                            g.snapshot_id, ttl_s, "1" if fresh else "0", generation, SNAPSHOT_ID_RUN_FACTOR)
         if reply[0] != MOVED:
-            token, joined_generation = reply[1].decode().split(":")
-            return int(token), int(joined_generation)
+            token, joined_generation = (int(x) for x in reply[1].decode().split(":"))
+            if reply[0] == PUBLISHED:
+                raise RunAlreadyPublished(namespace, run_id, token)
+            return token, joined_generation
         generation = int(reply[1])
     raise GenerationMoving(namespace)
 

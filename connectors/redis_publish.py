@@ -19,7 +19,7 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
 from rankflow.connectors.redis_keys import Keys, connect
-from rankflow.connectors.redis_scripts import PUBLISH_LUA
+from rankflow.connectors.redis_scripts import PUBLISH_LUA, Published
 from rankflow.operators.metrics import METRICS
 from rankflow.state.snapshot import Snapshot
 
@@ -50,39 +50,22 @@ class Publisher:
         self._pending_full = False
         self._mirror: dict[str, int] = {}  # the whole table, for a Redis that lost it
 
-    def publish(self, snapshot: Snapshot) -> int:
-        """1 stored; 0 not newer than the stored id; -1 behind the stored positions.
+    def publish(self, snapshot: Snapshot) -> Published:
+        """Store ``snapshot``, or keep its count changes until Redis stores a snapshot.
 
-        The full count table goes with every snapshot as changes; when Redis has no
-        table for the generation (it is new, or Redis lost its data) the script says
-        so and the publisher sends the whole table, which it mirrors for that case.
+        The full count table goes with every snapshot as changes. A snapshot Redis
+        does not store (``OLDER``, ``BEHIND``) leaves its changes pending: they are
+        real (a resumed run replays epochs Redis has seen under other cuts) and go
+        with the next snapshot stored. When Redis has no table for the generation
+        (it is new, or Redis lost its data) the script says so and the publisher
+        sends the whole table, which it mirrors for that case.
         """
-        if snapshot.counts_full:
-            self._pending_counts, self._pending_full = dict(snapshot.counts), True
-            self._mirror = {song: n for song, n in snapshot.counts.items() if n > 0}
-        else:
-            self._pending_counts.update(snapshot.counts)
-            for song, n in snapshot.counts.items():
-                if n > 0:
-                    self._mirror[song] = n
-                else:
-                    self._mirror.pop(song, None)
+        self._remember_counts(snapshot)
         deadline = time.monotonic() + self._retry_for_s
         delay = 0.1
         while True:
-            obj = snapshot.to_json_obj(int(time.time() * 1000))
-            body = orjson.dumps(obj)
             try:
-                started = time.perf_counter()
-                outcome = int(self._call(snapshot, body))
-                if outcome == -2:  # the generation has no table yet: send all of it
-                    self._pending_counts, self._pending_full = dict(self._mirror), True
-                    outcome = int(self._call(snapshot, body))
-                if outcome == 1:
-                    METRICS.published(obj, time.perf_counter() - started)
-                if outcome >= 0:  # stored now, or stored by an earlier try whose answer was lost
-                    self._pending_counts, self._pending_full = {}, False
-                return outcome
+                return self._publish_once(snapshot)
             except redis.ConnectionError as exc:
                 if time.monotonic() + delay > deadline:
                     raise
@@ -90,6 +73,32 @@ class Publisher:
                             exc, snapshot.snapshot_id, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
+
+    def _remember_counts(self, snapshot: Snapshot) -> None:
+        if snapshot.counts_full:
+            self._pending_counts, self._pending_full = dict(snapshot.counts), True
+            self._mirror = {song: n for song, n in snapshot.counts.items() if n > 0}
+            return
+        self._pending_counts.update(snapshot.counts)
+        for song, n in snapshot.counts.items():
+            if n > 0:
+                self._mirror[song] = n
+            else:
+                self._mirror.pop(song, None)
+
+    def _publish_once(self, snapshot: Snapshot) -> Published:
+        obj = snapshot.to_json_obj(int(time.time() * 1000))
+        body = orjson.dumps(obj)
+        started = time.perf_counter()
+        outcome = Published(self._call(snapshot, body))
+        if outcome is Published.NO_TABLE:  # send all of it
+            self._pending_counts, self._pending_full = dict(self._mirror), True
+            outcome = Published(self._call(snapshot, body))
+        if outcome is Published.STORED:
+            METRICS.published(obj, time.perf_counter() - started)
+        if outcome in (Published.STORED, Published.ALREADY_STORED):  # the pending changes are in Redis
+            self._pending_counts, self._pending_full = {}, False
+        return outcome
 
     def _call(self, snapshot: Snapshot, body: bytes) -> Any:
         k = self._keys

@@ -11,6 +11,10 @@ of the generation the caller read, checks that it is still current, and otherwis
 answers ``MOVED`` with the current one so the caller calls again.
 """
 
+from __future__ import annotations
+
+from enum import IntEnum
+
 PUBLISH_LUA = """
 local gen = redis.call('GET', KEYS[1])
 if ARGV[6] == 'live' then
@@ -36,8 +40,22 @@ local previous = redis.call('GET', KEYS[3])
 if ARGV[counts_at] ~= 'full' and not previous then
   return -2
 end
+local function is_stored()
+  if ARGV[3] ~= previous or redis.call('HLEN', KEYS[5]) ~= tonumber(ARGV[8]) then
+    return false
+  end
+  for i = 9, counts_at - 1, 2 do
+    if redis.call('HGET', KEYS[5], ARGV[i]) ~= ARGV[i + 1] then
+      return false
+    end
+  end
+  return true
+end
 if tonumber(ARGV[3]) <= tonumber(previous or '-1') then
-  return 0
+  if is_stored() then
+    return 0
+  end
+  return -3
 end
 for i = 9, counts_at - 1, 2 do
   local stored = tonumber(redis.call('HGET', KEYS[5], ARGV[i]) or '-1')
@@ -77,17 +95,35 @@ snapshot, positions, snapshots stream, counts, changes; then the run-token count
   ``SWITCHED ...``;
 * a run whose token is older than the generation's owner: error ``FENCED ...``;
 * count changes when the generation has no snapshot yet (a new generation, or Redis
-  lost its data): replies -2, and the publisher sends the whole table;
-* a snapshot whose id is not newer than the stored one (a retry): replies 0;
+  lost its data): ``NO_TABLE``, and the publisher sends the whole table;
+* the stored snapshot itself, same id and same positions (a retry of a call whose
+  answer was lost): ``ALREADY_STORED``; its count changes are in Redis;
+* any other snapshot whose id is not newer than the stored one (a run resumed from
+  recovery state with its old token replays older epochs): ``OLDER``;
 * a snapshot whose positions are behind the stored ones for any source partition
-  (a restarted run still catching up): replies -1. Published positions never go
+  (a restarted run still catching up): ``BEHIND``. Published positions never go
   backwards.
 
-Otherwise it stores the snapshot, its positions and its count changes and replies 1.
+Otherwise it stores the snapshot, its positions and its count changes: ``STORED``.
 Every call also re-creates the generation pointer (live), the owner and the
 run-token counter (at least this token) if Redis lost them, so a run started later
 still gets a newer token and takes over.
+
+"Same positions" is what makes a retry safe to forget: the counts of a cut are a
+function of the input before it, so Redis's table is the one the caller has.
+Within one run a replayed epoch may cut the input elsewhere under the same id.
 """
+
+
+class Published(IntEnum):
+    """``PUBLISH_LUA``'s replies. After ``OLDER``, ``BEHIND`` and ``NO_TABLE`` the
+    count changes are not in Redis: they must go with the next snapshot it stores."""
+
+    STORED = 1
+    ALREADY_STORED = 0
+    BEHIND = -1
+    NO_TABLE = -2
+    OLDER = -3
 
 CLAIM_LUA = """
 local owner = tonumber(redis.call('GET', KEYS[1]) or '0')
@@ -103,12 +139,16 @@ return redis.call('GET', KEYS[1])
 
 JOIN_LUA = """
 local joined = redis.call('GET', KEYS[1])
-if joined then
-  return {'joined', joined}
-end
-local generation = redis.call('GET', KEYS[3]) or '0'
+local generation = joined and string.match(joined, ':(%d+)$') or redis.call('GET', KEYS[3]) or '0'
 if generation ~= ARGV[3] then
   return {'moved', generation}
+end
+if joined then
+  local sid = tonumber(redis.call('GET', KEYS[6]) or '0')
+  if ARGV[2] == '1' and math.floor(sid / tonumber(ARGV[4])) == tonumber(string.match(joined, '^(%d+):')) then
+    return {'published', joined}
+  end
+  return {'joined', joined}
 end
 local token = redis.call('INCR', KEYS[2])
 if token > tonumber(redis.call('GET', KEYS[4]) or '0') then
@@ -123,12 +163,18 @@ return {'joined', joined}
 """
 """The token and generation of one run, the same for every process of it.
 
-``KEYS``: the run's key, the run-token counter, the generation pointer, then the
-owner and positions of generation G, the one the caller read as current. ``ARGV``:
-how long the run's key lives (seconds), ``1`` for a fresh run (G's positions are
-forgotten), G. Replies ``{'joined', 'token:generation'}``: the run's stored answer,
-or a new token that now owns G; or ``{'moved', current}`` when G is no longer the
-current generation: call again with that generation's keys.
+``KEYS``: the run's key, the run-token counter, the generation pointer, then of
+generation G (the run's, or the current one for a new run, as the caller read it):
+owner, positions, snapshot_id. ``ARGV``: how long the run's key lives (seconds), ``1``
+for a fresh run (one without recovery state), G, the snapshot-id run factor.
+Replies ``{'moved', generation}`` when the run's generation is not G: call again
+with that generation's keys. Else ``{'joined', 'token:generation'}``: the run's
+stored answer, or a new token that now owns G (a fresh run's first process also
+forgets G's positions, as its input starts over). Refuses a fresh process joining
+a run whose token has published G's latest snapshot, ``{'published',
+'token:generation'}``: that process starts its input over, so its snapshot ids
+would restart below the stored one and be ignored. Within one start of a run every
+process joins before any publishes (Bytewax connects them all first).
 """
 
 READ_LUA = """
@@ -170,6 +216,9 @@ after the reader's).
 MOVED = b"moved"
 """The first element of a reply asking the caller to call again with another
 generation's keys."""
+
+PUBLISHED = b"published"
+"""The first element of ``JOIN_LUA``'s refusal of a fresh process."""
 
 MOVES = 3
 """How often a caller follows ``MOVED`` before giving up: a generation changes once

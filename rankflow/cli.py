@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
-from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
+from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow import runner
 from rankflow.generate import generate
@@ -288,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
     except runner.UsageError as exc:
         print(f"rankflow: {exc}", file=sys.stderr)
         return 2
-    except (runner.ServiceError, runner.RebuildFailed, FencedError, GenerationSwitched, KafkaUnavailable) as exc:
+    except (runner.ServiceError, runner.RebuildFailed, FencedError, GenerationSwitched, RunAlreadyPublished,
+            KafkaUnavailable) as exc:
         print(f"rankflow: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:
