@@ -60,4 +60,9 @@ class Keys:
 
 
 def connect(url: str) -> redis.Redis:
+    """A client with bounded waits, so a stalled Redis raises instead of hanging.
+
+    The timeouts here are defaults: redis-py lets the URL's query options
+    (``?socket_timeout=SECONDS``, ``?socket_connect_timeout=SECONDS``) override them.
+    """
     return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)

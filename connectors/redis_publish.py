@@ -1,7 +1,9 @@
 """Publishing a run's snapshots into Redis, one atomic script per snapshot.
 
 The publish script (``redis_scripts.PUBLISH_LUA``) decides what is stored; this
-module keeps what Redis has not accepted yet. If Redis lost its data, the first
+module keeps what Redis has not accepted yet, and waits out a Redis that is
+unreachable, stalled or answering "not now" (:func:`is_transient`) for
+``retry_for_s`` (5 minutes) before the run stops with :class:`RedisUnavailable`. If Redis lost its data, the first
 publish re-creates the generation pointer, the owner and the run-token counter, and
 the next complete snapshot restores the ranking: every snapshot is whole, and the
 publisher mirrors the full count table to send it whole when Redis has none.
@@ -27,6 +29,36 @@ log = logging.getLogger("rankflow.publisher")
 
 STREAM_MAXLEN = 10_000
 CHANGES_MAXLEN = 1_000  # about 4 minutes of snapshots at the default barrier; a reader further behind reloads
+
+
+TRANSIENT_REPLIES = frozenset({"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"})
+"""Redis replies that mean "not now": loading its data, running a long script, a
+replica without its master or not yet promoted, a cluster moving slots or failing over."""
+
+
+class RedisUnavailable(redis.ConnectionError):
+    """Redis stayed unreachable, or kept answering "not now", for the whole retry bound."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a Redis error may go away by itself, so waiting beats stopping the run.
+
+    A lost connection or a socket timeout (a stalled or restarting Redis) is; a
+    refused password is not, however long one waits.
+    """
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
+        return False
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return True
+    return isinstance(exc, redis.ResponseError) and describe(exc).split(" ", 1)[0] in TRANSIENT_REPLIES
+
+
+def describe(exc: redis.RedisError) -> str:
+    """The error as Redis sent it: redis-py keeps the code of the replies it knows
+    (``READONLY``, ``MASTERDOWN``, ...) apart from the message."""
+    message = str(exc)
+    code = exc.status_code
+    return f"{code} {message}" if code and not message.startswith(code) else message
 
 
 class Publisher:
@@ -66,11 +98,14 @@ class Publisher:
         while True:
             try:
                 return self._publish_once(snapshot)
-            except redis.ConnectionError as exc:
-                if time.monotonic() + delay > deadline:
+            except redis.RedisError as exc:
+                if not is_transient(exc):
                     raise
-                log.warning("Redis unreachable (%s); retrying snapshot %s in %.1fs",
-                            exc, snapshot.snapshot_id, delay)
+                if time.monotonic() + delay > deadline:
+                    raise RedisUnavailable(f"Redis did not take snapshot {snapshot.snapshot_id} for "
+                                           f"{self._retry_for_s:g} s: {describe(exc)}") from exc
+                log.warning("Redis is unavailable (%s); retrying snapshot %s in %.1f s",
+                            describe(exc), snapshot.snapshot_id, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 

@@ -58,7 +58,7 @@ from rankflow.connectors.redis_generations import (
     switch_generation,
 )
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys, connect
-from rankflow.connectors.redis_publish import RedisSnapshotSink
+from rankflow.connectors.redis_publish import RedisSnapshotSink, is_transient
 from rankflow.connectors.redis_read import read_generation, read_latest
 from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
@@ -422,7 +422,7 @@ def _explain(exc: BaseException) -> BaseException:
                                       "start the run again to continue on the new generation")
         if isinstance(seen, KafkaUnavailable):
             return ServiceError(str(seen))
-        if isinstance(seen, redis.ConnectionError):
+        if isinstance(seen, redis.ConnectionError) or is_transient(seen):
             return ServiceError(f"lost Redis: {seen}")
         seen = seen.__cause__ or seen.__context__
     return exc
