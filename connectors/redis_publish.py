@@ -1,12 +1,14 @@
 """Publishing a run's snapshots into Redis, one atomic script per snapshot.
 
 The publish script (``redis_scripts.PUBLISH_LUA``) decides what is stored; this
-module keeps what Redis has not accepted yet, and waits out a Redis that is
+module keeps what Redis has not stored yet, and waits out a Redis that is
 unreachable, stalled or answering "not now" (:func:`is_transient`) for
-``retry_for_s`` (5 minutes) before the run stops with :class:`RedisUnavailable`. If Redis lost its data, the first
-publish re-creates the generation pointer, the owner and the run-token counter, and
-the next complete snapshot restores the ranking: every snapshot is whole, and the
-publisher mirrors the full count table to send it whole when Redis has none.
+``retry_for_s`` (5 minutes) before the run stops with :class:`RedisUnavailable`.
+
+If Redis lost its data, the first publish re-creates the generation pointer, the
+owner and the run-token counter, and the next complete snapshot restores the
+ranking: every snapshot is whole, and the publisher mirrors the full count table
+to send it whole when Redis has none.
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ log = logging.getLogger("rankflow.publisher")
 
 STREAM_MAXLEN = 10_000
 CHANGES_MAXLEN = 1_000  # about 4 minutes of snapshots at the default barrier; a reader further behind reloads
-
 
 TRANSIENT_REPLIES = frozenset({"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"})
 """Redis replies that mean "not now": loading its data, running a long script, a
@@ -102,7 +103,7 @@ class Publisher:
                 if not is_transient(exc):
                     raise
                 if time.monotonic() + delay > deadline:
-                    raise RedisUnavailable(f"Redis did not take snapshot {snapshot.snapshot_id} for "
+                    raise RedisUnavailable(f"Redis did not accept snapshot {snapshot.snapshot_id} for "
                                            f"{self._retry_for_s:g} s: {describe(exc)}") from exc
                 log.warning("Redis is unavailable (%s); retrying snapshot %s in %.1f s",
                             describe(exc), snapshot.snapshot_id, delay)

@@ -15,6 +15,17 @@ from __future__ import annotations
 
 from enum import IntEnum
 
+MOVED = b"moved"
+"""The first element of a reply asking the caller to call again with another
+generation's keys."""
+
+MOVES = 3
+"""How often a caller follows ``MOVED`` before giving up: a generation changes once
+per rebuild, so one more call is almost always enough."""
+
+PUBLISHED = b"published"
+"""The first element of ``JOIN_LUA``'s refusal of a fresh process."""
+
 PUBLISH_LUA = """
 local gen = redis.call('GET', KEYS[1])
 if ARGV[6] == 'live' then
@@ -125,6 +136,7 @@ class Published(IntEnum):
     NO_TABLE = -2
     OLDER = -3
 
+
 CLAIM_LUA = """
 local owner = tonumber(redis.call('GET', KEYS[1]) or '0')
 if tonumber(ARGV[1]) > owner then
@@ -212,17 +224,6 @@ count, ...]}`` (the whole count table, for a reader without one or of another
 generation) or ``{G, id, snapshot, 'changes', entries}`` (the ``changes`` entries
 after the reader's).
 """
-
-MOVED = b"moved"
-"""The first element of a reply asking the caller to call again with another
-generation's keys."""
-
-PUBLISHED = b"published"
-"""The first element of ``JOIN_LUA``'s refusal of a fresh process."""
-
-MOVES = 3
-"""How often a caller follows ``MOVED`` before giving up: a generation changes once
-per rebuild, so one more call is almost always enough."""
 
 SWITCH_LUA = """
 local gen = redis.call('GET', KEYS[1]) or '0'

@@ -131,7 +131,7 @@ def test_the_publisher_gives_up_after_its_bound_with_an_error_naming_redis(own_r
         pub.publish(snap(token, 1))
     explained = _explain(failed.value)
     assert isinstance(explained, ServiceError)
-    assert str(explained).startswith(f"lost Redis: Redis did not take snapshot {snapshot_id(token, 1)} for 0.5 s")
+    assert str(explained).startswith(f"lost Redis: Redis did not accept snapshot {snapshot_id(token, 1)} for 0.5 s")
     assert "MASTERDOWN" in str(explained)
     promote(client)
     pub.close()
