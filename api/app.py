@@ -23,7 +23,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from rankflow.api import dashboard, ingest, rankings
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.kafka import KafkaEndpoint
-from rankflow.connectors.redis_snapshots import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
+from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
 
 log = logging.getLogger("rankflow.api")
 

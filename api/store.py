@@ -1,10 +1,11 @@
 """What the HTTP service reads from Redis, and the in-process copy in front of it.
 
 Readers never touch the flow: everything comes from the keys the publisher writes
-(``connectors.redis_snapshots``). A background task (:class:`SnapshotCache`) asks
+(``connectors.redis_publish``). A background task (:class:`SnapshotCache`) asks
 Redis every ``poll_ms`` for the current snapshot id, a few bytes, with one script
-(``READ_LUA``); when the id changed the same call returns the new snapshot and the
-count changes published since the ones this process applied. The service keeps its
+(``READ_LUA``; called a second time after a rebuild's switch, with the new
+generation's keys); when the id changed the same call returns the new snapshot and
+the count changes published since the ones this process applied. The service keeps its
 own copy of the full count table (a :class:`state.ranking_index.SongIndex`), so
 every request, the top K or one song's count and rank, is answered from memory, and
 the snapshot and the table always switch together: no response mixes two
@@ -25,7 +26,9 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from rankflow.connectors.redis_snapshots import READ_LUA, Keys
+from rankflow.connectors.redis_generations import GenerationMoving
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_scripts import MOVED, MOVES, READ_LUA
 from rankflow.state.ranking_index import SongIndex
 
 log = logging.getLogger("rankflow.api")
@@ -42,6 +45,7 @@ class SnapshotCache:
         self.table = SongIndex()  # every song's count in ``snapshot``
         self.table_loads = 0  # whole-table reads (the rest are changes)
         self._generation: str | None = None
+        self._current = "0"  # the generation Redis last called current: whose keys the read script gets
         self._changes_at = ""  # id of the last ``changes`` entry applied to ``table``
         self._changed = asyncio.Event()
         self._task: asyncio.Task[None] | None = None
@@ -88,12 +92,11 @@ class SnapshotCache:
 
     async def refresh(self) -> None:
         try:
-            reply = await self._read(keys=[self.keys.generation], args=[
-                self.keys.tag, self.snapshot["snapshot_id"] if self.snapshot else "", self._generation or "",
-                self._changes_at])
+            reply = await self._read_current(self.snapshot["snapshot_id"] if self.snapshot else "",
+                                             self._generation or "", self._changes_at)
             if len(reply) > 2 and not self._follow(reply):
                 self._changes_at = ""  # a gap in the changes: load the whole table
-                reply = await self._read(keys=[self.keys.generation], args=[self.keys.tag, "", "", ""])
+                reply = await self._read_current("", "", "")
                 self._follow(reply)
         except (redis.RedisError, OSError) as exc:
             self._lost(f"cannot reach Redis: {exc}")
@@ -102,6 +105,17 @@ class SnapshotCache:
             self._lost(f"no usable ranking in namespace {self.keys.namespace!r}")
         else:
             self.fresh, self.problem = True, None
+
+    async def _read_current(self, snapshot_id: int | str, generation: str, changes_at: str) -> list[Any]:
+        """``READ_LUA``'s reply for the current generation, following it if it moved."""
+        for _ in range(MOVES):
+            k = self.keys.of_generation(int(self._current))
+            reply = await self._read(keys=[k.generation, k.snapshot_id, k.snapshot, k.changes, k.counts],
+                                     args=[self._current, snapshot_id, generation, changes_at])
+            if reply[0] != MOVED:
+                return reply
+            self._current = reply[1].decode()
+        raise GenerationMoving(self.keys.namespace)
 
     def _follow(self, reply: list[Any]) -> bool:
         """Switch to the snapshot in ``reply``; False if its changes do not follow ours."""

@@ -20,13 +20,14 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
-from rankflow import runner
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
-from rankflow.connectors.redis_snapshots import DEFAULT_NAMESPACE, FencedError, GenerationSwitched
+from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
+from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.execution import stop_signal, tune_gc
 from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_USER_SHARDS, RunOptions,
                               ServiceError, UsageError, default_redis_url, redacted)
 from rankflow.rebuild import RebuildFailed, rebuild
+from rankflow.runner import run
 from rankflow.generate import generate
 from rankflow.produce import produce_file
 from rankflow.reader import RankingReader, default_cache_path
@@ -176,7 +177,7 @@ def _summary(final: dict[str, Any], took: float, dead_letter: str) -> str:
 def cmd_run(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     started = time.perf_counter()
-    final = runner.run(opts)
+    final = run(opts)
     stopped = stop_signal()
     if final is not None:
         print(f"{'stopped' if stopped else 'done'} in {_summary(final, time.perf_counter() - started, opts.dead_letter)}",
@@ -321,7 +322,7 @@ def main(argv: list[str] | None = None) -> int:
     except RebuildFailed as exc:
         print(f"rankflow: {exc}; readers stay on the old ranking", file=sys.stderr)
         return 1 if exc.signal is None else 128 + exc.signal
-    except (ServiceError, FencedError, GenerationSwitched, KafkaUnavailable) as exc:
+    except (ServiceError, FencedError, GenerationSwitched, RunAlreadyPublished, KafkaUnavailable) as exc:
         print(f"rankflow: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:

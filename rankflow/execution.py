@@ -23,7 +23,8 @@ from bytewax.recovery import RecoveryConfig
 from bytewax.testing import cluster_main, run_main
 
 from rankflow.connectors.kafka import KafkaUnavailable
-from rankflow.connectors.redis_snapshots import FencedError, GenerationSwitched
+from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
+from rankflow.connectors.redis_publish import is_transient
 from rankflow.connectors.source_batch import ENDS, STOP, PositionOutOfRange
 from rankflow.options import RunOptions, ServiceError
 
@@ -97,7 +98,7 @@ def explain(exc: BaseException) -> BaseException:
                                       "start the run again to continue on the new generation")
         if isinstance(seen, (KafkaUnavailable, PositionOutOfRange)):
             return ServiceError(str(seen))
-        if isinstance(seen, (redis.ConnectionError, redis.TimeoutError)):
+        if isinstance(seen, redis.ConnectionError) or is_transient(seen):
             return ServiceError(f"lost Redis: {seen}")
         seen = seen.__cause__ or seen.__context__
     return exc

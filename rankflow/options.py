@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from rankflow.connectors.jsonl import CHUNK_BYTES
-from rankflow.connectors.redis_snapshots import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys
+from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys
 
 DEFAULT_DEAD_LETTER = "jsonl:dead-letters.jsonl"
 DEFAULT_REBUILD_DEAD_LETTER = "jsonl:rebuild-dead-letters.jsonl"

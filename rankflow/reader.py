@@ -17,7 +17,8 @@ from typing import Any
 import orjson
 import redis
 
-from rankflow.connectors.redis_snapshots import connect, read_latest
+from rankflow.connectors.redis_keys import connect
+from rankflow.connectors.redis_read import read_latest
 from rankflow.options import redacted
 
 

@@ -23,14 +23,14 @@ from typing import Any
 
 import redis
 
-from rankflow.connectors.redis_snapshots import (
+from rankflow.connectors.redis_generations import (
     claim_generation,
     current_generation,
     drop_generation,
     new_run_token,
-    read_generation,
     switch_generation,
 )
+from rankflow.connectors.redis_read import read_generation
 from rankflow.connectors.source_batch import ENDS
 from rankflow.endpoints import make_source
 from rankflow.execution import execute, stop_signal, tune_gc

@@ -26,7 +26,10 @@ import redis
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 
-from rankflow.connectors.redis_snapshots import RedisSnapshotSink, connect, join_run, read_latest
+from rankflow.connectors.redis_generations import join_run
+from rankflow.connectors.redis_keys import connect
+from rankflow.connectors.redis_publish import RedisSnapshotSink
+from rankflow.connectors.redis_read import read_latest
 from rankflow.endpoints import make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.flows.listeners import build_flow

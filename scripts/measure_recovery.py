@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rankflow.connectors.kafka import KafkaEndpoint  # noqa: E402
-from rankflow.connectors.redis_snapshots import read_latest  # noqa: E402
+from rankflow.connectors.redis_read import read_latest  # noqa: E402
 from rankflow.generate import generate  # noqa: E402
 from rankflow.produce import produce_file  # noqa: E402
 from rankflow.services import LocalRedis, LocalTansu, free_port  # noqa: E402

@@ -14,7 +14,9 @@ import redis
 
 import orjson
 
-from rankflow.connectors.redis_snapshots import Keys, current_generation, read_counts, read_history, read_latest
+from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_read import read_counts, read_history, read_latest
 from rankflow.connectors.source_batch import STOP
 from rankflow.options import RunOptions
 from rankflow.runner import run

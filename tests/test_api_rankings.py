@@ -19,7 +19,9 @@ from fastapi.testclient import TestClient
 from rankflow.api.app import Settings, create_app
 from rankflow.api.rankings import diff_event
 from rankflow.api.store import SnapshotCache
-from rankflow.connectors.redis_snapshots import Keys, Publisher, join_run
+from rankflow.connectors.redis_generations import join_run
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_publish import Publisher
 from rankflow.services import free_port
 from rankflow.state.snapshot import Snapshot, snapshot_id
 from tests.events import ev

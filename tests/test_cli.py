@@ -12,7 +12,7 @@ import orjson
 import pytest
 import redis
 
-from rankflow.connectors.redis_snapshots import read_history, read_latest
+from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.produce import append_steady
 
 from tests.model import model_of_lines, parse, read_lines
@@ -118,7 +118,7 @@ def test_follow_mode_publishes_appended_events_and_stops_on_ctrl_c(tmp_path, red
     import signal
     import time
 
-    from rankflow.connectors.redis_snapshots import read_latest
+    from rankflow.connectors.redis_read import read_latest
     from tests.events import ev
 
     log = tmp_path / "live.jsonl"

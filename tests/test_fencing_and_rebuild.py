@@ -16,9 +16,12 @@ import orjson
 import pytest
 
 from rankflow.connectors.kafka import KafkaEndpoint, admin
-from rankflow.connectors.redis_snapshots import Keys, current_generation, read_counts, read_latest
+from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_read import read_counts, read_latest
 from rankflow.generate import generate
 from rankflow.produce import produce_file
+from rankflow.services import free_port
 from tests.events import ranking
 from tests.model import model_of_lines, read_lines
 
@@ -60,6 +63,50 @@ def test_a_second_run_fences_the_first(tmp_path, redis_url, redis_client, namesp
     assert "a newer run took the namespace" in err
     snap = read_latest(redis_client, namespace)
     assert snap["run"] == snap["snapshot_id"] // 10**9 and ranking(snap) == model_of_lines(read_lines(str(log))).ranking(100)
+
+
+def test_a_multi_process_run_started_over_must_take_a_new_run_id(tmp_path, redis_url, redis_client, namespace):
+    """Restarted without recovery state and with its old run id, a run would get its old
+    token back and snapshot ids below the stored ones: all ignored, and the count table
+    would drift. It is refused instead, and what readers see stays right."""
+    log = tmp_path / "events.jsonl"
+    generate(users=300, songs=40, events=4_000, seed=17, out=log)
+    model = model_of_lines(read_lines(str(log)))
+    addresses = f"127.0.0.1:{free_port()},127.0.0.1:{free_port()}"
+    run_id = uuid.uuid4().hex
+
+    def run_both() -> list[tuple[int, str]]:
+        """Both processes of the run, to their end: (exit status, stderr) of each."""
+        errs = [tempfile.TemporaryFile() for _ in (0, 1)]
+        procs = [subprocess.Popen([*RANKFLOW, "run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url,
+                                   "--namespace", namespace, "--barrier-ms", "50", "--addresses", addresses,
+                                   "--process-id", str(i), "--run-id", run_id,
+                                   "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}"],
+                                  stdout=subprocess.DEVNULL, stderr=errs[i]) for i in (0, 1)]
+        try:
+            statuses = [p.wait(timeout=120) for p in procs]
+        finally:
+            for p in procs:
+                p.kill()
+        outcomes = []
+        for status, err in zip(statuses, errs):
+            err.seek(0)
+            outcomes.append((status, err.read().decode()))
+            err.close()
+        return outcomes
+
+    first = run_both()
+    assert [status for status, _ in first] == [0, 0], first
+    published = read_latest(redis_client, namespace)
+    assert ranking(published) == model.ranking(100) and read_counts(redis_client, namespace) == model.counts
+
+    again = run_both()
+    for status, err in again:
+        assert status == 1, err
+        assert f"run id '{run_id}' belongs to run {published['run']}, which already published" in err
+        assert "give it a new --run-id (or resume it with its --recovery-dir)" in err
+    assert read_latest(redis_client, namespace) == published
+    assert read_counts(redis_client, namespace) == model.counts
 
 
 def test_rebuild_switches_readers_atomically_and_stops_the_live_run(

@@ -58,7 +58,7 @@ def test_ctrl_c_stops_a_kafka_run_cleanly(tmp_path, kafka_brokers, topic, redis_
     import time
 
     from rankflow.connectors.kafka import ensure_topic
-    from rankflow.connectors.redis_snapshots import read_latest
+    from rankflow.connectors.redis_read import read_latest
 
     ensure_topic(kafka_brokers, topic, 2)
     proc = subprocess.Popen([*RANKFLOW, "run", "--input", f"kafka:{kafka_brokers}/{topic}", "--redis", redis_url,

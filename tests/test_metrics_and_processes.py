@@ -13,7 +13,7 @@ import time
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
-from rankflow.connectors.redis_snapshots import read_latest
+from rankflow.connectors.redis_read import read_latest
 from rankflow.generate import generate
 from rankflow.services import free_port
 from tests.events import ranking

@@ -7,19 +7,19 @@ import uuid
 
 import pytest
 
-from rankflow.connectors.redis_snapshots import (
+from rankflow.connectors.redis_generations import (
     FencedError,
-    read_counts,
     GenerationSwitched,
-    Keys,
-    Publisher,
-    join_run,
+    RunAlreadyPublished,
     claim_generation,
+    join_run,
     new_run_token,
-    read_history,
-    read_latest,
     switch_generation,
 )
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_publish import Publisher
+from rankflow.connectors.redis_read import read_counts, read_history, read_latest
+from rankflow.connectors.redis_scripts import Published
 from rankflow.state.snapshot import Snapshot, snapshot_id
 
 
@@ -34,8 +34,8 @@ def test_ids_only_grow(redis_client, redis_url, namespace):
     token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
     pub = Publisher(redis_url, namespace, token)
     assert pub.publish(snap(token, 5)) == 1
-    assert pub.publish(snap(token, 5)) == 0  # a retry of the same snapshot
-    assert pub.publish(snap(token, 3, items=(("old", 1),))) == 0  # an older one
+    assert pub.publish(snap(token, 5)) == Published.ALREADY_STORED  # a retry of the same snapshot
+    assert pub.publish(snap(token, 3, items=(("old", 1),))) == Published.OLDER
     assert read_latest(redis_client, namespace)["epoch"] == 5
     assert pub.publish(snap(token, 6)) == 1
     assert [s["epoch"] for s in read_history(redis_client, namespace)] == [5, 6]
@@ -116,12 +116,39 @@ def test_the_full_count_table_follows_changes_and_survives_redis_loss(redis_clie
     assert pub.publish(snap(token, 1, counts={"a": 2, "b": 1, "c": 1}, full=True)) == 1
     assert pub.publish(snap(token, 2, counts={"b": 0, "c": 4})) == 1
     assert read_counts(redis_client, namespace) == {"a": 2, "c": 4}
-    assert pub.publish(snap(token, 1, counts={"a": 9})) == 0  # refused: its change never lands...
-    assert pub.publish(snap(token, 3, counts={"d": 1})) == 1  # ...nor is it replayed later
-    assert read_counts(redis_client, namespace) == {"a": 2, "c": 4, "d": 1}
+    assert pub.publish(snap(token, 1, counts={"a": 9})) == Published.OLDER  # not stored: its change waits...
+    assert read_counts(redis_client, namespace) == {"a": 2, "c": 4}
+    assert pub.publish(snap(token, 3, counts={"d": 1})) == 1  # ...and goes with the next snapshot stored
+    assert read_counts(redis_client, namespace) == {"a": 9, "c": 4, "d": 1}
     redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost its data
     assert pub.publish(snap(token, 4, counts={"a": 3})) == 1
     assert read_counts(redis_client, namespace) == {"a": 3, "c": 4, "d": 1}, "the whole table is back"
+
+
+def test_a_resumed_run_keeps_its_changes_until_redis_stores_a_snapshot(redis_client, redis_url, namespace):
+    """A run resumed from recovery state with its old token replays epochs Redis has
+    ids for, under other cuts of the input: their changes, the first of them the whole
+    table, must reach Redis with the first snapshot it stores."""
+    token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
+    before = Publisher(redis_url, namespace, token)
+    assert before.publish(snap(token, 1, counts={"a": 2, "b": 1}, full=True)) == 1
+    assert before.publish(snap(token, 3, counts={"b": 0, "c": 4})) == 1  # the table at line 3: a 2, c 4
+    resumed = Publisher(redis_url, namespace, token)
+    assert resumed.publish(snap(token, 2, position=2, counts={"a": 2, "b": 1}, full=True)) == Published.OLDER
+    assert resumed.publish(snap(token, 3, position=4, counts={"b": 0, "c": 4, "e": 1})) == Published.OLDER
+    assert read_counts(redis_client, namespace) == {"a": 2, "c": 4}, "the stored snapshot's table"
+    assert resumed.publish(snap(token, 4, position=5, counts={"a": 0})) == 1
+    assert read_counts(redis_client, namespace) == {"c": 4, "e": 1}, "the table at line 5"
+
+
+def test_a_process_starting_over_cannot_rejoin_a_run_that_published(redis_client, redis_url, namespace):
+    run_id = uuid.uuid4().hex
+    token = join_run(redis_client, namespace, run_id, fresh=True)[0]
+    assert join_run(redis_client, namespace, run_id, fresh=True)[0] == token, "its second process"
+    assert Publisher(redis_url, namespace, token).publish(snap(token, 1)) == 1
+    with pytest.raises(RunAlreadyPublished, match=f"run id '{run_id}' belongs to run {token}.*new --run-id"):
+        join_run(redis_client, namespace, run_id, fresh=True)
+    assert join_run(redis_client, namespace, run_id, fresh=False)[0] == token, "a process resuming its state"
 
 
 def test_snapshot_ids_grow_across_runs():

@@ -19,7 +19,7 @@ import orjson
 import pytest
 import redis
 
-from rankflow.connectors.redis_snapshots import read_counts, read_history, read_latest
+from rankflow.connectors.redis_read import read_counts, read_history, read_latest
 from rankflow.generate import Chaos, generate
 from rankflow.produce import produce_file
 from rankflow.connectors.kafka import KafkaEndpoint

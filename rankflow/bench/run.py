@@ -38,7 +38,7 @@ import orjson
 import redis
 
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
-from rankflow.connectors.redis_snapshots import read_history, read_latest
+from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.generate import generate
 from rankflow.produce import produce_file, produce_steady
 from rankflow.services import LocalRedis, LocalTansu, free_port

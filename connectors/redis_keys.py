@@ -1,0 +1,68 @@
+"""Where snapshots live in Redis: the key layout of a namespace, and the connection.
+
+Key layout for a namespace ``ns``; the ``{ns}`` hash tag keeps every key of a
+namespace in one Redis Cluster slot, so one script may touch them all:
+
+==============================  ==================================================
+``{ns}:runs``                   run tokens: ``INCR``-ed by every run and rebuild
+``{ns}:run:<run id>``           ``token:generation`` of a run's processes (a day)
+``{ns}:generation``             the generation readers use (absent means 0)
+``{ns}:g<G>:owner``             the token of the run that owns generation G
+``{ns}:g<G>:snapshot``          G's latest snapshot (JSON)
+``{ns}:g<G>:snapshot_id``       its id
+``{ns}:g<G>:positions``         its input positions (hash: partition -> offset)
+``{ns}:g<G>:snapshots``         a stream of G's published snapshots (capped)
+``{ns}:g<G>:counts``            every song's count in G's latest snapshot (sorted
+                                set: ``ZREVRANK`` is the song's rank)
+``{ns}:g<G>:changes``           per published snapshot, the counts that changed
+                                (stream, capped): readers keep their own copy of
+                                the count table with it (see ``api.store``)
+==============================  ==================================================
+"""
+
+from __future__ import annotations
+
+import redis
+
+DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
+DEFAULT_NAMESPACE = "rankflow"
+
+
+class Keys:
+    """Key names of one namespace (and one generation of it)."""
+
+    def __init__(self, namespace: str, generation: int = 0) -> None:
+        if not namespace or "}" in namespace or "{" in namespace:
+            raise ValueError(f"invalid namespace {namespace!r}: non-empty, without braces")
+        self.namespace = namespace
+        self.tag = "{" + namespace + "}"
+        self.generation_no = generation
+        self.runs = f"{self.tag}:runs"
+        self.generation = f"{self.tag}:generation"
+        g = f"{self.tag}:g{generation}"
+        self.owner = f"{g}:owner"
+        self.snapshot = f"{g}:snapshot"
+        self.snapshot_id = f"{g}:snapshot_id"
+        self.positions = f"{g}:positions"
+        self.stream = f"{g}:snapshots"
+        self.counts = f"{g}:counts"
+        self.changes = f"{g}:changes"
+
+    def of_generation(self, generation: int) -> "Keys":
+        return Keys(self.namespace, generation)
+
+    def run(self, run_id: str) -> str:
+        """The key where the processes of run ``run_id`` find its token and generation."""
+        return f"{self.tag}:run:{run_id}"
+
+    def generation_keys(self) -> list[str]:
+        return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts, self.changes]
+
+
+def connect(url: str) -> redis.Redis:
+    """A client with bounded waits, so a stalled Redis raises instead of hanging.
+
+    The timeouts here are defaults: redis-py lets the URL's query options
+    (``?socket_timeout=SECONDS``, ``?socket_connect_timeout=SECONDS``) override them.
+    """
+    return redis.Redis.from_url(url, socket_connect_timeout=5, socket_timeout=10)

@@ -1,0 +1,181 @@
+"""Publishing a run's snapshots into Redis, one atomic script per snapshot.
+
+The publish script (``redis_scripts.PUBLISH_LUA``) decides what is stored; this
+module keeps what Redis has not stored yet, and waits out a Redis that is
+unreachable, stalled or answering "not now" (:func:`is_transient`) for
+``retry_for_s`` (5 minutes) before the run stops with :class:`RedisUnavailable`.
+
+If Redis lost its data, the first publish re-creates the generation pointer, the
+owner and the run-token counter, and the next complete snapshot restores the
+ranking: every snapshot is whole, and the publisher mirrors the full count table
+to send it whole when Redis has none.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any
+
+import orjson
+import redis
+from bytewax.outputs import DynamicSink, StatelessSinkPartition
+
+from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
+from rankflow.connectors.redis_keys import Keys, connect
+from rankflow.connectors.redis_scripts import PUBLISH_LUA, Published
+from rankflow.operators.metrics import METRICS
+from rankflow.state.snapshot import Snapshot
+
+log = logging.getLogger("rankflow.publisher")
+
+STREAM_MAXLEN = 10_000
+CHANGES_MAXLEN = 1_000  # about 4 minutes of snapshots at the default barrier; a reader further behind reloads
+
+TRANSIENT_REPLIES = frozenset({"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"})
+"""Redis replies that mean "not now": loading its data, running a long script, a
+replica without its master or not yet promoted, a cluster moving slots or failing over."""
+
+
+class RedisUnavailable(redis.ConnectionError):
+    """Redis stayed unreachable, or kept answering "not now", for the whole retry bound."""
+
+
+def is_transient(exc: BaseException) -> bool:
+    """Whether a Redis error may go away by itself, so waiting beats stopping the run.
+
+    A lost connection or a socket timeout (a stalled or restarting Redis) is; a
+    refused password is not, however long one waits.
+    """
+    if isinstance(exc, (redis.AuthenticationError, redis.exceptions.AuthorizationError)):
+        return False
+    if isinstance(exc, (redis.ConnectionError, redis.TimeoutError)):
+        return True
+    return isinstance(exc, redis.ResponseError) and describe(exc).split(" ", 1)[0] in TRANSIENT_REPLIES
+
+
+def describe(exc: redis.RedisError) -> str:
+    """The error as Redis sent it: redis-py keeps the code of the replies it knows
+    (``READONLY``, ``MASTERDOWN``, ...) apart from the message."""
+    message = str(exc)
+    code = exc.status_code
+    return f"{code} {message}" if code and not message.startswith(code) else message
+
+
+class Publisher:
+    """Publishes the snapshots of one run into one generation.
+
+    ``live=True`` (a run) requires the generation to stay current; ``live=False`` (a
+    rebuild) writes into a generation readers do not use yet.
+    """
+
+    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0,
+                 live: bool = True, retry_for_s: float = 300.0) -> None:
+        self._client = connect(url)
+        self._keys = Keys(namespace, generation)
+        self._script = self._client.register_script(PUBLISH_LUA)
+        self._token = run_token
+        self._generation = generation
+        self._mode = "live" if live else "build"
+        self._retry_for_s = retry_for_s
+        # Count changes not yet in Redis: they wait for the next snapshot Redis accepts.
+        self._pending_counts: dict[str, int] = {}
+        self._pending_full = False
+        self._mirror: dict[str, int] = {}  # the whole table, for a Redis that lost it
+
+    def publish(self, snapshot: Snapshot) -> Published:
+        """Store ``snapshot``, or keep its count changes until Redis stores a snapshot.
+
+        The full count table goes with every snapshot as changes. A snapshot Redis
+        does not store (``OLDER``, ``BEHIND``) leaves its changes pending: they are
+        real (a resumed run replays epochs Redis has seen under other cuts) and go
+        with the next snapshot stored. When Redis has no table for the generation
+        (it is new, or Redis lost its data) the script says so and the publisher
+        sends the whole table, which it mirrors for that case.
+        """
+        self._remember_counts(snapshot)
+        deadline = time.monotonic() + self._retry_for_s
+        delay = 0.1
+        while True:
+            try:
+                return self._publish_once(snapshot)
+            except redis.RedisError as exc:
+                if not is_transient(exc):
+                    raise
+                if time.monotonic() + delay > deadline:
+                    raise RedisUnavailable(f"Redis did not accept snapshot {snapshot.snapshot_id} for "
+                                           f"{self._retry_for_s:g} s: {describe(exc)}") from exc
+                log.warning("Redis is unavailable (%s); retrying snapshot %s in %.1f s",
+                            describe(exc), snapshot.snapshot_id, delay)
+                time.sleep(delay)
+                delay = min(delay * 2, 5.0)
+
+    def _remember_counts(self, snapshot: Snapshot) -> None:
+        if snapshot.counts_full:
+            self._pending_counts, self._pending_full = dict(snapshot.counts), True
+            self._mirror = {song: n for song, n in snapshot.counts.items() if n > 0}
+            return
+        self._pending_counts.update(snapshot.counts)
+        for song, n in snapshot.counts.items():
+            if n > 0:
+                self._mirror[song] = n
+            else:
+                self._mirror.pop(song, None)
+
+    def _publish_once(self, snapshot: Snapshot) -> Published:
+        obj = snapshot.to_json_obj(int(time.time() * 1000))
+        body = orjson.dumps(obj)
+        started = time.perf_counter()
+        outcome = Published(self._call(snapshot, body))
+        if outcome is Published.NO_TABLE:  # send all of it
+            self._pending_counts, self._pending_full = dict(self._mirror), True
+            outcome = Published(self._call(snapshot, body))
+        if outcome is Published.STORED:
+            METRICS.published(obj, time.perf_counter() - started)
+        if outcome in (Published.STORED, Published.ALREADY_STORED):  # the pending changes are in Redis
+            self._pending_counts, self._pending_full = {}, False
+        return outcome
+
+    def _call(self, snapshot: Snapshot, body: bytes) -> Any:
+        k = self._keys
+        positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
+        try:
+            return self._script(
+                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.counts, k.changes,
+                      k.runs],
+                args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN, self._mode,
+                      CHANGES_MAXLEN, len(positions) // 2, *positions, "full" if self._pending_full else "delta",
+                      orjson.dumps(self._pending_counts)],
+            )
+        except redis.ResponseError as exc:
+            message = str(exc)
+            if message.startswith("FENCED"):
+                raise FencedError(message.removeprefix("FENCED ")) from None
+            if message.startswith("SWITCHED"):
+                raise GenerationSwitched(message.removeprefix("SWITCHED ")) from None
+            raise
+
+    def close(self) -> None:
+        self._client.close()
+
+
+class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
+    def __init__(self, publisher: Publisher) -> None:
+        self._publisher = publisher
+
+    def write_batch(self, items: list[tuple[str, Snapshot]]) -> None:
+        for _, snapshot in items:
+            self._publisher.publish(snapshot)
+
+    def close(self) -> None:
+        self._publisher.close()
+
+
+class RedisSnapshotSink(DynamicSink[tuple[str, Snapshot]]):
+    """Bytewax sink publishing the merger's ``(key, Snapshot)`` items."""
+
+    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0, live: bool = True) -> None:
+        self._args = (url, namespace, run_token, generation, live)
+
+    def build(self, step_id: str, worker_index: int, worker_count: int) -> _PublisherPartition:
+        return _PublisherPartition(Publisher(*self._args))

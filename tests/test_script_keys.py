@@ -1,0 +1,124 @@
+"""Every Lua script names every key it touches in ``KEYS``, as Redis Cluster requires.
+
+A standalone Redis runs a script that builds key names itself without complaint; a
+cluster refuses it (or routes it to the wrong node). So each script rankflow sends
+gets a prelude here that asks Redis which arguments of every command it runs are
+keys (``COMMAND GETKEYS``, Redis's own answer) and records any key not in ``KEYS``.
+The scripts then run their real paths: joins, claims, publishes (whole table,
+changes, Redis lost its data), a reader following snapshots across a rebuild's
+switch.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+
+from rankflow.api.store import SnapshotCache
+from rankflow.connectors import redis_generations, redis_scripts
+from rankflow.connectors.redis_generations import (
+    claim_generation,
+    join_run,
+    new_run_token,
+    switch_generation,
+)
+from rankflow.connectors.redis_publish import Publisher
+from rankflow.connectors.redis_read import read_counts
+from rankflow.state.snapshot import Snapshot, snapshot_id
+
+SCRIPTS = {getattr(redis_scripts, name): name for name in dir(redis_scripts) if name.endswith("_LUA")}
+
+PRELUDE = """
+local declared = {}
+for _, key in ipairs(KEYS) do declared[key] = true end
+local function checked(call)
+  return function(command, ...)
+    local found, keys = pcall(redis.call, 'COMMAND', 'GETKEYS', command, ...)
+    for _, key in ipairs(found and keys or {}) do
+      if not declared[key] then
+        redis.call('RPUSH', '%(log)s', '%(script)s: ' .. command .. ' ' .. key)
+      end
+    end
+    return call(command, ...)
+  end
+end
+local redis = setmetatable({call = checked(redis.call), pcall = checked(redis.pcall)}, {__index = redis})
+"""
+
+
+@pytest.fixture
+def undeclared(monkeypatch, redis_client):
+    """Every script sent through redis-py gets the prelude; yields the log of keys
+    touched outside ``KEYS`` and the names of the scripts that ran."""
+    log = f"undeclared-keys:{uuid.uuid4().hex}"
+    sent: set[str] = set()
+
+    def checked(script: str) -> str:
+        name = SCRIPTS.get(script, "unknown script")
+        sent.add(name)
+        return PRELUDE % {"log": log, "script": name} + script
+
+    for cls in (redis.Redis, aioredis.Redis):
+        register, evaluate = cls.register_script, cls.eval
+        monkeypatch.setattr(cls, "register_script",
+                            lambda self, script, register=register: register(self, checked(script)))
+        monkeypatch.setattr(cls, "eval", lambda self, script, numkeys, *rest, evaluate=evaluate:
+                            evaluate(self, checked(script), numkeys, *rest))
+    yield lambda: [entry.decode() for entry in redis_client.lrange(log, 0, -1)], sent
+    redis_client.delete(log)
+
+
+def snap(run: int, epoch: int, counts: dict[str, int], full: bool = False) -> Snapshot:
+    items = sorted(((song, n) for song, n in counts.items() if n > 0), key=lambda sn: (-sn[1], sn[0]))
+    total = sum(n for _, n in items)
+    return Snapshot(snapshot_id(run, epoch), run, epoch, {"f": epoch}, total, total, len(items), 0, 10,
+                    items, {}, [], [], counts, full)
+
+
+def test_the_check_sees_a_key_outside_keys(undeclared, redis_client, namespace):
+    log, _ = undeclared
+    redis_client.eval("return redis.call('GET', KEYS[1] .. ':built')", 1, f"{{{namespace}}}:declared")
+    assert log() == [f"unknown script: GET {{{namespace}}}:declared:built"]
+
+
+def test_every_script_touches_only_keys_it_declares(undeclared, monkeypatch, redis_client, redis_url, namespace):
+    log, sent = undeclared
+    run_id = uuid.uuid4().hex
+    token, generation = join_run(redis_client, namespace, run_id, fresh=True)
+    assert join_run(redis_client, namespace, run_id) == (token, generation), "a second process joins the run"
+    live = Publisher(redis_url, namespace, token, generation)
+    loop = asyncio.new_event_loop()
+    cache = SnapshotCache(redis_url, namespace)
+
+    def follow() -> None:
+        loop.run_until_complete(cache.refresh())
+
+    try:
+        assert live.publish(snap(token, 1, {"a": 2, "b": 1}, full=True)) == 1
+        follow()  # the whole table
+        assert live.publish(snap(token, 2, {"b": 3})) == 1
+        follow()  # the changes since
+        follow()  # nothing new
+        redis_client.delete(*redis_client.keys(f"{{{namespace}}}:g*"))  # Redis lost the generation
+        assert live.publish(snap(token, 3, {"c": 1})) == 1  # the whole table again
+        assert read_counts(redis_client, namespace) == {"a": 2, "b": 3, "c": 1}
+
+        rebuild = new_run_token(redis_client, namespace)
+        claim_generation(redis_client, namespace, rebuild, rebuild)
+        Publisher(redis_url, namespace, rebuild, rebuild, live=False).publish(snap(rebuild, 1, {"z": 1}, full=True))
+        switch_generation(redis_client, namespace, generation, rebuild)
+        follow()  # a reader of the old generation follows the switch
+        assert cache.snapshot["run"] == rebuild and cache.table.count("z") == 1
+        monkeypatch.setattr(redis_generations, "current_generation", lambda *_: generation)  # a stale view
+        assert join_run(redis_client, namespace, uuid.uuid4().hex)[1] == rebuild, "the join follows the switch"
+    finally:
+        live.close()
+        loop.run_until_complete(cache.client.aclose())
+        loop.close()
+    assert sent == set(SCRIPTS.values()), "every script ran through the check"
+    outside = log()
+    assert not outside, "keys touched outside KEYS:\n" + "\n".join(outside)
