@@ -22,7 +22,8 @@ from rankflow.connectors.redis_generations import join_run
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.connectors.redis_read import read_counts, read_latest
 from rankflow.generate import generate
-from rankflow.runner import ServiceError, _explain
+from rankflow.execution import explain
+from rankflow.options import ServiceError
 from rankflow.services import LocalRedis, free_port
 from rankflow.state.snapshot import Snapshot, snapshot_id
 from tests.events import ranking
@@ -129,7 +130,7 @@ def test_the_publisher_gives_up_after_its_bound_with_an_error_naming_redis(own_r
     demote(client, "no")
     with pytest.raises(redis.RedisError) as failed:
         pub.publish(snap(token, 1))
-    explained = _explain(failed.value)
+    explained = explain(failed.value)
     assert isinstance(explained, ServiceError)
     assert str(explained).startswith(f"lost Redis: Redis did not accept snapshot {snapshot_id(token, 1)} for 0.5 s")
     assert "MASTERDOWN" in str(explained)
@@ -144,7 +145,7 @@ def test_transient_replies_mean_lost_redis_to_the_cli(reply):
     from redis._parsers.base import BaseParser
 
     exc = BaseParser.parse_error(f"{reply} the server says wait")
-    assert isinstance(_explain(exc), ServiceError) and "lost Redis" in str(_explain(exc))
+    assert isinstance(explain(exc), ServiceError) and "lost Redis" in str(explain(exc))
 
 
 def test_a_run_outlives_a_stalled_redis(own_redis, tmp_path):
