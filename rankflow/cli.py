@@ -139,6 +139,14 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--memory-users", type=_positive, default=1_000_000)
     bn.add_argument("--out", default="bench-results", help="where bench.json and bench.png go")
 
+    sw = sub.add_parser("bench-sweep", help="throughput across partitions x users vs the lean baseline")
+    sw.add_argument("--events", type=_positive, default=1_000_000, help="events per log (default: %(default)s)")
+    sw.add_argument("--users", type=lambda t: tuple(int(x) for x in t.split(",")), default=(100_000, 1_000_000),
+                    metavar="N,...", help="users of each log (default: 100000,1000000)")
+    sw.add_argument("--partitions", type=lambda t: tuple(int(x) for x in t.split(",")), default=(4, 8, 16, 32),
+                    metavar="P,...", help="partitions of each topic (default: 4,8,16,32)")
+    sw.add_argument("--out", default="bench-results", help="where sweep.json and sweep.png go")
+
     t = sub.add_parser("top", help="print the latest published ranking")
     t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
     t.add_argument("--json", action="store_true", help="print one JSON object")
@@ -260,6 +268,13 @@ def cmd_bench(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_sweep(args: argparse.Namespace) -> int:
+    from rankflow.bench.sweep import SweepConfig, main as sweep_main
+
+    sweep_main(SweepConfig(events=args.events, users=args.users, partitions=args.partitions, out=args.out))
+    return 0
+
+
 def cmd_top(args: argparse.Namespace) -> int:
     reading = RankingReader(args.redis, args.namespace, default_cache_path(args.namespace)).read()
     snap = reading.snapshot
@@ -308,7 +323,8 @@ def print_table(view: dict[str, Any]) -> None:
 
 
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
-            "serve": cmd_serve, "bench": cmd_bench, "top": cmd_top}
+            "serve": cmd_serve, "bench": cmd_bench, "bench-sweep": cmd_bench_sweep,
+            "top": cmd_top}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,11 +1,15 @@
 """``rankflow bench``: rankflow and the seed's first design on the same logs, side by side.
 
-All in one run, on a local Redis and broker this command starts itself:
+All in one run, on a local Redis and broker this command starts itself
+(:class:`rankflow.bench.rig.Rig`):
 
 1. **Throughput** on a backlog: a generated log (with chaos) is produced to a
-   topic; rankflow runs it to the end (``rankflow run --until-eof``, one process)
-   and so does the baseline (``rankflow.bench.baseline``); both rankings must be
-   equal (exact), and events/s are compared.
+   topic; each system runs it to the end as its own process: rankflow
+   (``rankflow run --until-eof``), rankflow durable (the same with
+   ``--recovery-dir``, what production runs), and the baseline in its full and lean
+   forms (``rankflow.bench.baseline``). All rankings must be equal (exact). The
+   ratios that count are against the lean baseline, the strongest form of the old
+   design.
 2. **Freshness** at a steady rate: events are produced at ``--rate`` per second for
    ``--steady-s`` seconds while each system runs live; for a sample of events,
    freshness is the time from the producer's send to the first published snapshot
@@ -27,21 +31,17 @@ import platform
 import random
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import orjson
-import redis
 
+from rankflow.bench.rig import Rig
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
 from rankflow.connectors.redis_read import read_history, read_latest
-from rankflow.generate import generate
 from rankflow.produce import produce_file, produce_steady
-from rankflow.services import LocalRedis, LocalTansu, free_port
 
 TARGET_RATIO = 2.0
 TARGET_FRESHNESS_P99_S = 1.0
@@ -64,6 +64,8 @@ class BenchConfig:
 class SystemResult:
     events_per_s: float = 0.0
     seconds: float = 0.0
+    broker_cpu_s: float = 0.0  # CPU the broker spent while this system read the backlog
+    redis_cpu_s: float = 0.0
     freshness_p50_s: float | None = None
     freshness_p99_s: float | None = None
     freshness_samples: int = 0
@@ -75,9 +77,13 @@ class BenchResult:
     config: dict[str, Any]
     machine: dict[str, Any]
     rankflow: SystemResult = field(default_factory=SystemResult)
+    rankflow_durable: SystemResult = field(default_factory=SystemResult)
     baseline: SystemResult = field(default_factory=SystemResult)
+    baseline_lean: SystemResult = field(default_factory=SystemResult)
     exact: bool = False
-    ratio: float = 0.0
+    ratio: float = 0.0  # rankflow / lean baseline
+    durable_ratio: float = 0.0  # rankflow durable / lean baseline
+    ratio_full: float = 0.0  # rankflow / full baseline
     targets: dict[str, Any] = field(default_factory=dict)
 
 
@@ -89,68 +95,38 @@ def percentile(values: list[float], q: float) -> float:
 class Bench:
     def __init__(self, cfg: BenchConfig) -> None:
         self.cfg = cfg
-        self.work = Path(tempfile.mkdtemp(prefix="rankflow-bench-"))
-        self.redis = LocalRedis(free_port(), self.work / "redis")
-        self.broker = LocalTansu(free_port(), self.work / "tansu")
-        self.client: redis.Redis | None = None
+        self.rig = Rig(cfg.seed)
+        self.work = self.rig.work
+        self.client = None
 
     def log(self, message: str) -> None:
-        print(f"[bench] {message}", file=sys.stderr, flush=True)
-
-    # -- the two systems ----------------------------------------------------------
-    def rankflow_cmd(self, topic: str, namespace: str, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "rankflow.cli", "run", "--input", f"kafka:{self.broker.url}/{topic}",
-                "--redis", self.redis.url, "--namespace", namespace,
-                "--dead-letter", f"jsonl:{self.work / (namespace + '.dead.jsonl')}", *extra]
-
-    def baseline_cmd(self, topic: str, namespace: str, *extra: str) -> list[str]:
-        return [sys.executable, "-m", "rankflow.bench.baseline", "--brokers", self.broker.url, "--topic", topic,
-                "--redis", self.redis.url, "--namespace", namespace, *extra]
-
-    def timed(self, cmd: list[str]) -> tuple[float, int]:
-        """Run to completion; (seconds, peak RSS in bytes)."""
-        started = time.perf_counter()
-        proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        _, status, usage = os.wait4(proc.pid, 0)
-        seconds = time.perf_counter() - started
-        proc.returncode = os.waitstatus_to_exitcode(status)
-        if proc.returncode != 0:
-            raise RuntimeError(f"{' '.join(cmd[:5])} failed: {proc.stderr.read().decode()[-2000:]}")
-        return seconds, usage.ru_maxrss * 1024
+        self.rig.log(message)
 
     # -- 1. throughput ------------------------------------------------------------
     def throughput(self, result: BenchResult) -> None:
         cfg = self.cfg
-        log = Path("data") / f"bench-{cfg.events}-{cfg.users}-{cfg.songs}.jsonl"
-        if not log.exists():
-            self.log(f"generating {log}")
-            generate(cfg.users, cfg.songs, cfg.events, seed=cfg.seed, out=log)
         topic = "backlog"
-        self.log(f"producing {cfg.events} events to {topic}")
-        produce_file(str(log), KafkaEndpoint(self.broker.url, topic), cfg.partitions, progress=False)
-
-        self.log("rankflow on the backlog")
-        rf_s, _ = self.timed(self.rankflow_cmd(topic, "rf-backlog", "--until-eof"))
-        self.log("baseline on the backlog")
-        bl_s, _ = self.timed(self.baseline_cmd(topic, "bl-backlog"))
-        assert self.client is not None
-        rf_top = [(i["song_id"], i["listeners"]) for i in read_latest(self.client, "rf-backlog")["items"]]
-        bl_top = [(s.decode(), int(c)) for s, c in
-                  self.client.zrange("{bl-backlog}:songs", 0, len(rf_top) - 1, desc=True, withscores=True)]
-        result.exact = rf_top == bl_top
-        result.rankflow.seconds, result.baseline.seconds = rf_s, bl_s
-        result.rankflow.events_per_s = cfg.events / rf_s
-        result.baseline.events_per_s = cfg.events / bl_s
-        result.ratio = result.rankflow.events_per_s / result.baseline.events_per_s
-        self.log(f"rankflow {cfg.events / rf_s:,.0f}/s, baseline {cfg.events / bl_s:,.0f}/s, "
-                 f"ratio {result.ratio:.2f}, rankings equal: {result.exact}")
+        self.rig.produce(self.rig.log_file(cfg.events, cfg.users, cfg.songs), topic, cfg.partitions)
+        runs = {system: self.rig.backlog(system, topic, cfg.events) for system in
+                ("rankflow", "rankflow_durable", "baseline", "baseline_lean")}
+        for system, run in runs.items():
+            target: SystemResult = getattr(result, system)
+            target.seconds, target.events_per_s = run.seconds, run.events_per_s
+            target.broker_cpu_s, target.redis_cpu_s = run.broker_cpu_s, run.redis_cpu_s
+        result.exact = all(run.top == runs["rankflow"].top for run in runs.values())
+        lean = runs["baseline_lean"].events_per_s
+        result.ratio = runs["rankflow"].events_per_s / lean
+        result.durable_ratio = runs["rankflow_durable"].events_per_s / lean
+        result.ratio_full = runs["rankflow"].events_per_s / runs["baseline"].events_per_s
+        self.log(f"vs the lean baseline: rankflow {result.ratio:.2f}, durable {result.durable_ratio:.2f}; "
+                 f"vs the full one {result.ratio_full:.2f}; rankings equal: {result.exact}")
 
     # -- 2. freshness -------------------------------------------------------------
     def steady_producer(self, topic: str, sample_every: int) -> dict[tuple[int, int], float]:
         """Produce at ``cfg.rate``/s for ``cfg.steady_s``; return sampled (partition, offset) -> send time."""
         cfg = self.cfg
-        ensure_topic(self.broker.url, topic, cfg.partitions)
-        return produce_steady(self.broker.url, topic, cfg.rate, cfg.users, cfg.songs, cfg.seed + 1,
+        ensure_topic(self.rig.broker.url, topic, cfg.partitions)
+        return produce_steady(self.rig.broker.url, topic, cfg.rate, cfg.users, cfg.songs, cfg.seed + 1,
                               count=int(cfg.rate * cfg.steady_s), sample_every=sample_every)
 
     def freshness(self, result: BenchResult) -> None:
@@ -159,9 +135,9 @@ class Bench:
         assert self.client is not None
         # rankflow, live
         topic = "steady-rankflow"
-        ensure_topic(self.broker.url, topic, cfg.partitions)
+        ensure_topic(self.rig.broker.url, topic, cfg.partitions)
         self.log(f"rankflow live at {cfg.rate}/s for {cfg.steady_s:.0f}s")
-        proc = subprocess.Popen(self.rankflow_cmd(topic, "rf-steady"), stdout=subprocess.DEVNULL,
+        proc = subprocess.Popen(self.rig.rankflow_cmd(topic, "rf-steady"), stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         self._wait_first_snapshot("rf-steady", proc)
         sent = self.steady_producer(topic, sample_every)
@@ -182,10 +158,10 @@ class Bench:
 
         # baseline, live
         topic = "steady-baseline"
-        ensure_topic(self.broker.url, topic, cfg.partitions)
+        ensure_topic(self.rig.broker.url, topic, cfg.partitions)
         self.log(f"baseline live at {cfg.rate}/s for {cfg.steady_s:.0f}s")
         samples = self.work / "baseline-applied.json"
-        proc = subprocess.Popen(self.baseline_cmd(topic, "bl-steady", "--follow", "--sample-every", "1",
+        proc = subprocess.Popen(self.rig.baseline_cmd(topic, "bl-steady", "--follow", "--sample-every", "1",
                                                   "--samples-out", str(samples), "--expect", str(total)),
                                 stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         time.sleep(1.0)
@@ -230,17 +206,17 @@ class Bench:
                                       "type": "START", "version": 1, "ts": u}) + b"\n")
         empty = self.work / "empty.jsonl"
         empty.write_bytes(b'{"user_id":"u","playback_id":"p","song_id":"s","type":"START","version":1,"ts":1}\n')
-        produce_file(str(log), KafkaEndpoint(self.broker.url, "memory"), cfg.partitions, progress=False)
-        produce_file(str(empty), KafkaEndpoint(self.broker.url, "empty"), cfg.partitions, progress=False)
+        produce_file(str(log), KafkaEndpoint(self.rig.broker.url, "memory"), cfg.partitions, progress=False)
+        produce_file(str(empty), KafkaEndpoint(self.rig.broker.url, "empty"), cfg.partitions, progress=False)
         self.log(f"memory with {cfg.memory_users} counted users")
-        _, rss_empty = self.timed(self.rankflow_cmd("empty", "rf-empty", "--until-eof"))
-        _, rss_full = self.timed(self.rankflow_cmd("memory", "rf-memory", "--until-eof"))
+        _, rss_empty = self.rig.timed(self.rig.rankflow_cmd("empty", "rf-empty", "--until-eof"))
+        _, rss_full = self.rig.timed(self.rig.rankflow_cmd("memory", "rf-memory", "--until-eof"))
         self.log(f"peak RSS: empty run {rss_empty / 2**20:.0f} MiB, full run {rss_full / 2**20:.0f} MiB")
         assert self.client is not None
         counted = read_latest(self.client, "rf-memory")["counted_users"]
         result.rankflow.memory_bytes_per_user = (rss_full - rss_empty) / counted
         before = int(self.client.info("memory")["used_memory"])
-        self.timed(self.baseline_cmd("memory", "bl-memory"))
+        self.rig.timed(self.rig.baseline_cmd("memory", "bl-memory"))
         after = int(self.client.info("memory")["used_memory"])
         result.baseline.memory_bytes_per_user = (after - before) / counted
         self.log(f"bytes per counted user: rankflow {result.rankflow.memory_bytes_per_user:,.0f}, "
@@ -251,20 +227,15 @@ class Bench:
         cfg = self.cfg
         result = BenchResult(config=asdict(cfg), machine={
             "cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()})
-        self.redis.start()
-        self.broker.start()
-        self.client = redis.Redis.from_url(self.redis.url)
-        try:
+        with self.rig:
+            self.client = self.rig.client
             self.throughput(result)
             self.freshness(result)
             self.memory(result)
-        finally:
-            self.client.close()
-            self.broker.stop()
-            self.redis.stop()
         p99 = result.rankflow.freshness_p99_s
         result.targets = {
             "throughput_ratio_min": TARGET_RATIO, "throughput_ratio_met": result.ratio >= TARGET_RATIO,
+            "durable_ratio_met": result.durable_ratio >= TARGET_RATIO,
             "exact": result.exact,
             "freshness_p99_max_s": TARGET_FRESHNESS_P99_S,
             "freshness_p99_met": p99 is not None and p99 < TARGET_FRESHNESS_P99_S,
@@ -288,11 +259,13 @@ def chart(result: BenchResult, path: Path) -> None:
 
     systems = ("rankflow", "baseline")
     colors = ("#2b7bba", "#b0b0b0")
-    fig, axes = plt.subplots(1, 3, figsize=(13, 4.2))
-    eps = [getattr(result, s).events_per_s for s in systems]
-    axes[0].bar(systems, eps, color=colors)
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
+    backlog = ("rankflow", "rankflow_durable", "baseline_lean", "baseline")
+    eps = [getattr(result, s).events_per_s for s in backlog]
+    axes[0].bar(["rankflow", "rankflow\ndurable", "baseline\nlean", "baseline\nfull"], eps,
+                color=("#2b7bba", "#1b4f7a", "#909090", "#c8c8c8"))
     axes[0].set_title(f"events/s on a {result.config['events']:,}-event backlog\n"
-                      f"ratio {result.ratio:.2f} (target >= {TARGET_RATIO})")
+                      f"vs lean: {result.ratio:.2f}, durable {result.durable_ratio:.2f} (target >= {TARGET_RATIO})")
     for i, v in enumerate(eps):
         axes[0].text(i, v, f"{v:,.0f}", ha="center", va="bottom")
     width = 0.38
@@ -320,8 +293,10 @@ def main(cfg: BenchConfig) -> BenchResult:
     result = Bench(cfg).run()
     json_path, png_path = write_outputs(result, Path(cfg.out))
     r, b = result.rankflow, result.baseline
-    print(f"throughput: rankflow {r.events_per_s:,.0f} events/s, baseline {b.events_per_s:,.0f} events/s, "
-          f"ratio {result.ratio:.2f} (target >= {TARGET_RATIO}); rankings equal: {result.exact}")
+    print(f"throughput (events/s): rankflow {r.events_per_s:,.0f}, durable {result.rankflow_durable.events_per_s:,.0f}, "
+          f"baseline lean {result.baseline_lean.events_per_s:,.0f}, full {b.events_per_s:,.0f}; vs lean "
+          f"{result.ratio:.2f}, durable {result.durable_ratio:.2f} (target >= {TARGET_RATIO}); rankings equal: "
+          f"{result.exact}")
     print(f"freshness at {cfg.rate}/s: rankflow p50 {r.freshness_p50_s:.3f}s p99 {r.freshness_p99_s:.3f}s; "
           f"baseline p50 {b.freshness_p50_s:.3f}s p99 {b.freshness_p99_s:.3f}s (target p99 < 1s)")
     print(f"memory per counted user: rankflow {r.memory_bytes_per_user:,.0f} B, "
