@@ -120,7 +120,14 @@ class JsonlSource(FixedPartitionedSource[SourceBatch, FilePosition]):
 class _DeadLetterPartition(StatefulSinkPartition[DeadLetter, int]):
     def __init__(self, path: Path, resume_byte: int | None) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
-        self._file = open(path, "r+b" if resume_byte and path.exists() else "wb")  # noqa: SIM115
+        if resume_byte:
+            size = path.stat().st_size if path.exists() else None
+            if size is None or size < resume_byte:
+                raise PositionOutOfRange(
+                    f"jsonl {path}: the recovery state continues the dead letters at byte {resume_byte}, but the "
+                    f"file {'is missing' if size is None else f'has {size} bytes'}: give the run the dead-letter "
+                    "file it wrote before, or start over with an empty --recovery-dir")
+        self._file = open(path, "r+b" if resume_byte else "wb")  # noqa: SIM115
         if resume_byte:
             self._file.seek(resume_byte)
             self._file.truncate()

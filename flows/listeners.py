@@ -31,6 +31,7 @@ always share one epoch, so a switch is never split across snapshots.
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
@@ -54,12 +55,15 @@ def build_flow(
     run_token: int,
     user_shards: int = 0,
     recoverable: bool = False,
+    user_changelog: Path | None = None,
     flow_id: str = "listeners",
 ) -> Dataflow:
     """The listener-count dataflow; see the module docstring for its shape.
 
     ``user_shards``: 0 keys the user stage by ``user_id`` itself, N > 0 by one of N
     shards of users (see ``operators.user_stage`` for the trade-off).
+    ``recoverable``: Bytewax recovery is on, so stages build their snapshots; user
+    shards then keep their records in changelogs in ``user_changelog``.
     """
     if song_partitions < 1:
         raise ValueError("song_partitions must be >= 1")
@@ -67,6 +71,8 @@ def build_flow(
         raise ValueError("k_max must be >= 1")
     if user_shards < 0:
         raise ValueError("user_shards must be >= 0")
+    if recoverable and user_shards and user_changelog is None:
+        raise ValueError("recoverable user shards need a user_changelog directory")
     flow = Dataflow(flow_id)
     batches = op.input("input", flow, source)
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
@@ -75,7 +81,8 @@ def build_flow(
     if user_shards:
         route = ShardRouter(user_shards)
         shard_events = op.flat_map("user_events", parsed, lambda batch: route(batch.events))
-        decisions = op.stateful_batch("users", shard_events, UserShardLogic.builder(recoverable))
+        changelog = user_changelog if recoverable else None
+        decisions = op.stateful_batch("users", shard_events, UserShardLogic.builder(changelog, user_shards))
     else:
         user_events = op.flat_map("user_events", parsed, ParsedBatch.keyed_events)
         decisions = op.stateful_batch("users", user_events, UserLogic.builder(recoverable))

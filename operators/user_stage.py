@@ -5,16 +5,16 @@ Contract:
 * **Input**: events in arrival order per user (one user's events come from one
   source partition along one path), keyed one of two ways (``--user-shards``):
 
-  - **by user shard** (:class:`UserShardLogic`, the default without recovery):
-    the key is ``crc32(user_id) % N`` and the state a dict of that shard's users.
-    Each input item is the list of one batch's events for the shard. The runtime's
-    cost is per key and item (a Python call for ``on_batch``, ``notify_at`` and
-    ``snapshot``, a keyed exchange), so per-batch shards carry the same rules at
-    about half the flow's cost (1M events: 12.8 s -> 7.2 s).
-  - **by user** (:class:`UserLogic`, the default with ``--recovery-dir``): one key
-    per ``user_id``. Bytewax snapshots every key touched in an epoch, so with
-    recovery a shard would write all of its users every epoch; one key per user
-    writes only the users that changed.
+  - **by user shard** (:class:`UserShardLogic`, the default): the key is
+    ``crc32(user_id) % N`` and the state a dict of that shard's users. Each input
+    item is the list of one batch's events for the shard. The runtime's cost is per
+    key and item (a Python call for ``on_batch``, ``notify_at`` and ``snapshot``, a
+    keyed exchange), so per-batch shards carry the same rules at about half the
+    flow's cost (1M events: 12.8 s -> 7.2 s). With recovery a shard's snapshot is a
+    position in its changelog (``connectors.changelog``), which holds the records
+    that changed at each barrier: Bytewax would otherwise store the whole shard.
+  - **by user** (:class:`UserLogic`, ``--user-shards 0``): one key per ``user_id``;
+    with recovery Bytewax stores every touched user at every barrier.
 
 * **State**: per user a :class:`UserState`: the user's :class:`state.rules.UserRecord`
   and the salt of the partial counter holding the current contribution (0: the
@@ -38,10 +38,12 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Callable
+from pathlib import Path
 from typing import NamedTuple
 
 from bytewax.operators import StatefulBatchLogic
 
+from rankflow.connectors.changelog import Position, ShardChangelog
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS, HotSongs, SongDelta, user_salt
 from rankflow.state.events import DeadLetter, PlaybackEvent
@@ -132,28 +134,48 @@ class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, Snapshot | None]):
 
 
 ShardSnapshot = dict[str, Snapshot]
+"""A whole shard, as recovery state stored it before the changelog (still resumed from)."""
 
 
-class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, ShardSnapshot | None]):
-    """One key per user shard: the state maps each of the shard's users to its :class:`UserState`."""
+class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position | None]):
+    """One key per user shard: the state maps each of the shard's users to its :class:`UserState`.
 
-    __slots__ = ("users", "hot", "tally", "recoverable")
+    With recovery (``changelog`` set) the shard keeps the users that changed since
+    the last barrier, and its snapshot appends just those to the shard's changelog
+    and hands Bytewax the changelog's position (``connectors.changelog``): a barrier
+    costs what changed in it, not the whole shard.
+    """
 
-    def __init__(self, resume: ShardSnapshot | None, hot: HotSongs, recoverable: bool) -> None:
-        self.users: dict[str, UserState] = {} if resume is None else {u: _unflat(s) for u, s in resume.items()}
+    __slots__ = ("users", "hot", "tally", "changelog", "changed", "shards", "epoch", "_directory")
+
+    def __init__(self, resume: Position | ShardSnapshot | None, hot: HotSongs, changelog: Path | None,
+                 shards: int) -> None:
         self.hot = hot
         self.tally = VERDICTS
-        self.recoverable = recoverable
+        self.shards = shards
+        self.epoch = 0  # of the last events seen
+        self.changelog: ShardChangelog | None = None
+        self.changed: set[str] | None = None if changelog is None else set()
+        self.users: dict[str, UserState] = {}
+        if isinstance(resume, tuple) and changelog is not None:
+            self.changelog = ShardChangelog(changelog, resume[1])
+            self.users = {u: _unflat(s) for u, s in self.changelog.restore(resume).items()}
+        elif isinstance(resume, dict):
+            self.users = {u: _unflat(s) for u, s in resume.items()}
+            if self.changed is not None:
+                self.changed.update(self.users)  # the first barrier writes all of them to the changelog
+        self._directory = changelog
 
     @classmethod
-    def builder(cls, recoverable: bool = False,
-                hot: HotSongs = HOT_SONGS) -> Callable[[ShardSnapshot | None], "UserShardLogic"]:
-        return lambda resume: cls(resume, hot, recoverable)
+    def builder(cls, changelog: Path | None = None, shards: int = 1,
+                hot: HotSongs = HOT_SONGS) -> Callable[[Position | ShardSnapshot | None], "UserShardLogic"]:
+        """``changelog``: the directory of the shards' changelogs (recovery on), or None."""
+        return lambda resume: cls(resume, hot, changelog, shards)
 
     def on_batch(self, groups: list[list[PlaybackEvent]]) -> tuple[list[Decision], bool]:
         out: list[Decision] = []
         deltas: list[SongDelta] = []
-        users, tally, hot = self.users, self.tally, self.hot
+        users, tally, hot, changed = self.users, self.tally, self.hot, self.changed
         get = users.get
         for events in groups:
             for ev in events:
@@ -161,13 +183,45 @@ class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, ShardSnap
                 new = decide(state, ev, hot, tally, deltas, out)
                 if new is not state:
                     users[ev.user_id] = new  # type: ignore[assignment]
+                    if changed is not None:
+                        changed.add(ev.user_id)
         if deltas:
             out.append(deltas)
+        if changed is not None and groups and groups[0]:
+            self._saw_epoch(groups[0][0].epoch)
         return out, not users
 
-    def snapshot(self) -> ShardSnapshot | None:
-        if not self.users or not self.recoverable:
-            return None
+    def _saw_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch = epoch
+            if self.changelog is not None:
+                self.changelog.release(epoch)
+
+    def snapshot(self) -> Position | None:
+        if self.changed is None:
+            return None  # no recovery: nobody reads snapshots
+        log = self.changelog
+        if log is None:
+            if not self.users:
+                return None  # only heartbeats of unknown users so far: nothing to keep
+            log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(next(iter(self.users)),
+                                                                                     self.shards)))
+            log.restore(None)
+        users = self.users
+        position = log.append({u: _flat(users[u]) for u in self.changed}, _Everything(users), self.epoch)
+        self.changed.clear()
+        return position
+
+
+class _Everything:
+    """The whole shard, flattened only if the changelog needs an image (a compaction)."""
+
+    __slots__ = ("users",)
+
+    def __init__(self, users: dict[str, UserState]) -> None:
+        self.users = users
+
+    def __call__(self) -> dict[str, Snapshot]:
         return {user: _flat(state) for user, state in self.users.items()}
 
 

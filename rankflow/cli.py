@@ -66,10 +66,9 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
                    help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
     p.add_argument("--recovery-dir", metavar="DIR",
                    help="keep state and input positions here at every barrier and resume from them")
-    p.add_argument("--user-shards", type=int, metavar="N",
-                   help="key the user stage by N shards of users (fast), or 0 for one key per user "
-                        "(recovery writes only changed users); default: "
-                        f"{DEFAULT_USER_SHARDS}, or 0 with --recovery-dir")
+    p.add_argument("--user-shards", type=int, default=DEFAULT_USER_SHARDS, metavar="N",
+                   help="key the user stage by N shards of users, each with a changelog under --recovery-dir, "
+                        "or 0 for one key per user (default: %(default)s)")
     p.add_argument("--hot-threshold", type=float, default=20_000, metavar="N",
                    help="split a song whose changes pass N per second (per process) into partial "
                         "counters; 0 never splits (default: %(default)s)")

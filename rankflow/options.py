@@ -63,7 +63,7 @@ class RunOptions:
     barrier_ms: int = 250
     read_chunk_bytes: int = CHUNK_BYTES  # how much a JSONL partition reads per batch
     recovery_dir: str | None = None
-    user_shards: int | None = None  # None: DEFAULT_USER_SHARDS, or 0 (a key per user) with recovery
+    user_shards: int = DEFAULT_USER_SHARDS  # 0: one Bytewax key per user
     hot_threshold: float = 20_000.0  # changes/s of one song (per process) that split it; 0 never splits
     hot_salts: int = 4  # partial counters of a split song
     hot_window_s: float = 1.0  # how often the hot-song set is updated
@@ -75,15 +75,8 @@ class RunOptions:
     metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
     metrics_host: str = "127.0.0.1"  # the address the metrics listen on
 
-    @property
-    def shards(self) -> int:
-        """User shards of the user stage (0: one key per user); see ``operators.user_stage``."""
-        if self.user_shards is not None:
-            return self.user_shards
-        return 0 if self.recovery_dir is not None else DEFAULT_USER_SHARDS
-
     def check(self) -> None:
-        if self.user_shards is not None and self.user_shards < 0:
+        if self.user_shards < 0:
             raise UsageError("--user-shards must be >= 0")
         for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes", "hot_salts"):
             if getattr(self, name) < 1:

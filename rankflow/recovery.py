@@ -1,16 +1,18 @@
-"""The recovery directory: Bytewax's state store, and what it was made with.
+"""The recovery directory: Bytewax's state store, the user changelogs, and what they were made with.
 
 Bytewax stores every key's state and every source partition's position under the
 names of the flow's layout: user shards, song partitions, and source partitions
 named by their input (``TOPIC/N`` or the file path). A resume with another layout
 or another input would find no state under the new names and count wrong (a new
 topic's partitions would start from 0 beside users and counts of the old one). So
-the directory records both beside the partitions, and a resume with different ones
-is refused with the options to use.
+the directory records both (and the dead-letter output, whose file offset is part of
+the state) beside the partitions, and a resume with different ones is refused with
+the options to use.
 """
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,12 @@ from rankflow.options import RunOptions, UsageError
 
 RECOVERY_PARTITIONS = 2
 LAYOUT_FILE = "rankflow-layout.json"
+USER_CHANGELOG = "user-changelog"
+
+
+def user_changelog(recovery_dir: str | None) -> Path | None:
+    """Where user shards keep their changelogs (``connectors.changelog``), beside Bytewax's partitions."""
+    return None if recovery_dir is None else Path(recovery_dir) / USER_CHANGELOG
 
 
 def resumes_from_recovery(recovery_dir: str | None) -> bool:
@@ -30,8 +38,13 @@ def resumes_from_recovery(recovery_dir: str | None) -> bool:
 
 
 def recorded(opts: RunOptions) -> dict[str, Any]:
-    """What the directory must have been made with for ``opts`` to resume from it."""
-    return {"song_partitions": opts.song_partitions, "user_shards": opts.shards, "input": input_identity(opts.input)}
+    """What the directory must have been made with for ``opts`` to resume from it.
+
+    The dead-letter output too: a JSON Lines sink resumes at a byte offset of the
+    file it wrote, which in another file would cut someone else's data.
+    """
+    return {"song_partitions": opts.song_partitions, "user_shards": opts.user_shards,
+            "input": input_identity(opts.input), "dead_letter": opts.dead_letter}
 
 
 def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
@@ -43,6 +56,7 @@ def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
     wanted = recorded(opts)
     layout_file = path / LAYOUT_FILE
     if not any(path.glob("part-*.sqlite3")):
+        shutil.rmtree(path / USER_CHANGELOG, ignore_errors=True)  # no store refers to what may be left there
         init_db_dir(path, RECOVERY_PARTITIONS)
     elif layout_file.exists():
         _refuse_other(path, orjson.loads(layout_file.read_bytes()), wanted)
@@ -57,7 +71,11 @@ def _refuse_other(path: Path, stored: dict[str, Any], wanted: dict[str, Any]) ->
         raise UsageError(f"{path} holds state of a run reading {_describe(stored['input'])}, but this run reads "
                          f"{_describe(wanted['input'])}: resume with the same input, or start over in an empty "
                          "--recovery-dir")
-    layout = {k: v for k, v in stored.items() if k != "input"}
+    if stored.get("dead_letter", wanted["dead_letter"]) != wanted["dead_letter"]:
+        raise UsageError(f"{path} holds state of a run writing dead letters to {stored['dead_letter']}, but this "
+                         f"run writes them to {wanted['dead_letter']}: resume with --dead-letter "
+                         f"{stored['dead_letter']}, or start over in an empty --recovery-dir")
+    layout = {k: v for k, v in stored.items() if k not in ("input", "dead_letter")}
     if layout != {k: wanted[k] for k in layout}:
         options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in layout.items())
         raise UsageError(f"{path} holds state of a run with {options}: resume with the same options, "

@@ -36,7 +36,7 @@ from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS
 from rankflow.options import RunOptions, ServiceError, redacted
-from rankflow.recovery import recovery_config, resumes_from_recovery
+from rankflow.recovery import recovery_config, resumes_from_recovery, user_changelog
 from rankflow.services import free_port
 
 log = logging.getLogger("rankflow.run")
@@ -61,9 +61,10 @@ def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
         RedisSnapshotSink(opts.redis_url, opts.namespace, token, generation, live),
         song_partitions=opts.song_partitions,
         k_max=opts.k_max,
-        user_shards=opts.shards,
+        user_shards=opts.user_shards,
         run_token=token,
         recoverable=opts.recovery_dir is not None,
+        user_changelog=user_changelog(opts.recovery_dir),
     )
 
 

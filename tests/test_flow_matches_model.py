@@ -9,11 +9,13 @@ many epochs, and every published snapshot must equal the model at its positions.
 from __future__ import annotations
 
 import json
+import uuid
 
 import orjson
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from rankflow.connectors import changelog
 from tests.model import model_of_lines
 from tests.events import ranking
 
@@ -98,3 +100,21 @@ def test_every_snapshot_with_every_song_split_is_the_model_at_its_positions(flow
         prefix = model_of_lines(lines[:snap["positions"][path]])
         assert ranking(snap) == prefix.ranking(10)
         assert out["tables"][snap["snapshot_id"]] == prefix.counts, "count table"
+
+
+@settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=log_lines, cut=st.floats(0, 1), shards=st.sampled_from([0, 1, 3]), compact=st.booleans())
+def test_random_logs_resumed_from_recovery_equal_the_model(flow, tmp_path, monkeypatch, lines, cut, shards,
+                                                           compact):
+    """A run stopped part-way and resumed from its recovery directory (user shards from
+    their changelogs, turning generations over when ``compact``) ends where one run would."""
+    monkeypatch.setattr(changelog, "COMPACT_MIN_BYTES", 0 if compact else 1 << 22)
+    head = lines[:int(cut * len(lines))]
+    recovery = tmp_path / f"recovery-{uuid.uuid4().hex[:8]}"
+    path = flow.write_log(head, name=f"{recovery.name}.jsonl")
+    common = dict(song_partitions=2, k_max=6, user_shards=shards, recovery_dir=str(recovery), barrier_ms=1,
+                  read_chunk_bytes=64, dead_letter=f"jsonl:{recovery}.dead.jsonl")
+    first = flow.run(path, **common)
+    flow.write_log(lines, name=f"{recovery.name}.jsonl")  # the rest arrives
+    out = flow.run(path, namespace=first["namespace"], **common)
+    check_against_model(out, lines, path, 6)

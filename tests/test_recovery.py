@@ -9,6 +9,7 @@ must be written exactly once, and no published snapshot may go back in time.
 from __future__ import annotations
 
 import random
+from collections import Counter
 import re
 import signal
 import subprocess
@@ -37,9 +38,13 @@ def progress(client: redis.Redis, namespace: str) -> int:
     return sum(snap["positions"].values()) if snap else -1
 
 
-@pytest.mark.parametrize("shards", ["0", "8"])  # one key per user (the default with recovery), or 8 shards
+@pytest.mark.parametrize("shards,compact_bytes", [
+    ("0", None),  # one key per user: Bytewax stores every touched user
+    ("8", None),  # user shards with changelogs
+    ("8", "20000"),  # ... compacting into new generations all the time
+])
 def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, redis_url, redis_client, namespace,
-                                              shards):
+                                              shards, compact_bytes, monkeypatch):
     log = tmp_path / "events.jsonl"
     generate(users=5_000, songs=200, events=120_000, seed=23, out=log,
              chaos=Chaos(duplicate=0.05, late=0.05, stop_before_start=0.03, old_device=0.02, conflict=0.005))
@@ -52,6 +57,8 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
                "--redis", redis_url, "--namespace", namespace, "--dead-letter", f"jsonl:{dead}",
                "--recovery-dir", str(tmp_path / "recovery"), "--barrier-ms", "50", "--song-partitions", "4",
                "--user-shards", shards]
+    if compact_bytes is not None:
+        monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
     rng = random.Random(4)
     kills = 0
     for _ in range(4):
@@ -84,6 +91,12 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
     assert len(letters) == model.dead_letters
     assert len({(d["position"]["partition"], d["position"]["offset"]) for d in letters}) == len(letters)
 
+    if compact_bytes is not None:
+        logs = list((tmp_path / "recovery" / "user-changelog").glob("*.log"))
+        assert max(int(p.name.rsplit(".g", 1)[1][:-4]) for p in logs) > 2, "changelogs moved to new generations"
+        per_shard = Counter(p.name.rsplit(".g", 1)[0] for p in logs)
+        assert len(per_shard) == 8 and max(per_shard.values()) <= 2, "replaced generations are removed"
+
     history = read_history(redis_client, namespace)
     assert len({s["run"] for s in history}) >= 3, "snapshots of several executions"
     seen: dict[str, int] = {}
@@ -97,13 +110,13 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
 def test_a_resume_with_another_layout_is_refused(flow, tmp_path):
     """Stored state is keyed by user shard and song partition: another layout would miscount."""
     path = flow.write_log([ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1)])
-    recovery = str(tmp_path / "recovery")
-    first = flow.run(path, recovery_dir=recovery, user_shards=4, song_partitions=2)
+    recovery, dead = str(tmp_path / "recovery"), f"jsonl:{tmp_path / 'dead.jsonl'}"
+    first = flow.run(path, recovery_dir=recovery, dead_letter=dead, user_shards=4, song_partitions=2)
     with pytest.raises(UsageError, match="--song-partitions 2 --user-shards 4"):
-        flow.run(path, recovery_dir=recovery, user_shards=8, song_partitions=2)
+        flow.run(path, recovery_dir=recovery, dead_letter=dead, user_shards=8, song_partitions=2)
     with pytest.raises(UsageError, match="--song-partitions 2 --user-shards 4"):
-        flow.run(path, recovery_dir=recovery, user_shards=4)
-    again = flow.run(path, recovery_dir=recovery, user_shards=4, song_partitions=2, namespace=first["namespace"])
+        flow.run(path, recovery_dir=recovery, dead_letter=dead, user_shards=4)
+    again = flow.run(path, recovery_dir=recovery, dead_letter=dead, user_shards=4, song_partitions=2, namespace=first["namespace"])
     assert ranking(again["final"]) == [("song_b", 1), ("song_a", 1)]
 
 
@@ -134,21 +147,33 @@ def test_a_resume_from_another_input_is_refused(flow, tmp_path):
     beside the users and counts of the first one."""
     first = flow.write_log([ev("u1", "p1", "song_a", "START", 1)], name="first.jsonl")
     second = flow.write_log([ev("u1", "p1", "song_a", "START", 1)], name="second.jsonl")
-    recovery = str(tmp_path / "recovery")
-    flow.run(first, recovery_dir=recovery)
+    recovery, dead = str(tmp_path / "recovery"), f"jsonl:{tmp_path / 'dead.jsonl'}"
+    flow.run(first, recovery_dir=recovery, dead_letter=dead)
     with pytest.raises(UsageError, match=f"reading JSON Lines '{first}', but this run reads JSON Lines '{second}'"):
-        flow.run(second, recovery_dir=recovery)
+        flow.run(second, recovery_dir=recovery, dead_letter=dead)
     with pytest.raises(UsageError, match="reading JSON Lines .*, but this run reads Kafka topic 'events'"):
-        flow.run(first, recovery_dir=recovery, input="kafka:127.0.0.1:1/events")
+        flow.run(first, recovery_dir=recovery, dead_letter=dead, input="kafka:127.0.0.1:1/events")
+
+
+def test_a_resume_writing_dead_letters_elsewhere_is_refused(flow, tmp_path):
+    """A JSON Lines dead-letter sink resumes at a byte offset of the file it wrote."""
+    path = flow.write_log([b"not json", ev("u1", "p1", "song_a", "START", 1)])
+    recovery = str(tmp_path / "recovery")
+    flow.run(path, recovery_dir=recovery, dead_letter=f"jsonl:{tmp_path / 'a.jsonl'}")
+    other = tmp_path / "b.jsonl"
+    other.write_bytes(b"someone else's data\n" * 100)
+    with pytest.raises(UsageError, match="writing dead letters to jsonl:.*a.jsonl, but this run writes them to"):
+        flow.run(path, recovery_dir=recovery, dead_letter=f"jsonl:{other}")
+    assert other.read_bytes() == b"someone else's data\n" * 100
 
 
 def test_a_truncated_input_file_is_refused_on_resume(flow, tmp_path):
     path = flow.write_log([ev(f"u{i}", "p1", "song_a", "START", 1) for i in range(5)])
-    recovery = str(tmp_path / "recovery")
-    flow.run(path, recovery_dir=recovery)
+    recovery, dead = str(tmp_path / "recovery"), f"jsonl:{tmp_path / 'dead.jsonl'}"
+    flow.run(path, recovery_dir=recovery, dead_letter=dead)
     flow.write_log([ev("u1", "p1", "song_a", "START", 1)])
     with pytest.raises(ServiceError, match=r"resumes at line 5 \(byte \d+\), but the file has \d+ bytes"):
-        flow.run(path, recovery_dir=recovery)
+        flow.run(path, recovery_dir=recovery, dead_letter=dead)
 
 
 def test_run_and_rebuild_write_dead_letters_to_different_files_by_default():

@@ -1,0 +1,180 @@
+"""A changelog of one user shard's records, beside Bytewax's recovery store.
+
+Why: Bytewax stores, at every barrier, the whole snapshot of every key touched in
+it. Keyed by user, that is one pickled row per user who did anything (48 s for 1M
+events, most of it in the recovery store); keyed by shard, a whole shard per
+barrier. Kafka Streams' changelog topics and Flink's incremental checkpoints
+persist only what changed; so does this. Bytewax keeps only a small
+:data:`Position` per shard, atomically with the input positions and the other
+stages' state, so the one source of truth for "where a resumed run starts" stays
+Bytewax's store.
+
+The file: frames of ``(kind, length, epoch, crc32)`` + a pickled dict
+``{user_id: record}``. An ``IMAGE`` frame holds the whole shard and starts every
+file; a ``DELTA`` frame the records that changed in one barrier. A file is one
+*generation*: when the deltas outgrow the image (:data:`COMPACT_FACTOR`), the next
+barrier starts generation ``g + 1`` with a new image instead of appending.
+
+The cut: :meth:`ShardChangelog.append` writes and ``fdatasync``\\ s a barrier's
+frame *before* its position goes to Bytewax, so every position Bytewax committed
+names bytes that are on disk. A crash may leave frames after the committed
+position (barriers Bytewax will replay): :meth:`ShardChangelog.restore` cuts the
+file back to the position it is given, so the restored shard is exactly the state
+at the barrier the resumed run starts after. A generation replaced by a compaction
+is deleted once Bytewax can no longer resume before it: once any item of a later
+epoch exists (with recovery on, Bytewax's inputs do not start epoch ``E`` before
+epochs below ``E`` are committed; read in ``src/inputs.rs``, the probe of
+``src/worker.rs``); if that were ever wrong, a restore would fail loudly on the
+missing file, never count wrong.
+
+A copy of the recovery directory is consistent only if taken atomically (a
+filesystem snapshot) or of a stopped run.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pickle
+import struct
+import zlib
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger("rankflow.changelog")
+
+IMAGE, DELTA = 0, 1
+HEADER = struct.Struct("<BIQI")  # kind, payload length, epoch, crc32 of the payload
+COMPACT_FACTOR = 2  # start a new generation when the deltas exceed this many times the image
+COMPACT_MIN_BYTES = int(os.environ.get("RANKFLOW_CHANGELOG_MIN_BYTES", 1 << 22))
+"""... and at least this much, so small shards compact rarely. The environment variable
+exists for tests that need many generations from a small log."""
+TAG = "changelog"
+
+Position = tuple[str, str, int, int]
+"""What Bytewax stores for a shard: ``("changelog", shard name, generation, byte offset)``.
+A plain tuple, so the stored state does not depend on a class's import path."""
+
+
+class ChangelogCorrupt(RuntimeError):
+    """The changelog does not hold what Bytewax's recovery store says it does."""
+
+
+class ShardChangelog:
+    """The changelog files of one shard, in ``directory``."""
+
+    def __init__(self, directory: Path, shard: str) -> None:
+        self.directory = directory
+        self.shard = shard
+        self.generation = 0
+        self.offset = 0
+        self._file: Any = None
+        self._image_bytes = 0
+        self._delta_bytes = 0
+        self._obsolete: list[tuple[int, int]] = []  # (generation, epoch it was replaced in)
+
+    def _path(self, generation: int) -> Path:
+        return self.directory / f"{self.shard}.g{generation}.log"
+
+    def _generations(self) -> list[int]:
+        prefix = f"{self.shard}.g"
+        return sorted(int(p.name[len(prefix):-4]) for p in self.directory.glob(f"{prefix}*.log"))
+
+    # -- restoring ----------------------------------------------------------------
+    def restore(self, position: Position | None) -> dict[str, Any]:
+        """The shard's records at ``position`` (None: a shard with no committed state).
+
+        Cuts the file back to the position and removes every other generation: what
+        lies beyond was written for barriers the resumed run replays.
+        """
+        self.directory.mkdir(parents=True, exist_ok=True)
+        records: dict[str, Any] = {}
+        if position is not None:
+            _, _, self.generation, self.offset = position
+            records = self._read(self._path(self.generation), self.offset)
+        for generation in self._generations():
+            if generation != self.generation or position is None:
+                self._path(generation).unlink()
+        if position is None:
+            self.generation, self.offset = 0, 0
+        else:
+            self._file = open(self._path(self.generation), "r+b")  # noqa: SIM115 - closed in close()
+            self._file.truncate(self.offset)
+            self._file.seek(self.offset)
+        return records
+
+    def _read(self, path: Path, end: int) -> dict[str, Any]:
+        if not path.exists() or path.stat().st_size < end:
+            raise ChangelogCorrupt(f"{path} should hold {end} bytes (recovery state of shard {self.shard}), "
+                                   f"but {'it is missing' if not path.exists() else f'has {path.stat().st_size}'}")
+        records: dict[str, Any] = {}
+        with open(path, "rb") as f:
+            while f.tell() < end:
+                kind, length, _, crc = HEADER.unpack(f.read(HEADER.size))
+                payload = f.read(length)
+                if len(payload) != length or zlib.crc32(payload) != crc:
+                    raise ChangelogCorrupt(f"{path}: a damaged frame at byte {f.tell() - len(payload)}")
+                if kind == IMAGE:
+                    records = pickle.loads(payload)
+                    self._image_bytes, self._delta_bytes = length, 0
+                else:
+                    records.update(pickle.loads(payload))
+                    self._delta_bytes += length
+            if f.tell() != end:
+                raise ChangelogCorrupt(f"{path}: no frame ends at byte {end}")
+        return records
+
+    # -- writing ------------------------------------------------------------------
+    def append(self, changed: dict[str, Any], everything: Callable[[], dict[str, Any]], epoch: int) -> Position:
+        """Make a barrier's changes durable; the position Bytewax stores for it.
+
+        ``everything()`` is the whole shard, written as a new generation's image when
+        the file has none yet or its deltas outgrew its image.
+        """
+        if self._file is None or self._delta_bytes > max(COMPACT_FACTOR * self._image_bytes, COMPACT_MIN_BYTES):
+            self._start_generation(everything(), epoch)
+        elif changed:
+            self._delta_bytes += self._write(DELTA, changed, epoch)
+            os.fdatasync(self._file.fileno())
+        return (TAG, self.shard, self.generation, self.offset)
+
+    def _start_generation(self, everything: dict[str, Any], epoch: int) -> None:
+        previous = self._file
+        if previous is not None:
+            previous.close()
+            self._obsolete.append((self.generation, epoch))
+        self.generation += 1
+        self.offset = 0
+        self._file = open(self._path(self.generation), "wb")  # noqa: SIM115 - closed in close()
+        self._image_bytes, self._delta_bytes = self._write(IMAGE, everything, epoch), 0
+        os.fdatasync(self._file.fileno())
+        _fsync_directory(self.directory)
+
+    def _write(self, kind: int, records: dict[str, Any], epoch: int) -> int:
+        payload = pickle.dumps(records, protocol=pickle.HIGHEST_PROTOCOL)
+        self._file.write(HEADER.pack(kind, len(payload), epoch, zlib.crc32(payload)) + payload)
+        self._file.flush()
+        self.offset += HEADER.size + len(payload)
+        return len(payload)
+
+    def release(self, epoch: int) -> None:
+        """An item of ``epoch`` exists: Bytewax can no longer resume before it, so a
+        generation replaced in an earlier epoch will never be read again."""
+        for generation, replaced_in in [o for o in self._obsolete if epoch > o[1]]:
+            self._path(generation).unlink(missing_ok=True)
+            self._obsolete.remove((generation, replaced_in))
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _fsync_directory(directory: Path) -> None:
+    """A new file's name is durable only once its directory is."""
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

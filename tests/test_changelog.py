@@ -1,0 +1,108 @@
+"""The user shards' changelog: a position restores exactly the records of its barrier."""
+
+from __future__ import annotations
+
+import pytest
+
+from rankflow.connectors import changelog as changelog_module
+from rankflow.connectors.changelog import ChangelogCorrupt, ShardChangelog
+from rankflow.operators.user_stage import UserShardLogic
+from rankflow.state.events import PlaybackEvent
+
+
+def rec(version: int, song: str = "s", playing: bool = True) -> tuple:
+    return (version, f"p{version}", song, playing, 0)
+
+
+def everything(records: dict) -> object:
+    return lambda: dict(records)
+
+
+def test_a_position_restores_its_barrier_and_cuts_what_came_after(tmp_path):
+    log = ShardChangelog(tmp_path, "users-1")
+    assert log.restore(None) == {}
+    state: dict = {}
+    positions = []
+    for epoch, changes in enumerate([{"a": rec(1)}, {"b": rec(1)}, {"a": rec(2, "t")}, {"c": rec(5)}], start=1):
+        state.update(changes)
+        positions.append((log.append(changes, everything(state), epoch), dict(state)))
+    log.close()
+    for position, expected in reversed(positions):  # latest first: a restore cuts what follows its position
+        again = ShardChangelog(tmp_path, "users-1")
+        assert again.restore(position) == expected
+        again.close()
+    assert (tmp_path / "users-1.g1.log").stat().st_size == positions[0][0][3]
+    # Appending goes on from the restored barrier.
+    again = ShardChangelog(tmp_path, "users-1")
+    assert again.restore(positions[0][0]) == {"a": rec(1)}
+    later = again.append({"d": rec(1)}, everything({}), 9)
+    again.close()
+    assert ShardChangelog(tmp_path, "users-1").restore(later) == {"a": rec(1), "d": rec(1)}
+
+
+def test_compaction_starts_generations_and_releases_the_old_one_after_a_later_epoch(tmp_path, monkeypatch):
+    monkeypatch.setattr(changelog_module, "COMPACT_MIN_BYTES", 0)
+    log = ShardChangelog(tmp_path, "users-2")
+    log.restore(None)
+    state = {f"u{i}": rec(1) for i in range(5)}
+    position = log.append(dict(state), everything(state), 1)
+    assert position[2] == 1
+    epoch = 1
+    while position[2] == 1:  # deltas outgrow the image, then a new generation starts with an image
+        epoch += 1
+        changes = {f"u{epoch}-{i}": rec(epoch) for i in range(20)}
+        state.update(changes)
+        position = log.append(changes, everything(state), epoch)
+    assert position[2] == 2 and position[3] > 0
+    assert len(list(tmp_path.iterdir())) == 2, "the replaced generation stays while Bytewax may resume before it"
+    log.release(epoch)
+    assert len(list(tmp_path.iterdir())) == 2, "not before a later epoch"
+    log.release(epoch + 1)
+    assert [p.name for p in tmp_path.iterdir()] == ["users-2.g2.log"]
+    log.close()
+    assert ShardChangelog(tmp_path, "users-2").restore(position) == state
+
+
+def test_a_restore_removes_generations_the_position_does_not_name(tmp_path, monkeypatch):
+    monkeypatch.setattr(changelog_module, "COMPACT_MIN_BYTES", 0)
+    log = ShardChangelog(tmp_path, "users-3")
+    log.restore(None)
+    first = log.append({"a": rec(1)}, everything({"a": rec(1)}), 1)
+    big = {f"u{i}": rec(2) for i in range(50)}
+    log.append(big, everything({"a": rec(1), **big}), 2)
+    log.append({"z": rec(3)}, everything({"a": rec(1), **big, "z": rec(3)}), 3)  # a compaction, never committed
+    log.close()
+    assert len(list(tmp_path.iterdir())) == 2
+    assert ShardChangelog(tmp_path, "users-3").restore(first) == {"a": rec(1)}
+    assert [p.name for p in tmp_path.iterdir()] == ["users-3.g1.log"]
+    ShardChangelog(tmp_path, "users-3").restore(None)
+    assert list(tmp_path.iterdir()) == [], "a shard with no committed state starts empty"
+
+
+def test_a_changelog_that_does_not_match_its_position_is_an_error_not_a_guess(tmp_path):
+    log = ShardChangelog(tmp_path, "users-4")
+    log.restore(None)
+    log.append({"a": rec(1)}, everything({"a": rec(1)}), 1)
+    position = log.append({"b": rec(1)}, everything({}), 2)
+    log.close()
+    path = tmp_path / "users-4.g1.log"
+    data = path.read_bytes()
+    with pytest.raises(ChangelogCorrupt, match="should hold"):
+        ShardChangelog(tmp_path, "users-4").restore(position[:3] + (position[3] + 1,))
+    path.write_bytes(data[:-3] + bytes([data[-3] ^ 0xFF]) + data[-2:])
+    with pytest.raises(ChangelogCorrupt, match="damaged frame"):
+        ShardChangelog(tmp_path, "users-4").restore(position)
+    path.unlink()
+    with pytest.raises(ChangelogCorrupt, match="missing"):
+        ShardChangelog(tmp_path, "users-4").restore(position)
+
+
+def test_a_shard_resumed_from_a_whole_snapshot_writes_it_to_its_changelog(tmp_path):
+    """Recovery state from before changelogs held whole shards: it still resumes."""
+    older = {"u1": (3, "p3", "song", True, 0), "u2": (1, "p1", "other", False, 0)}
+    logic = UserShardLogic.builder(tmp_path, shards=4)(older)
+    logic.on_batch([[PlaybackEvent("u1", "p3", "song", "STOP", 3, 0, "f", 0, 7, b"")]])
+    position = logic.snapshot()
+    restored = UserShardLogic.builder(tmp_path, shards=4)(position)
+    assert {u: (s.record.version, s.record.playing) for u, s in restored.users.items()} == {
+        "u1": (3, False), "u2": (1, False)}
