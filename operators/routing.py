@@ -29,6 +29,8 @@ import time
 import zlib
 from collections.abc import Iterable
 
+from rankflow.state.events import DeadLetter
+
 SongDelta = tuple[int, str | None, int, int, int]
 """``(epoch, song_id, salt, delta, user_delta)``; ``song_id`` is None for a barrier tick,
 ``salt`` is :data:`SPLIT_MARKER` for a split marker."""
@@ -109,16 +111,18 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
                         hot: HotSongs = HOT_SONGS) -> list[tuple[str, SongDelta]]:
     """``flat_map_batch`` mapper over the user stage's output: net deltas per song.
 
-    Takes the lists of song changes (conflicts go their own way), sums them per
-    ``(epoch, song, salt)``, keys them by partition, and adds a split marker for
-    every salted song.
+    Sums the user shards' :class:`operators.user_stage.NetChanges` (conflicts go
+    their own way) per ``(epoch, song, salt)``, keys them by partition, and adds a
+    split marker for every salted song.
     """
     net: dict[tuple[int, str, int], list[int]] = {}
     changes: dict[str, int] = {}
-    for _, batch in items:
-        if batch.__class__ is not list:
-            continue  # a dead letter
-        for epoch, song, salt, delta, user_delta in batch:  # type: ignore[attr-defined]
+    watch = hot.enabled
+    for _, item in items:
+        if item.__class__ is DeadLetter:
+            continue
+        epoch, counts = item  # type: ignore[misc]
+        for (song, salt), (delta, user_delta, n) in counts.items():
             key = (epoch, song, salt)
             acc = net.get(key)
             if acc is None:
@@ -126,7 +130,8 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
             else:
                 acc[0] += delta
                 acc[1] += user_delta
-            changes[song] = changes.get(song, 0) + 1
+            if watch:
+                changes[song] = changes.get(song, 0) + n
     hot.observe(changes)
     out: list[tuple[str, SongDelta]] = []
     marked: set[tuple[int, str]] = set()

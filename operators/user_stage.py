@@ -16,28 +16,26 @@ Contract:
   - **by user** (:class:`UserLogic`, ``--user-shards 0``): one key per ``user_id``;
     with recovery Bytewax stores every touched user at every barrier.
 
-* **State**: per user a :class:`UserState`: the user's :class:`state.rules.UserRecord`
-  and the salt of the partial counter holding the current contribution (0: the
-  song's ordinary counter; see ``operators.routing``). The salt alone names the
-  partial counter ``(song, salt)``, so the later -1 finds it whatever the routing
-  is by then. A user whose events never created a
-  record (only heartbeats) is not kept; records are otherwise kept forever, as
-  SEMANTICS.md section 2 requires. With recovery, a user's snapshot is a flat
-  5-tuple: pickling it is ten times cheaper than the named tuples (measured 0.3 us
-  vs 3.1 us, 48 vs 120 bytes). Without recovery nobody reads snapshots, so none is
-  built.
-* **Output**, keyed like the input: a list of the :data:`operators.routing.SongDelta`
-  the rules accepted in the batch (one item, since the runtime's cost is per item),
-  and a ``DeadLetter`` for every conflict. Every output carries the epoch of the
-  event that caused it, so the song counters know which barrier a change belongs
-  to. A -1 always leaves the contribution the record holds, so it carries the
-  recorded salt; a +1 the salt chosen now.
+* **State**: per user the :class:`state.rules.UserRecord`, and for a user whose
+  contribution sits on a partial counter of a split song the salt of that counter
+  (``operators.routing``; most users have none). The salt alone names the partial
+  counter ``(song, salt)``, so the later -1 finds it whatever the routing is by
+  then. A user whose events never created a record (only heartbeats) is not kept;
+  records are otherwise kept forever, as SEMANTICS.md section 2 requires. Recovery
+  state stores a user as a flat 5-tuple ``(version, playback_id, song_id, playing,
+  salt)``: pickling it is ten times cheaper than named tuples.
+* **Output**, keyed like the input: one :class:`NetChanges` per call (the runtime's
+  cost is per item): the batch's song changes summed per counter ``(song, salt)``,
+  with the epoch they belong to, and a ``DeadLetter`` for every conflict. A user's
+  contribution leaves the song of its old record (on the recorded salt) and joins
+  the song of its new one (on the salt chosen now): ``state.rules.changes``, summed
+  in place here because this loop runs once per event.
 """
 
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -45,100 +43,32 @@ from bytewax.operators import StatefulBatchLogic
 
 from rankflow.connectors.changelog import Position, ShardChangelog
 from rankflow.operators.metrics import METRICS
-from rankflow.operators.routing import HOT_SONGS, HotSongs, SongDelta, user_salt
+from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
 from rankflow.state.events import DeadLetter, PlaybackEvent
 from rankflow.state.rules import CONFLICT_DETAILS, UserRecord, Verdict, apply_event
 
-Decision = list[SongDelta] | DeadLetter
+
+class NetChanges(NamedTuple):
+    """A batch's song changes in ``epoch``: ``(song, salt) -> [delta, user_delta, changes]``
+    (``changes``: how many accepted changes were summed, the load the hot-song rule measures)."""
+
+    epoch: int
+    counts: dict[tuple[str, int], list[int]]
 
 
-class UserState(NamedTuple):
-    record: UserRecord
-    salt: int  # partial counter of the current contribution; 0 = the ordinary one
-
+Decision = NetChanges | DeadLetter
 
 VERDICTS: dict[str, int] = dict.fromkeys(Verdict.ALL, 0)
 """Per-process tally of what events did (duplicates, superseded, ...), for metrics."""
 METRICS.verdicts = VERDICTS
 
-_state = tuple.__new__  # builds a UserState without NamedTuple's Python-level __new__
-
-
 Snapshot = tuple[int, str, str, bool, int]  # (version, playback_id, song_id, playing, salt)
-
-
-def decide(state: UserState | None, ev: PlaybackEvent, hot: HotSongs, tally: dict[str, int],
-           deltas: list[SongDelta], out: list[Decision]) -> UserState | None:
-    """Apply one event of one user: the user's new state.
-
-    Accepted song changes go to ``deltas``, conflicts to ``out``; ``tally`` counts
-    the verdict. The one place both keyings share, so they cannot disagree.
-    """
-    record = state.record if state is not None else None
-    new_record, changes, verdict = apply_event(record, ev.playback_id, ev.song_id, ev.version, ev.type)
-    tally[verdict] += 1
-    if changes:
-        old_salt = state.salt if state is not None else 0  # type: ignore[union-attr]
-        salt = 0
-        if new_record is not record and new_record.playing and ev.song_id in hot.hot:
-            salt = user_salt(ev.user_id, hot.salts)
-        for song, delta, user_delta in changes:
-            deltas.append((ev.epoch, song, old_salt if delta < 0 else salt, delta, user_delta))
-        return _state(UserState, (new_record, salt))
-    if new_record is not record:
-        return _state(UserState, (new_record, 0))  # a STOP of a newer playback: nothing counted
-    if verdict in Verdict.CONFLICTS:
-        out.append(DeadLetter(verdict, CONFLICT_DETAILS[verdict], ev.partition, ev.offset, ev.raw, ev.epoch))
-    return state
-
-
-def _flat(state: UserState) -> Snapshot:
-    return (*state.record, state.salt)
-
-
-def _unflat(snap: Snapshot) -> UserState:
-    # [4], not [4:]: recovery state written before the routing version was dropped has a sixth field.
-    return UserState(UserRecord(*snap[:4]), snap[4])
-
-
-class UserLogic(StatefulBatchLogic[PlaybackEvent, Decision, Snapshot | None]):
-    """One key per user: the state is that user's :class:`UserState`."""
-
-    __slots__ = ("state", "hot", "tally", "recoverable")
-
-    def __init__(self, resume: Snapshot | None, hot: HotSongs, recoverable: bool) -> None:
-        self.state = None if resume is None else _unflat(resume)
-        self.hot = hot
-        self.tally = VERDICTS
-        self.recoverable = recoverable
-
-    @classmethod
-    def builder(cls, recoverable: bool = False, hot: HotSongs = HOT_SONGS) -> Callable[[Snapshot | None], "UserLogic"]:
-        return lambda resume: cls(resume, hot, recoverable)
-
-    def on_batch(self, events: list[PlaybackEvent]) -> tuple[list[Decision], bool]:
-        out: list[Decision] = []
-        deltas: list[SongDelta] = []
-        state, tally, hot = self.state, self.tally, self.hot
-        for ev in events:
-            state = decide(state, ev, hot, tally, deltas, out)
-        self.state = state
-        if deltas:
-            out.append(deltas)  # one item for all of the batch's changes: fewer items for the runtime
-        return out, state is None  # True discards: nothing to remember
-
-    def snapshot(self) -> Snapshot | None:
-        if self.state is None or not self.recoverable:
-            return None
-        return _flat(self.state)
-
-
 ShardSnapshot = dict[str, Snapshot]
 """A whole shard, as recovery state stored it before the changelog (still resumed from)."""
 
 
 class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position | None]):
-    """One key per user shard: the state maps each of the shard's users to its :class:`UserState`.
+    """One key per user shard: the state maps each of the shard's users to its record.
 
     With recovery (``changelog`` set) the shard keeps the users that changed since
     the last barrier, and its snapshot appends just those to the shard's changelog
@@ -146,7 +76,7 @@ class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position 
     costs what changed in it, not the whole shard.
     """
 
-    __slots__ = ("users", "hot", "tally", "changelog", "changed", "shards", "epoch", "_directory")
+    __slots__ = ("users", "salts", "hot", "tally", "changelog", "changed", "shards", "epoch", "_directory")
 
     def __init__(self, resume: Position | ShardSnapshot | None, hot: HotSongs, changelog: Path | None,
                  shards: int) -> None:
@@ -154,17 +84,27 @@ class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position 
         self.tally = VERDICTS
         self.shards = shards
         self.epoch = 0  # of the last events seen
+        self.users: dict[str, UserRecord] = {}
+        self.salts: dict[str, int] = {}  # users counted on a partial counter: its salt
         self.changelog: ShardChangelog | None = None
         self.changed: set[str] | None = None if changelog is None else set()
-        self.users: dict[str, UserState] = {}
+        self._directory = changelog
         if isinstance(resume, tuple) and changelog is not None:
             self.changelog = ShardChangelog(changelog, resume[1])
-            self.users = {u: _unflat(s) for u, s in self.changelog.restore(resume).items()}
+            self._load(self.changelog.restore(resume))
         elif isinstance(resume, dict):
-            self.users = {u: _unflat(s) for u, s in resume.items()}
+            self._load(resume)
             if self.changed is not None:
                 self.changed.update(self.users)  # the first barrier writes all of them to the changelog
-        self._directory = changelog
+
+    def _load(self, flat: dict[str, Snapshot]) -> None:
+        for user, snap in flat.items():
+            self.users[user] = UserRecord(*snap[:4])
+            if snap[4]:  # [4], not [4:]: state from before the routing version was dropped has a sixth field
+                self.salts[user] = snap[4]
+
+    def _flat(self, user: str) -> Snapshot:
+        return (*self.users[user], self.salts.get(user, 0))
 
     @classmethod
     def builder(cls, changelog: Path | None = None, shards: int = 1,
@@ -173,23 +113,58 @@ class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position 
         return lambda resume: cls(resume, hot, changelog, shards)
 
     def on_batch(self, groups: list[list[PlaybackEvent]]) -> tuple[list[Decision], bool]:
+        return self._apply(groups), not self.users
+
+    def _apply(self, groups: Iterable[list[PlaybackEvent]]) -> list[Decision]:
+        """The rules for every event, in arrival order; the changes summed per counter.
+
+        Bytewax hands ``on_batch`` the items of one epoch at a time, so one
+        :class:`NetChanges` carries the epoch of them all.
+        """
         out: list[Decision] = []
-        deltas: list[SongDelta] = []
-        users, tally, hot, changed = self.users, self.tally, self.hot, self.changed
-        get = users.get
+        net: dict[tuple[str, int], list[int]] = {}
+        users, salts, tally, changed = self.users, self.salts, self.tally, self.changed
+        hot, conflicts, get, ev = self.hot.hot, Verdict.CONFLICTS, users.get, None
         for events in groups:
             for ev in events:
-                state = get(ev.user_id)
-                new = decide(state, ev, hot, tally, deltas, out)
-                if new is not state:
-                    users[ev.user_id] = new  # type: ignore[assignment]
-                    if changed is not None:
-                        changed.add(ev.user_id)
-        if deltas:
-            out.append(deltas)
-        if changed is not None and groups and groups[0]:
-            self._saw_epoch(groups[0][0].epoch)
-        return out, not users
+                uid = ev.user_id
+                old = get(uid)
+                new, verdict = apply_event(old, ev.playback_id, ev.song_id, ev.version, ev.type)
+                tally[verdict] += 1
+                if new is old:
+                    if verdict in conflicts:
+                        out.append(DeadLetter(verdict, CONFLICT_DETAILS[verdict], ev.partition, ev.offset, ev.raw,
+                                              ev.epoch))
+                    continue
+                users[uid] = new  # type: ignore[assignment]
+                if changed is not None:
+                    changed.add(uid)
+                was = old is not None and old.playing
+                if was:  # the contribution leaves the old song, from the counter it was added to
+                    key = (old.song_id, salts.pop(uid, 0) if salts else 0)  # type: ignore[union-attr]
+                    acc = net.get(key)
+                    if acc is None:
+                        net[key] = [-1, 0 if new.playing else -1, 1]  # type: ignore[union-attr]
+                    else:
+                        acc[0] -= 1
+                        acc[1] -= 0 if new.playing else 1  # type: ignore[union-attr]
+                        acc[2] += 1
+                if new.playing:  # ... and joins the new one, on a partial counter if the song is split
+                    song, salt = new.song_id, 0  # type: ignore[union-attr]
+                    if song in hot:
+                        salt = salts[uid] = user_salt(uid, self.hot.salts)
+                    acc = net.get((song, salt))
+                    if acc is None:
+                        net[(song, salt)] = [1, 0 if was else 1, 1]
+                    else:
+                        acc[0] += 1
+                        acc[1] += 0 if was else 1
+                        acc[2] += 1
+        if ev is not None:
+            self._saw_epoch(ev.epoch)
+            if net:
+                out.append(NetChanges(ev.epoch, net))
+        return out
 
     def _saw_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
@@ -204,25 +179,50 @@ class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position 
         if log is None:
             if not self.users:
                 return None  # only heartbeats of unknown users so far: nothing to keep
-            log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(next(iter(self.users)),
-                                                                                     self.shards)))
+            first = next(iter(self.users))
+            log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(first, self.shards)))
             log.restore(None)
-        users = self.users
-        position = log.append({u: _flat(users[u]) for u in self.changed}, _Everything(users), self.epoch)
+        flat = self._flat
+        position = log.append({u: flat(u) for u in self.changed},
+                              lambda: {u: flat(u) for u in self.users}, self.epoch)
         self.changed.clear()
         return position
 
 
-class _Everything:
-    """The whole shard, flattened only if the changelog needs an image (a compaction)."""
+RESUMED = ""
+"""Where a resumed user's record waits for its id: Bytewax's builder is not told the
+key, and its first event will (never a real id: ids have 1 to 256 characters)."""
 
-    __slots__ = ("users",)
 
-    def __init__(self, users: dict[str, UserState]) -> None:
-        self.users = users
+class UserLogic(UserShardLogic):
+    """One key per user (``--user-shards 0``): a shard of one user, whom Bytewax
+    snapshots whole at every barrier the user was active in."""
 
-    def __call__(self) -> dict[str, Snapshot]:
-        return {user: _flat(state) for user, state in self.users.items()}
+    __slots__ = ("recoverable",)
+
+    def __init__(self, resume: Snapshot | None, hot: HotSongs, recoverable: bool) -> None:
+        super().__init__(None, hot, None, 1)
+        self.recoverable = recoverable
+        if resume is not None:
+            self._load({RESUMED: resume})
+
+    @classmethod
+    def builder(cls, recoverable: bool = False,  # type: ignore[override]
+                hot: HotSongs = HOT_SONGS) -> Callable[[Snapshot | None], "UserLogic"]:
+        return lambda resume: cls(resume, hot, recoverable)
+
+    def on_batch(self, events: list[PlaybackEvent]) -> tuple[list[Decision], bool]:  # type: ignore[override]
+        if RESUMED in self.users:
+            uid = events[0].user_id
+            self.users[uid] = self.users.pop(RESUMED)
+            if RESUMED in self.salts:
+                self.salts[uid] = self.salts.pop(RESUMED)
+        return self._apply((events,)), not self.users
+
+    def snapshot(self) -> Snapshot | None:  # type: ignore[override]
+        if not self.users or not self.recoverable:
+            return None
+        return self._flat(next(iter(self.users)))
 
 
 def shard_of(user_id: str, shards: int) -> int:

@@ -1,14 +1,17 @@
-"""The counting rules: how one event changes one user's contribution.
+"""The counting rules: how one event changes one user's record.
 
 This module is SEMANTICS.md section 3 and nothing else. It is pure (no I/O, no
 Bytewax), so the user stage, the tests and any future replay tool share one
 definition of "what an event means".
 
-A user's whole history is folded into one small :class:`UserRecord`. The rules
-return the new record and the song changes to send to the counters. Each change is
-``(song_id, delta, user_delta)``: ``delta`` is the song's listener change and
-``user_delta`` the change in the number of users counted as playing. The two sums
-are computed independently downstream; their equality is the invariant every
+A user's whole history is folded into one small :class:`UserRecord`, and
+:func:`apply_event` gives the record after one event. What the counters see
+follows from the records alone: a user counts once, on the song of a record that
+is ``playing`` (:func:`contribution`), so when the record changes the user's
+contribution leaves the old song and joins the new one (:func:`changes`). Each
+change is ``(song_id, delta, user_delta)``: ``delta`` is the song's listener change
+and ``user_delta`` the change in the number of users counted as playing. The two
+sums are computed independently downstream; their equality is the invariant every
 snapshot is checked against.
 """
 
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 from typing import NamedTuple
 
-from rankflow.state.events import START, STOP, HEARTBEAT
+from rankflow.state.events import HEARTBEAT, START, STOP
 
 
 class UserRecord(NamedTuple):
@@ -61,51 +64,64 @@ CONFLICT_DETAILS = {
 _record = tuple.__new__  # builds a UserRecord without NamedTuple's Python-level __new__
 
 Change = tuple[str, int, int]
-NO_CHANGES: tuple[Change, ...] = ()
 
 
-def apply_event(
-    record: UserRecord | None, playback_id: str, song_id: str, version: int, etype: str
-) -> tuple[UserRecord | None, tuple[Change, ...], str]:
-    """Apply one event to a user's record, in arrival order (SEMANTICS.md 3.1-3.5)."""
+def apply_event(record: UserRecord | None, playback_id: str, song_id: str, version: int,
+                etype: str) -> tuple[UserRecord | None, str]:
+    """The record after one event (in arrival order per user), and what the event did.
+
+    The record is returned unchanged (the same object) unless the event changed it.
+
+    >>> apply_event(None, "pb1", "s", 1, START)
+    (UserRecord(version=1, playback_id='pb1', song_id='s', playing=True), 'started')
+    """
     if record is not None:
-        if playback_id == record.playback_id:
-            return _same_playback(record, song_id, version, etype)
-        if version == record.version:
-            return record, NO_CHANGES, Verdict.VERSION_REUSED
-        if version < record.version:
-            return record, NO_CHANGES, Verdict.SUPERSEDED
-    if etype == HEARTBEAT:
-        return record, NO_CHANGES, Verdict.UNKNOWN_HEARTBEAT
-    return _newer_playback(record, playback_id, song_id, version, etype == START)
+        if playback_id == record.playback_id:  # 3.1 same playback
+            if song_id != record.song_id:
+                return record, Verdict.CONFLICT_SONG
+            if version != record.version:
+                return record, Verdict.CONFLICT_VERSION
+            if record.playing and etype == STOP:
+                return _record(UserRecord, (version, playback_id, song_id, False)), Verdict.STOPPED
+            if record.playing and etype == HEARTBEAT:
+                return record, Verdict.HEARTBEAT
+            return record, Verdict.REPEATED
+        if version == record.version:  # 3.2 version reused
+            return record, Verdict.VERSION_REUSED
+        if version < record.version:  # 3.3 superseded
+            return record, Verdict.SUPERSEDED
+    if etype == HEARTBEAT:  # 3.4 heartbeat of an unknown newer playback
+        return record, Verdict.UNKNOWN_HEARTBEAT
+    starts = etype == START  # 3.5 newer playback; a STOP is remembered so its late START counts nothing
+    new = _record(UserRecord, (version, playback_id, song_id, starts))
+    if record is not None and record.playing:
+        return new, Verdict.SWITCHED if starts else Verdict.CLOSED_NEWER
+    return new, Verdict.STARTED if starts else Verdict.CLOSED_NEWER
 
 
-def _same_playback(
-    record: UserRecord, song_id: str, version: int, etype: str
-) -> tuple[UserRecord, tuple[Change, ...], str]:
-    if song_id != record.song_id:
-        return record, NO_CHANGES, Verdict.CONFLICT_SONG
-    if version != record.version:
-        return record, NO_CHANGES, Verdict.CONFLICT_VERSION
-    if record.playing and etype == STOP:
-        return _record(UserRecord, (version, record.playback_id, song_id, False)), ((song_id, -1, -1),), Verdict.STOPPED
-    if record.playing and etype == HEARTBEAT:
-        return record, NO_CHANGES, Verdict.HEARTBEAT
-    return record, NO_CHANGES, Verdict.REPEATED
+def contribution(record: UserRecord | None) -> str | None:
+    """The song the user counts on, if any: each user counts once, on a playing record's song.
+
+    >>> contribution(UserRecord(3, "pb3", "s", True)), contribution(UserRecord(3, "pb3", "s", False))
+    ('s', None)
+    """
+    return record.song_id if record is not None and record.playing else None
 
 
-def _newer_playback(
-    record: UserRecord | None, playback_id: str, song_id: str, version: int, starts: bool
-) -> tuple[UserRecord, tuple[Change, ...], str]:
-    was_playing = record is not None and record.playing
-    new_record = _record(UserRecord, (version, playback_id, song_id, starts))
-    if starts and was_playing:
-        assert record is not None
-        return new_record, ((record.song_id, -1, 0), (song_id, 1, 0)), Verdict.SWITCHED
-    if starts:
-        return new_record, ((song_id, 1, 1),), Verdict.STARTED
-    if was_playing:
-        assert record is not None
-        return new_record, ((record.song_id, -1, -1),), Verdict.CLOSED_NEWER
-    return new_record, NO_CHANGES, Verdict.CLOSED_NEWER
+def changes(old: UserRecord | None, new: UserRecord | None) -> tuple[Change, ...]:
+    """What the counters see when a user's record goes from ``old`` to ``new``.
 
+    >>> changes(UserRecord(1, "pb1", "a", True), UserRecord(2, "pb2", "b", True))
+    (('a', -1, 0), ('b', 1, 0))
+    >>> changes(UserRecord(1, "pb1", "a", True), UserRecord(1, "pb1", "a", False))
+    (('a', -1, -1),)
+    """
+    if new is old:
+        return ()
+    leaves, joins = contribution(old), contribution(new)
+    out: list[Change] = []
+    if leaves is not None:
+        out.append((leaves, -1, 0 if joins is not None else -1))
+    if joins is not None:
+        out.append((joins, 1, 0 if leaves is not None else 1))
+    return tuple(out)

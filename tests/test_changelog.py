@@ -104,5 +104,4 @@ def test_a_shard_resumed_from_a_whole_snapshot_writes_it_to_its_changelog(tmp_pa
     logic.on_batch([[PlaybackEvent("u1", "p3", "song", "STOP", 3, 0, "f", 0, 7, b"")]])
     position = logic.snapshot()
     restored = UserShardLogic.builder(tmp_path, shards=4)(position)
-    assert {u: (s.record.version, s.record.playing) for u, s in restored.users.items()} == {
-        "u1": (3, False), "u2": (1, False)}
+    assert {u: (r.version, r.playing) for u, r in restored.users.items()} == {"u1": (3, False), "u2": (1, False)}

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["rankflow.options"]
+MODULES = ["rankflow.options", "rankflow.state.rules"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -96,4 +96,5 @@ def test_user_snapshots_are_five_fields_and_older_six_field_ones_still_resume():
     logic.on_batch([PlaybackEvent("u", "p", "s", "START", 1, 0, "f", 0, 1, b"")])
     assert logic.snapshot() == (1, "p", "s", True, 0)
     older = UserLogic.builder(recoverable=True)((1, "p", "s", True, 2, 4))
-    assert older.state.record.song_id == "s" and older.state.salt == 2
+    older.on_batch([PlaybackEvent("u", "p", "s", "HEARTBEAT", 1, 5, "f", 1, 2, b"")])
+    assert older.snapshot() == (1, "p", "s", True, 2)

@@ -2,7 +2,15 @@
 
 from __future__ import annotations
 
-from rankflow.state.rules import UserRecord, Verdict, apply_event
+from rankflow.state.rules import UserRecord, Verdict, changes
+
+
+def apply_event(record, playback_id, song_id, version, etype):
+    """The rules and what the counters see, together: (new record, changes, verdict)."""
+    from rankflow.state.rules import apply_event as apply
+
+    new, verdict = apply(record, playback_id, song_id, version, etype)
+    return new, changes(record, new), verdict
 
 PLAYING = UserRecord(42, "pb42", "song_101", True)
 CLOSED = UserRecord(42, "pb42", "song_101", False)
