@@ -42,7 +42,7 @@ from rankflow.operators.merger import MERGER_KEY, MergerLogic
 from rankflow.operators.parse import ParsedBatch, parse_batch, stamp_epoch
 from rankflow.operators.routing import combine_song_deltas
 from rankflow.operators.song_counter import SongCounterLogic
-from rankflow.operators.user_stage import ShardRouter, UserLogic, UserShardLogic, select_conflicts
+from rankflow.operators.user_stage import ShardRouter, UserShardLogic, select_conflicts
 
 
 def build_flow(
@@ -78,14 +78,11 @@ def build_flow(
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
     parsed = op.map("parse", stamped, parse_batch)
 
-    if user_shards:
-        route = ShardRouter(user_shards)
-        shard_events = op.flat_map("user_events", parsed, lambda batch: route(batch.events))
-        changelog = user_changelog if recoverable else None
-        decisions = op.stateful_batch("users", shard_events, UserShardLogic.builder(changelog, user_shards))
-    else:
-        user_events = op.flat_map("user_events", parsed, ParsedBatch.keyed_events)
-        decisions = op.stateful_batch("users", user_events, UserLogic.builder(recoverable))
+    route = ShardRouter(user_shards)
+    shard_events = op.flat_map("user_events", parsed, route)
+    changelog = user_changelog if recoverable and user_shards else None
+    whole = recoverable and not user_shards
+    decisions = op.stateful_batch("users", shard_events, UserShardLogic.builder(changelog, user_shards, whole))
     deltas = op.flat_map_batch("net_song_deltas", decisions,
                                partial(combine_song_deltas, partitions=song_partitions))
     ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=song_partitions))

@@ -19,7 +19,7 @@ from rankflow.connectors.source_batch import SourceBatch
 from rankflow.operators.merger import MERGER_KEY, PositionReport
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import tick
-from rankflow.state.events import DeadLetter, PlaybackEvent, parse_records
+from rankflow.state.events import DeadLetter, Event, parse_records
 
 
 def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> None:
@@ -53,9 +53,6 @@ class ParsedBatch:
         METRICS.input_records[batch.partition] += len(batch.records)
         for _, dead in self.dead_letters:
             METRICS.dead_letters[dead.reason] += 1
-
-    def keyed_events(self) -> list[tuple[str, PlaybackEvent]]:
-        return self.events
 
     def keyed_dead_letters(self) -> list[tuple[str, DeadLetter]]:
         return self.dead_letters

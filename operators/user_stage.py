@@ -2,19 +2,22 @@
 
 Contract:
 
-* **Input**: events in arrival order per user (one user's events come from one
-  source partition along one path), keyed one of two ways (``--user-shards``):
+* **Input**: :data:`EventBatch` items, ``(source partition, epoch, events)``, one
+  per batch and key, events in arrival order per user (one user's events come
+  from one source partition along one path), keyed one of two ways
+  (``--user-shards``, :class:`ShardRouter`):
 
   - **by user shard** (:class:`UserShardLogic`, the default): the key is
     ``crc32(user_id) % N`` and the state a dict of that shard's users. Each input
-    item is the list of one batch's events for the shard. The runtime's cost is per
+    item is one batch's events for the shard. The runtime's cost is per
     key and item (a Python call for ``on_batch``, ``notify_at`` and ``snapshot``, a
     keyed exchange), so per-batch shards carry the same rules at about half the
     flow's cost (1M events: 12.8 s -> 7.2 s). With recovery a shard's snapshot is a
     position in its changelog (``connectors.changelog``), which holds the records
     that changed at each barrier: Bytewax would otherwise store the whole shard.
-  - **by user** (:class:`UserLogic`, ``--user-shards 0``): one key per ``user_id``;
-    with recovery Bytewax stores every touched user at every barrier.
+  - **by user** (``--user-shards 0``): one key per ``user_id``, the same logic
+    with a shard of one user; with recovery Bytewax stores every touched user at
+    every barrier.
 
 * **State**: per user the :class:`state.rules.UserRecord`, and for a user whose
   contribution sits on a partial counter of a split song the salt of that counter
@@ -35,17 +38,24 @@ Contract:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
 
 from bytewax.operators import StatefulBatchLogic
 
+from rankflow.connectors.changelog import TAG as CHANGELOG
 from rankflow.connectors.changelog import Position, ShardChangelog
+from rankflow.operators.parse import ParsedBatch
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
-from rankflow.state.events import DeadLetter, PlaybackEvent
+from rankflow.state.events import DeadLetter, Event
 from rankflow.state.rules import CONFLICT_DETAILS, UserRecord, Verdict, apply_event
+
+EventBatch = tuple[str, int, list[Event]]
+"""``(source partition, epoch, events)``: plain tuples and lists, so an item that
+crosses to a worker in another process pickles in C (named tuples pickle through
+Python-level calls, twice as slow)."""
 
 
 class NetChanges(NamedTuple):
@@ -67,7 +77,7 @@ ShardSnapshot = dict[str, Snapshot]
 """A whole shard, as recovery state stored it before the changelog (still resumed from)."""
 
 
-class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position | None]):
+class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSnapshot | None]):
     """One key per user shard: the state maps each of the shard's users to its record.
 
     With recovery (``changelog`` set) the shard keeps the users that changed since
@@ -76,22 +86,27 @@ class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position 
     costs what changed in it, not the whole shard.
     """
 
-    __slots__ = ("users", "salts", "hot", "tally", "changelog", "changed", "shards", "epoch", "_directory")
+    __slots__ = ("users", "salts", "hot", "tally", "changelog", "changed", "shards", "epoch", "whole", "_directory")
 
-    def __init__(self, resume: Position | ShardSnapshot | None, hot: HotSongs, changelog: Path | None,
-                 shards: int) -> None:
+    def __init__(self, resume: Position | ShardSnapshot | Snapshot | None, hot: HotSongs, changelog: Path | None,
+                 shards: int, whole: bool = False) -> None:
+        """``changelog``: recovery with a changelog per shard; ``whole``: recovery that
+        stores the whole state in Bytewax (one key per user); neither: no recovery."""
         self.hot = hot
         self.tally = VERDICTS
         self.shards = shards
+        self.whole = whole
         self.epoch = 0  # of the last events seen
         self.users: dict[str, UserRecord] = {}
         self.salts: dict[str, int] = {}  # users counted on a partial counter: its salt
         self.changelog: ShardChangelog | None = None
         self.changed: set[str] | None = None if changelog is None else set()
         self._directory = changelog
-        if isinstance(resume, tuple) and changelog is not None:
+        if isinstance(resume, tuple) and resume and resume[0] == CHANGELOG and changelog is not None:
             self.changelog = ShardChangelog(changelog, resume[1])
-            self._load(self.changelog.restore(resume))
+            self._load(self.changelog.restore(resume))  # type: ignore[arg-type]
+        elif isinstance(resume, tuple):  # one user's record, stored before snapshots named their user
+            self._load({RESUMED: resume})  # type: ignore[dict-item]
         elif isinstance(resume, dict):
             self._load(resume)
             if self.changed is not None:
@@ -107,64 +122,65 @@ class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position 
         return (*self.users[user], self.salts.get(user, 0))
 
     @classmethod
-    def builder(cls, changelog: Path | None = None, shards: int = 1,
+    def builder(cls, changelog: Path | None = None, shards: int = 1, whole: bool = False,
                 hot: HotSongs = HOT_SONGS) -> Callable[[Position | ShardSnapshot | None], "UserShardLogic"]:
-        """``changelog``: the directory of the shards' changelogs (recovery on), or None."""
-        return lambda resume: cls(resume, hot, changelog, shards)
+        """``changelog``: the directory of the shards' changelogs (recovery on, shards);
+        ``whole``: recovery on, one key per user."""
+        return lambda resume: cls(resume, hot, changelog, shards, whole)
 
-    def on_batch(self, groups: list[list[PlaybackEvent]]) -> tuple[list[Decision], bool]:
-        return self._apply(groups), not self.users
-
-    def _apply(self, groups: Iterable[list[PlaybackEvent]]) -> list[Decision]:
-        """The rules for every event, in arrival order; the changes summed per counter.
-
-        Bytewax hands ``on_batch`` the items of one epoch at a time, so one
-        :class:`NetChanges` carries the epoch of them all.
-        """
+    def on_batch(self, batches: list[EventBatch]) -> tuple[list[Decision], bool]:
+        if RESUMED in self.users:  # a resumed user learns its id from its first event
+            self._rename(batches[0][2][0][0])
         out: list[Decision] = []
+        for partition, epoch, events in batches:
+            self._apply(partition, epoch, events, out)
+        return out, not self.users
+
+    def _apply(self, partition: str, epoch: int, events: list[Event], out: list[Decision]) -> None:
+        """The rules for every event of a batch, in arrival order; the changes summed per counter."""
         net: dict[tuple[str, int], list[int]] = {}
         users, salts, tally, changed = self.users, self.salts, self.tally, self.changed
-        hot, conflicts, get, ev = self.hot.hot, Verdict.CONFLICTS, users.get, None
-        for events in groups:
-            for ev in events:
-                uid = ev.user_id
-                old = get(uid)
-                new, verdict = apply_event(old, ev.playback_id, ev.song_id, ev.version, ev.type)
-                tally[verdict] += 1
-                if new is old:
-                    if verdict in conflicts:
-                        out.append(DeadLetter(verdict, CONFLICT_DETAILS[verdict], ev.partition, ev.offset, ev.raw,
-                                              ev.epoch))
-                    continue
-                users[uid] = new  # type: ignore[assignment]
-                if changed is not None:
-                    changed.add(uid)
-                was = old is not None and old.playing
-                if was:  # the contribution leaves the old song, from the counter it was added to
-                    key = (old.song_id, salts.pop(uid, 0) if salts else 0)  # type: ignore[union-attr]
-                    acc = net.get(key)
-                    if acc is None:
-                        net[key] = [-1, 0 if new.playing else -1, 1]  # type: ignore[union-attr]
-                    else:
-                        acc[0] -= 1
-                        acc[1] -= 0 if new.playing else 1  # type: ignore[union-attr]
-                        acc[2] += 1
-                if new.playing:  # ... and joins the new one, on a partial counter if the song is split
-                    song, salt = new.song_id, 0  # type: ignore[union-attr]
-                    if song in hot:
-                        salt = salts[uid] = user_salt(uid, self.hot.salts)
-                    acc = net.get((song, salt))
-                    if acc is None:
-                        net[(song, salt)] = [1, 0 if was else 1, 1]
-                    else:
-                        acc[0] += 1
-                        acc[1] += 0 if was else 1
-                        acc[2] += 1
-        if ev is not None:
-            self._saw_epoch(ev.epoch)
-            if net:
-                out.append(NetChanges(ev.epoch, net))
-        return out
+        hot, conflicts, get = self.hot.hot, Verdict.CONFLICTS, users.get
+        for uid, playback, song, etype, version, _, offset, raw in events:
+            old = get(uid)
+            new, verdict = apply_event(old, playback, song, version, etype)
+            tally[verdict] += 1
+            if new is old:
+                if verdict in conflicts:
+                    out.append(DeadLetter(verdict, CONFLICT_DETAILS[verdict], partition, offset, raw, epoch))
+                continue
+            users[uid] = new  # type: ignore[assignment]
+            if changed is not None:
+                changed.add(uid)
+            was = old is not None and old.playing
+            if was:  # the contribution leaves the old song, from the counter it was added to
+                key = (old.song_id, salts.pop(uid, 0) if salts else 0)  # type: ignore[union-attr]
+                acc = net.get(key)
+                if acc is None:
+                    net[key] = [-1, 0 if new.playing else -1, 1]  # type: ignore[union-attr]
+                else:
+                    acc[0] -= 1
+                    acc[1] -= 0 if new.playing else 1  # type: ignore[union-attr]
+                    acc[2] += 1
+            if new.playing:  # ... and joins the new one, on a partial counter if the song is split
+                salt = 0
+                if song in hot:
+                    salt = salts[uid] = user_salt(uid, self.hot.salts)
+                acc = net.get((song, salt))
+                if acc is None:
+                    net[(song, salt)] = [1, 0 if was else 1, 1]
+                else:
+                    acc[0] += 1
+                    acc[1] += 0 if was else 1
+                    acc[2] += 1
+        self._saw_epoch(epoch)
+        if net:
+            out.append(NetChanges(epoch, net))
+
+    def _rename(self, uid: str) -> None:
+        self.users[uid] = self.users.pop(RESUMED)
+        if RESUMED in self.salts:
+            self.salts[uid] = self.salts.pop(RESUMED)
 
     def _saw_epoch(self, epoch: int) -> None:
         if epoch != self.epoch:
@@ -172,7 +188,9 @@ class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position 
             if self.changelog is not None:
                 self.changelog.release(epoch)
 
-    def snapshot(self) -> Position | None:
+    def snapshot(self) -> Position | ShardSnapshot | None:
+        if self.whole:
+            return {u: self._flat(u) for u in self.users} or None
         if self.changed is None:
             return None  # no recovery: nobody reads snapshots
         log = self.changelog
@@ -190,39 +208,9 @@ class UserShardLogic(StatefulBatchLogic[list[PlaybackEvent], Decision, Position 
 
 
 RESUMED = ""
-"""Where a resumed user's record waits for its id: Bytewax's builder is not told the
-key, and its first event will (never a real id: ids have 1 to 256 characters)."""
-
-
-class UserLogic(UserShardLogic):
-    """One key per user (``--user-shards 0``): a shard of one user, whom Bytewax
-    snapshots whole at every barrier the user was active in."""
-
-    __slots__ = ("recoverable",)
-
-    def __init__(self, resume: Snapshot | None, hot: HotSongs, recoverable: bool) -> None:
-        super().__init__(None, hot, None, 1)
-        self.recoverable = recoverable
-        if resume is not None:
-            self._load({RESUMED: resume})
-
-    @classmethod
-    def builder(cls, recoverable: bool = False,  # type: ignore[override]
-                hot: HotSongs = HOT_SONGS) -> Callable[[Snapshot | None], "UserLogic"]:
-        return lambda resume: cls(resume, hot, recoverable)
-
-    def on_batch(self, events: list[PlaybackEvent]) -> tuple[list[Decision], bool]:  # type: ignore[override]
-        if RESUMED in self.users:
-            uid = events[0].user_id
-            self.users[uid] = self.users.pop(RESUMED)
-            if RESUMED in self.salts:
-                self.salts[uid] = self.salts.pop(RESUMED)
-        return self._apply((events,)), not self.users
-
-    def snapshot(self) -> Snapshot | None:  # type: ignore[override]
-        if not self.users or not self.recoverable:
-            return None
-        return self._flat(next(iter(self.users)))
+"""Where a resumed user's record waits for its id when its stored state did not name
+it (state from before snapshots were dicts): never a real id, ids have 1 to 256
+characters."""
 
 
 def shard_of(user_id: str, shards: int) -> int:
@@ -235,32 +223,33 @@ def shard_key(shard: int) -> str:
 
 
 class ShardRouter:
-    """``flat_map`` mapper: a batch's ``(user_id, event)`` pairs -> one item per user shard.
+    """``flat_map`` mapper: a parsed batch -> one :data:`EventBatch` per user shard it touches.
 
-    A user's shard is :func:`shard_of`. Order within a shard's list is the batch's
-    order, so each user's events keep their arrival order.
+    A user's shard is :func:`shard_of`; with ``shards == 0`` each user is its own
+    key. Order within a shard's list is the batch's order, so each user's events
+    keep their arrival order.
     """
 
     __slots__ = ("shards", "keys")
 
     def __init__(self, shards: int) -> None:
-        if shards < 1:
-            raise ValueError("user shards must be >= 1")
+        if shards < 0:
+            raise ValueError("user shards must be >= 0")
         self.shards = shards
         self.keys = [shard_key(i) for i in range(shards)]
 
-    def __call__(self, events: list[tuple[str, PlaybackEvent]]) -> list[tuple[str, list[PlaybackEvent]]]:
-        groups: dict[int, list[PlaybackEvent]] = {}
-        n = self.shards
-        for user, ev in events:
-            shard = shard_of(user, n)
-            group = groups.get(shard)
+    def __call__(self, batch: ParsedBatch) -> list[tuple[str, EventBatch]]:
+        groups: dict[str, list[Event]] = {}
+        n, keys, crc32 = self.shards, self.keys, zlib.crc32
+        for ev in batch.events:
+            key = keys[crc32(ev[0].encode()) % n] if n else ev[0]
+            group = groups.get(key)
             if group is None:
-                groups[shard] = [ev]
+                groups[key] = [ev]
             else:
                 group.append(ev)
-        keys = self.keys
-        return [(keys[shard], group) for shard, group in groups.items()]
+        partition, epoch = batch.partition, batch.epoch
+        return [(key, (partition, epoch, group)) for key, group in groups.items()]
 
 
 def select_conflicts(items: list[tuple[str, Decision]]) -> list[tuple[str, DeadLetter]]:

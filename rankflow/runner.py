@@ -98,7 +98,7 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
     """
     ports = [free_port() for _ in range(opts.processes)]
     run_id = uuid.uuid4().hex
-    context = multiprocessing.get_context("spawn")
+    context = multiprocessing.get_context("fork")
     children = [
         context.Process(target=_process_main, name=f"rankflow-{i}", args=(replace(
             opts, processes=1, addresses=[f"127.0.0.1:{p}" for p in ports], process_id=i, run_id=run_id),))

@@ -101,7 +101,7 @@ def test_a_shard_resumed_from_a_whole_snapshot_writes_it_to_its_changelog(tmp_pa
     """Recovery state from before changelogs held whole shards: it still resumes."""
     older = {"u1": (3, "p3", "song", True, 0), "u2": (1, "p1", "other", False, 0)}
     logic = UserShardLogic.builder(tmp_path, shards=4)(older)
-    logic.on_batch([[PlaybackEvent("u1", "p3", "song", "STOP", 3, 0, "f", 0, 7, b"")]])
+    logic.on_batch([("f", 7, [PlaybackEvent("u1", "p3", "song", "STOP", 3, 0, 0, b"")])])
     position = logic.snapshot()
     restored = UserShardLogic.builder(tmp_path, shards=4)(position)
     assert {u: (r.version, r.playing) for u, r in restored.users.items()} == {"u1": (3, False), "u2": (1, False)}

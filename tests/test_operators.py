@@ -9,7 +9,7 @@ from rankflow.operators.merger import MergerLogic, PositionReport
 from rankflow.operators.parse import ParsedBatch
 from rankflow.operators.routing import SPLIT_MARKER, tick
 from rankflow.operators.song_counter import SongCounterLogic
-from rankflow.operators.user_stage import ShardRouter, UserLogic, shard_key, shard_of
+from rankflow.operators.user_stage import ShardRouter, UserShardLogic, shard_key, shard_of
 from rankflow.state.events import PlaybackEvent
 
 
@@ -49,16 +49,30 @@ def test_merger_flags_a_broken_invariant_and_waits_for_all_partitions():
     assert snap.errors == ["invariant violated: total_listeners 1 != counted_users 0"]
 
 
+def parsed(events: list[PlaybackEvent], partition: str = "f", epoch: int = 1) -> ParsedBatch:
+    batch = ParsedBatch(_stamped(partition, epoch))
+    batch.events = list(events)
+    return batch
+
+
+def _stamped(partition: str, epoch: int) -> SourceBatch:
+    batch = SourceBatch(partition, 0, 0, [])
+    batch.epoch = epoch
+    return batch
+
+
 def test_shard_router_groups_by_shard_of_and_keeps_each_users_order():
-    events = [(f"u{i % 7}", PlaybackEvent(f"u{i % 7}", f"p{i}", "s", "START", i, i, "f", i, 1, b""))
-              for i in range(60)]
-    groups = dict(ShardRouter(4)(events))
-    assert set(groups) == {shard_key(shard_of(user, 4)) for user, _ in events}
-    for key, group in groups.items():
-        assert all(shard_key(shard_of(ev.user_id, 4)) == key for ev in group)
-    for user in {u for u, _ in events}:
-        mine = [ev.version for ev in groups[shard_key(shard_of(user, 4))] if ev.user_id == user]
-        assert mine == [ev.version for u, ev in events if u == user], "arrival order per user"
+    events = [PlaybackEvent(f"u{i % 7}", f"p{i}", "s", "START", i, i, i, b"") for i in range(60)]
+    groups = dict(ShardRouter(4)(parsed(events, "f", 3)))
+    assert set(groups) == {shard_key(shard_of(ev.user_id, 4)) for ev in events}
+    for key, (partition, epoch, group) in groups.items():
+        assert (partition, epoch) == ("f", 3)
+        assert all(shard_key(shard_of(ev[0], 4)) == key for ev in group)
+    for user in {ev.user_id for ev in events}:
+        mine = [ev[4] for ev in groups[shard_key(shard_of(user, 4))][2] if ev[0] == user]
+        assert mine == [ev.version for ev in events if ev.user_id == user], "arrival order per user"
+    by_user = dict(ShardRouter(0)(parsed(events)))
+    assert set(by_user) == {ev.user_id for ev in events}, "no shards: a key per user"
 
 
 def test_a_split_song_reported_at_zero_when_its_partials_empty():
@@ -91,10 +105,10 @@ def test_a_batch_without_its_epoch_is_refused():
         ParsedBatch(SourceBatch("f", 0, 1, [b"{}"]))
 
 
-def test_user_snapshots_are_five_fields_and_older_six_field_ones_still_resume():
-    logic = UserLogic.builder(recoverable=True)(None)
-    logic.on_batch([PlaybackEvent("u", "p", "s", "START", 1, 0, "f", 0, 1, b"")])
-    assert logic.snapshot() == (1, "p", "s", True, 0)
-    older = UserLogic.builder(recoverable=True)((1, "p", "s", True, 2, 4))
-    older.on_batch([PlaybackEvent("u", "p", "s", "HEARTBEAT", 1, 5, "f", 1, 2, b"")])
-    assert older.snapshot() == (1, "p", "s", True, 2)
+def test_user_snapshots_name_their_users_and_older_unnamed_ones_still_resume():
+    logic = UserShardLogic.builder(whole=True)(None)
+    logic.on_batch([("f", 1, [("u", "p", "s", "START", 1, 0, 0, b"")])])
+    assert logic.snapshot() == {"u": (1, "p", "s", True, 0)}
+    older = UserShardLogic.builder(whole=True)((1, "p", "s", True, 2, 4))  # before: no user id, a sixth field
+    older.on_batch([("f", 2, [("u", "p", "s", "HEARTBEAT", 1, 5, 1, b"")])])
+    assert older.snapshot() == {"u": (1, "p", "s", True, 2)}
