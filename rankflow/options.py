@@ -19,7 +19,7 @@ DEFAULT_DEAD_LETTER = "jsonl:dead-letters.jsonl"
 DEFAULT_REBUILD_DEAD_LETTER = "jsonl:rebuild-dead-letters.jsonl"
 """A rebuild writes its own file: it starts its dead letters over, and must not
 truncate the ones a live run is appending to."""
-DEFAULT_USER_SHARDS = 64
+DEFAULT_USER_SHARDS = 16
 
 
 class UsageError(ValueError):
