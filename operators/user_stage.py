@@ -25,8 +25,7 @@ Contract:
   counter ``(song, salt)``, so the later -1 finds it whatever the routing is by
   then. A user whose events never created a record (only heartbeats) is not kept;
   records are otherwise kept forever, as SEMANTICS.md section 2 requires. Recovery
-  state stores a user as a flat 5-tuple ``(version, playback_id, song_id, playing,
-  salt)``: pickling it is ten times cheaper than named tuples.
+  state stores a user as its record, with its salt as a fifth field when it has one.
 * **Output**, keyed like the input: one :class:`NetChanges` per call (the runtime's
   cost is per item): the batch's song changes summed per counter ``(song, salt)``,
   with the epoch they belong to, and a ``DeadLetter`` for every conflict. A user's
@@ -38,7 +37,7 @@ Contract:
 from __future__ import annotations
 
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import NamedTuple
 
@@ -50,7 +49,7 @@ from rankflow.operators.parse import ParsedBatch
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
 from rankflow.state.events import DeadLetter, Event
-from rankflow.state.rules import CONFLICT_DETAILS, UserRecord, Verdict, apply_event
+from rankflow.state.rules import CONFLICT_DETAILS, PLAYING, SONG_ID, UserRecord, Verdict, apply_event
 
 EventBatch = tuple[str, int, list[Event]]
 """``(source partition, epoch, events)``: plain tuples and lists, so an item that
@@ -72,7 +71,7 @@ VERDICTS: dict[str, int] = dict.fromkeys(Verdict.ALL, 0)
 """Per-process tally of what events did (duplicates, superseded, ...), for metrics."""
 METRICS.verdicts = VERDICTS
 
-Snapshot = tuple[int, str, str, bool, int]  # (version, playback_id, song_id, playing, salt)
+Snapshot = tuple  # a stored user: (version, playback_id, song_id, playing[, salt]); older state: 5 or 6 fields
 ShardSnapshot = dict[str, Snapshot]
 """A whole shard, as recovery state stored it before the changelog (still resumed from)."""
 
@@ -112,14 +111,21 @@ class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSn
             if self.changed is not None:
                 self.changed.update(self.users)  # the first barrier writes all of them to the changelog
 
-    def _load(self, flat: dict[str, Snapshot]) -> None:
+    def _load(self, flat: dict[str, Snapshot | list]) -> None:
+        """Records as stored: ``(version, playback_id, song_id, playing)`` and the salt if it
+        is not 0 (changelogs store lists; older state a fifth field always, or a sixth)."""
+        users, salts = self.users, self.salts
         for user, snap in flat.items():
-            self.users[user] = UserRecord(*snap[:4])
-            if snap[4]:  # [4], not [4:]: state from before the routing version was dropped has a sixth field
-                self.salts[user] = snap[4]
+            users[user] = tuple(snap[:4])  # type: ignore[assignment]
+            if len(snap) > 4 and snap[4]:
+                salts[user] = snap[4]
 
-    def _flat(self, user: str) -> Snapshot:
-        return (*self.users[user], self.salts.get(user, 0))
+    def _flat(self, users: Iterable[str]) -> dict[str, tuple]:
+        """The records of ``users``, each with its salt when it has one (rare: split songs)."""
+        records, salts = self.users, self.salts
+        if not salts:
+            return {u: records[u] for u in users}
+        return {u: (*records[u], salts[u]) if u in salts else records[u] for u in users}
 
     @classmethod
     def builder(cls, changelog: Path | None = None, shards: int = 1, whole: bool = False,
@@ -129,16 +135,26 @@ class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSn
         return lambda resume: cls(resume, hot, changelog, shards, whole)
 
     def on_batch(self, batches: list[EventBatch]) -> tuple[list[Decision], bool]:
+        """Bytewax hands ``on_batch`` the items of one epoch at a time: one
+        :class:`NetChanges` sums all of a call's changes."""
         if RESUMED in self.users:  # a resumed user learns its id from its first event
             self._rename(batches[0][2][0][0])
         out: list[Decision] = []
-        for partition, epoch, events in batches:
-            self._apply(partition, epoch, events, out)
+        net: dict[tuple[str, int], list[int]] = {}
+        epoch = batches[0][1]
+        for partition, batch_epoch, events in batches:
+            if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
+                out.append(NetChanges(epoch, net))
+                net, epoch = {}, batch_epoch
+            self._apply(partition, epoch, events, net, out)
+        self._saw_epoch(epoch)
+        if net:
+            out.append(NetChanges(epoch, net))
         return out, not self.users
 
-    def _apply(self, partition: str, epoch: int, events: list[Event], out: list[Decision]) -> None:
-        """The rules for every event of a batch, in arrival order; the changes summed per counter."""
-        net: dict[tuple[str, int], list[int]] = {}
+    def _apply(self, partition: str, epoch: int, events: list[Event], net: dict[tuple[str, int], list[int]],
+               out: list[Decision]) -> None:
+        """The rules for every event of a batch, in arrival order; the changes summed per counter into ``net``."""
         users, salts, tally, changed = self.users, self.salts, self.tally, self.changed
         hot, conflicts, get = self.hot.hot, Verdict.CONFLICTS, users.get
         for uid, playback, song, etype, version, _, offset, raw in events:
@@ -152,17 +168,18 @@ class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSn
             users[uid] = new  # type: ignore[assignment]
             if changed is not None:
                 changed.add(uid)
-            was = old is not None and old.playing
+            was = old is not None and old[PLAYING]
+            playing = new[PLAYING]  # type: ignore[index]
             if was:  # the contribution leaves the old song, from the counter it was added to
-                key = (old.song_id, salts.pop(uid, 0) if salts else 0)  # type: ignore[union-attr]
+                key = (old[SONG_ID], salts.pop(uid, 0) if salts else 0)  # type: ignore[index]
                 acc = net.get(key)
                 if acc is None:
-                    net[key] = [-1, 0 if new.playing else -1, 1]  # type: ignore[union-attr]
+                    net[key] = [-1, 0 if playing else -1, 1]
                 else:
                     acc[0] -= 1
-                    acc[1] -= 0 if new.playing else 1  # type: ignore[union-attr]
+                    acc[1] -= 0 if playing else 1
                     acc[2] += 1
-            if new.playing:  # ... and joins the new one, on a partial counter if the song is split
+            if playing:  # ... and joins the new one, on a partial counter if the song is split
                 salt = 0
                 if song in hot:
                     salt = salts[uid] = user_salt(uid, self.hot.salts)
@@ -173,9 +190,6 @@ class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSn
                     acc[0] += 1
                     acc[1] += 0 if was else 1
                     acc[2] += 1
-        self._saw_epoch(epoch)
-        if net:
-            out.append(NetChanges(epoch, net))
 
     def _rename(self, uid: str) -> None:
         self.users[uid] = self.users.pop(RESUMED)
@@ -190,7 +204,7 @@ class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSn
 
     def snapshot(self) -> Position | ShardSnapshot | None:
         if self.whole:
-            return {u: self._flat(u) for u in self.users} or None
+            return self._flat(self.users) or None
         if self.changed is None:
             return None  # no recovery: nobody reads snapshots
         log = self.changelog
@@ -200,9 +214,7 @@ class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSn
             first = next(iter(self.users))
             log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(first, self.shards)))
             log.restore(None)
-        flat = self._flat
-        position = log.append({u: flat(u) for u in self.changed},
-                              lambda: {u: flat(u) for u in self.users}, self.epoch)
+        position = log.append(self._flat(self.changed), lambda: self._flat(self.users), self.epoch)
         self.changed.clear()
         return position
 

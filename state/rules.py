@@ -4,7 +4,7 @@ This module is SEMANTICS.md section 3 and nothing else. It is pure (no I/O, no
 Bytewax), so the user stage, the tests and any future replay tool share one
 definition of "what an event means".
 
-A user's whole history is folded into one small :class:`UserRecord`, and
+A user's whole history is folded into one small :data:`UserRecord`, and
 :func:`apply_event` gives the record after one event. What the counters see
 follows from the records alone: a user counts once, on the song of a record that
 is ``playing`` (:func:`contribution`), so when the record changes the user's
@@ -17,18 +17,16 @@ snapshot is checked against.
 
 from __future__ import annotations
 
-from typing import NamedTuple
-
 from rankflow.state.events import HEARTBEAT, START, STOP
 
 
-class UserRecord(NamedTuple):
-    """The latest accepted playback of a user (kept forever: it is small)."""
+UserRecord = tuple[int, str, str, bool]
+"""The latest accepted playback of a user, kept forever (it is small):
+``(version, playback_id, song_id, playing)``. A plain tuple: built by one bytecode,
+and pickled or serialized without a call back into Python per record (a named
+tuple costs both, and there is one record per user)."""
 
-    version: int
-    playback_id: str
-    song_id: str
-    playing: bool
+VERSION, PLAYBACK_ID, SONG_ID, PLAYING = range(4)
 
 
 class Verdict:
@@ -61,8 +59,6 @@ CONFLICT_DETAILS = {
     Verdict.VERSION_REUSED: "version already used by another playback of this user",
 }
 
-_record = tuple.__new__  # builds a UserRecord without NamedTuple's Python-level __new__
-
 Change = tuple[str, int, int]
 
 
@@ -73,47 +69,49 @@ def apply_event(record: UserRecord | None, playback_id: str, song_id: str, versi
     The record is returned unchanged (the same object) unless the event changed it.
 
     >>> apply_event(None, "pb1", "s", 1, START)
-    (UserRecord(version=1, playback_id='pb1', song_id='s', playing=True), 'started')
+    ((1, 'pb1', 's', True), 'started')
+    >>> apply_event((1, "pb1", "s", True), "pb1", "s", 1, STOP)
+    ((1, 'pb1', 's', False), 'stopped')
     """
     if record is not None:
-        if playback_id == record.playback_id:  # 3.1 same playback
-            if song_id != record.song_id:
+        u_version, u_playback, u_song, u_playing = record
+        if playback_id == u_playback:  # 3.1 same playback
+            if song_id != u_song:
                 return record, Verdict.CONFLICT_SONG
-            if version != record.version:
+            if version != u_version:
                 return record, Verdict.CONFLICT_VERSION
-            if record.playing and etype == STOP:
-                return _record(UserRecord, (version, playback_id, song_id, False)), Verdict.STOPPED
-            if record.playing and etype == HEARTBEAT:
+            if u_playing and etype == STOP:
+                return (version, playback_id, song_id, False), Verdict.STOPPED
+            if u_playing and etype == HEARTBEAT:
                 return record, Verdict.HEARTBEAT
             return record, Verdict.REPEATED
-        if version == record.version:  # 3.2 version reused
+        if version == u_version:  # 3.2 version reused
             return record, Verdict.VERSION_REUSED
-        if version < record.version:  # 3.3 superseded
+        if version < u_version:  # 3.3 superseded
             return record, Verdict.SUPERSEDED
     if etype == HEARTBEAT:  # 3.4 heartbeat of an unknown newer playback
         return record, Verdict.UNKNOWN_HEARTBEAT
     starts = etype == START  # 3.5 newer playback; a STOP is remembered so its late START counts nothing
-    new = _record(UserRecord, (version, playback_id, song_id, starts))
-    if record is not None and record.playing:
-        return new, Verdict.SWITCHED if starts else Verdict.CLOSED_NEWER
-    return new, Verdict.STARTED if starts else Verdict.CLOSED_NEWER
+    if record is not None and record[PLAYING]:
+        return (version, playback_id, song_id, starts), Verdict.SWITCHED if starts else Verdict.CLOSED_NEWER
+    return (version, playback_id, song_id, starts), Verdict.STARTED if starts else Verdict.CLOSED_NEWER
 
 
 def contribution(record: UserRecord | None) -> str | None:
     """The song the user counts on, if any: each user counts once, on a playing record's song.
 
-    >>> contribution(UserRecord(3, "pb3", "s", True)), contribution(UserRecord(3, "pb3", "s", False))
+    >>> contribution((3, "pb3", "s", True)), contribution((3, "pb3", "s", False))
     ('s', None)
     """
-    return record.song_id if record is not None and record.playing else None
+    return record[SONG_ID] if record is not None and record[PLAYING] else None
 
 
 def changes(old: UserRecord | None, new: UserRecord | None) -> tuple[Change, ...]:
     """What the counters see when a user's record goes from ``old`` to ``new``.
 
-    >>> changes(UserRecord(1, "pb1", "a", True), UserRecord(2, "pb2", "b", True))
+    >>> changes((1, "pb1", "a", True), (2, "pb2", "b", True))
     (('a', -1, 0), ('b', 1, 0))
-    >>> changes(UserRecord(1, "pb1", "a", True), UserRecord(1, "pb1", "a", False))
+    >>> changes((1, "pb1", "a", True), (1, "pb1", "a", False))
     (('a', -1, -1),)
     """
     if new is old:

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from rankflow.state.rules import UserRecord, Verdict, changes
+from rankflow.state.rules import Verdict, changes
+
+
+def UserRecord(version, playback_id, song_id, playing):  # noqa: N802 - reads like the record it builds
+    return (version, playback_id, song_id, playing)
 
 
 def apply_event(record, playback_id, song_id, version, etype):
