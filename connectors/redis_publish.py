@@ -14,6 +14,8 @@ to send it whole when Redis has none.
 from __future__ import annotations
 
 import logging
+import queue
+import threading
 import time
 from typing import Any
 
@@ -160,15 +162,56 @@ class Publisher:
 
 
 class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
+    """Publishes from a thread of its own, in order, so the flow never waits for Redis.
+
+    A publish is one Lua script that applies thousands of count changes (about 20 ms
+    per barrier on the 1M-event benchmark, 7% of the run when the flow waited for
+    it). The flow hands snapshots over and goes on; the thread publishes them in
+    order, Redis working on the other core. At most :data:`IN_FLIGHT` snapshots wait:
+    beyond that the flow waits (a Redis that falls behind slows the flow instead of
+    filling memory). An error (fenced, switched, Redis gone for good) stops the flow
+    at its next snapshot or at its end; ``close`` returns once everything handed over
+    is published, so a finished or interrupted run has published its last barrier.
+    Nothing is lost by publishing later: every snapshot is complete, and a crashed
+    run resumes from its recovery state and publishes again.
+    """
+
+    IN_FLIGHT = 2
+
     def __init__(self, publisher: Publisher) -> None:
         self._publisher = publisher
+        self._queue: queue.Queue[Snapshot | None] = queue.Queue(maxsize=self.IN_FLIGHT)
+        self._failure: BaseException | None = None
+        self._reported = False
+        self._thread = threading.Thread(target=self._publish_all, name="rankflow-publisher", daemon=True)
+        self._thread.start()
+
+    def _publish_all(self) -> None:
+        while (snapshot := self._queue.get()) is not None:
+            if self._failure is None:
+                try:
+                    self._publisher.publish(snapshot)
+                except BaseException as exc:  # noqa: BLE001 - handed to the flow's thread
+                    self._failure = exc
+
+    def _raise_failure(self) -> None:
+        """Raise the thread's error, once: Bytewax closes the partition while it unwinds
+        from that error, and an error raised again there aborts the process."""
+        failure = self._failure
+        if failure is not None and not self._reported:
+            self._reported = True
+            raise failure
 
     def write_batch(self, items: list[tuple[str, Snapshot]]) -> None:
+        self._raise_failure()
         for _, snapshot in items:
-            self._publisher.publish(snapshot)
+            self._queue.put(snapshot)
 
     def close(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
         self._publisher.close()
+        self._raise_failure()
 
 
 class RedisSnapshotSink(DynamicSink[tuple[str, Snapshot]]):

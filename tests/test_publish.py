@@ -155,3 +155,24 @@ def test_snapshot_ids_grow_across_runs():
     assert snapshot_id(2, 1) > snapshot_id(1, 999_999_999)
     with pytest.raises(ValueError):
         snapshot_id(1, 0)
+
+
+def test_a_run_fenced_at_its_last_snapshot_stops_with_the_error(tmp_path, redis_url, redis_client, namespace):
+    """Snapshots are published from a thread: an error at the very last one still ends
+    the run with that error (raised at the sink's close), not silently or by an abort."""
+    from rankflow.connectors.jsonl import JsonlDeadLetterSink, JsonlSource
+    from rankflow.connectors.redis_publish import RedisSnapshotSink
+    from rankflow.execution import execute
+    from rankflow.flows.listeners import build_flow
+    from rankflow.options import RunOptions
+    from tests.events import ev
+
+    log = tmp_path / "one.jsonl"
+    log.write_bytes(ev("u1", "p1", "song", "START", 1) + b"\n")
+    claim_generation(redis_client, namespace, 0, 50)  # a newer run owns the namespace
+    flow = build_flow(JsonlSource([str(log)]), JsonlDeadLetterSink(str(tmp_path / "dead.jsonl")),
+                      RedisSnapshotSink(redis_url, namespace, 7), song_partitions=2, k_max=10, run_token=7,
+                      user_shards=4)
+    with pytest.raises(FencedError, match="current owner is run 50"):
+        execute(flow, RunOptions(input=f"jsonl:{log}", until_eof=True), None)
+    assert read_latest(redis_client, namespace) is None
