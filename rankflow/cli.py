@@ -137,6 +137,9 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--steady-s", type=float, default=30.0, help="seconds of steady traffic")
     bn.add_argument("--memory-users", type=_positive, default=1_000_000)
     bn.add_argument("--out", default="bench-results", help="where bench.json and bench.png go")
+    bn.add_argument("--parts", type=lambda t: tuple(x for x in t.split(",") if x),
+                    default=("throughput", "freshness", "memory"), metavar="PART,...",
+                    help="throughput, freshness, memory (default: all)")
 
     sw = sub.add_parser("bench-sweep", help="throughput across partitions x users vs the lean baseline")
     sw.add_argument("--events", type=_positive, default=1_000_000, help="events per log (default: %(default)s)")
@@ -263,7 +266,8 @@ def cmd_bench(args: argparse.Namespace) -> int:
     from rankflow.bench.run import BenchConfig, main as bench_main
 
     bench_main(BenchConfig(events=args.events, users=args.users, songs=args.songs, rate=args.rate,
-                           steady_s=args.steady_s, memory_users=args.memory_users, out=args.out))
+                           steady_s=args.steady_s, memory_users=args.memory_users, out=args.out,
+                           parts=args.parts))
     return 0
 
 

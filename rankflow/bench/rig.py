@@ -8,6 +8,7 @@ The systems:
 
 * ``rankflow``: ``rankflow run --until-eof``, one process;
 * ``rankflow_durable``: the same with a fresh ``--recovery-dir`` (what production runs);
+* ``rankflow_2p``, ``rankflow_durable_2p``: the same with ``--processes 2``;
 * ``baseline`` / ``baseline_lean``: the seed's design, full or lean
   (``rankflow.bench.baseline``), whose state is in Redis.
 
@@ -33,7 +34,7 @@ from rankflow.generate import generate
 from rankflow.produce import produce_file
 from rankflow.services import LocalRedis, LocalTansu, free_port
 
-SYSTEMS = ("rankflow", "rankflow_durable", "baseline", "baseline_lean")
+SYSTEMS = ("rankflow", "rankflow_durable", "rankflow_2p", "rankflow_durable_2p", "baseline", "baseline_lean")
 
 
 @dataclass
@@ -103,11 +104,14 @@ class Rig:
                 "--redis", self.redis.url, "--namespace", namespace, *extra]
 
     def command(self, system: str, topic: str, namespace: str) -> list[str]:
-        if system == "rankflow":
-            return self.rankflow_cmd(topic, namespace, "--until-eof")
-        if system == "rankflow_durable":
-            return self.rankflow_cmd(topic, namespace, "--until-eof", "--recovery-dir",
-                                     str(self.work / f"{namespace}.recovery"))
+        """``rankflow[_durable][_2p]``: with ``--recovery-dir``, with ``--processes 2``."""
+        if system.startswith("rankflow"):
+            extra = ["--until-eof"]
+            if "_durable" in system:
+                extra += ["--recovery-dir", str(self.work / f"{namespace}.recovery")]
+            if system.endswith("_2p"):
+                extra += ["--processes", "2"]
+            return self.rankflow_cmd(topic, namespace, *extra)
         variant = "lean" if system == "baseline_lean" else "full"
         return self.baseline_cmd(topic, namespace, "--variant", variant)
 

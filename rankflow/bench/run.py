@@ -38,7 +38,7 @@ from typing import Any
 
 import orjson
 
-from rankflow.bench.rig import Rig
+from rankflow.bench.rig import SYSTEMS, Rig
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
 from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.produce import produce_file, produce_steady
@@ -58,6 +58,7 @@ class BenchConfig:
     partitions: int = 4
     out: str = "bench-results"
     seed: int = 1
+    parts: tuple[str, ...] = ("throughput", "freshness", "memory")
 
 
 @dataclass
@@ -78,12 +79,16 @@ class BenchResult:
     machine: dict[str, Any]
     rankflow: SystemResult = field(default_factory=SystemResult)
     rankflow_durable: SystemResult = field(default_factory=SystemResult)
+    rankflow_2p: SystemResult = field(default_factory=SystemResult)  # --processes 2
+    rankflow_durable_2p: SystemResult = field(default_factory=SystemResult)
     baseline: SystemResult = field(default_factory=SystemResult)
     baseline_lean: SystemResult = field(default_factory=SystemResult)
     exact: bool = False
     ratio: float = 0.0  # rankflow / lean baseline
     durable_ratio: float = 0.0  # rankflow durable / lean baseline
     ratio_full: float = 0.0  # rankflow / full baseline
+    processes_speedup: float = 0.0  # --processes 2 / one process
+    durable_processes_speedup: float = 0.0
     targets: dict[str, Any] = field(default_factory=dict)
 
 
@@ -107,8 +112,7 @@ class Bench:
         cfg = self.cfg
         topic = "backlog"
         self.rig.produce(self.rig.log_file(cfg.events, cfg.users, cfg.songs), topic, cfg.partitions)
-        runs = {system: self.rig.backlog(system, topic, cfg.events) for system in
-                ("rankflow", "rankflow_durable", "baseline", "baseline_lean")}
+        runs = {system: self.rig.backlog(system, topic, cfg.events) for system in SYSTEMS}
         for system, run in runs.items():
             target: SystemResult = getattr(result, system)
             target.seconds, target.events_per_s = run.seconds, run.events_per_s
@@ -118,6 +122,8 @@ class Bench:
         result.ratio = runs["rankflow"].events_per_s / lean
         result.durable_ratio = runs["rankflow_durable"].events_per_s / lean
         result.ratio_full = runs["rankflow"].events_per_s / runs["baseline"].events_per_s
+        result.processes_speedup = runs["rankflow_2p"].events_per_s / runs["rankflow"].events_per_s
+        result.durable_processes_speedup = runs["rankflow_durable_2p"].events_per_s / runs["rankflow_durable"].events_per_s
         self.log(f"vs the lean baseline: rankflow {result.ratio:.2f}, durable {result.durable_ratio:.2f}; "
                  f"vs the full one {result.ratio_full:.2f}; rankings equal: {result.exact}")
 
@@ -229,9 +235,8 @@ class Bench:
             "cpus": os.cpu_count(), "python": platform.python_version(), "platform": platform.platform()})
         with self.rig:
             self.client = self.rig.client
-            self.throughput(result)
-            self.freshness(result)
-            self.memory(result)
+            for part in cfg.parts:
+                getattr(self, part)(result)
         p99 = result.rankflow.freshness_p99_s
         result.targets = {
             "throughput_ratio_min": TARGET_RATIO, "throughput_ratio_met": result.ratio >= TARGET_RATIO,
@@ -260,10 +265,10 @@ def chart(result: BenchResult, path: Path) -> None:
     systems = ("rankflow", "baseline")
     colors = ("#2b7bba", "#b0b0b0")
     fig, axes = plt.subplots(1, 3, figsize=(15, 4.4))
-    backlog = ("rankflow", "rankflow_durable", "baseline_lean", "baseline")
+    backlog = ("rankflow", "rankflow_durable", "rankflow_2p", "rankflow_durable_2p", "baseline_lean", "baseline")
     eps = [getattr(result, s).events_per_s for s in backlog]
-    axes[0].bar(["rankflow", "rankflow\ndurable", "baseline\nlean", "baseline\nfull"], eps,
-                color=("#2b7bba", "#1b4f7a", "#909090", "#c8c8c8"))
+    axes[0].bar(["rf", "rf\ndurable", "rf\n2 proc.", "rf dur.\n2 proc.", "baseline\nlean", "baseline\nfull"], eps,
+                color=("#2b7bba", "#1b4f7a", "#5fa8e0", "#3b7fb5", "#909090", "#c8c8c8"))
     axes[0].set_title(f"events/s on a {result.config['events']:,}-event backlog\n"
                       f"vs lean: {result.ratio:.2f}, durable {result.durable_ratio:.2f} (target >= {TARGET_RATIO})")
     for i, v in enumerate(eps):
@@ -297,10 +302,14 @@ def main(cfg: BenchConfig) -> BenchResult:
           f"baseline lean {result.baseline_lean.events_per_s:,.0f}, full {b.events_per_s:,.0f}; vs lean "
           f"{result.ratio:.2f}, durable {result.durable_ratio:.2f} (target >= {TARGET_RATIO}); rankings equal: "
           f"{result.exact}")
-    print(f"freshness at {cfg.rate}/s: rankflow p50 {r.freshness_p50_s:.3f}s p99 {r.freshness_p99_s:.3f}s; "
-          f"baseline p50 {b.freshness_p50_s:.3f}s p99 {b.freshness_p99_s:.3f}s (target p99 < 1s)")
-    print(f"memory per counted user: rankflow {r.memory_bytes_per_user:,.0f} B, "
-          f"baseline {b.memory_bytes_per_user:,.0f} B")
+    print(f"--processes 2: {result.rankflow_2p.events_per_s:,.0f} events/s (x{result.processes_speedup:.2f} one "
+          f"process), durable {result.rankflow_durable_2p.events_per_s:,.0f} (x{result.durable_processes_speedup:.2f})")
+    if "freshness" in cfg.parts:
+        print(f"freshness at {cfg.rate}/s: rankflow p50 {r.freshness_p50_s:.3f}s p99 {r.freshness_p99_s:.3f}s; "
+              f"baseline p50 {b.freshness_p50_s:.3f}s p99 {b.freshness_p99_s:.3f}s (target p99 < 1s)")
+    if "memory" in cfg.parts:
+        print(f"memory per counted user: rankflow {r.memory_bytes_per_user:,.0f} B, "
+              f"baseline {b.memory_bytes_per_user:,.0f} B")
     print(f"wrote {json_path} and {png_path}")
     return result
 
