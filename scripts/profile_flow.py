@@ -38,9 +38,12 @@ PARTS = {  # a frame whose name contains the key counts for the part (first matc
     "Kafka read": ("_KafkaPartition", "rd_kafka"),
     "exchange between processes (pickle, bincode)": ("pickle", "bincode", "Pickler", "Unpickler"),
     "Bytewax recovery store (SQLite)": ("sqlite", "rusqlite"),
-    "merger, publish": ("MergerLogic", "Publisher", "redis"),
+    "merger, publish": ("MergerLogic", "Publisher", "redis/"),
     "start-up (imports)": ("_find_and_load", "_compile_bytecode"),
 }
+
+
+IDLE = ("Condition.wait", "Queue.get")  # a thread waiting for work (the publisher): py-spy --native counts it
 
 
 def shares(collapsed: Path) -> dict[str, float]:
@@ -48,8 +51,10 @@ def shares(collapsed: Path) -> dict[str, float]:
     total = 0
     for line in collapsed.read_text().splitlines():
         stack, _, n = line.rpartition(" ")
+        frames = [f for f in stack.split(";")[::-1] if not f.startswith("process ")]  # py-spy's root: a command line
+        if any(idle in f for f in frames for idle in IDLE):
+            continue
         total += int(n)
-        frames = stack.split(";")[::-1]
         part = next((name for frame in frames for name, keys in PARTS.items() if any(k in frame for k in keys)),
                     "runtime and the rest")
         counts[part] += int(n)
