@@ -31,15 +31,19 @@ from collections.abc import Iterable
 
 from rankflow.state.events import DeadLetter
 
-SongDelta = tuple[int, str | None, int, int, int]
-"""``(epoch, song_id, salt, delta, user_delta)``; ``song_id`` is None for a barrier tick,
-``salt`` is :data:`SPLIT_MARKER` for a split marker."""
+SongDelta = tuple[str, int, int, int]
+"""``(song_id, salt, delta, user_delta)``; ``salt`` is :data:`SPLIT_MARKER` for a split marker."""
+
+CounterBatch = tuple[int, list[SongDelta] | tuple[()]]
+"""``(epoch, deltas)``: what a song partition gets, one item per partition per call of
+the combine step (the runtime's cost is per item: one item per song would be as many
+items as songs changed). A barrier tick is a batch with no deltas."""
 
 SPLIT_MARKER = -1
 
 
-def tick(epoch: int) -> SongDelta:
-    return (epoch, None, 0, 0, 0)
+def tick(epoch: int) -> CounterBatch:
+    return (epoch, ())
 
 
 def partition_of(song_id: str, salt: int, partitions: int) -> int:
@@ -108,22 +112,25 @@ HOT_SONGS = HotSongs()
 
 
 def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
-                        hot: HotSongs = HOT_SONGS) -> list[tuple[str, SongDelta]]:
+                        hot: HotSongs = HOT_SONGS) -> list[tuple[str, CounterBatch]]:
     """``flat_map_batch`` mapper over the user stage's output: net deltas per song.
 
     Sums the user shards' :class:`operators.user_stage.NetChanges` (conflicts go
-    their own way) per ``(epoch, song, salt)``, keys them by partition, and adds a
-    split marker for every salted song.
+    their own way) per ``(song, salt)`` and epoch, adds a split marker for every
+    salted song, and groups them by song partition: one :data:`CounterBatch` per
+    partition and epoch.
     """
-    net: dict[tuple[int, str, int], list[int]] = {}
+    nets: dict[int, dict[tuple[str, int], list[int]]] = {}
     changes: dict[str, int] = {}
     watch = hot.enabled
     for _, item in items:
         if item.__class__ is DeadLetter:
             continue
         epoch, counts = item  # type: ignore[misc]
-        for (song, salt), (delta, user_delta, n) in counts.items():
-            key = (epoch, song, salt)
+        net = nets.get(epoch)
+        if net is None:
+            net = nets[epoch] = {}
+        for key, (delta, user_delta, n) in counts.items():
             acc = net.get(key)
             if acc is None:
                 net[key] = [delta, user_delta]
@@ -131,14 +138,21 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
                 acc[0] += delta
                 acc[1] += user_delta
             if watch:
-                changes[song] = changes.get(song, 0) + n
+                changes[key[0]] = changes.get(key[0], 0) + n
     hot.observe(changes)
-    out: list[tuple[str, SongDelta]] = []
-    marked: set[tuple[int, str]] = set()
-    for (epoch, song, salt), (delta, user_delta) in net.items():
-        if delta or user_delta:
-            out.append((str(partition_of(song, salt, partitions)), (epoch, song, salt, delta, user_delta)))
-        if salt and (epoch, song) not in marked:
-            marked.add((epoch, song))
-            out.append((str(partition_of(song, 0, partitions)), (epoch, song, SPLIT_MARKER, 0, 0)))
+    out: list[tuple[str, CounterBatch]] = []
+    for epoch, net in nets.items():
+        batches: dict[int, list[SongDelta]] = {}
+        marked: set[str] = set()
+        for (song, salt), (delta, user_delta) in net.items():
+            if delta or user_delta:
+                batches.setdefault(partition_of(song, salt, partitions), []).append((song, salt, delta, user_delta))
+            if salt and song not in marked:
+                marked.add(song)
+                batches.setdefault(partition_of(song, 0, partitions), []).append((song, SPLIT_MARKER, 0, 0))
+        out.extend((PARTITION_KEYS[p] if p < len(PARTITION_KEYS) else str(p), (epoch, deltas))
+                   for p, deltas in batches.items())
     return out
+
+
+PARTITION_KEYS = [str(p) for p in range(1024)]

@@ -2,9 +2,9 @@
 
 Contract (``stateful_batch`` keyed by song partition ``"0"`` .. ``"P-1"``):
 
-* **Input**: :data:`operators.routing.SongDelta` net deltas from the combine step,
-  split markers, and barrier ticks ``(epoch, None, 0, 0, 0)`` from every source
-  batch. Bytewax hands a key all items of epoch ``e`` before any item of epoch
+* **Input**: :data:`operators.routing.CounterBatch` items ``(epoch, deltas)``: net
+  deltas and split markers from the combine step, and barrier ticks (no deltas)
+  from every source batch. Bytewax hands a key all items of epoch ``e`` before any item of epoch
   ``e+1``, so the first item of a newer epoch proves epoch ``e`` is complete here.
 * **State**: a :class:`state.ranking_index.SongIndex` (count map + balanced-tree
   index) of the ordinary songs, the partial counters ``(song, salt)`` of split
@@ -32,7 +32,7 @@ from typing import NamedTuple
 from bytewax.operators import StatefulBatchLogic
 
 from rankflow.operators.merger import PartitionReport
-from rankflow.operators.routing import SPLIT_MARKER, SongDelta
+from rankflow.operators.routing import SPLIT_MARKER, CounterBatch
 from rankflow.state.ranking_index import SongIndex
 
 Counter = tuple[str, int]  # (song_id, salt)
@@ -53,7 +53,7 @@ class CounterState(NamedTuple):
 EMPTY = CounterState({}, {}, frozenset(), {}, 0, None, 0)
 
 
-class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterState | None]):
+class SongCounterLogic(StatefulBatchLogic[CounterBatch, PartitionReport, CounterState | None]):
     def __init__(self, k_max: int, resume: CounterState | None, recoverable: bool) -> None:
         s = resume or EMPTY
         self.k_max = k_max
@@ -72,21 +72,23 @@ class SongCounterLogic(StatefulBatchLogic[SongDelta, PartitionReport, CounterSta
     def builder(cls, k_max: int, recoverable: bool) -> Callable[[CounterState | None], "SongCounterLogic"]:
         return lambda resume: cls(k_max, resume, recoverable)
 
-    def on_batch(self, items: list[SongDelta]) -> tuple[list[PartitionReport], bool]:
+    def on_batch(self, items: list[CounterBatch]) -> tuple[list[PartitionReport], bool]:
         out: list[PartitionReport] = []
-        pending = self.pending
-        for epoch, song, salt, delta, user_delta in items:
+        pending, users = self.pending, 0
+        for epoch, deltas in items:
             if epoch != self.open_epoch:
+                self.counted_users += users
+                users = 0
                 self._open(epoch, out)
                 pending = self.pending
-            if song is None:
-                continue
-            if salt == SPLIT_MARKER:
-                self._mark_split(song)
-                continue
-            key = (song, salt)
-            pending[key] = pending.get(key, 0) + delta
-            self.counted_users += user_delta
+            for song, salt, delta, user_delta in deltas:
+                if salt == SPLIT_MARKER:
+                    self._mark_split(song)
+                    continue
+                key = (song, salt)
+                pending[key] = pending.get(key, 0) + delta
+                users += user_delta
+        self.counted_users += users
         return out, StatefulBatchLogic.RETAIN
 
     def on_eof(self) -> tuple[list[PartitionReport], bool]:

@@ -15,9 +15,9 @@ from rankflow.state.events import PlaybackEvent
 
 def test_counter_reports_each_epoch_once_when_a_newer_epoch_arrives():
     logic = SongCounterLogic(k_max=2, resume=None, recoverable=False)
-    out, _ = logic.on_batch([(1, "a", 0, 1, 1), (1, "b", 0, 1, 1), (1, "a", 0, 1, 1)])
+    out, _ = logic.on_batch([(1, [("a", 0, 1, 1), ("b", 0, 1, 1)]), (1, [("a", 0, 1, 1)])])
     assert out == []  # epoch 1 may still get items
-    out, _ = logic.on_batch([tick(2), (2, "b", 0, -1, -1)])
+    out, _ = logic.on_batch([tick(2), (2, [("b", 0, -1, -1)])])
     assert [(r.epoch, r.top, r.total, r.counted_users) for r in out] == [(1, [("a", 2), ("b", 1)], 3, 3)]
     out, _ = logic.on_eof()
     assert [(r.epoch, r.top, r.total) for r in out] == [(2, [("a", 2)], 2)]
@@ -26,7 +26,7 @@ def test_counter_reports_each_epoch_once_when_a_newer_epoch_arrives():
 
 def test_a_negative_count_is_reported_in_the_snapshot_not_clamped():
     counter = SongCounterLogic(k_max=5, resume=None, recoverable=False)
-    counter.on_batch([(1, "a", 0, 1, 1), (1, "b", 0, -1, -1)])
+    counter.on_batch([(1, [("a", 0, 1, 1), ("b", 0, -1, -1)])])
     [report] = counter.on_eof()[0]
     assert report.negative == [("b", -1)] and report.total == 0
     merger = MergerLogic(song_partitions=1, k_max=5, run_token=1, resume=None)
@@ -41,7 +41,7 @@ def test_merger_flags_a_broken_invariant_and_waits_for_all_partitions():
     merger = MergerLogic(song_partitions=2, k_max=5, run_token=7, resume=None)
     c0 = SongCounterLogic(k_max=5, resume=None, recoverable=False)
     c1 = SongCounterLogic(k_max=5, resume=None, recoverable=False)
-    c0.on_batch([(1, "a", 0, 1, 0)])  # a +1 whose user was never counted: a bug upstream
+    c0.on_batch([(1, [("a", 0, 1, 0)])])  # a +1 whose user was never counted: a bug upstream
     c1.on_batch([tick(1)])
     assert merger.on_batch([("0", c0.on_eof()[0][0])])[0] == []
     [snap] = merger.on_batch([("1", c1.on_eof()[0][0])])[0]
@@ -79,8 +79,8 @@ def test_a_split_song_reported_at_zero_when_its_partials_empty():
     """The merger learns that a split song's last listener left: 0 goes into the count table."""
     counter = SongCounterLogic(k_max=5, resume=None, recoverable=False)
     merger = MergerLogic(song_partitions=1, k_max=5, run_token=1, resume=None)
-    counter.on_batch([(1, "x", SPLIT_MARKER, 0, 0), (1, "x", 2, 1, 1)])
-    [report1] = counter.on_batch([(2, "x", 2, -1, -1)])[0]
+    counter.on_batch([(1, [("x", SPLIT_MARKER, 0, 0), ("x", 2, 1, 1)])])
+    [report1] = counter.on_batch([(2, [("x", 2, -1, -1)])])[0]
     [report2] = counter.on_eof()[0]
     merger.on_batch([PositionReport(1, "f", 1), PositionReport(2, "f", 2)])
     [snap1] = merger.on_batch([("0", report1)])[0]
@@ -92,7 +92,7 @@ def test_a_split_song_reported_at_zero_when_its_partials_empty():
 def test_partition_lag_is_the_time_from_reading_the_input_to_closing_the_barrier():
     counter = SongCounterLogic(k_max=5, resume=None, recoverable=False)
     merger = MergerLogic(song_partitions=1, k_max=5, run_token=1, resume=None)
-    counter.on_batch([(1, "a", 0, 1, 1)])
+    counter.on_batch([(1, [("a", 0, 1, 1)])])
     [report] = counter.on_eof()[0]
     read_at = report.closed_at - 0.75
     merger.on_batch([PositionReport(1, "f", 1, read_at - 1.0), PositionReport(1, "f", 1, read_at)])
