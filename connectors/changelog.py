@@ -34,6 +34,7 @@ filesystem snapshot) or of a stopped run.
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import struct
@@ -47,6 +48,9 @@ import orjson
 log = logging.getLogger("rankflow.changelog")
 
 IMAGE, DELTA = 0, 1
+STDLIB_JSON = 2
+"""Flag in a frame's kind: the payload holds an integer beyond 64 bits (a version may be
+any size), which orjson neither writes nor reads back exactly: the standard library does."""
 HEADER = struct.Struct("<BIQI")  # kind, payload length, epoch, crc32 of the payload
 COMPACT_FACTOR = 2  # start a new generation when the deltas exceed this many times the image
 COMPACT_MIN_BYTES = int(os.environ.get("RANKFLOW_CHANGELOG_MIN_BYTES", 1 << 22))
@@ -117,11 +121,12 @@ class ShardChangelog:
                 payload = f.read(length)
                 if len(payload) != length or zlib.crc32(payload) != crc:
                     raise ChangelogCorrupt(f"{path}: a damaged frame at byte {f.tell() - len(payload)}")
-                if kind == IMAGE:
-                    records = orjson.loads(payload)
+                batch = (json.loads if kind & STDLIB_JSON else orjson.loads)(payload)
+                if kind & ~STDLIB_JSON == IMAGE:
+                    records = batch
                     self._image_bytes, self._delta_bytes = length, 0
                 else:
-                    records.update(orjson.loads(payload))
+                    records.update(batch)
                     self._delta_bytes += length
             if f.tell() != end:
                 raise ChangelogCorrupt(f"{path}: no frame ends at byte {end}")
@@ -154,7 +159,10 @@ class ShardChangelog:
         _fsync_directory(self.directory)
 
     def _write(self, kind: int, records: dict[str, Any], epoch: int) -> int:
-        payload = orjson.dumps(records)
+        try:
+            payload = orjson.dumps(records)
+        except orjson.JSONEncodeError:  # an integer beyond 64 bits
+            payload, kind = json.dumps(records, separators=(",", ":")).encode(), kind | STDLIB_JSON
         self._file.write(HEADER.pack(kind, len(payload), epoch, zlib.crc32(payload)) + payload)
         self._file.flush()
         self.offset += HEADER.size + len(payload)

@@ -105,3 +105,15 @@ def test_a_shard_resumed_from_a_whole_snapshot_writes_it_to_its_changelog(tmp_pa
     position = logic.snapshot()
     restored = UserShardLogic.builder(tmp_path, shards=4)(position)
     assert restored.users == {"u1": (3, "p3", "song", False), "u2": (1, "p1", "other", False)}
+
+
+def test_versions_beyond_64_bits_round_trip(tmp_path):
+    """A version is any integer >= 0; orjson neither writes nor reads back beyond 64 bits."""
+    log = ShardChangelog(tmp_path, "users-5")
+    log.restore(None)
+    big = [2**70, "p", "s", True]
+    log.append({"a": rec(1)}, everything({"a": rec(1)}), 1)
+    position = log.append({"b": big}, everything({}), 2)
+    log.close()
+    restored = ShardChangelog(tmp_path, "users-5").restore(position)
+    assert restored == {"a": rec(1), "b": big} and type(restored["b"][0]) is int
