@@ -150,9 +150,5 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
             if salt and song not in marked:
                 marked.add(song)
                 batches.setdefault(partition_of(song, 0, partitions), []).append((song, SPLIT_MARKER, 0, 0))
-        out.extend((PARTITION_KEYS[p] if p < len(PARTITION_KEYS) else str(p), (epoch, deltas))
-                   for p, deltas in batches.items())
+        out.extend((str(p), (epoch, deltas)) for p, deltas in batches.items())
     return out
-
-
-PARTITION_KEYS = [str(p) for p in range(1024)]

@@ -50,14 +50,11 @@ def test_merger_flags_a_broken_invariant_and_waits_for_all_partitions():
 
 
 def parsed(events: list[PlaybackEvent], partition: str = "f", epoch: int = 1) -> ParsedBatch:
-    batch = ParsedBatch(_stamped(partition, epoch))
+    """A parsed batch holding ``events``, as the parse step hands it to the router."""
+    source = SourceBatch(partition, 0, 0, [])
+    source.epoch = epoch
+    batch = ParsedBatch(source)
     batch.events = list(events)
-    return batch
-
-
-def _stamped(partition: str, epoch: int) -> SourceBatch:
-    batch = SourceBatch(partition, 0, 0, [])
-    batch.epoch = epoch
     return batch
 
 
