@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["rankflow.options", "rankflow.state.rules"]
+MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures"]
 
 
 @pytest.mark.parametrize("name", MODULES)
