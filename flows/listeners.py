@@ -38,7 +38,7 @@ from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
-from rankflow.operators.merger import MERGER_KEY, MergerLogic
+from rankflow.operators.merger import MERGER_KEY, MergerLogic, SongRanking
 from rankflow.operators.parse import ParsedBatch, parse_batch, stamp_epoch
 from rankflow.operators.routing import combine_song_deltas
 from rankflow.operators.song_counter import SongCounterLogic
@@ -103,7 +103,7 @@ def build_flow(
         op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
     )
     snapshots = op.stateful_batch(
-        "merger", merger_in, MergerLogic.builder(song_partitions, k_max, run_token)
+        "merger", merger_in, MergerLogic.builder(song_partitions, lambda _: SongRanking(k_max), run_token)
     )
     op.output("publish", snapshots, snapshot_sink)
     op.output("dead_letter_output", dead_letters, dead_letter_sink)

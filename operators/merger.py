@@ -1,16 +1,18 @@
-"""The merger: one consistent global ranking per barrier.
+"""The merger: one consistent snapshot per barrier, for every flow.
 
 Contract (``stateful_batch`` with the single key :data:`MERGER_KEY`):
 
 * **Input**, all keyed :data:`MERGER_KEY`:
-  ``(song_partition, PartitionReport)`` from every song partition for every epoch;
+  ``(partition, report)`` from every counter partition for every epoch;
   :class:`PositionReport` from every source batch; every ``DeadLetter`` (counted).
 * **Completion rule**: epoch ``e`` is complete when all P partitions reported it.
   Position reports and dead letters of epoch ``e`` travel in epoch ``e``, while
   partition reports of ``e`` are emitted in a later epoch, so by then everything
   up to ``e`` has arrived here.
-* **Output**: one :class:`state.snapshot.Snapshot` per complete epoch, in epoch
-  order: the global top ``K_max`` merged from the P local lists and the split songs
+* **Output**: one snapshot per complete epoch, in epoch order, made by the flow's
+  :class:`Combiner` from the epoch's :class:`Cut` (id, positions, dead letters) and
+  the P reports. The listener flow's (:class:`SongRanking`) is a
+  :class:`state.snapshot.Snapshot`: the global top ``K_max`` merged from the P local lists and the split songs
   (every partial added first, see ``operators.routing``), input positions
   (the next offset per source partition), listener and user totals, the
   invariant check ``total_listeners == counted_users``, and per song partition its
@@ -23,7 +25,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from bytewax.operators import StatefulBatchLogic
 
@@ -69,14 +71,15 @@ class MergerState(NamedTuple):
     last_epoch: int
     pending_read_at: dict[int, float] = {}  # defaults: state stored before these fields resumes too
     read_at: float = 0.0
+    combiner: Any = None
 
 
-class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
-    def __init__(
-        self, song_partitions: int, k_max: int, run_token: int, resume: MergerState | None
-    ) -> None:
-        self.partitions = song_partitions
-        self.k_max = k_max
+class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
+    """Epoch completion, positions and dead-letter counts around a product's :class:`Combiner`."""
+
+    def __init__(self, partitions: int, combiner: "Combiner", run_token: int, resume: MergerState | None) -> None:
+        self.partitions = partitions
+        self.combiner = combiner
         self.run_token = run_token
         s = resume or MergerState({}, {}, {}, {}, 0, 0)
         self.reports = {e: dict(r) for e, r in s.reports.items()}
@@ -89,13 +92,19 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
         self.read_at = s.read_at  # when the newest input in the cut was read
 
     @classmethod
-    def builder(
-        cls, song_partitions: int, k_max: int, run_token: int
-    ) -> Callable[[MergerState | None], "MergerLogic"]:
-        return lambda resume: cls(song_partitions, k_max, run_token, resume)
+    def builder(cls, partitions: int, make_combiner: Callable[[Any], "Combiner"], run_token: int
+                ) -> Callable[[MergerState | None], "MergerLogic"]:
+        """``make_combiner(stored combiner state or None)`` builds the product's combiner."""
+        return lambda resume: cls(partitions, make_combiner(resume.combiner if resume else None), run_token, resume)
 
-    def on_batch(self, items: list[object]) -> tuple[list[Snapshot], bool]:
-        out: list[Snapshot] = []
+    @classmethod
+    def for_songs(cls, song_partitions: int, k_max: int, run_token: int, resume: MergerState | None = None
+                  ) -> "MergerLogic":
+        """The listener flow's merger (what tests build without the runtime)."""
+        return cls(song_partitions, SongRanking(k_max), run_token, resume)
+
+    def on_batch(self, items: list[object]) -> tuple[list[object], bool]:
+        out: list[object] = []
         for item in items:
             if item.__class__ is PositionReport:
                 self._position(item)  # type: ignore[arg-type]
@@ -114,7 +123,7 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
         if report.read_at > self.pending_read_at.get(report.epoch, 0.0):
             self.pending_read_at[report.epoch] = report.read_at
 
-    def _partition_report(self, part: str, report: PartitionReport, out: list[Snapshot]) -> None:
+    def _partition_report(self, part: str, report: Any, out: list[object]) -> None:
         if report.epoch <= self.last_epoch:
             log.error("late report for epoch %s from partition %s ignored", report.epoch, part)
             return
@@ -123,49 +132,17 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
         if len(reports) == self.partitions:
             out.append(self._complete(report.epoch))
 
-    def _complete(self, epoch: int) -> Snapshot:
+    def _complete(self, epoch: int) -> object:
         for stale in [e for e in self.reports if e < epoch]:
             log.error("epoch %s never completed (%s of %s partitions); skipped",
                       stale, len(self.reports[stale]), self.partitions)
             del self.reports[stale]
         reports = self.reports.pop(epoch)
-        full = all(r.full for r in reports.values())
         self._fold_through(epoch)
         self.last_epoch = epoch
-        split: dict[str, int] = {}
-        for r in reports.values():
-            for song, count in r.partials.items():
-                split[song] = split.get(song, 0) + count
-        split_live = [(song, count) for song, count in split.items() if count > 0]
-        counts: dict[str, int] = {}
-        for r in reports.values():
-            counts.update(r.changed)
-        counts.update(split)  # a split song's count is the sum of its partials
-        total = sum(r.total for r in reports.values())
-        users = sum(r.counted_users for r in reports.values())
-        errors = [f"negative count: {song} = {n} (partition {p})"
-                  for p, r in sorted(reports.items()) for song, n in r.negative]
-        if total != users:
-            errors.append(f"invariant violated: total_listeners {total} != counted_users {users}")
-        for e in errors:
-            log.error("epoch %s: %s", epoch, e)
-        return Snapshot(
-            snapshot_id=snapshot_id(self.run_token, epoch),
-            run=self.run_token,
-            epoch=epoch,
-            positions=dict(self.positions),
-            total_listeners=total,
-            counted_users=users,
-            active_songs=sum(r.active_songs for r in reports.values()) + len(split_live),
-            dead_letters=self.dead_letters,
-            k_max=self.k_max,
-            items=merge_local_tops([*(r.top for r in reports.values()), split_live], self.k_max),
-            split_songs=sorted(song for song, count in split.items() if count),
-            counts=counts,
-            counts_full=full,
-            partition_lag_ms={p: max(0, round((r.closed_at - self.read_at) * 1000)) for p, r in sorted(reports.items())},
-            errors=errors,
-        )
+        cut = Cut(snapshot_id(self.run_token, epoch), self.run_token, epoch, dict(self.positions),
+                  self.dead_letters, self.read_at)
+        return self.combiner.combine(cut, reports)
 
     def _fold_through(self, epoch: int) -> None:
         """Move positions and dead-letter counts of epochs <= ``epoch`` into the cut."""
@@ -188,4 +165,79 @@ class MergerLogic(StatefulBatchLogic[object, Snapshot, MergerState]):
             self.last_epoch,
             dict(self.pending_read_at),
             self.read_at,
+            self.combiner.state(),
         )
+
+
+class Cut(NamedTuple):
+    """What a complete epoch's snapshot names besides the product's state: its id and
+    the input before it (SEMANTICS.md section 5)."""
+
+    snapshot_id: int
+    run: int
+    epoch: int
+    positions: dict[str, int]
+    dead_letters: int
+    read_at: float  # when the newest input in the cut was read (Unix seconds)
+
+
+class Combiner(Protocol):
+    """How one product turns the P partition reports of an epoch into its snapshot."""
+
+    def combine(self, cut: Cut, reports: dict[str, Any]) -> object:
+        """The snapshot of ``cut`` from every partition's report of its epoch."""
+
+    def state(self) -> Any:
+        """What recovery stores for the combiner (None when it keeps nothing)."""
+
+
+class SongRanking:
+    """The listener flow's combiner: the global top ``K_max`` songs and the count changes."""
+
+    def __init__(self, k_max: int, resume: Any = None) -> None:
+        self.k_max = k_max
+
+    def combine(self, cut: Cut, reports: dict[str, PartitionReport]) -> Snapshot:
+        full = all(r.full for r in reports.values())
+        split: dict[str, int] = {}
+        for r in reports.values():
+            for song, count in r.partials.items():
+                split[song] = split.get(song, 0) + count
+        split_live = [(song, count) for song, count in split.items() if count > 0]
+        counts: dict[str, int] = {}
+        for r in reports.values():
+            counts.update(r.changed)
+        counts.update(split)  # a split song's count is the sum of its partials
+        total = sum(r.total for r in reports.values())
+        users = sum(r.counted_users for r in reports.values())
+        errors = [f"negative count: {song} = {n} (partition {p})"
+                  for p, r in sorted(reports.items()) for song, n in r.negative]
+        if total != users:
+            errors.append(f"invariant violated: total_listeners {total} != counted_users {users}")
+        for e in errors:
+            log.error("epoch %s: %s", cut.epoch, e)
+        return Snapshot(
+            snapshot_id=cut.snapshot_id,
+            run=cut.run,
+            epoch=cut.epoch,
+            positions=cut.positions,
+            total_listeners=total,
+            counted_users=users,
+            active_songs=sum(r.active_songs for r in reports.values()) + len(split_live),
+            dead_letters=cut.dead_letters,
+            k_max=self.k_max,
+            items=merge_local_tops([*(r.top for r in reports.values()), split_live], self.k_max),
+            split_songs=sorted(song for song, count in split.items() if count),
+            counts=counts,
+            counts_full=full,
+            partition_lag_ms=lag_ms(cut, reports),
+            errors=errors,
+        )
+
+    def state(self) -> None:
+        return None
+
+
+def lag_ms(cut: Cut, reports: dict[str, Any]) -> dict[str, int]:
+    """Per partition, how long after the newest input of the cut was read it closed the epoch."""
+    return {p: max(0, round((r.closed_at - cut.read_at) * 1000)) for p, r in sorted(reports.items())}

@@ -1,6 +1,6 @@
-"""The counter stage: song partitions holding counts and their local ranking.
+"""The listener flow's counter table: song partitions holding counts and their local ranking.
 
-Contract (``stateful_batch`` keyed by song partition ``"0"`` .. ``"P-1"``):
+Contract (the counter stage of ``operators.counter``, keyed by song partition ``"0"`` .. ``"P-1"``):
 
 * **Input**: :data:`operators.routing.CounterBatch` items ``(epoch, deltas)``: net
   deltas and split markers from the combine step, and barrier ticks (no deltas)
@@ -29,82 +29,48 @@ import time
 from collections.abc import Callable
 from typing import NamedTuple
 
-from bytewax.operators import StatefulBatchLogic
-
+from rankflow.operators.counter import CounterLogic, CounterState
 from rankflow.operators.merger import PartitionReport
-from rankflow.operators.routing import SPLIT_MARKER, CounterBatch
+from rankflow.operators.routing import SPLIT_MARKER, SongDelta
 from rankflow.state.ranking_index import SongIndex
 
 Counter = tuple[str, int]  # (song_id, salt)
 
 
-class CounterState(NamedTuple):
-    """Recovery state of one song partition."""
+class SongState(NamedTuple):
+    """Recovery state of one song partition's table."""
 
     counts: dict[str, int]
     partials: dict[Counter, int]
     split: frozenset[str]
     pending: dict[Counter, int]
     counted_users: int
-    open_epoch: int | None
-    last_closed: int
 
 
-EMPTY = CounterState({}, {}, frozenset(), {}, 0, None, 0)
+class SongTable:
+    """A song partition: ordinary counts in a :class:`SongIndex`, partials of split songs."""
 
-
-class SongCounterLogic(StatefulBatchLogic[CounterBatch, PartitionReport, CounterState | None]):
-    def __init__(self, k_max: int, resume: CounterState | None, recoverable: bool) -> None:
-        s = resume or EMPTY
+    def __init__(self, k_max: int, resume: SongState | None = None) -> None:
+        s = resume or SongState({}, {}, frozenset(), {}, 0)
         self.k_max = k_max
-        self.recoverable = recoverable
         self.index = SongIndex(s.counts)
         self.partials = dict(s.partials)
         self.split = set(s.split)
         self.pending = dict(s.pending)
         self.counted_users = s.counted_users
-        self.open_epoch = s.open_epoch
-        self.last_closed = s.last_closed
         self.reported_all = False  # the first report of this execution carries every count
         self.moved: set[str] = set()  # songs that left the ordinary index by a split this epoch
 
-    @classmethod
-    def builder(cls, k_max: int, recoverable: bool) -> Callable[[CounterState | None], "SongCounterLogic"]:
-        return lambda resume: cls(k_max, resume, recoverable)
-
-    def on_batch(self, items: list[CounterBatch]) -> tuple[list[PartitionReport], bool]:
-        out: list[PartitionReport] = []
+    def stage(self, deltas: list[SongDelta]) -> None:
         pending, users = self.pending, 0
-        for epoch, deltas in items:
-            if epoch != self.open_epoch:
-                self.counted_users += users
-                users = 0
-                self._open(epoch, out)
-                pending = self.pending
-            for song, salt, delta, user_delta in deltas:
-                if salt == SPLIT_MARKER:
-                    self._mark_split(song)
-                    continue
-                key = (song, salt)
-                pending[key] = pending.get(key, 0) + delta
-                users += user_delta
+        for song, salt, delta, user_delta in deltas:
+            if salt == SPLIT_MARKER:
+                self._mark_split(song)
+                continue
+            key = (song, salt)
+            pending[key] = pending.get(key, 0) + delta
+            users += user_delta
         self.counted_users += users
-        return out, StatefulBatchLogic.RETAIN
-
-    def on_eof(self) -> tuple[list[PartitionReport], bool]:
-        out: list[PartitionReport] = []
-        if self.open_epoch is not None:
-            out.append(self._close())
-        return out, StatefulBatchLogic.RETAIN
-
-    def _open(self, epoch: int, out: list[PartitionReport]) -> None:
-        if self.open_epoch is not None:
-            if epoch < self.open_epoch:
-                raise AssertionError(f"epoch {epoch} arrived after epoch {self.open_epoch}")
-            out.append(self._close())
-        if epoch <= self.last_closed:
-            raise AssertionError(f"epoch {epoch} arrived after it was applied")
-        self.open_epoch = epoch
 
     def _mark_split(self, song: str) -> None:
         """From now on the song's ordinary count is one of its partials."""
@@ -117,8 +83,7 @@ class SongCounterLogic(StatefulBatchLogic[CounterBatch, PartitionReport, Counter
             self.index.apply([(song, -count)])
             self.partials[(song, 0)] = count
 
-    def _close(self) -> PartitionReport:
-        assert self.open_epoch is not None
+    def close(self, epoch: int) -> PartitionReport:
         ordinary: list[tuple[str, int]] = []
         negative: list[tuple[str, int]] = []
         partials, split = self.partials, self.split
@@ -148,8 +113,8 @@ class SongCounterLogic(StatefulBatchLogic[CounterBatch, PartitionReport, Counter
         summed: dict[str, int] = dict.fromkeys(touched, 0)
         for (song, _), count in partials.items():
             summed[song] = summed.get(song, 0) + count
-        report = PartitionReport(
-            epoch=self.open_epoch,
+        return PartitionReport(
+            epoch=epoch,
             top=self.index.top(self.k_max),
             partials=summed,
             total=self.index.total + sum(summed.values()),
@@ -160,13 +125,22 @@ class SongCounterLogic(StatefulBatchLogic[CounterBatch, PartitionReport, Counter
             full=full,
             closed_at=time.time(),
         )
-        self.last_closed, self.open_epoch = self.open_epoch, None
-        return report
 
-    def snapshot(self) -> CounterState | None:
-        # Bytewax calls this every epoch for every partition, recovery or not; the
-        # copy is O(songs), so it is made only when someone will read it.
-        if not self.recoverable:
-            return None
-        return CounterState(self.index.counts(), dict(self.partials), frozenset(self.split), dict(self.pending),
-                            self.counted_users, self.open_epoch, self.last_closed)
+    def state(self) -> SongState:
+        return SongState(self.index.counts(), dict(self.partials), frozenset(self.split), dict(self.pending),
+                         self.counted_users)
+
+
+class SongCounterLogic(CounterLogic[PartitionReport]):
+    """The counter stage with a :class:`SongTable`: one song partition."""
+
+    def __init__(self, k_max: int, resume: CounterState | None, recoverable: bool) -> None:
+        super().__init__(SongTable(k_max, resume.table if resume else None), resume, recoverable)
+
+    @classmethod
+    def builder(cls, k_max: int, recoverable: bool) -> Callable[[CounterState | None], "SongCounterLogic"]:
+        return lambda resume: cls(k_max, resume, recoverable)
+
+    @property
+    def index(self) -> SongIndex:
+        return self.table.index

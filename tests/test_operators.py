@@ -29,7 +29,7 @@ def test_a_negative_count_is_reported_in_the_snapshot_not_clamped():
     counter.on_batch([(1, [("a", 0, 1, 1), ("b", 0, -1, -1)])])
     [report] = counter.on_eof()[0]
     assert report.negative == [("b", -1)] and report.total == 0
-    merger = MergerLogic(song_partitions=1, k_max=5, run_token=1, resume=None)
+    merger = MergerLogic.for_songs(song_partitions=1, k_max=5, run_token=1)
     merger.on_batch([PositionReport(1, "f", 2)])
     [snap] = merger.on_batch([("0", report)])[0]
     assert snap.items == [("a", 1)]
@@ -38,7 +38,7 @@ def test_a_negative_count_is_reported_in_the_snapshot_not_clamped():
 
 
 def test_merger_flags_a_broken_invariant_and_waits_for_all_partitions():
-    merger = MergerLogic(song_partitions=2, k_max=5, run_token=7, resume=None)
+    merger = MergerLogic.for_songs(song_partitions=2, k_max=5, run_token=7)
     c0 = SongCounterLogic(k_max=5, resume=None, recoverable=False)
     c1 = SongCounterLogic(k_max=5, resume=None, recoverable=False)
     c0.on_batch([(1, [("a", 0, 1, 0)])])  # a +1 whose user was never counted: a bug upstream
@@ -75,7 +75,7 @@ def test_shard_router_groups_by_shard_of_and_keeps_each_users_order():
 def test_a_split_song_reported_at_zero_when_its_partials_empty():
     """The merger learns that a split song's last listener left: 0 goes into the count table."""
     counter = SongCounterLogic(k_max=5, resume=None, recoverable=False)
-    merger = MergerLogic(song_partitions=1, k_max=5, run_token=1, resume=None)
+    merger = MergerLogic.for_songs(song_partitions=1, k_max=5, run_token=1)
     counter.on_batch([(1, [("x", SPLIT_MARKER, 0, 0), ("x", 2, 1, 1)])])
     [report1] = counter.on_batch([(2, [("x", 2, -1, -1)])])[0]
     [report2] = counter.on_eof()[0]
@@ -88,7 +88,7 @@ def test_a_split_song_reported_at_zero_when_its_partials_empty():
 
 def test_partition_lag_is_the_time_from_reading_the_input_to_closing_the_barrier():
     counter = SongCounterLogic(k_max=5, resume=None, recoverable=False)
-    merger = MergerLogic(song_partitions=1, k_max=5, run_token=1, resume=None)
+    merger = MergerLogic.for_songs(song_partitions=1, k_max=5, run_token=1)
     counter.on_batch([(1, [("a", 0, 1, 1)])])
     [report] = counter.on_eof()[0]
     read_at = report.closed_at - 0.75
