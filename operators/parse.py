@@ -15,11 +15,13 @@ Stateless steps that run on the worker of the source partition, once per batch:
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rankflow.connectors.source_batch import SourceBatch
 from rankflow.operators.merger import MERGER_KEY, PositionReport
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import tick
-from rankflow.state.events import DeadLetter, Event, parse_records
+from rankflow.state.events import DeadLetter, parse_records
 
 
 def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> None:
@@ -36,20 +38,25 @@ def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> No
     batch.epoch = epoch
 
 
+Parser = Callable[[list[bytes], "range | list[int]", str, int], tuple[list, list[tuple[str, DeadLetter]]]]
+"""``(records, offsets, partition, epoch) -> (events, [(partition, dead letter)])``: a
+flow's validation (``state.events.parse_records`` for playback events,
+``state.score_events.parse_score_records`` for match results)."""
+
+
 class ParsedBatch:
     """A source batch split into valid events and dead letters."""
 
     __slots__ = ("epoch", "partition", "end", "read_at", "events", "dead_letters")
 
-    def __init__(self, batch: SourceBatch) -> None:
+    def __init__(self, batch: SourceBatch, parse: Parser = parse_records) -> None:
         if not batch.epoch:
             raise RuntimeError(f"{batch!r} reached the parser without its epoch: stamp_epoch must run first")
         self.epoch = batch.epoch
         self.partition = batch.partition
         self.end = batch.end
         self.read_at = batch.read_at
-        self.events, self.dead_letters = parse_records(batch.records, batch.offsets(), batch.partition,
-                                                       batch.epoch)
+        self.events, self.dead_letters = parse(batch.records, batch.offsets(), batch.partition, batch.epoch)
         METRICS.input_records[batch.partition] += len(batch.records)
         for _, dead in self.dead_letters:
             METRICS.dead_letters[dead.reason] += 1

@@ -8,16 +8,10 @@ Contract:
   (``--user-shards``, :class:`ShardRouter`):
 
   - **by user shard** (:class:`UserShardLogic`, the default): the key is
-    ``crc32(user_id) % N`` and the state a dict of that shard's users. Each input
-    item is one batch's events for the shard. The runtime's cost is per
-    key and item (a Python call for ``on_batch``, ``notify_at`` and ``snapshot``, a
-    keyed exchange), so per-batch shards carry the same rules at about half the
-    flow's cost (1M events: 12.8 s -> 7.2 s). With recovery a shard's snapshot is a
-    position in its changelog (``connectors.changelog``), which holds the records
-    that changed at each barrier: Bytewax would otherwise store the whole shard.
-  - **by user** (``--user-shards 0``): one key per ``user_id``, the same logic
-    with a shard of one user; with recovery Bytewax stores every touched user at
-    every barrier.
+    ``crc32(user_id) % N`` and the state a dict of that shard's users;
+  - **by user** (``--user-shards 0``): one key per ``user_id``.
+
+  Why shards, and how their recovery works (changelogs): ``operators.keyed_shards``.
 
 * **State**: per user the :class:`state.rules.UserRecord`, and for a user whose
   contribution sits on a partial counter of a split song the salt of that counter
@@ -36,20 +30,16 @@ Contract:
 
 from __future__ import annotations
 
-import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Iterable
 from pathlib import Path
 from typing import NamedTuple
 
-from bytewax.operators import StatefulBatchLogic
-
-from rankflow.connectors.changelog import TAG as CHANGELOG
-from rankflow.connectors.changelog import Position, ShardChangelog
-from rankflow.operators.parse import ParsedBatch
+from rankflow.connectors.changelog import Position
+from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardRouter, ShardSnapshot, shard_key, shard_of
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
 from rankflow.state.events import DeadLetter, Event
-from rankflow.state.rules import CONFLICT_DETAILS, PLAYING, SONG_ID, UserRecord, Verdict, apply_event
+from rankflow.state.rules import CONFLICT_DETAILS, PLAYING, SONG_ID, Verdict, apply_event
 
 EventBatch = tuple[str, int, list[Event]]
 """``(source partition, epoch, events)``: plain tuples and lists, so an item that
@@ -72,49 +62,27 @@ VERDICTS: dict[str, int] = dict.fromkeys(Verdict.ALL, 0)
 METRICS.verdicts = VERDICTS
 
 Snapshot = tuple  # a stored user: (version, playback_id, song_id, playing[, salt]); older state: 5 or 6 fields
-ShardSnapshot = dict[str, Snapshot]
-"""A whole shard, as recovery state stored it before the changelog (still resumed from)."""
+
+__all__ = ["EventBatch", "NetChanges", "ShardRouter", "UserShardLogic", "select_conflicts", "shard_key", "shard_of"]
 
 
-class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSnapshot | None]):
-    """One key per user shard: the state maps each of the shard's users to its record.
+class UserShardLogic(ShardLogic):
+    """One key per user shard: the state maps each of the shard's users to its record
+    (recovery, sharding: ``operators.keyed_shards``)."""
 
-    With recovery (``changelog`` set) the shard keeps the users that changed since
-    the last barrier, and its snapshot appends just those to the shard's changelog
-    and hands Bytewax the changelog's position (``connectors.changelog``): a barrier
-    costs what changed in it, not the whole shard.
-    """
+    __slots__ = ("salts", "hot", "tally")
 
-    __slots__ = ("users", "salts", "hot", "tally", "changelog", "changed", "shards", "epoch", "whole", "_directory")
-
-    def __init__(self, resume: Position | ShardSnapshot | Snapshot | None, hot: HotSongs, changelog: Path | None,
-                 shards: int, whole: bool = False) -> None:
-        """``changelog``: recovery with a changelog per shard; ``whole``: recovery that
-        stores the whole state in Bytewax (one key per user); neither: no recovery."""
+    def __init__(self, resume: Position | ShardSnapshot | Snapshot | None, changelog: Path | None,
+                 shards: int, whole: bool = False, hot: HotSongs = HOT_SONGS) -> None:
         self.hot = hot
         self.tally = VERDICTS
-        self.shards = shards
-        self.whole = whole
-        self.epoch = 0  # of the last events seen
-        self.users: dict[str, UserRecord] = {}
         self.salts: dict[str, int] = {}  # users counted on a partial counter: its salt
-        self.changelog: ShardChangelog | None = None
-        self.changed: set[str] | None = None if changelog is None else set()
-        self._directory = changelog
-        if isinstance(resume, tuple) and resume and resume[0] == CHANGELOG and changelog is not None:
-            self.changelog = ShardChangelog(changelog, resume[1])
-            self._load(self.changelog.restore(resume))  # type: ignore[arg-type]
-        elif isinstance(resume, tuple):  # one user's record, stored before snapshots named their user
-            self._load({RESUMED: resume})  # type: ignore[dict-item]
-        elif isinstance(resume, dict):
-            self._load(resume)
-            if self.changed is not None:
-                self.changed.update(self.users)  # the first barrier writes all of them to the changelog
+        super().__init__(resume, changelog, shards, whole)
 
     def _load(self, flat: dict[str, Snapshot | list]) -> None:
         """Records as stored: ``(version, playback_id, song_id, playing)`` and the salt if it
         is not 0 (changelogs store lists; older state a fifth field always, or a sixth)."""
-        users, salts = self.users, self.salts
+        users, salts = self.records, self.salts
         for user, snap in flat.items():
             users[user] = tuple(snap[:4])  # type: ignore[assignment]
             if len(snap) > 4 and snap[4]:
@@ -122,22 +90,15 @@ class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSn
 
     def _flat(self, users: Iterable[str]) -> dict[str, tuple]:
         """The records of ``users``, each with its salt when it has one (rare: split songs)."""
-        records, salts = self.users, self.salts
+        records, salts = self.records, self.salts
         if not salts:
             return {u: records[u] for u in users}
         return {u: (*records[u], salts[u]) if u in salts else records[u] for u in users}
 
-    @classmethod
-    def builder(cls, changelog: Path | None = None, shards: int = 1, whole: bool = False,
-                hot: HotSongs = HOT_SONGS) -> Callable[[Position | ShardSnapshot | None], "UserShardLogic"]:
-        """``changelog``: the directory of the shards' changelogs (recovery on, shards);
-        ``whole``: recovery on, one key per user."""
-        return lambda resume: cls(resume, hot, changelog, shards, whole)
-
     def on_batch(self, batches: list[EventBatch]) -> tuple[list[Decision], bool]:
         """Bytewax hands ``on_batch`` the items of one epoch at a time: one
         :class:`NetChanges` sums all of a call's changes."""
-        if RESUMED in self.users:  # a resumed user learns its id from its first event
+        if RESUMED in self.records:  # a resumed user learns its id from its first event
             self._rename(batches[0][2][0][0])
         out: list[Decision] = []
         net: dict[tuple[str, int], list[int]] = {}
@@ -150,12 +111,12 @@ class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSn
         self._saw_epoch(epoch)
         if net:
             out.append(NetChanges(epoch, net))
-        return out, not self.users
+        return out, not self.records
 
     def _apply(self, partition: str, epoch: int, events: list[Event], net: dict[tuple[str, int], list[int]],
                out: list[Decision]) -> None:
         """The rules for every event of a batch, in arrival order; the changes summed per counter into ``net``."""
-        users, salts, tally, changed = self.users, self.salts, self.tally, self.changed
+        users, salts, tally, changed = self.records, self.salts, self.tally, self.changed
         hot, conflicts, get = self.hot.hot, Verdict.CONFLICTS, users.get
         for uid, playback, song, etype, version, _, offset, raw in events:
             old = get(uid)
@@ -192,76 +153,9 @@ class UserShardLogic(StatefulBatchLogic[EventBatch, Decision, Position | ShardSn
                     acc[2] += 1
 
     def _rename(self, uid: str) -> None:
-        self.users[uid] = self.users.pop(RESUMED)
+        self._rename_resumed(uid)
         if RESUMED in self.salts:
             self.salts[uid] = self.salts.pop(RESUMED)
-
-    def _saw_epoch(self, epoch: int) -> None:
-        if epoch != self.epoch:
-            self.epoch = epoch
-            if self.changelog is not None:
-                self.changelog.release(epoch)
-
-    def snapshot(self) -> Position | ShardSnapshot | None:
-        if self.whole:
-            return self._flat(self.users) or None
-        if self.changed is None:
-            return None  # no recovery: nobody reads snapshots
-        log = self.changelog
-        if log is None:
-            if not self.users:
-                return None  # only heartbeats of unknown users so far: nothing to keep
-            first = next(iter(self.users))
-            log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(first, self.shards)))
-            log.restore(None)
-        position = log.append(self._flat(self.changed), lambda: self._flat(self.users), self.epoch)
-        self.changed.clear()
-        return position
-
-
-RESUMED = ""
-"""Where a resumed user's record waits for its id when its stored state did not name
-it (state from before snapshots were dicts): never a real id, ids have 1 to 256
-characters."""
-
-
-def shard_of(user_id: str, shards: int) -> int:
-    """The user's shard: stable across processes and runs (unlike ``hash()``)."""
-    return zlib.crc32(user_id.encode()) % shards
-
-
-def shard_key(shard: int) -> str:
-    return f"users-{shard}"
-
-
-class ShardRouter:
-    """``flat_map`` mapper: a parsed batch -> one :data:`EventBatch` per user shard it touches.
-
-    A user's shard is :func:`shard_of`; with ``shards == 0`` each user is its own
-    key. Order within a shard's list is the batch's order, so each user's events
-    keep their arrival order.
-    """
-
-    __slots__ = ("shards", "keys")
-
-    def __init__(self, shards: int) -> None:
-        if shards < 0:
-            raise ValueError("user shards must be >= 0")
-        self.shards = shards
-        self.keys = [shard_key(i) for i in range(shards)]
-
-    def __call__(self, batch: ParsedBatch) -> list[tuple[str, EventBatch]]:
-        groups: dict[str, list[Event]] = {}
-        n, keys, crc32 = self.shards, self.keys, zlib.crc32
-        for ev in batch.events:
-            key = keys[crc32(ev[0].encode()) % n] if n else ev[0]
-            group = groups.get(key)
-            if group is None:
-                groups[key] = [ev]
-            else:
-                group.append(ev)
-        partition, epoch = batch.partition, batch.epoch
-        return [(key, (partition, epoch, group)) for key, group in groups.items()]
 
 
 def select_conflicts(items: list[tuple[str, Decision]]) -> list[tuple[str, DeadLetter]]:

@@ -84,3 +84,78 @@ class SongIndex:
     def counts(self) -> dict[str, int]:
         """A copy of the non-zero counts, for snapshots and checks."""
         return dict(self._counts)
+
+
+BoardKey = tuple[int, int, str]
+"""``(-score, reached_at, player_id)``: ascending order is a score board's ranking
+order (BOARDS.md section 4: score descending, then ``reached_at`` ascending, then
+``player_id`` ascending by code point, which is UTF-8 byte order)."""
+
+
+class BoardTop:
+    """The best ``capacity`` entries of one score board in one partition.
+
+    A score board's entries only ever move up: totals only grow, a best only rises,
+    and ``reached_at`` changes only with a rise or, at an equal score, to an earlier
+    time (BOARDS.md sections 3 and 4). So an entry pushed out of the top never has to
+    come back by itself: it returns with the change that raises it. That is why this
+    index keeps only ``capacity`` entries, not the whole board (10M players stay in
+    Redis and in the per-player stage, not here a third time). An entry that gets
+    worse breaks that argument: :meth:`offer` refuses it and says so.
+
+    >>> top = BoardTop(2)
+    >>> for player, score, at in [("ana", 50, 10), ("bo", 50, 5), ("cy", 70, 9)]:
+    ...     top.offer(player, score, at)
+    True
+    True
+    True
+    >>> top.top(5)
+    [('cy', 70, 9), ('bo', 50, 5)]
+    >>> top.offer("ana", 80, 11), top.top(5)
+    (True, [('ana', 80, 11), ('cy', 70, 9)])
+    """
+
+    __slots__ = ("capacity", "_keys", "_index")
+
+    def __init__(self, capacity: int, entries: Iterable[tuple[str, int, int]] = ()) -> None:
+        self.capacity = capacity
+        self._keys: dict[str, BoardKey] = {}
+        self._index: SortedList = SortedList()
+        for player, score, reached_at in entries:
+            self.offer(player, score, reached_at)
+
+    def offer(self, player: str, score: int, reached_at: int) -> bool:
+        """Take the player's new entry; False (and nothing changes) if it is worse than
+        the one held. O(log K).
+
+        >>> top = BoardTop(1)
+        >>> top.offer("a", 5, 1), top.offer("a", 4, 1), top.top(1)
+        (True, False, [('a', 5, 1)])
+        """
+        key = (-score, reached_at, player)
+        keys, index = self._keys, self._index
+        old = keys.get(player)
+        if old is not None:
+            if key >= old:
+                return key == old
+            index.remove(old)
+        elif len(index) >= self.capacity:
+            last = index[-1]
+            if key > last:
+                return True  # below the top: nothing to hold
+            index.pop()
+            del keys[last[2]]
+        index.add(key)
+        keys[player] = key
+        return True
+
+    def top(self, n: int) -> list[tuple[str, int, int]]:
+        """The first ``n`` entries in ranking order, as ``(player_id, score, reached_at)``. O(log K + n).
+
+        >>> BoardTop(3, [("b", 1, 0), ("a", 1, 0)]).top(1)
+        [('a', 1, 0)]
+        """
+        return [(p, -s, at) for s, at, p in self._index.islice(0, n)]
+
+    def __len__(self) -> int:
+        return len(self._index)

@@ -104,7 +104,7 @@ def test_a_shard_resumed_from_a_whole_snapshot_writes_it_to_its_changelog(tmp_pa
     logic.on_batch([("f", 7, [PlaybackEvent("u1", "p3", "song", "STOP", 3, 0, 0, b"")])])
     position = logic.snapshot()
     restored = UserShardLogic.builder(tmp_path, shards=4)(position)
-    assert restored.users == {"u1": (3, "p3", "song", False), "u2": (1, "p1", "other", False)}
+    assert restored.records == {"u1": (3, "p3", "song", False), "u2": (1, "p1", "other", False)}
 
 
 def test_versions_beyond_64_bits_round_trip(tmp_path):

@@ -7,7 +7,7 @@ import importlib
 
 import pytest
 
-MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures"]
+MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures", "rankflow.state.ranking_index"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -1,0 +1,101 @@
+"""The boards flow's counter table: each partition's top entries of every score board.
+
+Contract (the counter stage of ``operators.counter``, keyed by board partition
+``"0"`` .. ``"P-1"``; a player's entries all go to partition ``crc32(player) % P``):
+
+* **Input**: ``(epoch, entries)`` items from ``operators.routing.route_board_entries``:
+  :data:`Entry` upserts decided by the per-player stage (a player's new score and
+  ``reached_at`` on one board), and barrier ticks (no entries).
+* **State**: per board ``(game_id, board)`` a :class:`state.ranking_index.BoardTop`
+  of this partition's best ``K_max`` entries and the number of its players here
+  (an entry flagged ``new`` is a player joining the board). Boards the partition
+  knows to be dropped by retention (BOARDS.md section 7, judged by the newest
+  periods *this* partition has seen, never newer than the game's) are forgotten.
+* **Output**: when epoch ``e`` closes, one :class:`BoardsReport`: for every board
+  that changed here in ``e`` its local top ``K_max`` and player count, and every
+  entry of ``e`` (the merger passes them on to Redis, which holds whole boards:
+  exact ranks for every player come from there).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from typing import Any, NamedTuple
+
+from rankflow.state.board_rules import is_kept, newest_periods
+from rankflow.state.ranking_index import BoardTop
+
+log = logging.getLogger("rankflow.boards")
+
+Entry = tuple[str, str, str, int, int, bool]
+"""``(game_id, board, player_id, score, reached_at, new)``: a player's entry on one
+board after an accepted result; ``new`` when the player was not on the board before."""
+
+BoardId = tuple[str, str]  # (game_id, board)
+
+
+class BoardsReport(NamedTuple):
+    """A board partition's changes at the close of ``epoch``."""
+
+    epoch: int
+    boards: dict[BoardId, tuple[list[tuple[str, int, int]], int]]  # changed boards: (local top, players here)
+    entries: list[Entry]
+    errors: list[str]
+    closed_at: float
+
+
+class BoardTable:
+    """One board partition: a bounded :class:`BoardTop` per board, and player counts."""
+
+    def __init__(self, k_max: int, resume: dict[str, Any] | None = None) -> None:
+        self.k_max = k_max
+        self.tops: dict[BoardId, BoardTop] = {}
+        self.players: dict[BoardId, int] = {}
+        self.games: dict[str, set[str]] = {}  # game -> its boards held here
+        for (game, board), (entries, players) in (resume or {}).get("boards", {}).items():
+            self.tops[(game, board)] = BoardTop(k_max, entries)
+            self.players[(game, board)] = players
+            self.games.setdefault(game, set()).add(board)
+        self.entries: list[Entry] = []
+        self.changed: set[BoardId] = set()
+        self.errors: list[str] = []
+
+    def stage(self, entries: list[Entry]) -> None:
+        tops, players, changed, k = self.tops, self.players, self.changed, self.k_max
+        for entry in entries:
+            game, board, player, score, reached_at, new = entry
+            bid = (game, board)
+            top = tops.get(bid)
+            if top is None:
+                top = tops[bid] = BoardTop(k)
+                players[bid] = 0
+                self.games.setdefault(game, set()).add(board)
+            if new:
+                players[bid] += 1
+            if not top.offer(player, score, reached_at):
+                self.errors.append(f"entry got worse: {player} on {game}/{board} -> {score} at {reached_at}")
+            changed.add(bid)
+        self.entries.extend(entries)
+
+    def close(self, epoch: int) -> BoardsReport:
+        self._retire(self.changed)
+        boards = {bid: (self.tops[bid].top(self.k_max), self.players[bid]) for bid in self.changed if bid in self.tops}
+        errors, self.errors = self.errors, []
+        for e in errors:
+            log.error("epoch %s: %s", epoch, e)
+        report = BoardsReport(epoch, boards, self.entries, errors, time.time())
+        self.entries, self.changed = [], set()
+        return report
+
+    def _retire(self, changed: set[BoardId]) -> None:
+        """Forget the boards retention dropped, judged by the newest periods held here."""
+        for game in {game for game, _ in changed}:
+            boards = self.games[game]
+            daily, weekly = newest_periods(boards)
+            for board in [b for b in boards if not is_kept(b, daily, weekly)]:
+                boards.discard(board)
+                del self.tops[(game, board)], self.players[(game, board)]
+
+    def state(self) -> dict[str, Any]:
+        return {"boards": {bid: (top.top(self.k_max), self.players[bid]) for bid, top in self.tops.items()}}

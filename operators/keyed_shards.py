@@ -1,0 +1,152 @@
+"""Keyed state in shards: the per-user and per-player stages' runtime side.
+
+Both flows keep one record per entity (a listener's playback, a player's results
+and board scores) and both key their stage the same way (``--user-shards``):
+
+- **by shard** (the default): the key is ``crc32(entity id) % N`` and the state a
+  dict of that shard's records. The runtime's cost is per key and item (a Python
+  call for ``on_batch``, ``notify_at`` and ``snapshot``, a keyed exchange), so
+  per-batch shards carry the same rules at about half the flow's cost (1M playback
+  events: 12.8 s -> 7.2 s). With recovery a shard's snapshot is a position in its
+  changelog (``connectors.changelog``), which holds the records that changed at each
+  barrier: Bytewax would otherwise store the whole shard.
+- **by entity** (``--user-shards 0``): one key per id, the same logic with a shard of
+  one; with recovery Bytewax stores every touched record at every barrier.
+
+:class:`ShardLogic` holds the records and their recovery; a flow's stage subclasses
+it with its rules (``operators.user_stage``, ``operators.player_stage``).
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+from typing import Any, Callable
+
+from bytewax.operators import StatefulBatchLogic
+
+from rankflow.connectors.changelog import TAG as CHANGELOG
+from rankflow.connectors.changelog import Position, ShardChangelog
+
+ShardSnapshot = dict[str, Any]
+"""A whole shard, as Bytewax stores it without a changelog: id -> stored record."""
+
+RESUMED = ""
+"""Where a resumed record waits for its id when its stored state did not name it
+(state from before snapshots were dicts): never a real id, ids are never empty."""
+
+
+class ShardLogic(StatefulBatchLogic):
+    """Records of one shard (or one entity) and their recovery.
+
+    With recovery (``changelog`` set) the shard keeps the ids that changed since the
+    last barrier, and its snapshot appends just those to the shard's changelog and
+    hands Bytewax the changelog's position: a barrier costs what changed in it, not
+    the whole shard. Subclasses put changed ids in :attr:`changed` (when it is not
+    None) and may override :meth:`_load` / :meth:`_flat` to store records in another
+    shape than they hold them.
+    """
+
+    __slots__ = ("records", "changelog", "changed", "shards", "epoch", "whole", "_directory")
+
+    def __init__(self, resume: Position | ShardSnapshot | tuple | None, changelog: Path | None, shards: int,
+                 whole: bool = False) -> None:
+        """``changelog``: recovery with a changelog per shard; ``whole``: recovery that
+        stores the whole state in Bytewax (one key per entity); neither: no recovery."""
+        self.shards = shards
+        self.whole = whole
+        self.epoch = 0  # of the last items seen
+        self.records: dict[str, Any] = {}
+        self.changelog: ShardChangelog | None = None
+        self.changed: set[str] | None = None if changelog is None else set()
+        self._directory = changelog
+        if isinstance(resume, tuple) and resume and resume[0] == CHANGELOG and changelog is not None:
+            self.changelog = ShardChangelog(changelog, resume[1])
+            self._load(self.changelog.restore(resume))  # type: ignore[arg-type]
+        elif isinstance(resume, tuple):  # one entity's record, stored before snapshots named their id
+            self._load({RESUMED: resume})
+        elif isinstance(resume, dict):
+            self._load(resume)
+            if self.changed is not None:
+                self.changed.update(self.records)  # the first barrier writes all of them to the changelog
+
+    @classmethod
+    def builder(cls, changelog: Path | None = None, shards: int = 1, whole: bool = False,
+                **extra: Any) -> Callable[[Any], "ShardLogic"]:
+        """``changelog``: the directory of the shards' changelogs (recovery on, shards);
+        ``whole``: recovery on, one key per entity; ``extra``: the subclass's own arguments."""
+        return lambda resume: cls(resume, changelog, shards, whole, **extra)
+
+    def _load(self, flat: dict[str, Any]) -> None:
+        self.records.update(flat)
+
+    def _flat(self, ids: Iterable[str]) -> dict[str, Any]:
+        records = self.records
+        return {i: records[i] for i in ids}
+
+    def _rename_resumed(self, entity: str) -> None:
+        """A resumed record learns its id from its first item."""
+        self.records[entity] = self.records.pop(RESUMED)
+
+    def _saw_epoch(self, epoch: int) -> None:
+        if epoch != self.epoch:
+            self.epoch = epoch
+            if self.changelog is not None:
+                self.changelog.release(epoch)
+
+    def snapshot(self) -> Position | ShardSnapshot | None:
+        if self.whole:
+            return self._flat(self.records) or None
+        if self.changed is None:
+            return None  # no recovery: nobody reads snapshots
+        log = self.changelog
+        if log is None:
+            if not self.records:
+                return None  # nothing kept so far
+            first = next(iter(self.records))
+            log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(first, self.shards)))
+            log.restore(None)
+        position = log.append(self._flat(self.changed), lambda: self._flat(self.records), self.epoch)
+        self.changed.clear()
+        return position
+
+
+def shard_of(entity_id: str, shards: int) -> int:
+    """The entity's shard: stable across processes and runs (unlike ``hash()``)."""
+    return zlib.crc32(entity_id.encode()) % shards
+
+
+def shard_key(shard: int) -> str:
+    return f"users-{shard}"
+
+
+class ShardRouter:
+    """``flat_map`` mapper: a parsed batch -> one ``(partition, epoch, items)`` per shard it touches.
+
+    An item's shard is :func:`shard_of` its id (field ``id_field`` of the item); with
+    ``shards == 0`` each id is its own key. Order within a shard's list is the
+    batch's order, so each entity's items keep their arrival order.
+    """
+
+    __slots__ = ("shards", "keys", "id_field")
+
+    def __init__(self, shards: int, id_field: int = 0) -> None:
+        if shards < 0:
+            raise ValueError("user shards must be >= 0")
+        self.shards = shards
+        self.keys = [shard_key(i) for i in range(shards)]
+        self.id_field = id_field
+
+    def __call__(self, batch: Any) -> list[tuple[str, tuple[str, int, list]]]:
+        groups: dict[str, list] = {}
+        n, keys, crc32, f = self.shards, self.keys, zlib.crc32, self.id_field
+        for ev in batch.events:
+            key = keys[crc32(ev[f].encode()) % n] if n else ev[f]
+            group = groups.get(key)
+            if group is None:
+                groups[key] = [ev]
+            else:
+                group.append(ev)
+        partition, epoch = batch.partition, batch.epoch
+        return [(key, (partition, epoch, group)) for key, group in groups.items()]

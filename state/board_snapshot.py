@@ -1,0 +1,55 @@
+"""A published state of the score boards: what one barrier of the boards flow names.
+
+The snapshot document (JSON, in Redis and in the snapshots stream) says which input
+it includes and what changed: each changed board's player count and top ``K_max``,
+the games whose newest periods (the aliases ``daily`` and ``weekly``) moved, and
+the periods retention dropped. The whole boards are sorted sets in Redis, written
+by the same atomic script from :attr:`BoardsSnapshot.entries`, so every rank a
+reader asks for comes from the snapshot the document names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+Board = tuple[str, str]  # (game_id, board)
+
+
+class BoardsSnapshot(NamedTuple):
+    """One consistent cut of the score log, ready to publish."""
+
+    snapshot_id: int
+    run: int
+    epoch: int
+    positions: dict[str, int]
+    dead_letters: int
+    k_max: int
+    boards: dict[Board, tuple[int, list[tuple[str, int, int]]]]  # changed: (players, top (player, score, reached_at))
+    entries: list[tuple[str, str, str, int, int, bool]]  # (game, board, player, score, reached_at, new): to Redis
+    dropped: list[Board]
+    aliases: dict[str, tuple[str | None, str | None]]  # games whose newest periods moved: (daily, weekly)
+    partition_lag_ms: dict[str, int]
+    errors: list[str]
+
+    def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
+        games: dict[str, dict[str, Any]] = {}
+        for (game, board), (players, top) in self.boards.items():
+            games.setdefault(game, {})[board] = {
+                "total_players": players,
+                "top": [{"rank": i, "player_id": p, "score": s, "reached_at": at}
+                        for i, (p, s, at) in enumerate(top, start=1)],
+            }
+        return {
+            "snapshot_id": self.snapshot_id,
+            "run": self.run,
+            "epoch": self.epoch,
+            "positions": self.positions,
+            "published_at": published_at_ms,
+            "dead_letters": self.dead_letters,
+            "k_max": self.k_max,
+            "changed_boards": games,
+            "aliases": {g: {"daily": d, "weekly": w} for g, (d, w) in sorted(self.aliases.items())},
+            "dropped_boards": [{"game_id": g, "board": b} for g, b in self.dropped],
+            "partition_lag_ms": self.partition_lag_ms,
+            "errors": self.errors,
+        }
