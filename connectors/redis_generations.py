@@ -10,6 +10,7 @@ see the old ranking or the new one, never a half-built one.
 
 from __future__ import annotations
 
+import orjson
 import redis
 
 from rankflow.connectors.redis_keys import Keys
@@ -89,7 +90,7 @@ def join_run(client: redis.Redis, namespace: str, run_id: str, fresh: bool = Fal
 def switch_generation(client: redis.Redis, namespace: str, old: int, new: int) -> None:
     """Point readers at ``new`` and remove ``old``, atomically."""
     keys = Keys(namespace)
-    old_keys = keys.of_generation(old).generation_keys()
+    old_keys = all_keys(client, keys.of_generation(old))
     try:
         client.eval(SWITCH_LUA, 1 + len(old_keys), keys.generation, *old_keys, old, new)
     except redis.ResponseError as exc:
@@ -97,4 +98,16 @@ def switch_generation(client: redis.Redis, namespace: str, old: int, new: int) -
 
 
 def drop_generation(client: redis.Redis, namespace: str, generation: int) -> None:
-    client.unlink(*Keys(namespace, generation).generation_keys())
+    client.unlink(*all_keys(client, Keys(namespace, generation)))
+
+
+def all_keys(client: redis.Redis, keys: Keys) -> list[str]:
+    """Every key of a generation: the fixed ones, and each board's two (boards flow).
+
+    Boards are listed from the generation's set of boards; a board a live run adds
+    between this read and the switch is left behind (a leak, never a wrong answer:
+    no reader looks at a generation that is not current).
+    """
+    boards = [orjson.loads(name) for name in client.smembers(keys.boards)]
+    extra = [key for game, board in boards for key in keys.board(game, board)]
+    return [*keys.generation_keys(), keys.aliases, keys.boards, *extra]

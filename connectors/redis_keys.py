@@ -18,6 +18,20 @@ namespace in one Redis Cluster slot, so one script may touch them all:
                                 (stream, capped): readers keep their own copy of
                                 the count table with it (see ``api.store``)
 ==============================  ==================================================
+
+The boards flow publishes into the namespace ``<ns>:boards`` (:func:`boards_namespace`),
+so one ``--namespace`` serves both products without their runs fencing each other.
+Its generation holds, besides the keys above (without counts and changes):
+
+=====================================  ===========================================
+``{ns:boards}:g<G>:b:<game>:<board>``  the board's entries (sorted set; the order
+                                       of BOARDS.md 4, see ``PUBLISH_BOARDS_LUA``)
+``{ns:boards}:g<G>:r:<game>:<board>``  the board's ``reached_at`` per player (hash)
+``{ns:boards}:g<G>:aliases``           per game its newest periods (hash: game ->
+                                       JSON ``[daily, weekly]``)
+``{ns:boards}:g<G>:boards``            every board there is (set of JSON ``[game,
+                                       board]``)
+=====================================  ===========================================
 """
 
 from __future__ import annotations
@@ -55,8 +69,28 @@ class Keys:
         """The key where the processes of run ``run_id`` find its token and generation."""
         return f"{self.tag}:run:{run_id}"
 
+    def board(self, game: str, board: str) -> tuple[str, str]:
+        """A board's sorted set and its ``reached_at`` hash. Board names have a fixed
+        form (``all``, ``best``, ``daily:D``, ``weekly:W``), so ``<game>:<board>`` names
+        one board whatever characters the game id holds."""
+        g = f"{self.tag}:g{self.generation_no}"
+        return f"{g}:b:{game}:{board}", f"{g}:r:{game}:{board}"
+
+    @property
+    def aliases(self) -> str:
+        return f"{self.tag}:g{self.generation_no}:aliases"
+
+    @property
+    def boards(self) -> str:
+        return f"{self.tag}:g{self.generation_no}:boards"
+
     def generation_keys(self) -> list[str]:
         return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts, self.changes]
+
+
+def boards_namespace(namespace: str) -> str:
+    """Where the boards flow of ``namespace`` publishes."""
+    return f"{namespace}:boards"
 
 
 def connect(url: str) -> redis.Redis:

@@ -1,6 +1,6 @@
 """Publishing a run's snapshots into Redis, one atomic script per snapshot.
 
-The publish script (``redis_scripts.PUBLISH_LUA``) decides what is stored; this
+The publish script (``redis_scripts.PUBLISH_PRELUDE`` and a flow's body) decides what is stored; this
 module keeps what Redis has not stored yet, and waits out a Redis that is
 unreachable, stalled or answering "not now" (:func:`is_transient`) for
 ``retry_for_s`` (5 minutes) before the run stops with :class:`RedisUnavailable`.
@@ -17,7 +17,8 @@ import logging
 import queue
 import threading
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, Protocol
 
 import orjson
 import redis
@@ -64,38 +65,95 @@ def describe(exc: redis.RedisError) -> str:
     return f"{code} {message}" if code and not message.startswith(code) else message
 
 
+class CountTable:
+    """The listener flow's state in Redis: the count table, sent as changes.
+
+    Count changes not yet in Redis wait for the next snapshot Redis accepts. The
+    publisher mirrors the whole table, to send it whole when Redis has none.
+    """
+
+    script = PUBLISH_LUA
+
+    def __init__(self) -> None:
+        self._pending: dict[str, int] = {}
+        self._full = False
+        self._mirror: dict[str, int] = {}  # the whole table, for a Redis that lost it
+
+    def remember(self, snapshot: Snapshot) -> None:
+        if snapshot.counts_full:
+            self._pending, self._full = dict(snapshot.counts), True
+            self._mirror = {song: n for song, n in snapshot.counts.items() if n > 0}
+            return
+        self._pending.update(snapshot.counts)
+        for song, n in snapshot.counts.items():
+            if n > 0:
+                self._mirror[song] = n
+            else:
+                self._mirror.pop(song, None)
+
+    def resend_all(self) -> None:
+        self._pending, self._full = dict(self._mirror), True
+
+    def stored(self) -> None:
+        self._pending, self._full = {}, False
+
+    def keys(self, k: Keys) -> list[str]:
+        return [k.counts, k.changes]
+
+    def args(self) -> list[Any]:
+        return ["full" if self._full else "delta", orjson.dumps(self._pending), CHANGES_MAXLEN]
+
+
+class ProductState(Protocol):
+    """What a flow keeps in Redis beside the snapshot document, and how it is sent."""
+
+    script: str
+
+    def remember(self, snapshot: Any) -> None:
+        """Take a snapshot's changes: pending until Redis stores a snapshot."""
+
+    def resend_all(self) -> None:
+        """Redis has nothing (``NO_TABLE``): the next call sends the whole state."""
+
+    def stored(self) -> None:
+        """Redis stored the pending changes."""
+
+    def keys(self, k: Keys) -> list[str]:
+        """The script's keys after the shared seven."""
+
+    def args(self) -> list[Any]:
+        """The script's arguments after the positions: ``full`` or ``delta`` first."""
+
+
 class Publisher:
     """Publishes the snapshots of one run into one generation.
 
     ``live=True`` (a run) requires the generation to stay current; ``live=False`` (a
-    rebuild) writes into a generation readers do not use yet.
+    rebuild) writes into a generation readers do not use yet. ``state`` is the
+    flow's state in Redis (the listener flow's :class:`CountTable` by default).
     """
 
     def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0,
-                 live: bool = True, retry_for_s: float = 300.0) -> None:
+                 live: bool = True, retry_for_s: float = 300.0, state: ProductState | None = None) -> None:
         self._client = connect(url)
         self._keys = Keys(namespace, generation)
-        self._script = self._client.register_script(PUBLISH_LUA)
+        self._state: ProductState = state or CountTable()
+        self._script = self._client.register_script(self._state.script)
         self._token = run_token
         self._generation = generation
         self._mode = "live" if live else "build"
         self._retry_for_s = retry_for_s
-        # Count changes not yet in Redis: they wait for the next snapshot Redis accepts.
-        self._pending_counts: dict[str, int] = {}
-        self._pending_full = False
-        self._mirror: dict[str, int] = {}  # the whole table, for a Redis that lost it
 
-    def publish(self, snapshot: Snapshot) -> Published:
-        """Store ``snapshot``, or keep its count changes until Redis stores a snapshot.
+    def publish(self, snapshot: Any) -> Published:
+        """Store ``snapshot``, or keep its changes until Redis stores a snapshot.
 
-        The full count table goes with every snapshot as changes. A snapshot Redis
-        does not store (``OLDER``, ``BEHIND``) leaves its changes pending: they are
-        real (a resumed run replays epochs Redis has seen under other cuts) and go
-        with the next snapshot stored. When Redis has no table for the generation
-        (it is new, or Redis lost its data) the script says so and the publisher
-        sends the whole table, which it mirrors for that case.
+        A snapshot Redis does not store (``OLDER``, ``BEHIND``) leaves its changes
+        pending: they are real (a resumed run replays epochs Redis has seen under
+        other cuts) and go with the next snapshot stored. When Redis has nothing for
+        the generation (it is new, or Redis lost its data) the script says so and the
+        publisher sends the whole state, which it mirrors for that case.
         """
-        self._remember_counts(snapshot)
+        self._state.remember(snapshot)
         deadline = time.monotonic() + self._retry_for_s
         delay = 0.1
         while True:
@@ -112,42 +170,29 @@ class Publisher:
                 time.sleep(delay)
                 delay = min(delay * 2, 5.0)
 
-    def _remember_counts(self, snapshot: Snapshot) -> None:
-        if snapshot.counts_full:
-            self._pending_counts, self._pending_full = dict(snapshot.counts), True
-            self._mirror = {song: n for song, n in snapshot.counts.items() if n > 0}
-            return
-        self._pending_counts.update(snapshot.counts)
-        for song, n in snapshot.counts.items():
-            if n > 0:
-                self._mirror[song] = n
-            else:
-                self._mirror.pop(song, None)
-
-    def _publish_once(self, snapshot: Snapshot) -> Published:
+    def _publish_once(self, snapshot: Any) -> Published:
         obj = snapshot.to_json_obj(int(time.time() * 1000))
         body = orjson.dumps(obj)
         started = time.perf_counter()
         outcome = Published(self._call(snapshot, body))
         if outcome is Published.NO_TABLE:  # send all of it
-            self._pending_counts, self._pending_full = dict(self._mirror), True
+            self._state.resend_all()
             outcome = Published(self._call(snapshot, body))
         if outcome is Published.STORED:
             METRICS.published(obj, time.perf_counter() - started)
         if outcome in (Published.STORED, Published.ALREADY_STORED):  # the pending changes are in Redis
-            self._pending_counts, self._pending_full = {}, False
+            self._state.stored()
         return outcome
 
-    def _call(self, snapshot: Snapshot, body: bytes) -> Any:
+    def _call(self, snapshot: Any, body: bytes) -> Any:
         k = self._keys
         positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
         try:
             return self._script(
-                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.counts, k.changes,
-                      k.runs],
+                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.runs,
+                      *self._state.keys(k)],
                 args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN, self._mode,
-                      CHANGES_MAXLEN, len(positions) // 2, *positions, "full" if self._pending_full else "delta",
-                      orjson.dumps(self._pending_counts)],
+                      len(positions) // 2, *positions, *self._state.args()],
             )
         except redis.ResponseError as exc:
             message = str(exc)
@@ -214,11 +259,17 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
         self._raise_failure()
 
 
-class RedisSnapshotSink(DynamicSink[tuple[str, Snapshot]]):
-    """Bytewax sink publishing the merger's ``(key, Snapshot)`` items."""
+class RedisSnapshotSink(DynamicSink[tuple[str, Any]]):
+    """Bytewax sink publishing the merger's ``(key, snapshot)`` items.
 
-    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0, live: bool = True) -> None:
+    ``state``: builds the flow's :class:`ProductState` (the listener flow's count
+    table by default); one per partition, built where the partition runs.
+    """
+
+    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0, live: bool = True,
+                 state: Callable[[], ProductState] = CountTable) -> None:
         self._args = (url, namespace, run_token, generation, live)
+        self._state = state
 
     def build(self, step_id: str, worker_index: int, worker_count: int) -> _PublisherPartition:
-        return _PublisherPartition(Publisher(*self._args))
+        return _PublisherPartition(Publisher(*self._args, state=self._state()))

@@ -26,7 +26,7 @@ per rebuild, so one more call is almost always enough."""
 PUBLISHED = b"published"
 """The first element of ``JOIN_LUA``'s refusal of a fresh process."""
 
-PUBLISH_LUA = """
+PUBLISH_PRELUDE = """
 local gen = redis.call('GET', KEYS[1])
 if ARGV[6] == 'live' then
   if not gen then
@@ -43,19 +43,19 @@ end
 if token > owner then
   redis.call('SET', KEYS[2], ARGV[1])
 end
-if tonumber(redis.call('GET', KEYS[9]) or '0') < token then
-  redis.call('SET', KEYS[9], ARGV[1])
+if tonumber(redis.call('GET', KEYS[7]) or '0') < token then
+  redis.call('SET', KEYS[7], ARGV[1])
 end
-local counts_at = 9 + 2 * tonumber(ARGV[8])
+local P = 8 + 2 * tonumber(ARGV[7])
 local previous = redis.call('GET', KEYS[3])
-if ARGV[counts_at] ~= 'full' and not previous then
+if ARGV[P] ~= 'full' and not previous then
   return -2
 end
 local function is_stored()
-  if ARGV[3] ~= previous or redis.call('HLEN', KEYS[5]) ~= tonumber(ARGV[8]) then
+  if ARGV[3] ~= previous or redis.call('HLEN', KEYS[5]) ~= tonumber(ARGV[7]) then
     return false
   end
-  for i = 9, counts_at - 1, 2 do
+  for i = 8, P - 1, 2 do
     if redis.call('HGET', KEYS[5], ARGV[i]) ~= ARGV[i + 1] then
       return false
     end
@@ -68,67 +68,132 @@ if tonumber(ARGV[3]) <= tonumber(previous or '-1') then
   end
   return -3
 end
-for i = 9, counts_at - 1, 2 do
+for i = 8, P - 1, 2 do
   local stored = tonumber(redis.call('HGET', KEYS[5], ARGV[i]) or '-1')
   if tonumber(ARGV[i + 1]) < stored then
     return -1
   end
 end
-for i = 9, counts_at - 1, 2 do
+for i = 8, P - 1, 2 do
   redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
-end
-if ARGV[counts_at] == 'full' then
-  redis.call('DEL', KEYS[7])
-end
-for song, count in pairs(cjson.decode(ARGV[counts_at + 1])) do
-  if count > 0 then
-    redis.call('ZADD', KEYS[7], count, song)
-  else
-    redis.call('ZREM', KEYS[7], song)
-  end
 end
 redis.call('SET', KEYS[3], ARGV[3])
 redis.call('SET', KEYS[4], ARGV[4])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'snapshot_id', ARGV[3], 'snapshot', ARGV[4])
-redis.call('XADD', KEYS[8], 'MAXLEN', '~', ARGV[7], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
-           'full', ARGV[counts_at], 'counts', ARGV[counts_at + 1])
-return 1
 """
-"""Stores one snapshot of a run, atomically (see ``redis_publish.Publisher``).
+"""The part of every flow's publish script that decides whether a snapshot is stored.
 
-``KEYS``: generation pointer, and of the run's generation: owner, snapshot_id,
-snapshot, positions, snapshots stream, counts, changes; then the run-token counter.
-``ARGV``: run token, generation, snapshot id, snapshot JSON, stream cap, ``live`` or
-``build``, changes cap, N source partitions, N (partition, offset) pairs, ``full`` or
-``delta``, the count changes (JSON). Refuses, in this order:
+``KEYS`` 1-7: generation pointer, and of the run's generation: owner, snapshot_id,
+snapshot, positions, snapshots stream; then the run-token counter. ``ARGV`` 1-7: run
+token, generation, snapshot id, snapshot JSON, stream cap, ``live`` or ``build``, N
+source partitions; then N (partition, offset) pairs; then at ``ARGV[P]`` (``P = 8 +
+2N``) ``full`` or ``delta``, and the product's own arguments after it. Refuses, in
+this order:
 
 * a live run whose generation is no longer current (a rebuild replaced it): error
   ``SWITCHED ...``;
 * a run whose token is older than the generation's owner: error ``FENCED ...``;
-* count changes when the generation has no snapshot yet (a new generation, or Redis
-  lost its data): ``NO_TABLE``, and the publisher sends the whole table;
+* changes (``delta``) when the generation has no snapshot yet (a new generation, or
+  Redis lost its data): ``NO_TABLE``, and the publisher sends its whole state;
 * the stored snapshot itself, same id and same positions (a retry of a call whose
-  answer was lost): ``ALREADY_STORED``; its count changes are in Redis;
+  answer was lost): ``ALREADY_STORED``; its changes are in Redis;
 * any other snapshot whose id is not newer than the stored one (a run resumed from
   recovery state with its old token replays older epochs): ``OLDER``;
 * a snapshot whose positions are behind the stored ones for any source partition
   (a restarted run still catching up): ``BEHIND``. Published positions never go
   backwards.
 
-Otherwise it stores the snapshot, its positions and its count changes: ``STORED``.
-Every call also re-creates the generation pointer (live), the owner and the
-run-token counter (at least this token) if Redis lost them, so a run started later
-still gets a newer token and takes over.
+Otherwise it stores the snapshot and its positions, and the product's body (run
+next, in the same script) stores its changes: ``STORED``. Every call also re-creates
+the generation pointer (live), the owner and the run-token counter (at least this
+token) if Redis lost them, so a run started later still gets a newer token and
+takes over.
 
-"Same positions" is what makes a retry safe to forget: the counts of a cut are a
-function of the input before it, so Redis's table is the one the caller has.
+"Same positions" is what makes a retry safe to forget: the state of a cut is a
+function of the input before it, so Redis's state is the one the caller has.
 Within one run a replayed epoch may cut the input elsewhere under the same id.
+"""
+
+PUBLISH_LUA = PUBLISH_PRELUDE + """
+if ARGV[P] == 'full' then
+  redis.call('DEL', KEYS[8])
+end
+for song, count in pairs(cjson.decode(ARGV[P + 1])) do
+  if count > 0 then
+    redis.call('ZADD', KEYS[8], count, song)
+  else
+    redis.call('ZREM', KEYS[8], song)
+  end
+end
+redis.call('XADD', KEYS[9], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
+           'full', ARGV[P], 'counts', ARGV[P + 1])
+return 1
+"""
+"""Stores one snapshot of the listener flow, atomically (see ``redis_publish.Publisher``).
+
+:data:`PUBLISH_PRELUDE`, then: ``KEYS`` 8-9: the generation's counts and changes;
+``ARGV[P + 1]`` the count changes (JSON), ``ARGV[P + 2]`` the changes stream's cap.
+A ``full`` table replaces the counts; the changes go to the changes stream, naming
+the snapshot before them (readers follow it, ``api.store``).
+"""
+
+PUBLISH_BOARDS_LUA = PUBLISH_PRELUDE + """
+local boards = tonumber(ARGV[P + 1])
+local dropped = tonumber(ARGV[P + 2])
+local a = P + 3
+for i = 1, tonumber(ARGV[a]) do
+  redis.call('HSET', KEYS[8], ARGV[a + 2 * i - 1], ARGV[a + 2 * i])
+end
+a = a + 1 + 2 * tonumber(ARGV[a])
+for b = 1, boards do
+  local z, r = KEYS[8 + 2 * b], KEYS[9 + 2 * b]
+  redis.call('SADD', KEYS[9], ARGV[a + 1])
+  local n = tonumber(ARGV[a])
+  a = a + 2
+  for e = 1, n do
+    local player, score, at = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+    local old = redis.call('HGET', r, player)
+    if old ~= at then
+      if old then
+        redis.call('ZREM', z, old .. player)
+      end
+      redis.call('HSET', r, player, at)
+    end
+    redis.call('ZADD', z, score, at .. player)
+    a = a + 3
+  end
+end
+for d = 1, dropped do
+  local k = 8 + 2 * boards + 2 * d
+  redis.call('DEL', KEYS[k], KEYS[k + 1])
+  redis.call('SREM', KEYS[9], ARGV[a])
+  a = a + 1
+end
+return 1
+"""
+"""Stores one snapshot of the boards flow, atomically (see ``redis_publish.BoardsState``).
+
+:data:`PUBLISH_PRELUDE`, then ``KEYS``: 8 the games' aliases (hash: game -> JSON
+``[daily, weekly]``), 9 the set of boards (members: JSON ``[game, board]``), then per
+changed board its sorted set and its ``reached_at`` hash, then the same two keys of
+every dropped board. ``ARGV`` after ``ARGV[P]``: the number of changed boards B, of
+dropped boards D, of alias updates A and A (game, JSON) pairs; per changed board
+its entry count, its JSON name and that many ``(player, -score, reached_at)``
+triples (``reached_at`` as 15 digits); per dropped board its JSON name.
+
+A board's sorted set orders its entries as BOARDS.md section 4 does with Redis's own
+order: the score is ``-score`` (ascending = score descending) and the member is the
+15-digit ``reached_at`` followed by the player id, so equal scores order by
+``reached_at`` then by the id's bytes. ``ZRANK`` is then the exact rank - 1, and
+``ZCOUNT key -inf (s`` the number of players with a strictly greater score. The
+hash gives a player's member back from their id.
 """
 
 
 class Published(IntEnum):
-    """``PUBLISH_LUA``'s replies. After ``OLDER``, ``BEHIND`` and ``NO_TABLE`` the
-    count changes are not in Redis: they must go with the next snapshot it stores."""
+    """The publish scripts' replies (:data:`PUBLISH_PRELUDE`). After ``OLDER``, ``BEHIND``
+    and ``NO_TABLE`` the changes are not in Redis: they must go with the next snapshot
+    it stores."""
 
     STORED = 1
     ALREADY_STORED = 0

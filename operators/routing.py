@@ -152,3 +152,30 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
                 batches.setdefault(partition_of(song, 0, partitions), []).append((song, SPLIT_MARKER, 0, 0))
         out.extend((str(p), (epoch, deltas)) for p, deltas in batches.items())
     return out
+
+
+BoardBatch = tuple[int, list[tuple[str, str, str, int, int, bool]] | tuple[()]]
+"""``(epoch, entries)``: what a board partition gets per call of :func:`route_board_entries`."""
+
+
+def route_board_entries(items: Iterable[tuple[str, object]], partitions: int) -> list[tuple[str, BoardBatch]]:
+    """``flat_map_batch`` mapper over the per-player stage's output: entries by board partition.
+
+    A player's entries all go to partition ``crc32(player_id) % P`` (the same on every
+    process and run), so each partition holds whole players and the P local tops of
+    a board together hold its global top. Dead letters go their own way.
+    """
+    batches: dict[tuple[int, int], list[tuple[str, str, str, int, int, bool]]] = {}
+    crc32 = zlib.crc32
+    for _, item in items:
+        if item.__class__ is DeadLetter:
+            continue
+        epoch, entries = item  # type: ignore[misc]
+        for entry in entries:
+            key = (epoch, crc32(entry[2].encode()) % partitions)
+            batch = batches.get(key)
+            if batch is None:
+                batches[key] = [entry]
+            else:
+                batch.append(entry)
+    return [(str(p), (epoch, entries)) for (epoch, p), entries in batches.items()]

@@ -24,8 +24,10 @@ from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.execution import stop_signal, tune_gc
-from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_USER_SHARDS, RunOptions,
-                              ServiceError, UsageError, default_redis_url, redacted)
+from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_USER_SHARDS, FLOWS,
+                              SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError, default_redis_url, redacted)
+from rankflow import cli_boards
+from rankflow.state.signatures import parse_key
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
 from rankflow.generate import generate
@@ -59,7 +61,13 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
     _add_redis(p)
     p.add_argument("--dead-letter", default=dead_letter, metavar="URI",
                    help="where invalid events go: jsonl:PATH or kafka:HOST:PORT/TOPIC (default: %(default)s)")
-    p.add_argument("--song-partitions", type=_positive, default=16, metavar="P")
+    p.add_argument("--flow", choices=FLOWS, default="listeners",
+                   help="listeners: songs by current listeners; boards: game score boards (default: %(default)s)")
+    p.add_argument("--signing-key", metavar="HEX",
+                   help=f"boards: the match servers' HMAC-SHA256 key; results must carry a valid sig "
+                        f"(default: ${SIGNING_KEY_ENV}; without either, signatures are not checked)")
+    p.add_argument("--song-partitions", "--partitions", type=_positive, default=16, metavar="P",
+                   help="counter partitions: of songs, or of board entries with --flow boards (default: %(default)s)")
     p.add_argument("--k-max", type=_positive, default=100, metavar="K")
     p.add_argument("--workers", type=_positive, default=1, metavar="N")
     p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
@@ -149,6 +157,8 @@ def build_parser() -> argparse.ArgumentParser:
                     metavar="P,...", help="partitions of each topic (default: 4,8,16,32)")
     sw.add_argument("--out", default="bench-results", help="where sweep.json and sweep.png go")
 
+    cli_boards.add_parser(sub, _add_redis)
+
     t = sub.add_parser("top", help="print the latest published ranking")
     t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
     t.add_argument("--json", action="store_true", help="print one JSON object")
@@ -174,11 +184,25 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
         hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
-        split_songs=args.split_songs,
+        split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
     )
 
 
+def signing_key(option: str | None, environ: Mapping[str, str]) -> bytes | None:
+    """``--signing-key``, else ``$RANKFLOW_SIGNING_KEY`` (which keeps the key out of the process list)."""
+    text = option if option is not None else environ.get(SIGNING_KEY_ENV)
+    if text is None:
+        return None
+    try:
+        return parse_key(text)
+    except ValueError as exc:
+        raise UsageError(f"--signing-key / ${SIGNING_KEY_ENV}: {exc}") from None
+
+
 def _summary(final: dict[str, Any], took: float, dead_letter: str) -> str:
+    if "total_listeners" not in final:  # the boards flow
+        return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {final['dead_letters']} dead letters -> "
+                f"{dead_letter}; positions {final['positions']}")
     return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {final['total_listeners']} listeners on "
             f"{final['active_songs']} songs, {final['dead_letters']} dead letters -> {dead_letter}; "
             f"positions {final['positions']}")
@@ -327,7 +351,7 @@ def print_table(view: dict[str, Any]) -> None:
 
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
             "serve": cmd_serve, "bench": cmd_bench, "bench-sweep": cmd_bench_sweep,
-            "top": cmd_top}
+            "top": cmd_top, "boards": cli_boards.cmd_boards}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,13 +13,15 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from rankflow.connectors.jsonl import CHUNK_BYTES
-from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys
+from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys, boards_namespace
 
 DEFAULT_DEAD_LETTER = "jsonl:dead-letters.jsonl"
 DEFAULT_REBUILD_DEAD_LETTER = "jsonl:rebuild-dead-letters.jsonl"
 """A rebuild writes its own file: it starts its dead letters over, and must not
 truncate the ones a live run is appending to."""
 DEFAULT_USER_SHARDS = 16
+FLOWS = ("listeners", "boards")
+SIGNING_KEY_ENV = "RANKFLOW_SIGNING_KEY"
 
 
 class UsageError(ValueError):
@@ -53,6 +55,8 @@ def redacted(url: str) -> str:
 @dataclass
 class RunOptions:
     input: str
+    flow: str = "listeners"  # listeners (songs by current listeners) or boards (game score boards)
+    signing_key: bytes | None = None  # boards: results must carry a valid HMAC-SHA256 ``sig``
     until_eof: bool = False
     redis_url: str = DEFAULT_REDIS_URL
     namespace: str = DEFAULT_NAMESPACE
@@ -75,7 +79,14 @@ class RunOptions:
     metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
     metrics_host: str = "127.0.0.1"  # the address the metrics listen on
 
+    @property
+    def redis_namespace(self) -> str:
+        """Where this flow publishes: the boards flow beside the listener flow, never in its keys."""
+        return self.namespace if self.flow == "listeners" else boards_namespace(self.namespace)
+
     def check(self) -> None:
+        if self.flow not in FLOWS:
+            raise UsageError(f"--flow must be one of {', '.join(FLOWS)}, got {self.flow!r}")
         if self.user_shards < 0:
             raise UsageError("--user-shards must be >= 0")
         for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes", "hot_salts"):

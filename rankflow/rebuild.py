@@ -36,7 +36,7 @@ from rankflow.endpoints import make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.options import RunOptions
 from rankflow.recovery import recovery_config, resumes_from_recovery
-from rankflow.runner import connect_redis, listener_flow
+from rankflow.runner import build_dataflow, connect_redis
 
 log = logging.getLogger("rankflow.rebuild")
 
@@ -63,19 +63,19 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
     try:
         source = make_source(opts.input, follow=False, chunk_bytes=opts.read_chunk_bytes,
                              whole_history=from_start)
-        token = new_run_token(client, opts.namespace)
-        old, new = current_generation(client, opts.namespace), token  # tokens are unique, so generations are
-        flow = listener_flow(opts, token, new, live=False, source=source)
-        claim_generation(client, opts.namespace, new, token)
-        log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.namespace, new, old)
+        token = new_run_token(client, opts.redis_namespace)
+        old, new = current_generation(client, opts.redis_namespace), token  # tokens are unique, so generations are
+        flow = build_dataflow(opts, token, new, live=False, source=source)
+        claim_generation(client, opts.redis_namespace, new, token)
+        log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.redis_namespace, new, old)
         try:
             execute(flow, opts, recovery)
-            final = read_generation(client, opts.namespace, new)
+            final = read_generation(client, opts.redis_namespace, new)
             _check_complete(final, source.list_parts())
             _check_sound(final)
-            switch_generation(client, opts.namespace, old, new)
+            switch_generation(client, opts.redis_namespace, old, new)
         except BaseException:
-            _drop(client, opts.namespace, new, old)
+            _drop(client, opts.redis_namespace, new, old)
             raise
         log.info("readers switched to generation %s; generation %s removed", new, old)
         assert final is not None

@@ -43,7 +43,7 @@ def recorded(opts: RunOptions) -> dict[str, Any]:
     The dead-letter output too: a JSON Lines sink resumes at a byte offset of the
     file it wrote, which in another file would cut someone else's data.
     """
-    return {"song_partitions": opts.song_partitions, "user_shards": opts.user_shards,
+    return {"flow": opts.flow, "song_partitions": opts.song_partitions, "user_shards": opts.user_shards,
             "input": input_identity(opts.input), "dead_letter": opts.dead_letter}
 
 

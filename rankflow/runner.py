@@ -28,10 +28,12 @@ from bytewax.inputs import Source
 
 from rankflow.connectors.redis_generations import join_run
 from rankflow.connectors.redis_keys import connect
+from rankflow.connectors.redis_boards import BoardsState
 from rankflow.connectors.redis_publish import RedisSnapshotSink
 from rankflow.connectors.redis_read import read_latest
 from rankflow.endpoints import make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
+from rankflow.flows.boards import build_flow as build_boards_flow
 from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS
@@ -51,6 +53,28 @@ def connect_redis(url: str) -> redis.Redis:
         client.close()
         raise ServiceError(f"cannot reach Redis at {redacted(url)}: {exc}") from None
     return client
+
+
+def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
+    """The flow ``opts.flow`` names, publishing into ``generation`` with run token ``token``."""
+    if opts.flow == "boards":
+        return boards_flow(opts, token, generation, live, source)
+    return listener_flow(opts, token, generation, live, source)
+
+
+def boards_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
+    return build_boards_flow(
+        source,
+        make_dead_letter_sink(opts.dead_letter),
+        RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, state=BoardsState),
+        board_partitions=opts.song_partitions,
+        k_max=opts.k_max,
+        signing_key=opts.signing_key,
+        user_shards=opts.user_shards,
+        run_token=token,
+        recoverable=opts.recovery_dir is not None,
+        user_changelog=user_changelog(opts.recovery_dir),
+    )
 
 
 def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
@@ -81,11 +105,11 @@ def run(opts: RunOptions) -> dict[str, Any] | None:
     source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
     client = connect_redis(opts.redis_url)
     try:
-        token, generation = join_run(client, opts.namespace, opts.run_id or uuid.uuid4().hex, fresh=fresh)
-        flow = listener_flow(opts, token, generation, live=True, source=source)
-        log.info("run %s owns generation %s of namespace %r", token, generation, opts.namespace)
+        token, generation = join_run(client, opts.redis_namespace, opts.run_id or uuid.uuid4().hex, fresh=fresh)
+        flow = build_dataflow(opts, token, generation, live=True, source=source)
+        log.info("run %s owns generation %s of namespace %r", token, generation, opts.redis_namespace)
         execute(flow, opts, recovery)
-        return read_latest(client, opts.namespace)
+        return read_latest(client, opts.redis_namespace)
     finally:
         client.close()
 
@@ -116,7 +140,7 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
         raise ServiceError(f"process {failed.name} exited with status {failed.exitcode}; the run stopped")
     client = connect_redis(opts.redis_url)
     try:
-        return read_latest(client, opts.namespace)
+        return read_latest(client, opts.redis_namespace)
     finally:
         client.close()
 

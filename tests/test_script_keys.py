@@ -26,7 +26,11 @@ from rankflow.connectors.redis_generations import (
     new_run_token,
     switch_generation,
 )
+from rankflow.connectors.board_read import BoardReader
+from rankflow.connectors.redis_boards import BoardsState
+from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_publish import Publisher
+from rankflow.state.board_snapshot import BoardsSnapshot
 from rankflow.connectors.redis_read import read_counts
 from rankflow.state.snapshot import Snapshot, snapshot_id
 
@@ -119,6 +123,40 @@ def test_every_script_touches_only_keys_it_declares(undeclared, monkeypatch, red
         live.close()
         loop.run_until_complete(cache.client.aclose())
         loop.close()
+    boards_publish_and_read(redis_client, redis_url, namespace)
     assert sent == set(SCRIPTS.values()), "every script ran through the check"
     outside = log()
     assert not outside, "keys touched outside KEYS:\n" + "\n".join(outside)
+
+
+def boards_snap(run: int, epoch: int, entries: list, dropped: list = (), aliases: dict | None = None) -> BoardsSnapshot:
+    return BoardsSnapshot(snapshot_id(run, epoch), run, epoch, {"f": epoch}, 0, 10, {}, list(entries),
+                          list(dropped), aliases or {}, {}, [])
+
+
+def boards_publish_and_read(client: redis.Redis, url: str, namespace: str) -> None:
+    """The boards flow's scripts: publish (entries, aliases, a dropped board, the whole
+    state again after Redis lost it), every query, a rebuild's switch."""
+    ns = boards_namespace(namespace)
+    token, generation = join_run(client, ns, uuid.uuid4().hex, fresh=True)
+    pub = Publisher(url, ns, token, generation, state=BoardsState())
+    try:
+        assert pub.publish(boards_snap(token, 1, [("g", "all", "a", 5, 1, True), ("g", "daily:2027-01-01", "a", 5, 1, True)],
+                                       aliases={"g": ("2027-01-01", "2026-W53")})) == 1
+        assert pub.publish(boards_snap(token, 2, [("g", "all", "a", 9, 2, False), ("g", "daily:2027-01-09", "b", 1, 3, True)],
+                                       dropped=[("g", "daily:2027-01-01")], aliases={"g": ("2027-01-09", "2027-W01")})) == 1
+        client.delete(Keys(ns, generation).snapshot_id)  # Redis "lost" the snapshot: the whole state again
+        assert pub.publish(boards_snap(token, 3, [])) == 1
+    finally:
+        pub.close()
+    reader = BoardReader(client, namespace)
+    assert reader.top("g", "all", 5)["items"][0]["score"] == 9
+    assert reader.player("g", "daily", "b")["rank"] == 1
+    assert reader.around("g", "all", "a", 1)["items"][0]["player_id"] == "a"
+    rebuild = new_run_token(client, ns)
+    claim_generation(client, ns, rebuild, rebuild)
+    Publisher(url, ns, rebuild, rebuild, live=False, state=BoardsState()).publish(
+        boards_snap(rebuild, 1, [("g", "best", "z", 1, 1, True)]))
+    switch_generation(client, ns, generation, rebuild)
+    assert reader.top("g", "best", 5)["items"][0]["player_id"] == "z"
+    assert not client.exists(*Keys(ns, generation).board("g", "all")), "the old generation's boards are gone"

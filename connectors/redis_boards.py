@@ -1,0 +1,100 @@
+"""The boards flow's state in Redis: each board a sorted set, written with the snapshot.
+
+:class:`BoardsState` is the boards flow's :class:`connectors.redis_publish.ProductState`:
+it turns a :class:`state.board_snapshot.BoardsSnapshot` into the arguments of
+``PUBLISH_BOARDS_LUA`` (the layout is in ``redis_keys``; why a board's order is
+Redis's own order, in ``redis_scripts``). Entries not yet in Redis wait for the next
+snapshot Redis stores, latest value per player and board. The publisher mirrors
+every entry of kept boards, so a Redis that lost its data gets all of them again
+with the next snapshot.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_scripts import PUBLISH_BOARDS_LUA
+from rankflow.state.board_snapshot import BoardsSnapshot
+
+REACHED_DIGITS = 15
+"""``reached_at`` is at most 253402300799999 (BOARDS.md 1): 15 decimal digits, zero-padded
+so that the members of one score sort by time."""
+
+BoardEntries = dict[str, tuple[int, int]]  # player -> (score, reached_at)
+
+
+def member(player: str, reached_at: int) -> str:
+    """A board entry's sorted-set member: equal scores order by ``reached_at``, then id bytes.
+
+    >>> member("ana", 1798884000000)
+    '001798884000000ana'
+    """
+    return f"{reached_at:015d}{player}"
+
+
+def board_name(game: str, board: str) -> bytes:
+    return orjson.dumps([game, board])
+
+
+class BoardsState:
+    """Board entries, aliases and dropped boards of the snapshots Redis has not stored yet."""
+
+    script = PUBLISH_BOARDS_LUA
+
+    def __init__(self) -> None:
+        self._pending: dict[tuple[str, str], BoardEntries] = {}
+        self._aliases: dict[str, tuple[str | None, str | None]] = {}
+        self._dropped: set[tuple[str, str]] = set()
+        self._full = False
+        self._mirror: dict[tuple[str, str], BoardEntries] = {}
+        self._all_aliases: dict[str, tuple[str | None, str | None]] = {}
+
+    def remember(self, snapshot: BoardsSnapshot) -> None:
+        pending, mirror = self._pending, self._mirror
+        for game, board, player, score, reached_at, _ in snapshot.entries:
+            bid = (game, board)
+            entries = pending.get(bid)
+            if entries is None:
+                entries = pending[bid] = {}
+            entries[player] = (score, reached_at)
+            kept = mirror.get(bid)
+            if kept is None:
+                kept = mirror[bid] = {}
+            kept[player] = (score, reached_at)
+        for bid in snapshot.dropped:
+            pending.pop(bid, None)
+            mirror.pop(bid, None)
+            self._dropped.add(bid)
+        self._aliases.update(snapshot.aliases)
+        self._all_aliases.update(snapshot.aliases)
+
+    def resend_all(self) -> None:
+        self._pending = {bid: dict(entries) for bid, entries in self._mirror.items()}
+        self._aliases = dict(self._all_aliases)
+        self._full = True
+
+    def stored(self) -> None:
+        self._pending, self._aliases, self._dropped, self._full = {}, {}, set(), False
+
+    def keys(self, k: Keys) -> list[str]:
+        out = [k.aliases, k.boards]
+        for game, board in self._pending:
+            out.extend(k.board(game, board))
+        for game, board in self._dropped:
+            out.extend(k.board(game, board))
+        return out
+
+    def args(self) -> list[Any]:
+        args: list[Any] = ["full" if self._full else "delta", len(self._pending), len(self._dropped),
+                           len(self._aliases)]
+        for game, periods in self._aliases.items():
+            args += (game, orjson.dumps(list(periods)))
+        for (game, board), entries in self._pending.items():
+            args += (len(entries), board_name(game, board))
+            for player, (score, reached_at) in entries.items():
+                args += (player, -score, f"{reached_at:015d}")
+        args.extend(board_name(game, board) for game, board in self._dropped)
+        return args

@@ -1,0 +1,116 @@
+"""Game score boards (BOARDS.md): the whole dataflow in one place.
+
+===================  ================  ==============================================
+step                 keyed by          what it does
+===================  ================  ==============================================
+input                (source part.)    one ``SourceBatch`` per batch of raw records
+stamp_epoch                            the batch learns its epoch: its barrier
+parse                                  checks 1-6 of BOARDS.md 1 (shape, ranges,
+                                       signature) once per record
+player_results       ``player_id``     a batch's results, one item per player shard
+                     (shard or player) (or per player with ``user_shards=0``)
+players              ``player_id``     checks 7-8, exactly once per (game, match,
+                     (shard or player) player), scores and ``reached_at`` on every
+                                       board (BOARDS.md 1-4): changed entries
+board_entries                          routes entries to board partitions by player
+barrier_ticks        board partition   one per partition per source batch
+board_counters       board partition   per board a bounded balanced-tree index of
+                                       the local top; a report per closed epoch
+merger               ``"merger"``      P reports of an epoch -> each changed board's
+                                       global top, retention, aliases, positions
+publish                                one atomic Redis script per snapshot: the
+                                       entries into each board's sorted set
+dead_letter_output                     shape errors, bad signatures, too old, in
+                                       the future, conflicts: with reasons
+===================  ================  ==============================================
+
+The listener flow's engine, with other rules: the same parse step, keyed shards,
+counter stage, merger and publisher (``flows/listeners.py`` explains the barriers).
+An accepted result's entries on all its boards travel in its epoch, so a snapshot
+holds a result wholly or not at all (BOARDS.md section 6).
+"""
+
+from __future__ import annotations
+
+from functools import partial
+from pathlib import Path
+
+import bytewax.operators as op
+from bytewax.dataflow import Dataflow
+from bytewax.inputs import Source
+from bytewax.outputs import Sink
+
+from rankflow.operators.board_counter import BoardTable
+from rankflow.operators.board_ranking import BoardRanking
+from rankflow.operators.counter import CounterLogic
+from rankflow.operators.keyed_shards import ShardRouter
+from rankflow.operators.merger import MERGER_KEY, MergerLogic
+from rankflow.operators.metrics import METRICS
+from rankflow.operators.parse import ParsedBatch, stamp_epoch
+from rankflow.operators.player_stage import VERDICTS, PlayerShardLogic, select_dead_letters
+from rankflow.operators.routing import route_board_entries
+from rankflow.state.score_events import PLAYER_ID, parse_score_records
+
+
+def build_flow(
+    source: Source,
+    dead_letter_sink: Sink,
+    snapshot_sink: Sink,
+    *,
+    board_partitions: int,
+    k_max: int,
+    run_token: int,
+    signing_key: bytes | None = None,
+    user_shards: int = 0,
+    recoverable: bool = False,
+    user_changelog: Path | None = None,
+    flow_id: str = "boards",
+) -> Dataflow:
+    """The score-board dataflow; see the module docstring for its shape.
+
+    ``signing_key``: results must carry a valid ``sig`` (check 6); None checks none.
+    ``k_max``: how many entries of each changed board a snapshot document lists (the
+    whole boards are in Redis). Sharding and recovery as ``flows.listeners.build_flow``.
+    """
+    if board_partitions < 1:
+        raise ValueError("board_partitions must be >= 1")
+    if k_max < 1:
+        raise ValueError("k_max must be >= 1")
+    if user_shards < 0:
+        raise ValueError("user_shards must be >= 0")
+    if recoverable and user_shards and user_changelog is None:
+        raise ValueError("recoverable player shards need a user_changelog directory")
+    METRICS.verdicts = VERDICTS
+    flow = Dataflow(flow_id)
+    batches = op.input("input", flow, source)
+    stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
+    parsed = op.map("parse", stamped, partial(ParsedBatch, parse=partial(parse_score_records, key=signing_key)))
+
+    results = op.flat_map("player_results", parsed, ShardRouter(user_shards, id_field=PLAYER_ID))
+    changelog = user_changelog if recoverable and user_shards else None
+    whole = recoverable and not user_shards
+    decisions = op.stateful_batch("players", results, PlayerShardLogic.builder(changelog, user_shards, whole))
+    entries = op.flat_map_batch("board_entries", decisions, partial(route_board_entries, partitions=board_partitions))
+    ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=board_partitions))
+    reports = op.stateful_batch(
+        "board_counters", op.merge("counter_input", entries, ticks),
+        CounterLogic.builder(lambda stored: BoardTable(k_max, stored), recoverable),
+    )
+
+    dead_letters = op.merge(
+        "dead_letters",
+        op.flat_map("shape_dead_letters", parsed, ParsedBatch.keyed_dead_letters),
+        op.flat_map_batch("rejected", decisions, select_dead_letters),
+    )
+    merger_in = op.merge(
+        "merger_input",
+        op.map("partition_reports", reports, lambda kv: (MERGER_KEY, kv)),
+        op.map("positions", parsed, ParsedBatch.position_report),
+        op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
+    )
+    snapshots = op.stateful_batch(
+        "merger", merger_in, MergerLogic.builder(board_partitions, lambda stored: BoardRanking(k_max, stored), run_token)
+    )
+    op.output("publish", snapshots, snapshot_sink)
+    op.output("dead_letter_output", dead_letters, dead_letter_sink)
+    return flow

@@ -1,0 +1,97 @@
+"""The per-player stage: each match result counted once (``stateful_batch`` keyed by player).
+
+Contract:
+
+* **Input**: ``(source partition, epoch, results)`` items, results in arrival order
+  per player (the input is keyed by ``player_id``, so a player's results come from
+  one source partition along one path), keyed by player shard or by player
+  (``--user-shards``; sharding and recovery: ``operators.keyed_shards``).
+* **State**: per player the record of ``state.board_rules``: the newest receipt
+  ``R``, the accepted results still inside the 24 h identity window, and the
+  player's score and ``reached_at`` ingredients on each board. Recovery stores
+  records as they are (JSON-shaped, for the shard changelogs).
+* **Output**, keyed like the input: one :class:`BoardChanges` per call with the
+  board entries the call's accepted results changed (BOARDS.md sections 2 to 4),
+  and a ``DeadLetter`` for every ``too_old``, ``in_future`` or ``conflict`` result.
+  Duplicates change nothing and are counted (:data:`VERDICTS`, in the metrics).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, NamedTuple
+
+from rankflow.connectors.changelog import Position
+from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
+from rankflow.operators.metrics import METRICS
+from rankflow.state.board_rules import apply_result, verdict_detail
+from rankflow.state.events import DeadLetter
+from rankflow.state.score_events import ScoreEvent
+
+ScoreBatch = tuple[str, int, list[ScoreEvent]]
+"""``(source partition, epoch, results)``."""
+
+ACCEPTED, DUPLICATE = "accepted", "duplicate"
+
+VERDICTS: dict[str, int] = {}
+"""Per-process tally of what results did (accepted, duplicate, conflict ...), for metrics
+(the boards flow makes it ``METRICS.verdicts``)."""
+
+
+class BoardChanges(NamedTuple):
+    """A call's board entries in ``epoch``: ``(game, board, player, score, reached_at, new)``."""
+
+    epoch: int
+    entries: list[tuple[str, str, str, int, int, bool]]
+
+
+class PlayerShardLogic(ShardLogic):
+    """One key per player shard: each of the shard's players and their record."""
+
+    __slots__ = ()
+
+    def __init__(self, resume: Position | ShardSnapshot | None, changelog: Path | None, shards: int,
+                 whole: bool = False) -> None:
+        super().__init__(resume, changelog, shards, whole)
+
+    def on_batch(self, batches: list[ScoreBatch]) -> tuple[list[Any], bool]:
+        """Bytewax hands ``on_batch`` the items of one epoch at a time."""
+        if RESUMED in self.records:
+            self._rename_resumed(batches[0][2][0][2])
+        out: list[Any] = []
+        epoch = batches[0][1]
+        entries: list[tuple[str, str, str, int, int, bool]] = []
+        for partition, batch_epoch, results in batches:
+            if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
+                out.append(BoardChanges(epoch, entries))
+                entries, epoch = [], batch_epoch
+            self._apply(partition, epoch, results, entries, out)
+        self._saw_epoch(epoch)
+        if entries:
+            out.append(BoardChanges(epoch, entries))
+        return out, not self.records
+
+    def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
+               entries: list[tuple[str, str, str, int, int, bool]], out: list[Any]) -> None:
+        records, changed, tally = self.records, self.changed, VERDICTS
+        for game, match, player, points, played_at, received_at, offset, raw in results:
+            old = records.get(player)
+            record, verdict, changes = apply_result(old, game, match, player, points, played_at, received_at)
+            tally[verdict] = tally.get(verdict, 0) + 1
+            if record is not old:
+                records[player] = record
+                if changed is not None:
+                    changed.add(player)
+            if verdict == ACCEPTED:
+                entries.extend((g, board, player, score, at, new) for g, board, score, at, new in changes)
+            elif verdict != DUPLICATE:
+                out.append(DeadLetter(verdict, verdict_detail(verdict, old, game, match, points, played_at,
+                                                              received_at), partition, offset, raw, epoch))
+
+
+def select_dead_letters(items: list[tuple[str, Any]]) -> list[tuple[str, DeadLetter]]:
+    """``flat_map_batch`` mapper: the results the rules rejected, for the dead-letter output."""
+    dead = [(d.partition, d) for _, d in items if d.__class__ is DeadLetter]
+    for _, d in dead:
+        METRICS.dead_letters[d.reason] += 1
+    return dead

@@ -1,0 +1,87 @@
+"""``rankflow boards top|player|around``: reading the score boards from the command line.
+
+Each answer is one JSON object with ``--json`` (the same fields as the HTTP API), or
+a table. Exit status: 0 an answer, 1 no such board or the player is not on it (the
+message says which), 2 bad usage (``--n`` outside 1..1000, ``--r`` outside 0..50, an
+unknown board name: never clamped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from rankflow.connectors.board_read import BoardQueryError, BoardReader, check_board, check_n, check_r
+from rankflow.connectors.redis_keys import connect
+from rankflow.options import UsageError
+
+
+def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -> None:
+    boards = sub.add_parser("boards", help="read the game score boards (top, one player, around a player)")
+    queries = boards.add_subparsers(dest="query", required=True)
+    top = queries.add_parser("top", help="a board's first N entries")
+    player = queries.add_parser("player", help="one player's score and ranks on a board")
+    around = queries.add_parser("around", help="the entries ranked R above to R below a player")
+    for p in (top, player, around):
+        p.add_argument("--game", required=True, metavar="G")
+        p.add_argument("--board", required=True, metavar="B",
+                       help="all, best, daily, weekly, daily:YYYY-MM-DD or weekly:YYYY-Www")
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        add_redis(p)
+    top.add_argument("--n", type=int, default=10, help="1..1000 (default %(default)s)")
+    for p in (player, around):
+        p.add_argument("--player", required=True, metavar="P")
+    around.add_argument("--r", type=int, default=5, help="0..50 (default %(default)s)")
+
+
+def cmd_boards(args: argparse.Namespace) -> int:
+    try:
+        check_board(args.board)
+        if args.query == "top":
+            check_n(args.n)
+        elif args.query == "around":
+            check_r(args.r)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    client = connect(args.redis)
+    try:
+        reader = BoardReader(client, args.namespace)
+        if args.query == "top":
+            answer = reader.top(args.game, args.board, args.n)
+        elif args.query == "player":
+            answer = reader.player(args.game, args.board, args.player)
+        else:
+            answer = reader.around(args.game, args.board, args.player, args.r)
+    except BoardQueryError as exc:
+        print(f"rankflow: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
+    else:
+        print_answer(answer)
+    return 0
+
+
+def print_answer(answer: dict[str, Any]) -> None:
+    console = Console()
+    title = f"{answer['game_id']} / {answer['board']}"
+    if "items" not in answer:
+        console.print(f"{answer['player_id']} on {title}: score {answer['score']:,}, rank {answer['rank']:,} "
+                      f"(competition rank {answer['competition_rank']:,})", highlight=False)
+    else:
+        table = Table(title=title)
+        for column in ("rank", "competition_rank", "player_id", "score"):
+            table.add_column(column, justify="left" if column == "player_id" else "right")
+        for item in answer["items"]:
+            table.add_row(f"{item['rank']:,}", f"{item['competition_rank']:,}", item["player_id"], f"{item['score']:,}")
+        console.print(table)
+        if "total_players" in answer:
+            console.print(f"{answer['total_players']:,} players on the board", highlight=False)
+    console.print(f"snapshot {answer['snapshot_id']}", highlight=False)
