@@ -126,7 +126,8 @@ class ScoreLogGenerator:
         self._game_cum = _zipf_cum(games, 1.3)
         self._sizes = [MATCH_SIZES[self.rng.randrange(len(MATCH_SIZES))] for _ in range(games)]
         self._scales = [self.rng.choice((1, 2, 3, 5)) for _ in range(games)]
-        mean_size = sum((lo + hi) / 2 for lo, hi in self._sizes) / games
+        weights = [b - a for a, b in zip([0.0, *self._game_cum], self._game_cum)]
+        mean_size = sum(w * min((lo + hi) / 2, players) for w, (lo, hi) in zip(weights, self._sizes)) / sum(weights)
         self._mean_gap_ms = days * DAY_MS * mean_size / events
         self._per_result = list(itertools.accumulate(getattr(self.chaos, k) for k in _PER_RESULT))
         self.clock = start_ms
