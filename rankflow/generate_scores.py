@@ -253,7 +253,9 @@ class ScoreLogGenerator:
             return self._bad_signature(res)
         self._newest[res.player] = newest
         self.stats.count(kind)
-        return self._line(res, variety=self.rng.random() < self.chaos.variety)
+        # unsigned, a resubmission may carry another (ignored) sig: still a duplicate
+        junk_sig = kind == "resubmission" and self.key is None and self.rng.random() < 0.3
+        return self._line(res, variety=self.rng.random() < self.chaos.variety, junk_sig=junk_sig)
 
     def _too_old_by(self) -> int:
         return 1 if self.rng.random() < 0.3 else self.rng.randint(2, 20 * HOUR_MS)
@@ -265,8 +267,10 @@ class ScoreLogGenerator:
             ev["sig"] = sign(self.key, res.game, res.match, res.player, res.points, res.played_at)
         return ev
 
-    def _line(self, res: _Result, variety: bool = False) -> bytes:
+    def _line(self, res: _Result, variety: bool = False, junk_sig: bool = False) -> bytes:
         ev = self._event(res)
+        if junk_sig:
+            ev["sig"] = f"{self.rng.getrandbits(256):064x}"
         if variety:
             r = self.rng.random()
             if r < 0.4:

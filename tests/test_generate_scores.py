@@ -34,6 +34,12 @@ def _reject_constant(name: str) -> None:
     raise ValueError(name)
 
 
+def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [k for k, _ in pairs]
+    assert len(set(keys)) == len(keys), f"the generator wrote a key twice: {keys}"  # BOARDS.md leaves it open
+    return dict(pairs)
+
+
 def _all_strings_encode(value: Any) -> bool:
     """False when a string holds an unpaired surrogate (json reads ``"\\ud83c"`` into one)."""
     if isinstance(value, str):
@@ -58,7 +64,7 @@ def expected_sig(ev: dict[str, Any]) -> str:
 def static_reason(raw: bytes, key: bool) -> tuple[str | None, Any]:
     """Checks 1 to 6."""
     try:
-        obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant)
+        obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, object_pairs_hook=_unique_keys)
     except ValueError:  # UnicodeDecodeError and JSONDecodeError are ValueErrors
         return "invalid_json", None
     if not _all_strings_encode(obj):
@@ -157,6 +163,8 @@ def test_the_log_carries_every_kind_of_chaos(tmp_path):
     generate_scores(500, 4, 5000, 11, unsigned)
     plain = outcomes(unsigned.read_bytes().splitlines(), key=False)
     assert plain.by_reason["bad_signature"] == 0 and plain.by_reason["accepted"] > 0.9 * 5000
+    assert plain.by_reason["duplicate"] > 0
+    assert any(b'"sig"' in line for line in unsigned.read_bytes().splitlines()), "an ignored sig"
 
 
 def test_matches_ties_activity_and_periods(tmp_path):
