@@ -31,8 +31,10 @@ from rankflow.state.signatures import parse_key
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
 from rankflow.generate import generate
+from rankflow.generate_scores import DEFAULT_DAYS, DEFAULT_START_MS, ScoreChaos, generate_scores
 from rankflow.produce import produce_file
 from rankflow.reader import RankingReader, default_cache_path
+from rankflow.state.signatures import parse_key
 
 log = logging.getLogger("rankflow")
 
@@ -91,12 +93,26 @@ def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="rankflow", description="Real-time song rankings by current listeners.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    g = sub.add_parser("generate", help="write a realistic playback log (JSON Lines) with chaos")
-    g.add_argument("--users", type=_positive, required=True)
-    g.add_argument("--songs", type=_positive, required=True)
+    g = sub.add_parser("generate", help="write a realistic playback or score log (JSON Lines) with chaos")
+    g.add_argument("--kind", choices=("playback", "scores"), default="playback",
+                   help="playback events (needs --users, --songs) or game score results (default: %(default)s)")
+    g.add_argument("--users", type=_positive, help="playback: listeners")
+    g.add_argument("--songs", type=_positive, help="playback: songs")
     g.add_argument("--events", type=_positive, required=True)
     g.add_argument("--seed", type=int, default=0)
     g.add_argument("--out", required=True, metavar="PATH")
+    g.add_argument("--players", type=_positive, default=10_000, help="scores: players (default: %(default)s)")
+    g.add_argument("--games", type=_positive, default=4, help="scores: games (default: %(default)s)")
+    g.add_argument("--start", type=_utc_ms, default=DEFAULT_START_MS, metavar="ISO",
+                   help="scores: when the first match ends, ISO 8601, UTC unless it says otherwise "
+                        "(default: 2026-12-30T20:00Z, so the log crosses into 2027-W01)")
+    g.add_argument("--days", type=float, default=DEFAULT_DAYS,
+                   help="scores: about how many days the log spans (default: %(default)s)")
+    g.add_argument("--clean", action="store_true",
+                   help="scores: only valid, unique results, no chaos (signed with --signing-key)")
+    g.add_argument("--chaos", type=float, default=1.0, metavar="SCALE",
+                   help="scores: every chaos rate times SCALE (default: %(default)s)")
+    g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field)")
 
     r = sub.add_parser("run", help="run the listener-count flow and publish snapshots to Redis")
     _add_flow_options(r, DEFAULT_DEAD_LETTER)
@@ -116,7 +132,10 @@ def build_parser() -> argparse.ArgumentParser:
     b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it")
     _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER)
 
-    pr = sub.add_parser("produce", help="load a JSON Lines log into a Kafka topic, keyed by user_id")
+    pr = sub.add_parser("produce", help="load a JSON Lines log into a Kafka topic, keyed by one field")
+    pr.add_argument("--key-field", default="user_id", metavar="NAME",
+                    help="the message key is this string field of each line (default: %(default)s; "
+                         "player_id for score logs)")
     pr.add_argument("--input", required=True, metavar="PATH")
     pr.add_argument("--kafka", required=True, metavar="HOST:PORT/TOPIC")
     pr.add_argument("--partitions", type=_positive, default=4, metavar="N",
@@ -166,11 +185,43 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _utc_ms(text: str) -> int:
+    """An ISO 8601 time as ms since the epoch; one without an offset is UTC."""
+    try:
+        at = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an ISO 8601 time such as 2026-12-30T20:00Z, got {text!r}") from None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=timezone.utc)
+    return int(at.timestamp() * 1000)
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
+    if args.kind == "scores":
+        return _generate_scores(args, started)
+    if args.users is None or args.songs is None:
+        raise UsageError("generate --kind playback needs --users and --songs")
     stats = generate(args.users, args.songs, args.events, args.seed, args.out)
     took = time.perf_counter() - started
     print(f"wrote {stats.lines} events to {args.out} in {took:.1f}s", file=sys.stderr)
+    return 0
+
+
+def _generate_scores(args: argparse.Namespace, started: float) -> int:
+    if args.days <= 0 or args.chaos < 0:
+        raise UsageError("--days must be positive and --chaos not negative")
+    try:
+        key = parse_key(args.signing_key) if args.signing_key is not None else None
+    except ValueError as exc:
+        raise UsageError(f"--signing-key: {exc}") from None
+    stats = generate_scores(args.players, args.games, args.events, args.seed, args.out, start_ms=args.start,
+                            days=args.days, key=key, chaos=ScoreChaos().scaled(args.chaos), clean=args.clean)
+    took = time.perf_counter() - started
+    print(f"wrote {stats.lines} score results to {args.out} in {took:.1f}s"
+          + (" (clean)" if args.clean else "") + (", signed" if key else ", unsigned"), file=sys.stderr)
+    for kind, n in sorted(stats.by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {kind:<28} {n:>10,}", file=sys.stderr)
     return 0
 
 
@@ -239,7 +290,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
     if not os.path.isfile(args.input):
         raise UsageError(f"input file not found: {args.input}")
     started = time.perf_counter()
-    result = produce_file(args.input, endpoint, args.partitions, progress=not args.no_progress)
+    if not args.key_field:
+        raise UsageError("--key-field must name a field")
+    result = produce_file(args.input, endpoint, args.partitions, progress=not args.no_progress,
+                          key_field=args.key_field)
     took = time.perf_counter() - started
     print(f"produced {result.messages} messages to {endpoint} ({result.partitions} partitions) in {took:.1f}s, "
           f"{result.messages / max(took, 1e-9):,.0f}/s, all acknowledged", file=sys.stderr)

@@ -1,9 +1,10 @@
-"""Loading a JSON Lines log into a Kafka topic, keyed by ``user_id``.
+"""Loading a JSON Lines log into a Kafka topic, keyed by ``user_id`` (or another field).
 
 Every line becomes one message, invalid lines included (the flow must see them to
-dead-letter them). The key is the line's ``user_id`` when it has a string one, so
-all events of a user land in one partition and keep their order; a line without
-one gets the empty key, which keeps its placement reproducible. The producer uses
+dead-letter them). The key is the line's key field (``user_id``; ``player_id`` for
+score logs) when it has a string one, so all events of a user or player land in one
+partition and keep their order; a line without one gets the empty key, which keeps
+its placement reproducible. The producer uses
 ``acks=all`` with idempotence, and the command fails unless every message was
 acknowledged.
 """
@@ -23,13 +24,18 @@ from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable, ensure_to
 from rankflow.generate import LogGenerator
 
 
-def user_key(line: bytes) -> bytes:
+def field_key(line: bytes, field: str) -> bytes:
+    """The line's string ``field`` as a message key, else the empty key."""
     try:
         obj = orjson.loads(line)
     except orjson.JSONDecodeError:
         return b""
-    user = obj.get("user_id") if isinstance(obj, dict) else None
-    return user.encode() if isinstance(user, str) else b""
+    value = obj.get(field) if isinstance(obj, dict) else None
+    return value.encode() if isinstance(value, str) else b""
+
+
+def user_key(line: bytes) -> bytes:
+    return field_key(line, "user_id")
 
 
 @dataclass
@@ -38,7 +44,8 @@ class ProduceResult:
     partitions: int
 
 
-def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: bool = True) -> ProduceResult:
+def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: bool = True,
+                 key_field: str = "user_id") -> ProduceResult:
     count = ensure_topic(endpoint.brokers, endpoint.topic, partitions)
     producer = reliable_producer(endpoint.brokers, **{"linger.ms": 20, "batch.num.messages": 10_000})
     errors: list[KafkaError] = []
@@ -54,7 +61,8 @@ def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: 
             value = line.rstrip(b"\n")
             while True:
                 try:
-                    producer.produce(endpoint.topic, key=user_key(value), value=value, on_delivery=delivered)
+                    producer.produce(endpoint.topic, key=field_key(value, key_field), value=value,
+                                     on_delivery=delivered)
                     break
                 except BufferError:  # the local queue is full: let deliveries drain it
                     producer.poll(0.1)

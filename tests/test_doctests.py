@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures", "rankflow.state.ranking_index"]
+MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures", "rankflow.state.ranking_index",
+           "rankflow.bench.boards_baseline"]
 
 
 @pytest.mark.parametrize("name", MODULES)
