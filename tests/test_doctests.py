@@ -7,7 +7,8 @@ import importlib
 
 import pytest
 
-MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures"]
+MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures", "rankflow.state.score_events",
+           "rankflow.state.board_rules"]
 
 
 @pytest.mark.parametrize("name", MODULES)
