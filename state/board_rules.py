@@ -10,7 +10,10 @@ A player's history is folded into one small :data:`PlayerRecord`, and
 says which board entries changed. Every entry depends only on which results were
 accepted, never on their order (section 4), so the game-level merger only keeps
 the newest entry per (game, board, player) and orders entries by :func:`rank_key`.
-Retention per game (section 7) is the merger's, with :func:`is_kept`.
+Retention per game (section 7) is the merger's, with :func:`is_kept`: a game's
+newest periods D and W are the greatest ``daily:`` and ``weekly:`` boards among the
+entries it has received, since a player's first result on a board always gives an
+entry (``new``), whatever its points.
 """
 
 from __future__ import annotations
@@ -65,7 +68,8 @@ changelog as is; read back, its lists and dicts work unchanged):
   checks 1 to 6 (check 7's R), whatever their verdict;
 - ``oldest`` (int): at most the least ``played_at`` in ``results`` (:data:`NONE_HELD`
   when it is empty), so that ``results`` is only scanned when there is something to drop;
-- ``results``: ``{game_id: {match_id: [points, played_at]}}``, the accepted results
+- ``results``: ``{game_id: {match_id: (points, played_at)}}`` (the pair is a list once
+  read back from JSON), the accepted results
   that may still be inside the identity window (``played_at >= R - 86400000``,
   section 2): one that left it is ignored, and dropped within :data:`FORGET_SLACK_MS`;
 - ``boards``: ``{game_id: {board: aggregate}}``, what each of the player's boards

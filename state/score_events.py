@@ -173,6 +173,31 @@ def _signed(key: bytes, sig: Any, game: str, match: str, player: str, points: in
     return hmac.compare_digest(sig.encode("utf-8"), sign(key, game, match, player, points, played_at).encode())
 
 
+def _exact_fields(obj: dict, raw: bytes) -> dict:
+    """Re-read a line where a float stands for an integer: orjson's reading of one beyond 64 bits.
+
+    Rare path only. ``10.0`` stays a float (not an integer); ``18446744073709551616``
+    becomes the int it is, out of range.
+    """
+    try:
+        exact = _loads_exact(raw, "")
+    except InvalidEvent:
+        return obj
+    return exact if type(exact) is dict else obj
+
+
+_SIG_DETAILS = ("sig is missing", "sig must be a string",
+                "sig is not the lowercase hex HMAC-SHA256 of this result under the signing key")
+
+
+def _json_kind(obj: Any) -> str:
+    if obj is None:
+        return "null"
+    if type(obj) is bool:
+        return "a boolean"
+    return {str: "a string", list: "an array"}.get(type(obj), "a number")
+
+
 def validate_score(obj: Any, raw: bytes, key: bytes | None) -> tuple[str, str, str, int, int, int]:
     """Checks 2 to 6 on a parsed event: ``(game_id, match_id, player_id, points, played_at, received_at)``.
 
@@ -202,31 +227,6 @@ def validate_score(obj: Any, raw: bytes, key: bytes | None) -> tuple[str, str, s
     return game, match, player, points, played_at, received_at
 
 
-def _exact_fields(obj: dict, raw: bytes) -> dict:
-    """Re-read a line where a float stands for an integer: orjson's reading of one beyond 64 bits.
-
-    Rare path only. ``10.0`` stays a float (not an integer); ``18446744073709551616``
-    becomes the int it is, out of range.
-    """
-    try:
-        exact = _loads_exact(raw, "")
-    except InvalidEvent:
-        return obj
-    return exact if type(exact) is dict else obj
-
-
-_SIG_DETAILS = ("sig is missing", "sig must be a string",
-                "sig is not the lowercase hex HMAC-SHA256 of this result under the signing key")
-
-
-def _json_kind(obj: Any) -> str:
-    if obj is None:
-        return "null"
-    if type(obj) is bool:
-        return "a boolean"
-    return {str: "a string", list: "an array"}.get(type(obj), "a number")
-
-
 def parse_score(raw: bytes, partition: str, offset: int, epoch: int,
                 key: bytes | None) -> ScoreResult | DeadLetter:
     """One input record as a result, or as a dead letter saying which check failed first.
@@ -253,9 +253,10 @@ def parse_score_records(
     what is not JSON, and a float (perhaps a big integer) is never accepted here.
 
     >>> line = b'{"game_id":"g1","match_id":"m1","player_id":"ana","points":5,"played_at":1,"received_at":2}'
-    >>> parse_score_records([line, b"{"], range(7, 9), "p0", 1, None)[0]
-    [('g1', 'm1', 'ana', 5, 1, 2, 7, b'{"game_id":"g1","match_id":"m1","player_id":"ana","points":5,"played_at":1,"received_at":2}')]
-    >>> [(p, d.reason, d.offset) for p, d in parse_score_records([line, b"{"], range(7, 9), "p0", 1, None)[1]]
+    >>> events, dead = parse_score_records([line, b"{"], range(7, 9), "p0", 1, None)
+    >>> [event[:7] for event in events], events[0][7] is line
+    ([('g1', 'm1', 'ana', 5, 1, 2, 7)], True)
+    >>> [(partition, d.reason, d.offset) for partition, d in dead]
     [('p0', 'invalid_json', 8)]
     """
     events: list[ScoreEvent] = []

@@ -63,6 +63,9 @@ def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0
             weeks[game] = max(weeks.get(game, ""), week_of(played_at))
         for g, board, score, reached_at, _new in entries:
             latest[(g, board, player)] = (score, reached_at)
+    for game in days:  # what a merger sees: the newest periods are the greatest boards in the entries
+        assert max(b for g, b, _ in latest if g == game and b.startswith("daily:")) == f"daily:{days[game]}"
+        assert max(b for g, b, _ in latest if g == game and b.startswith("weekly:")) == f"weekly:{weeks[game]}"
     boards: dict[str, dict[str, list]] = {}
     for (game, board, player), (score, reached_at) in latest.items():
         if is_kept(board, days[game], weeks[game]):
