@@ -15,6 +15,8 @@ from tests.boards_model import BoardsModel, around, rank_and_competition
 from tests.test_board_rules import boards_via_rules
 
 DAY = 86_400_000
+H = 3_600_000
+T0 = ms("2026-12-24 00:00:00.000")
 
 
 def model_of(lines: list[bytes], key: bytes | None, partition: str = "p0") -> BoardsModel:
@@ -53,6 +55,16 @@ def test_worked_example_queries():
 def test_without_a_key_the_forged_result_counts():
     model = model_of(example.LINES, None)
     assert model.outcomes[8] == "accepted" and model.boards()["g1"]["best"][0] == ("eve", 900, ms("2027-01-04 13:00"))
+
+
+def test_a_duplicate_may_differ_in_received_at_sig_and_other_fields():
+    first = {"game_id": "g1", "match_id": "m1", "player_id": "ana", "points": 5, "played_at": T0, "received_at": T0}
+    again = {**first, "received_at": T0 + 5000, "sig": "whatever", "server": "eu-2"}
+    lines = [json.dumps(first).encode(), json.dumps(again).encode()]
+    model = model_of(lines, None)
+    assert model.outcomes == ["accepted", "duplicate"] and model.duplicates == 1 and model.dead_letters == []
+    boards, _, dead, duplicates = boards_via_rules(lines, None)
+    assert (boards, dead, duplicates) == (model.boards(), [], 1)
 
 
 # -- section 7 --------------------------------------------------------------------
@@ -97,8 +109,6 @@ def test_retention_through_the_rules():
 
 # -- the rules against the model ----------------------------------------------------------------------
 
-T0 = ms("2026-12-24 00:00:00.000")
-H = 3_600_000
 GAMES = ["g1", "g|1:x"]
 PLAYERS = ["ana", "bo", "é", "🎮", "～", "p|1"]  # 🎮 sorts after ～ by code point, before in UTF-16
 GARBAGE = [b"{", b"[]", b'{"game_id": "g1"}', b'{"x": NaN}', b'{"x": "\\ud83c"}', b"\xff",

@@ -172,6 +172,11 @@ def test_each_check_looks_at_all_six_fields_first(obj, expected):
         assert outcome(raw) == expected, raw
 
 
+def test_a_repeated_key_takes_its_last_value_on_every_path():
+    assert outcome(line()[:-1] + b', "points": "5"}') == "wrong_type"
+    assert outcome(b'{"points": "5", ' + line()[1:]) == "ok"
+
+
 def test_null_present_is_wrong_type_not_missing():
     assert outcome(line(points=None)) == "wrong_type"
     assert outcome(line(points=DROP)) == "missing_field"
