@@ -8,7 +8,8 @@ import importlib
 import pytest
 
 MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures", "rankflow.state.ranking_index",
-           "rankflow.bench.boards_baseline"]
+           "rankflow.bench.boards_baseline", "rankflow.state.score_events", "rankflow.state.board_rules",
+           "rankflow.connectors.redis_boards"]
 
 
 @pytest.mark.parametrize("name", MODULES)
