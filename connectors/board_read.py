@@ -1,6 +1,6 @@
 """Reading a board: top, one player, around a player, each from one snapshot.
 
-Every query is one Lua script (:data:`BOARD_READ_LUA`), so the snapshot id, the
+Every query is one Lua script (``redis_scripts.BOARD_READ_LUA``), so the snapshot id, the
 player count and every item of an answer come from the same state: the publish
 script changes a board and the snapshot id in one atomic step. Ranks are exact for
 every player: ``ZRANK`` of the player's member is the rank - 1 (BOARDS.md 4, see
@@ -20,65 +20,13 @@ import redis
 
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys, boards_namespace
-from rankflow.connectors.redis_scripts import MOVES
+from rankflow.connectors.redis_scripts import BOARD_READ_LUA, MOVES
 
 MAX_N = 1000
 MAX_R = 50
 REACHED_DIGITS = 15
 
 BOARD_PATTERN = re.compile(r"(all|best|daily|weekly|daily:\d{4}-\d{2}-\d{2}|weekly:\d{4}-W\d{2})")
-
-BOARD_READ_LUA = """
-local g = redis.call('GET', KEYS[1]) or '0'
-if g ~= ARGV[1] then
-  return {'moved', g}
-end
-if ARGV[2] ~= '' then
-  local periods = redis.call('HGET', KEYS[3], ARGV[7])
-  local resolved = ''
-  if periods then
-    local p = cjson.decode(periods)
-    local name = p[ARGV[2] == 'daily' and 1 or 2]
-    if name ~= cjson.null then
-      resolved = ARGV[2] .. ':' .. name
-    end
-  end
-  if resolved ~= ARGV[3] then
-    return {'alias', resolved}
-  end
-end
-local sid = redis.call('GET', KEYS[2]) or ''
-local card = redis.call('ZCARD', KEYS[4])
-if card == 0 then
-  return {'board', sid, 0}
-end
-if ARGV[4] == 'top' then
-  return {'board', sid, card, redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')}
-end
-local at = redis.call('HGET', KEYS[5], ARGV[6])
-if not at then
-  return {'board', sid, card, false}
-end
-local m = at .. ARGV[6]
-local score = redis.call('ZSCORE', KEYS[4], m)
-local rank = redis.call('ZRANK', KEYS[4], m)
-if ARGV[4] == 'player' then
-  return {'board', sid, card, {score, rank, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}}
-end
-local start = math.max(0, rank - tonumber(ARGV[5]))
-local items = redis.call('ZRANGE', KEYS[4], start, rank + tonumber(ARGV[5]), 'WITHSCORES')
-return {'board', sid, card, {start, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. items[2]), items}}
-"""
-"""One board query, atomically. ``KEYS``: the generation pointer, then of generation
-G: snapshot_id, aliases, the board's sorted set and its ``reached_at`` hash.
-``ARGV``: G, the alias asked for (``daily``, ``weekly`` or ''), the board it resolved
-to, the query (``top``, ``player``, ``around``), n or r, the player, the game.
-Replies ``{'moved', current}`` (call again in that generation), ``{'alias',
-board}`` (the alias names another board now), or ``{'board', snapshot id, players,
-answer}``: for ``top`` the first n ``member, score`` pairs; for ``player`` ``{score,
-rank - 1, players with a better score}`` or false; for ``around`` ``{first rank - 1,
-the first item's players with a better score, member, score ...}`` or false."""
-
 
 class BoardQueryError(LookupError):
     """A query that has no answer: the board does not exist, or the player is not on it."""

@@ -24,14 +24,14 @@ from typing import Any, NamedTuple
 from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
 from rankflow.operators.metrics import METRICS
-from rankflow.state.board_rules import apply_result, verdict_detail
+from rankflow.state.board_rules import DETAILS, Verdict, apply_result
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import ScoreEvent
 
 ScoreBatch = tuple[str, int, list[ScoreEvent]]
 """``(source partition, epoch, results)``."""
 
-ACCEPTED, DUPLICATE = "accepted", "duplicate"
+ACCEPTED, DUPLICATE = Verdict.ACCEPTED, Verdict.DUPLICATE
 
 VERDICTS: dict[str, int] = {}
 """Per-process tally of what results did (accepted, duplicate, conflict ...), for metrics
@@ -80,13 +80,12 @@ class PlayerShardLogic(ShardLogic):
             tally[verdict] = tally.get(verdict, 0) + 1
             if record is not old:
                 records[player] = record
-                if changed is not None:
-                    changed.add(player)
+            if changed is not None:  # the record changes in place: R moves with every result that gets here
+                changed.add(player)
             if verdict == ACCEPTED:
                 entries.extend((g, board, player, score, at, new) for g, board, score, at, new in changes)
             elif verdict != DUPLICATE:
-                out.append(DeadLetter(verdict, verdict_detail(verdict, old, game, match, points, played_at,
-                                                              received_at), partition, offset, raw, epoch))
+                out.append(DeadLetter(verdict, DETAILS[verdict], partition, offset, raw, epoch))
 
 
 def select_dead_letters(items: list[tuple[str, Any]]) -> list[tuple[str, DeadLetter]]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import datetime
 import functools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 
 DAY_MS = 86_400_000  # check 7 and the identity window: 24 h of the player's receipts
 FUTURE_MS = 60_000  # check 8: a result may be played at most 60 s after its receipt
@@ -171,7 +171,7 @@ def kept_weekly(newest: str) -> str:
     return f"{y:04d}-W{w:02d}"
 
 
-def is_kept(board: str, newest_daily: str, newest_weekly: str) -> bool:
+def is_kept(board: str, newest_daily: str | None, newest_weekly: str | None) -> bool:
     """Whether a game keeps ``board`` while its newest periods (the aliases) are these.
 
     Period names of both kinds sort as text in time order (four-digit years), so the
@@ -183,9 +183,9 @@ def is_kept(board: str, newest_daily: str, newest_weekly: str) -> bool:
     (True, False)
     """
     if board.startswith(DAILY):
-        return board[len(DAILY):] >= kept_daily(newest_daily)
+        return newest_daily is None or board[len(DAILY):] >= kept_daily(newest_daily)
     if board.startswith(WEEKLY):
-        return board[len(WEEKLY):] >= kept_weekly(newest_weekly)
+        return newest_weekly is None or board[len(WEEKLY):] >= kept_weekly(newest_weekly)
     if board == ALL or board == BEST:
         return True
     raise ValueError(f"not a board name: {board!r}")
@@ -374,3 +374,25 @@ def rank_key(score: int, reached_at: int, player_id: str) -> tuple[int, int, str
     [('cy', 60, 9), ('ana', 50, 3), ('dee', 50, 3), ('bo', 50, 9)]
     """
     return -score, reached_at, player_id
+
+
+def newest_periods(boards: Iterable[str]) -> tuple[str | None, str | None]:
+    """A game's newest daily and weekly period among ``boards`` (board names): its
+    aliases ``daily`` and ``weekly`` (section 3), None while it has none of a kind.
+
+    >>> newest_periods(["all", "daily:2027-01-03", "daily:2027-01-04", "weekly:2026-W53", "best"])
+    ('2027-01-04', '2026-W53')
+    >>> newest_periods(["all"])
+    (None, None)
+    """
+    daily = weekly = None
+    for board in boards:
+        if board.startswith(DAILY):
+            period = board[len(DAILY):]
+            if daily is None or period > daily:
+                daily = period
+        elif board.startswith(WEEKLY):
+            period = board[len(WEEKLY):]
+            if weekly is None or period > weekly:
+                weekly = period
+    return daily, weekly

@@ -77,6 +77,9 @@ class ScoreResult(NamedTuple):
     raw: bytes
 
 
+PLAYER_ID = 2
+"""The field of a :data:`ScoreEvent` the per-player stage is keyed by."""
+
 ScoreEvent = tuple[str, str, str, int, int, int, int, bytes]
 """A :class:`ScoreResult`'s fields as a plain tuple, in the same order."""
 

@@ -1,0 +1,177 @@
+"""The boards flow end to end: the worked example, random logs against the model, every snapshot.
+
+The flow runs in-process on a JSON Lines log (Kafka: ``test_boards_kafka.py``),
+publishes into a real Redis, and everything is read back the way readers read it
+(``connectors.board_read``): whole boards, ranks, aliases, dead letters.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+
+from rankflow.connectors.board_read import BoardReader, NoSuchBoard, NotOnBoard, read_aliases, read_boards
+from rankflow.connectors.redis_keys import boards_namespace
+from rankflow.connectors.redis_read import read_latest
+from rankflow.connectors.source_batch import STOP
+from rankflow.options import RunOptions
+from rankflow.runner import run
+from tests import boards_example as example
+from tests.boards_model import BoardsModel, rank_and_competition
+
+
+def run_boards(redis_url: str, tmp: Path, lines: list[bytes], **options: Any) -> dict[str, Any]:
+    path = tmp / f"scores-{uuid.uuid4().hex[:6]}.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    dead = tmp / f"dead-{uuid.uuid4().hex[:6]}.jsonl"
+    namespace = options.pop("namespace", f"b-{uuid.uuid4().hex[:10]}")
+    final = run(RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
+                           dead_letter=f"jsonl:{dead}", flow="boards", **options))
+    assert final is not None
+    return {"final": final, "namespace": namespace, "path": str(path),
+            "dead": [orjson.loads(line) for line in dead.read_bytes().splitlines()] if dead.exists() else []}
+
+
+def model_of(lines: list[bytes], key: bytes | None, partition: str) -> BoardsModel:
+    model = BoardsModel(key)
+    for offset, line in enumerate(lines):
+        model.feed(line, partition, offset)
+    return model
+
+
+def test_the_worked_example_of_boards_md(redis_url, redis_client, tmp_path):
+    out = run_boards(redis_url, tmp_path, example.LINES, signing_key=example.KEY, song_partitions=3)
+    reader = BoardReader(redis_client, out["namespace"])
+    sid = out["final"]["snapshot_id"]
+    for board, expected in example.BOARDS.items():
+        top = reader.top("g1", board, 1000)
+        assert top["snapshot_id"] == sid and top["total_players"] == len(expected)
+        assert [(i["player_id"], i["score"], i["rank"], i["competition_rank"]) for i in top["items"]] == expected
+        for player, score, rank, competition in expected:
+            assert reader.player("g1", board, player) == {
+                "snapshot_id": sid, "game_id": "g1", "board": board, "player_id": player, "score": score,
+                "rank": rank, "competition_rank": competition}
+    for alias, board in example.ALIASES.items():
+        assert reader.top("g1", alias, 10)["board"] == board
+        assert reader.player("g1", alias, "cy")["board"] == board
+    around = reader.around("g1", "all", "eve", 1)
+    assert [(i["player_id"], i["rank"], i["competition_rank"]) for i in around["items"]] == [("dee", 4, 1), ("eve", 5, 5)]
+    assert around["board"] == "all" and around["snapshot_id"] == sid
+    with pytest.raises(NotOnBoard):
+        reader.player("g1", "daily:2027-01-03", "ana")
+    with pytest.raises(NoSuchBoard):
+        reader.top("g1", "daily:2027-01-05", 10)
+    with pytest.raises(NoSuchBoard):
+        reader.top("g2", "all", 10)
+    assert sorted(d["reason"] for d in out["dead"]) == ["bad_signature", "conflict"]
+    assert {d["position"]["offset"] for d in out["dead"]} == {6, 8}
+    assert out["final"]["dead_letters"] == 2
+    assert read_aliases(redis_client, out["namespace"]) == {"g1": {"daily": "2027-01-04", "weekly": "2027-W01"}}
+
+
+def test_reached_at_orders_the_ties_on_all(redis_url, redis_client, tmp_path):
+    out = run_boards(redis_url, tmp_path, example.LINES, signing_key=example.KEY)
+    boards = read_boards(redis_client, out["namespace"])
+    assert {p: at for p, _, at in boards["g1"]["all"]} == example.REACHED_ON_ALL
+
+
+@pytest.mark.parametrize("partitions,shards", [(1, 1), (4, 0), (5, 16)])
+def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, partitions, shards):
+    lines = random_log(random.Random(partitions * 100 + shards), 600)
+    out = run_boards(redis_url, tmp_path, lines, signing_key=example.KEY, song_partitions=partitions,
+                     user_shards=shards, k_max=3)
+    model = model_of(lines, example.KEY, out["path"])
+    assert read_boards(redis_client, out["namespace"]) == model.boards()
+    assert sorted((d["reason"], d["position"]["offset"]) for d in out["dead"]) == sorted(
+        (reason, offset) for reason, _, offset in model.dead_letters)
+    reader = BoardReader(redis_client, out["namespace"])
+    for game, boards in model.boards().items():
+        for board, entries in boards.items():
+            for player, _, rank, competition in rank_and_competition(entries)[:40]:
+                got = reader.player(game, board, player)
+                assert (got["rank"], got["competition_rank"]) == (rank, competition)
+    expected_aliases = {g: {k: v.split(":", 1)[1] for k, v in a.items()} for g, a in model.aliases().items()}
+    assert read_aliases(redis_client, out["namespace"]) == expected_aliases
+    snap = out["final"]
+    assert snap["dead_letters"] == len(model.dead_letters)
+
+
+def test_every_snapshot_holds_exactly_the_input_before_its_positions(redis_url, redis_client, tmp_path):
+    """One line per barrier (the flow follows a growing file): after each line, every board in
+    Redis is the model's for exactly the lines before the published position."""
+    lines = random_log(random.Random(7), 70)
+    path = tmp_path / "stepwise.jsonl"
+    path.write_bytes(b"")
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    opts = RunOptions(input=f"jsonl:{path}", redis_url=redis_url, namespace=namespace, flow="boards",
+                      dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", signing_key=example.KEY, song_partitions=3)
+    failure: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _run_into(opts, failure), name="boards-flow")
+    thread.start()
+    model = BoardsModel(example.KEY)
+    try:
+        with open(path, "ab") as out:
+            for n, line in enumerate(lines, start=1):
+                out.write(line + b"\n")
+                out.flush()
+                model.feed(line, str(path), n - 1)
+                deadline = time.monotonic() + 60
+                while (snap := read_latest(redis_client, boards_namespace(namespace))) is None \
+                        or snap["positions"][str(path)] < n:
+                    assert not failure and time.monotonic() < deadline, f"line {n} never published: {failure}"
+                    time.sleep(0.005)
+                assert read_boards(redis_client, namespace) == model.boards(), f"after line {n}"
+    finally:
+        STOP.set()
+        thread.join(timeout=60)
+    assert not failure, failure
+
+
+def _run_into(opts: RunOptions, failure: list[BaseException]) -> None:
+    try:
+        run(opts)
+    except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+        failure.append(exc)
+
+
+def random_log(rng: random.Random, n: int) -> list[bytes]:
+    """Few players, games and days, so ties, duplicates, conflicts and day and week
+    boundaries (the 2026/2027 year end) are everywhere; a few bad lines."""
+    t0 = example.ms("2026-12-31 20:00:00.000")
+    players = [f"p{i}" for i in range(12)] + ["é", "🎮"]
+    lines: list[bytes] = []
+    sent: list[tuple[str, str, str, int, int]] = []
+    clock = t0
+    for i in range(n):
+        clock += rng.choice([0, 1000, 60_000, 3_600_000, 7_200_000])
+        roll = rng.random()
+        if roll < 0.1 and sent:  # a resubmission, or a conflict
+            game, match, player, points, played = rng.choice(sent)
+            if rng.random() < 0.5:
+                points = rng.choice([0, 10, 20])
+            lines.append(example.result(player, match, points, played, clock, game=game))
+            continue
+        if roll < 0.13:
+            lines.append(rng.choice([b"{", b"[]", b'{"game_id": "g1"}', b'{"game_id": 1, "match_id": "m", '
+                                     b'"player_id": "p", "points": 1, "played_at": 1, "received_at": 1}']))
+            continue
+        game = rng.choice(["g1", "g1", "g2"])
+        player = rng.choice(players)
+        played = clock - rng.choice([0, 0, 1000, 3_600_000, 30 * 3_600_000])  # some too old
+        if rng.random() < 0.02:
+            played = clock + 120_000  # in the future
+        points = rng.choice([0, 10, 10, 20, 30, 50])
+        match = f"m{i}"
+        forged = rng.random() < 0.03
+        lines.append(example.result(player, match, points, played, clock, game=game,
+                                    signed_points=points + 1 if forged else None))
+        sent.append((game, match, player, points, played))
+    return lines
