@@ -8,7 +8,8 @@ Contract (the counter stage of ``operators.counter``, keyed by board partition
   ``reached_at`` on one board), and barrier ticks (no entries).
 * **State**: per board ``(game_id, board)`` a :class:`state.ranking_index.BoardTop`
   of this partition's best ``K_max`` entries and the number of its players here
-  (an entry flagged ``new`` is a player joining the board). Boards the partition
+  (an entry flagged ``new`` is a player joining the board), and the open epoch's
+  entries (a barrier can fall before the epoch closes here: they must survive it). Boards the partition
   knows to be dropped by retention (BOARDS.md section 7, judged by the newest
   periods *this* partition has seen, never newer than the game's) are forgotten.
 * **Output**: when epoch ``e`` closes, one :class:`BoardsReport`: for every board
@@ -57,8 +58,10 @@ class BoardTable:
             self.tops[(game, board)] = BoardTop(k_max, entries)
             self.players[(game, board)] = players
             self.games.setdefault(game, set()).add(board)
-        self.entries: list[Entry] = []
-        self.changed: set[BoardId] = set()
+        # the open epoch's entries, applied to the tops already, reported when it closes: kept in the
+        # recovery state, since a barrier may fall before the epoch closes here (Bytewax never replays it)
+        self.entries: list[Entry] = list((resume or {}).get("entries", []))
+        self.changed: set[BoardId] = {(e[0], e[1]) for e in self.entries}
         self.errors: list[str] = []
 
     def stage(self, entries: list[Entry]) -> None:
@@ -98,4 +101,5 @@ class BoardTable:
                 del self.tops[(game, board)], self.players[(game, board)]
 
     def state(self) -> dict[str, Any]:
-        return {"boards": {bid: (top.top(self.k_max), self.players[bid]) for bid, top in self.tops.items()}}
+        return {"boards": {bid: (top.top(self.k_max), self.players[bid]) for bid, top in self.tops.items()},
+                "entries": list(self.entries)}
