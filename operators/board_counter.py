@@ -13,7 +13,8 @@ Contract (the counter stage of ``operators.counter``, keyed by board partition
   knows to be dropped by retention (BOARDS.md section 7, judged by the newest
   periods *this* partition has seen, never newer than the game's) are forgotten.
 * **Output**: when epoch ``e`` closes, one :class:`BoardsReport`: for every board
-  that changed here in ``e`` its local top ``K_max`` and player count, and every
+  that changed here in ``e`` its player count and, if it changed, its local top
+  ``K_max`` (most entries of a big board never reach its top), and every
   entry of ``e`` (the merger passes them on to Redis, which holds whole boards:
   exact ranks for every player come from there).
 """
@@ -40,7 +41,8 @@ class BoardsReport(NamedTuple):
     """A board partition's changes at the close of ``epoch``."""
 
     epoch: int
-    boards: dict[BoardId, tuple[list[tuple[str, int, int]], int]]  # changed boards: (local top, players here)
+    boards: dict[BoardId, tuple[list[tuple[str, int, int]] | None, int]]
+    """Changed boards: (local top, or None when only the player count changed; players here)."""
     entries: list[Entry]
     errors: list[str]
     closed_at: float
@@ -83,7 +85,12 @@ class BoardTable:
 
     def close(self, epoch: int) -> BoardsReport:
         self._retire(self.changed)
-        boards = {bid: (self.tops[bid].top(self.k_max), self.players[bid]) for bid in self.changed if bid in self.tops}
+        boards = {}
+        for bid in self.changed:
+            top = self.tops.get(bid)
+            if top is not None:
+                boards[bid] = (top.top(self.k_max) if top.changed else None, self.players[bid])
+                top.changed = False
         errors, self.errors = self.errors, []
         for e in errors:
             log.error("epoch %s: %s", epoch, e)

@@ -24,7 +24,7 @@ from typing import Any, NamedTuple
 from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
 from rankflow.operators.metrics import METRICS
-from rankflow.state.board_rules import DETAILS, Verdict, apply_result
+from rankflow.state.board_rules import DETAILS, Verdict, apply_result, standings
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import ScoreEvent
 
@@ -48,19 +48,26 @@ class BoardChanges(NamedTuple):
 class PlayerShardLogic(ShardLogic):
     """One key per player shard: each of the shard's players and their record."""
 
-    __slots__ = ()
+    __slots__ = ("republish",)
 
     def __init__(self, resume: Position | ShardSnapshot | None, changelog: Path | None, shards: int,
-                 whole: bool = False) -> None:
+                 whole: bool = False, republish: bool = False) -> None:
+        """``republish``: the first call emits every entry of every record (Redis lost the
+        boards while the run was down: see ``runner``; the router makes every shard run)."""
         super().__init__(resume, changelog, shards, whole)
+        self.republish = republish
 
     def on_batch(self, batches: list[ScoreBatch]) -> tuple[list[Any], bool]:
         """Bytewax hands ``on_batch`` the items of one epoch at a time."""
-        if RESUMED in self.records:
+        if RESUMED in self.records and batches[0][2]:
             self._rename_resumed(batches[0][2][0][2])
         out: list[Any] = []
         epoch = batches[0][1]
         entries: list[tuple[str, str, str, int, int, bool]] = []
+        if self.republish:
+            self.republish = False
+            entries = [(game, board, player, score, at, False)
+                       for player, record in self.records.items() for game, board, score, at in standings(record)]
         for partition, batch_epoch, results in batches:
             if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
                 out.append(BoardChanges(epoch, entries))

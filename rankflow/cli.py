@@ -70,7 +70,9 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
                         f"(default: ${SIGNING_KEY_ENV}; without either, signatures are not checked)")
     p.add_argument("--song-partitions", "--partitions", type=_positive, default=16, metavar="P",
                    help="counter partitions: of songs, or of board entries with --flow boards (default: %(default)s)")
-    p.add_argument("--k-max", type=_positive, default=100, metavar="K")
+    p.add_argument("--k-max", type=_positive, metavar="K",
+                   help="songs ranked per snapshot (default 100), or entries listed per changed board with "
+                        "--flow boards (default 10; the whole boards are in Redis)")
     p.add_argument("--workers", type=_positive, default=1, metavar="N")
     p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
                    help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
