@@ -65,12 +65,13 @@ class BoardsState:
 
     def remember(self, snapshot: BoardsSnapshot) -> None:
         pending = self._pending
-        for game, board, player, score, reached_at, _ in snapshot.entries:
-            bid = (game, board)
-            entries = pending.get(bid)
-            if entries is None:
-                entries = pending[bid] = {}
-            entries[player] = (score, reached_at)
+        for player, changes in snapshot.entries:
+            for game, board, score, reached_at, _ in changes:
+                bid = (game, board)
+                entries = pending.get(bid)
+                if entries is None:
+                    entries = pending[bid] = {}
+                entries[player] = (score, reached_at)
         for bid in snapshot.dropped:
             pending.pop(bid, None)
             self._dropped.add(bid)

@@ -30,9 +30,10 @@ from rankflow.state.ranking_index import BoardTop
 
 log = logging.getLogger("rankflow.boards")
 
-Entry = tuple[str, str, str, int, int, bool]
-"""``(game_id, board, player_id, score, reached_at, new)``: a player's entry on one
-board after an accepted result; ``new`` when the player was not on the board before."""
+Entry = tuple[str, tuple[tuple[str, str, int, int, bool], ...]]
+"""``(player_id, changes)``: a player's entries after an accepted result, each change
+``(game_id, board, score, reached_at, new)``; ``new`` when the player was not on the
+board before."""
 
 BoardId = tuple[str, str]  # (game_id, board)
 
@@ -63,24 +64,24 @@ class BoardTable:
         # the open epoch's entries, applied to the tops already, reported when it closes: kept in the
         # recovery state, since a barrier may fall before the epoch closes here (Bytewax never replays it)
         self.entries: list[Entry] = list((resume or {}).get("entries", []))
-        self.changed: set[BoardId] = {(e[0], e[1]) for e in self.entries}
+        self.changed: set[BoardId] = {(c[0], c[1]) for _, changes in self.entries for c in changes}
         self.errors: list[str] = []
 
     def stage(self, entries: list[Entry]) -> None:
         tops, players, changed, k = self.tops, self.players, self.changed, self.k_max
-        for entry in entries:
-            game, board, player, score, reached_at, new = entry
-            bid = (game, board)
-            top = tops.get(bid)
-            if top is None:
-                top = tops[bid] = BoardTop(k)
-                players[bid] = 0
-                self.games.setdefault(game, set()).add(board)
-            if new:
-                players[bid] += 1
-            if not top.offer(player, score, reached_at):
-                self.errors.append(f"entry got worse: {player} on {game}/{board} -> {score} at {reached_at}")
-            changed.add(bid)
+        for player, changes in entries:
+            for game, board, score, reached_at, new in changes:
+                bid = (game, board)
+                top = tops.get(bid)
+                if top is None:
+                    top = tops[bid] = BoardTop(k)
+                    players[bid] = 0
+                    self.games.setdefault(game, set()).add(board)
+                if new:
+                    players[bid] += 1
+                if not top.offer(player, score, reached_at):
+                    self.errors.append(f"entry got worse: {player} on {game}/{board} -> {score} at {reached_at}")
+                changed.add(bid)
         self.entries.extend(entries)
 
     def close(self, epoch: int) -> BoardsReport:

@@ -20,7 +20,7 @@ import heapq
 import logging
 from typing import Any
 
-from rankflow.operators.board_counter import BoardId, BoardsReport, Entry
+from rankflow.operators.board_counter import BoardId, BoardsReport
 from rankflow.operators.merger import Cut, lag_ms
 from rankflow.state.board_rules import is_kept, newest_periods
 from rankflow.state.board_snapshot import BoardsSnapshot
@@ -64,7 +64,10 @@ class BoardRanking:
             aliases = {**self.newest, **aliases}
         dropped = [bid for bid in dropped if bid in known]  # a late result for a dropped period: never published
         kept = {bid for bid in changed if bid in self.local}
-        entries = [e for r in reports.values() for e in r.entries if (e[0], e[1]) in kept]
+        entries = [e for r in reports.values() for e in r.entries]
+        boards_of_entries = {(c[0], c[1]) for _, changes in entries for c in changes}
+        if not boards_of_entries <= kept:  # a late result for a dropped period: not published
+            entries = [(player, tuple(c for c in changes if (c[0], c[1]) in kept)) for player, changes in entries]
         errors = [e for _, r in sorted(reports.items()) for e in r.errors]
         return BoardsSnapshot(
             snapshot_id=cut.snapshot_id, run=cut.run, epoch=cut.epoch, positions=cut.positions,

@@ -39,10 +39,12 @@ VERDICTS: dict[str, int] = {}
 
 
 class BoardChanges(NamedTuple):
-    """A call's board entries in ``epoch``: ``(game, board, player, score, reached_at, new)``."""
+    """A call's board entries in ``epoch``: per accepted result ``(player, changes)``, the
+    changes as ``state.board_rules.apply_result`` gives them, ``(game, board, score,
+    reached_at, new)`` (grouped by player: routing and counting look at the player once)."""
 
     epoch: int
-    entries: list[tuple[str, str, str, int, int, bool]]
+    entries: list[tuple[str, tuple[tuple[str, str, int, int, bool], ...]]]
 
 
 class PlayerShardLogic(ShardLogic):
@@ -63,11 +65,11 @@ class PlayerShardLogic(ShardLogic):
             self._rename_resumed(batches[0][2][0][2])
         out: list[Any] = []
         epoch = batches[0][1]
-        entries: list[tuple[str, str, str, int, int, bool]] = []
+        entries: list[tuple[str, tuple]] = []
         if self.republish:
             self.republish = False
-            entries = [(game, board, player, score, at, False)
-                       for player, record in self.records.items() for game, board, score, at in standings(record)]
+            entries = [(player, tuple((game, board, score, at, False) for game, board, score, at in standings(record)))
+                       for player, record in self.records.items()]
         for partition, batch_epoch, results in batches:
             if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
                 out.append(BoardChanges(epoch, entries))
@@ -79,7 +81,7 @@ class PlayerShardLogic(ShardLogic):
         return out, not self.records
 
     def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
-               entries: list[tuple[str, str, str, int, int, bool]], out: list[Any]) -> None:
+               entries: list[tuple[str, tuple]], out: list[Any]) -> None:
         records, changed, tally = self.records, self.changed, VERDICTS
         for game, match, player, points, played_at, received_at, offset, raw in results:
             old = records.get(player)
@@ -90,7 +92,7 @@ class PlayerShardLogic(ShardLogic):
             if changed is not None:  # the record changes in place: R moves with every result that gets here
                 changed.add(player)
             if verdict == ACCEPTED:
-                entries.extend((g, board, player, score, at, new) for g, board, score, at, new in changes)
+                entries.append((player, changes))
             elif verdict != DUPLICATE:
                 out.append(DeadLetter(verdict, DETAILS[verdict], partition, offset, raw, epoch))
 
