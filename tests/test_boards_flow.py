@@ -22,7 +22,7 @@ from rankflow.connectors.board_read import BoardReader, NoSuchBoard, NotOnBoard,
 from rankflow.connectors.redis_keys import boards_namespace
 from rankflow.connectors.redis_read import read_latest
 from rankflow.connectors.source_batch import STOP
-from rankflow.options import RunOptions
+from rankflow.options import RunOptions, ServiceError
 from rankflow.runner import run
 from tests import boards_example as example
 from tests.boards_model import BoardsModel, rank_and_competition
@@ -175,3 +175,40 @@ def random_log(rng: random.Random, n: int) -> list[bytes]:
                                     signed_points=points + 1 if forged else None))
         sent.append((game, match, player, points, played))
     return lines
+
+
+def test_a_resumed_run_republishes_every_board_when_redis_lost_them(redis_url, redis_client, tmp_path):
+    """Redis loses its data while the run is down: the resumed run (player shards with
+    changelogs) sends every player's entries again, and the boards are whole and exact."""
+    lines = random_log(random.Random(11), 300)
+    first, second = lines[:200], lines[200:]
+    path = tmp_path / "scores.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in first))
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    opts = dict(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace, flow="boards",
+                dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", signing_key=example.KEY, song_partitions=3,
+                user_shards=4, recovery_dir=str(tmp_path / "recovery"))
+    run(RunOptions(**opts))
+    for key in redis_client.scan_iter(f"{{{boards_namespace(namespace)}}}:*"):
+        redis_client.delete(key)  # Redis lost everything of this namespace
+    with open(path, "ab") as out:
+        out.write(b"".join(line + b"\n" for line in second))
+    run(RunOptions(**opts))
+    model = model_of(lines, example.KEY, str(path))
+    assert read_boards(redis_client, namespace) == model.boards()
+    assert read_aliases(redis_client, namespace) == {
+        g: {k: v.split(":", 1)[1] for k, v in a.items()} for g, a in model.aliases().items()}
+
+
+def test_without_player_shards_a_lost_redis_is_a_clear_error(redis_url, redis_client, tmp_path):
+    path = tmp_path / "scores.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in example.LINES[:4]))
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    opts = dict(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace, flow="boards",
+                dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", signing_key=example.KEY, user_shards=0,
+                recovery_dir=str(tmp_path / "recovery"))
+    run(RunOptions(**opts))
+    for key in redis_client.scan_iter(f"{{{boards_namespace(namespace)}}}:*"):
+        redis_client.delete(key)
+    with pytest.raises(ServiceError, match="cannot send them again"):
+        run(RunOptions(**opts))
