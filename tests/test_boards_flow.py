@@ -19,10 +19,12 @@ import pytest
 import redis
 
 from rankflow.connectors.board_read import BoardReader, NoSuchBoard, NotOnBoard, read_aliases, read_boards
-from rankflow.connectors.redis_keys import boards_namespace
+from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_read import read_latest
 from rankflow.connectors.source_batch import STOP
 from rankflow.options import RunOptions, ServiceError
+from rankflow.rebuild import rebuild
 from rankflow.runner import run
 from tests import boards_example as example
 from tests.boards_model import BoardsModel, rank_and_competition
@@ -212,3 +214,20 @@ def test_without_player_shards_a_lost_redis_is_a_clear_error(redis_url, redis_cl
         redis_client.delete(key)
     with pytest.raises(ServiceError, match="cannot send them again"):
         run(RunOptions(**opts))
+
+
+def test_a_rebuild_replays_into_a_new_generation_and_switches(redis_url, redis_client, tmp_path):
+    lines = random_log(random.Random(5), 250)
+    out = run_boards(redis_url, tmp_path, lines[:150], signing_key=example.KEY)
+    namespace, path = out["namespace"], out["path"]
+    with open(path, "ab") as f:
+        f.write(b"".join(line + b"\n" for line in lines[150:]))
+    old = current_generation(redis_client, boards_namespace(namespace))
+    old_keys = Keys(boards_namespace(namespace), old)
+    final = rebuild(RunOptions(input=f"jsonl:{path}", redis_url=redis_url, namespace=namespace, flow="boards",
+                               dead_letter=f"jsonl:{tmp_path / 'rebuild-dead.jsonl'}", signing_key=example.KEY))
+    assert sum(final["positions"].values()) == len(lines)
+    assert current_generation(redis_client, boards_namespace(namespace)) != old
+    assert read_boards(redis_client, namespace) == model_of(lines, example.KEY, path).boards()
+    assert not redis_client.exists(old_keys.boards, old_keys.aliases, *old_keys.board("g1", "all")), \
+        "the old generation's boards are gone"
