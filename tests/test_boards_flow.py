@@ -17,6 +17,8 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rankflow.connectors.board_read import BoardReader, NoSuchBoard, NotOnBoard, read_aliases, read_boards
 from rankflow.connectors.redis_generations import current_generation
@@ -231,3 +233,36 @@ def test_a_rebuild_replays_into_a_new_generation_and_switches(redis_url, redis_c
     assert read_boards(redis_client, namespace) == model_of(lines, example.KEY, path).boards()
     assert not redis_client.exists(old_keys.boards, old_keys.aliases, *old_keys.board("g1", "all")), \
         "the old generation's boards are gone"
+
+
+HOUR = 3_600_000
+
+
+@st.composite
+def score_logs(draw: st.DrawFn) -> list[bytes]:
+    """Short logs over few players, games and matches, across the 2026/2027 year end:
+    resubmissions, conflicts, forged signatures, late and early results, zeros."""
+    t = example.ms("2026-12-31 22:00:00.000")
+    lines: list[bytes] = []
+    for _ in range(draw(st.integers(1, 40))):
+        t += draw(st.sampled_from([0, 1000, HOUR, 6 * HOUR, 30 * HOUR]))
+        player = draw(st.sampled_from(["a", "b", "c", "é"]))
+        match = f"m{draw(st.integers(0, 6))}"
+        game = draw(st.sampled_from(["g1", "g2"]))
+        points = draw(st.sampled_from([0, 10, 20, 50]))
+        played = t - draw(st.sampled_from([0, 1, HOUR, 23 * HOUR, 25 * HOUR])) + draw(st.sampled_from([0, 0, 61_000]))
+        forged = draw(st.booleans()) and draw(st.booleans()) and draw(st.booleans())
+        lines.append(example.result(player, match, points, played, t, game=game,
+                                    signed_points=points + 1 if forged else None))
+    return lines
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=score_logs(), partitions=st.integers(1, 3), shards=st.sampled_from([0, 2]))
+def test_any_score_log_gives_the_models_boards(redis_url, redis_client, tmp_path, lines, partitions, shards):
+    out = run_boards(redis_url, tmp_path, lines, signing_key=example.KEY, song_partitions=partitions,
+                     user_shards=shards)
+    model = model_of(lines, example.KEY, out["path"])
+    assert read_boards(redis_client, out["namespace"]) == model.boards()
+    assert sorted((d["reason"], d["position"]["offset"]) for d in out["dead"]) == sorted(
+        (reason, offset) for reason, _, offset in model.dead_letters)
