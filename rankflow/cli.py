@@ -92,7 +92,8 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rankflow", description="Real-time song rankings by current listeners.")
+    parser = argparse.ArgumentParser(prog="rankflow", description="Real-time rankings from event streams: songs by "
+                                     "current listeners, game score boards.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="write a realistic playback or score log (JSON Lines) with chaos")
@@ -116,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scores: every chaos rate times SCALE (default: %(default)s)")
     g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field)")
 
-    r = sub.add_parser("run", help="run the listener-count flow and publish snapshots to Redis")
+    r = sub.add_parser("run", help="run a flow (--flow listeners or boards) and publish its snapshots to Redis")
     _add_flow_options(r, DEFAULT_DEAD_LETTER)
     r.add_argument("--until-eof", action="store_true",
                    help="stop at the end of the input seen at start-up (default: keep following it)")

@@ -26,6 +26,7 @@ from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_read import read_latest
 from rankflow.connectors.source_batch import STOP
 from rankflow.options import RunOptions, ServiceError
+from rankflow.cli import main
 from rankflow.rebuild import rebuild
 from rankflow.runner import run
 from tests import boards_example as example
@@ -266,3 +267,29 @@ def test_any_score_log_gives_the_models_boards(redis_url, redis_client, tmp_path
     assert read_boards(redis_client, out["namespace"]) == model.boards()
     assert sorted((d["reason"], d["position"]["offset"]) for d in out["dead"]) == sorted(
         (reason, offset) for reason, _, offset in model.dead_letters)
+
+
+def test_the_boards_cli_answers_and_exit_statuses(redis_url, tmp_path, capsysbinary):
+    out = run_boards(redis_url, tmp_path, example.LINES, signing_key=example.KEY)
+    common = ["--redis", redis_url, "--namespace", out["namespace"], "--game", "g1"]
+    capsysbinary.readouterr()
+    assert main(["boards", "top", *common, "--board", "weekly", "--n", "2", "--json"]) == 0
+    top = orjson.loads(capsysbinary.readouterr().out)
+    assert top["board"] == "weekly:2027-W01" and top["total_players"] == 3
+    assert [(i["player_id"], i["rank"], i["competition_rank"], i["score"]) for i in top["items"]] == [
+        ("cy", 1, 1, 50), ("dee", 2, 1, 50)]
+    assert main(["boards", "player", *common, "--board", "best", "--player", "bo", "--json"]) == 0
+    assert orjson.loads(capsysbinary.readouterr().out)["competition_rank"] == 4
+    assert main(["boards", "around", *common, "--board", "all", "--player", "ana", "--r", "1", "--json"]) == 0
+    assert [i["player_id"] for i in orjson.loads(capsysbinary.readouterr().out)["items"]] == ["ana", "bo"]
+    assert main(["boards", "player", *common, "--board", "daily:2027-01-03", "--player", "ana"]) == 1
+    assert b"not on" in capsysbinary.readouterr().err
+    assert main(["boards", "top", *common, "--board", "daily:2026-01-01"]) == 1
+    assert b"no such board" in capsysbinary.readouterr().err
+    for bad in (["--n", "0"], ["--n", "1001"]):
+        assert main(["boards", "top", *common, "--board", "all", *bad]) == 2
+        assert b"between 1 and 1000" in capsysbinary.readouterr().err
+    assert main(["boards", "around", *common, "--board", "all", "--player", "ana", "--r", "51"]) == 2
+    assert main(["boards", "top", *common, "--board", "monthly"]) == 2
+    assert main(["boards", "top", *common, "--board", "all"]) == 0  # a table
+    assert b"ana" in capsysbinary.readouterr().out
