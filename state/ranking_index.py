@@ -134,8 +134,11 @@ class BoardTop:
         >>> top.offer("a", 5, 1), top.offer("a", 4, 1), top.top(1)
         (True, False, [('a', 5, 1)])
         """
+        keys, floor = self._keys, self._floor
+        if floor is not None and -score > floor[0] and player not in keys:
+            return True  # below the top: nothing to hold (the common case on a big board; no tuple built)
         key = (-score, reached_at, player)
-        keys, index, floor = self._keys, self._index, self._floor
+        index = self._index
         old = keys.get(player)
         if old is not None:
             if key >= old:
@@ -143,7 +146,7 @@ class BoardTop:
             index.remove(old)
         elif floor is not None:
             if key > floor:
-                return True  # below the top: nothing to hold (the common case on a big board)
+                return True  # below the top
             del keys[index.pop()[2]]
         index.add(key)
         keys[player] = key
