@@ -47,7 +47,7 @@ from rankflow.operators.keyed_shards import ShardRouter
 from rankflow.operators.merger import MERGER_KEY, MergerLogic
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.parse import ParsedBatch, stamp_epoch
-from rankflow.operators.player_stage import VERDICTS, PlayerShardLogic, select_dead_letters
+from rankflow.operators.player_stage import VERDICTS, PlayerShardLogic, select_dead_letters, select_tallies
 from rankflow.operators.routing import route_board_entries
 from rankflow.state.score_events import PLAYER_ID, parse_score_records
 
@@ -112,6 +112,7 @@ def build_flow(
         op.map("partition_reports", reports, lambda kv: (MERGER_KEY, kv)),
         op.map("positions", parsed, ParsedBatch.position_report),
         op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
+        op.flat_map_batch("tallies", decisions, select_tallies),
     )
     snapshots = op.stateful_batch(
         "merger", merger_in, MergerLogic.builder(board_partitions, lambda stored: BoardRanking(k_max, stored), run_token)

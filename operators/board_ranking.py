@@ -71,7 +71,7 @@ class BoardRanking:
         errors = [e for _, r in sorted(reports.items()) for e in r.errors]
         return BoardsSnapshot(
             snapshot_id=cut.snapshot_id, run=cut.run, epoch=cut.epoch, positions=cut.positions,
-            dead_letters=cut.dead_letters, k_max=self.k_max,
+            dead_letters=cut.dead_letters, counts=cut.counts, k_max=self.k_max,
             boards={bid: self._merged(bid) for bid in sorted(kept)},
             entries=entries, dropped=sorted(dropped), aliases=aliases,
             partition_lag_ms=lag_ms(cut, reports), errors=errors,

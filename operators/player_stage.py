@@ -23,6 +23,7 @@ from typing import Any, NamedTuple
 
 from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
+from rankflow.operators.merger import MERGER_KEY, Tally
 from rankflow.operators.metrics import METRICS
 from rankflow.state.board_rules import DETAILS, Verdict, apply_result, standings
 from rankflow.state.events import DeadLetter
@@ -50,7 +51,7 @@ class BoardChanges(NamedTuple):
 class PlayerShardLogic(ShardLogic):
     """One key per player shard: each of the shard's players and their record."""
 
-    __slots__ = ("republish",)
+    __slots__ = ("republish", "duplicates")
 
     def __init__(self, resume: Position | ShardSnapshot | None, changelog: Path | None, shards: int,
                  whole: bool = False, republish: bool = False) -> None:
@@ -58,6 +59,7 @@ class PlayerShardLogic(ShardLogic):
         boards while the run was down: see ``runner``; the router makes every shard run)."""
         super().__init__(resume, changelog, shards, whole)
         self.republish = republish
+        self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
 
     def on_batch(self, batches: list[ScoreBatch]) -> tuple[list[Any], bool]:
         """Bytewax hands ``on_batch`` the items of one epoch at a time."""
@@ -78,6 +80,9 @@ class PlayerShardLogic(ShardLogic):
         self._saw_epoch(epoch)
         if entries:
             out.append(BoardChanges(epoch, entries))
+        if self.duplicates:
+            out.append(Tally(epoch, {"duplicates": self.duplicates}))
+            self.duplicates = 0
         return out, not self.records
 
     def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
@@ -93,8 +98,15 @@ class PlayerShardLogic(ShardLogic):
                 changed.add(player)
             if verdict == ACCEPTED:
                 entries.append((player, changes))
-            elif verdict != DUPLICATE:
+            elif verdict == DUPLICATE:
+                self.duplicates += 1
+            else:
                 out.append(DeadLetter(verdict, DETAILS[verdict], partition, offset, raw, epoch))
+
+
+def select_tallies(items: list[tuple[str, Any]]) -> list[tuple[str, Tally]]:
+    """``flat_map_batch`` mapper: the stage's counts, for the merger."""
+    return [(MERGER_KEY, t) for _, t in items if t.__class__ is Tally]
 
 
 def select_dead_letters(items: list[tuple[str, Any]]) -> list[tuple[str, DeadLetter]]:

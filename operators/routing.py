@@ -29,6 +29,7 @@ import time
 import zlib
 from collections.abc import Iterable
 
+from rankflow.operators.player_stage import BoardChanges
 from rankflow.state.events import DeadLetter
 
 SongDelta = tuple[str, int, int, int]
@@ -164,12 +165,12 @@ def route_board_entries(items: Iterable[tuple[str, object]], partitions: int) ->
 
     A player's entries all go to partition ``crc32(player_id) % P`` (the same on every
     process and run), so each partition holds whole players and the P local tops of
-    a board together hold its global top. Dead letters go their own way.
+    a board together hold its global top.
     """
     batches: dict[tuple[int, int], list[tuple[str, tuple]]] = {}
     crc32 = zlib.crc32
     for _, item in items:
-        if item.__class__ is DeadLetter:
+        if item.__class__ is not BoardChanges:  # dead letters and tallies go their own ways
             continue
         epoch, entries = item  # type: ignore[misc]
         for entry in entries:

@@ -8,6 +8,7 @@ publishes into a real Redis, and everything is read back the way readers read it
 from __future__ import annotations
 
 import random
+from collections import Counter
 import threading
 import time
 import uuid
@@ -79,6 +80,8 @@ def test_the_worked_example_of_boards_md(redis_url, redis_client, tmp_path):
     assert sorted(d["reason"] for d in out["dead"]) == ["bad_signature", "conflict"]
     assert {d["position"]["offset"] for d in out["dead"]} == {6, 8}
     assert out["final"]["dead_letters"] == 2
+    assert out["final"]["dead_letters_by_reason"] == {"bad_signature": 1, "conflict": 1}
+    assert out["final"]["duplicates"] == 1
     assert read_aliases(redis_client, out["namespace"]) == {"g1": {"daily": "2027-01-04", "weekly": "2027-W01"}}
 
 
@@ -107,6 +110,8 @@ def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, partitio
     assert read_aliases(redis_client, out["namespace"]) == expected_aliases
     snap = out["final"]
     assert snap["dead_letters"] == len(model.dead_letters)
+    assert snap["duplicates"] == model.duplicates
+    assert snap["dead_letters_by_reason"] == dict(Counter(reason for reason, _, _ in model.dead_letters))
 
 
 def test_every_snapshot_holds_exactly_the_input_before_its_positions(redis_url, redis_client, tmp_path):
