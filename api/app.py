@@ -1,13 +1,16 @@
 """The ASGI application: ``create_app`` wires the routes to their services.
 
 Routes: ``POST /events`` (ingest, ``api.ingest``), ``GET /rankings``,
-``GET /songs/{song_id}``, ``GET /rankings/stream`` (``api.rankings``), ``GET /health``,
-``GET /metrics``, and the dashboard at ``GET /`` (``api.dashboard``). The OpenAPI
+``GET /songs/{song_id}``, ``GET /rankings/stream`` (``api.rankings``), the score boards
+``GET /boards...`` (``api.boards``, ``api.board_stream``), ``POST
+/matches/{match_id}/result`` (``api.match_results``), ``GET /health``, ``GET /metrics``,
+and the dashboard at ``GET /`` (``api.dashboard``). The OpenAPI
 schema is at ``/openapi.json``, browsable at ``/docs``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -16,12 +19,14 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from rankflow.api import dashboard, ingest, rankings
+from rankflow.api import board_stream, boards, dashboard, ingest, rankings
 from rankflow.api.store import SnapshotCache
+from rankflow.connectors.board_read import AsyncBoardReader
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
 
@@ -64,14 +69,21 @@ def create_app(settings: Settings) -> FastAPI:
             if settings.ingest_token is None:
                 log.warning("ingest is open: anyone who can reach this port can write events; set --ingest-token")
         app.state.producer = producer
+        boards_client = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
+        app.state.boards = AsyncBoardReader(boards_client, settings.namespace)
+        app.state.board_watch = board_stream.BoardWatch(boards_client, settings.namespace, settings.poll_ms)
+        app.state.board_tops = board_stream.SharedTops(app.state.boards)
         try:
             yield
         finally:
             await cache.stop()
+            await app.state.board_watch.stop()
+            await close_within(boards_client, 5)
             if producer is not None:
                 producer.close()
 
-    app = FastAPI(title="rankflow", summary="Songs ranked by current listeners", lifespan=lifespan)
+    app = FastAPI(title="rankflow", summary="Songs ranked by current listeners, game score boards",
+                  lifespan=lifespan)
     app.state.settings = settings
     app.state.stopping = threading.Event()  # set by the server at Ctrl-C: event streams end
     app.state.bodies = rankings.BodyCache()
@@ -109,9 +121,19 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.include_router(ingest.router)
     app.include_router(rankings.router)
+    app.include_router(boards.router)
+    app.include_router(board_stream.router)
     app.include_router(dashboard.router)
     app.add_middleware(MeasureRequests, metrics=metrics)
     return app
+
+
+async def close_within(client: aioredis.Redis, timeout_s: float) -> None:
+    """Close a client's connections without letting a stalled Redis hold the shutdown."""
+    closing = asyncio.ensure_future(client.aclose())
+    _, pending = await asyncio.wait({closing}, timeout=timeout_s)
+    if pending:
+        log.warning("Redis connections did not close in time")
 
 
 class MeasureRequests:

@@ -215,12 +215,53 @@ class AsyncBoardReader:
         return around_answer(game, player,
                              await self._query(BoardQuery(self.guesses, game, board, "around", r, player)))
 
+    async def boards(self) -> dict[str, Any]:
+        """Every game's boards and aliases, from one snapshot (one ``MULTI``: the publish
+        script changes them and the snapshot id in one step)."""
+        for _ in range(ATTEMPTS):
+            g = self.guesses
+            keys = g.keys.of_generation(g.generation)
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.get(keys.generation).get(keys.snapshot_id).smembers(keys.boards).hgetall(keys.aliases)
+                generation, sid, names, aliases = await pipe.execute()
+            if int(generation or 0) == g.generation:
+                return boards_answer(sid, names, aliases)
+            g.generation = int(generation)
+        raise RuntimeError("the boards kept changing generation while being read; try again")
+
     async def _query(self, query: BoardQuery) -> Reply:
         for _ in range(ATTEMPTS):
             keys, args = query.call()
             if query.settle(await self.script(keys=keys, args=args)):
                 return query.reply  # type: ignore[return-value]
         raise query.gave_up()
+
+
+def ordered_boards(boards: list[str]) -> list[str]:
+    """``all``, ``best``, then the daily periods, then the weekly ones, each newest first.
+
+    >>> ordered_boards(["weekly:2027-W01", "daily:2027-01-03", "best", "daily:2027-01-04", "all"])
+    ['all', 'best', 'daily:2027-01-04', 'daily:2027-01-03', 'weekly:2027-W01']
+    """
+    kinds = ("all", "best", "daily", "weekly")
+    newest_first = sorted(boards, reverse=True)
+    return sorted(newest_first, key=lambda board: kinds.index(board.partition(":")[0]))  # stable
+
+
+def boards_answer(sid: bytes | None, names: set[bytes], aliases: dict[bytes, bytes]) -> dict[str, Any]:
+    """``GET /boards``: ``{snapshot_id, games: {game: {boards, aliases: {daily, weekly}}}}``."""
+    games: dict[str, dict[str, Any]] = {}
+    for name in names:
+        game, board = orjson.loads(name)
+        games.setdefault(game, {"boards": [], "aliases": {"daily": None, "weekly": None}})["boards"].append(board)
+    for game, periods in aliases.items():
+        entry = games.get(game.decode())
+        if entry is not None:
+            for alias, period in zip(ALIASES, orjson.loads(periods)):
+                entry["aliases"][alias] = None if period is None else f"{alias}:{period}"
+    for entry in games.values():
+        entry["boards"] = ordered_boards(entry["boards"])
+    return {"snapshot_id": int(sid) if sid else None, "games": dict(sorted(games.items()))}
 
 
 def _items(flat: list[bytes], first_rank: int, first_competition: int) -> list[dict[str, Any]]:
