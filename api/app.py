@@ -24,7 +24,7 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from rankflow.api import board_stream, boards, dashboard, ingest, rankings
+from rankflow.api import board_stream, boards, dashboard, ingest, match_results, rankings
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.board_read import AsyncBoardReader
 from rankflow.connectors.kafka import KafkaEndpoint
@@ -38,6 +38,8 @@ class Settings:
     redis_url: str = DEFAULT_REDIS_URL
     namespace: str = DEFAULT_NAMESPACE
     kafka: KafkaEndpoint | None = None  # where POST /events produces; None disables ingest
+    score_kafka: KafkaEndpoint | None = None  # where POST /matches/{id}/result produces; None disables it
+    signing_key: bytes | None = field(default=None, repr=False)  # match results must be signed with it
     delivery_timeout_ms: int = 5000
     producer_queue_messages: int | None = None  # the producer's local queue; None: librdkafka's default
     max_body_bytes: int = ingest.DEFAULT_MAX_BODY_BYTES  # a longer POST /events body is a 413
@@ -62,13 +64,8 @@ def create_app(settings: Settings) -> FastAPI:
         cache = SnapshotCache(settings.redis_url, settings.namespace, settings.poll_ms)
         await cache.start()
         app.state.cache = cache
-        producer = None
-        if settings.kafka is not None:
-            producer = ingest.EventProducer(settings.kafka, settings.delivery_timeout_ms,
-                                            settings.producer_queue_messages)
-            if settings.ingest_token is None:
-                log.warning("ingest is open: anyone who can reach this port can write events; set --ingest-token")
-        app.state.producer = producer
+        app.state.producer = producer = start_producer(settings, settings.kafka)
+        app.state.score_producer = score_producer = start_producer(settings, settings.score_kafka)
         boards_client = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
         app.state.boards = AsyncBoardReader(boards_client, settings.namespace)
         app.state.board_watch = board_stream.BoardWatch(boards_client, settings.namespace, settings.poll_ms)
@@ -79,8 +76,9 @@ def create_app(settings: Settings) -> FastAPI:
             await cache.stop()
             await app.state.board_watch.stop()
             await close_within(boards_client, 5)
-            if producer is not None:
-                producer.close()
+            for p in (producer, score_producer):
+                if p is not None:
+                    p.close()
 
     app = FastAPI(title="rankflow", summary="Songs ranked by current listeners, game score boards",
                   lifespan=lifespan)
@@ -105,12 +103,10 @@ def create_app(settings: Settings) -> FastAPI:
     async def prometheus(request: Request) -> Response:
         body = generate_latest(metrics.registry)
         cache = request.app.state.cache
-        producer: ingest.EventProducer | None = request.app.state.producer
-        if producer is not None:
-            body += (b"# HELP rankflow_api_producer_queue_messages Events in the producer's local queue, "
-                     b"not yet acknowledged by the broker\n"
-                     b"# TYPE rankflow_api_producer_queue_messages gauge\n"
-                     b"rankflow_api_producer_queue_messages %d\n") % producer.queued
+        body += queue_gauge("producer", "Events in the POST /events producer's local queue",
+                            request.app.state.producer)
+        body += queue_gauge("score_producer", "Match results in the POST /matches producer's local queue",
+                            request.app.state.score_producer)
         body += (b"# HELP rankflow_api_table_loads_total Whole count tables read from Redis (else changes)\n"
                  b"# TYPE rankflow_api_table_loads_total counter\n"
                  b"rankflow_api_table_loads_total %d\n"
@@ -120,12 +116,31 @@ def create_app(settings: Settings) -> FastAPI:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(ingest.router)
+    app.include_router(match_results.router)
     app.include_router(rankings.router)
     app.include_router(boards.router)
     app.include_router(board_stream.router)
     app.include_router(dashboard.router)
     app.add_middleware(MeasureRequests, metrics=metrics)
     return app
+
+
+def queue_gauge(name: str, what: str, producer: ingest.EventProducer | None) -> bytes:
+    """A producer's queue as a Prometheus gauge: how far the broker is behind (none without ingest)."""
+    if producer is None:
+        return b""
+    metric = f"rankflow_api_{name}_queue_messages"
+    return (f"# HELP {metric} {what}, not yet acknowledged by the broker\n# TYPE {metric} gauge\n"
+            f"{metric} {producer.queued}\n").encode()
+
+
+def start_producer(settings: Settings, endpoint: KafkaEndpoint | None) -> ingest.EventProducer | None:
+    if endpoint is None:
+        return None
+    if settings.ingest_token is None:
+        log.warning("ingest is open: anyone who can reach this port can write events to %s; set --ingest-token",
+                    endpoint)
+    return ingest.EventProducer(endpoint, settings.delivery_timeout_ms, settings.producer_queue_messages)
 
 
 async def close_within(client: aioredis.Redis, timeout_s: float) -> None:
