@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rankflow.api import board_stream, boards, dashboard, ingest, match_results, rankings
+from rankflow.api.board_watch import BoardWatch, TopCache
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.board_read import AsyncBoardReader
 from rankflow.connectors.kafka import KafkaEndpoint
@@ -68,8 +69,9 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.score_producer = score_producer = start_producer(settings, settings.score_kafka)
         boards_client = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
         app.state.boards = AsyncBoardReader(boards_client, settings.namespace)
-        app.state.board_watch = board_stream.BoardWatch(boards_client, settings.namespace, settings.poll_ms)
-        app.state.board_tops = board_stream.SharedTops(app.state.boards)
+        app.state.board_watch = BoardWatch(boards_client, settings.namespace, settings.poll_ms)
+        app.state.board_watch.start()
+        app.state.board_tops = TopCache(app.state.boards, app.state.board_watch)
         try:
             yield
         finally:

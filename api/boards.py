@@ -25,6 +25,8 @@ id holding ``/`` cannot be named in a path.
 
 Each query is one script call on the async Redis client (one round trip unless a
 rebuild or an alias moved since the last query): the event loop never waits on Redis.
+A top N is read once per board, n and snapshot and shared (``api.board_watch``): it
+may be one poll interval (100 ms) behind the newest snapshot, never a mix of two.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
+from rankflow.api.board_watch import TopCache
 from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, BoardQueryError
 
 log = logging.getLogger("rankflow.api")
@@ -122,7 +125,8 @@ async def list_boards(request: Request) -> Response:
             responses={k: ERRORS[k] for k in (400, 404, 503)})
 async def top(request: Request, game: str, board: str,
               n: int = Query(10, description=f"how many entries, 1..{MAX_N}")) -> Response:
-    return await answer(request, lambda reader: reader.top(game, board, n))
+    tops: TopCache = request.app.state.board_tops
+    return await answer(request, lambda _: tops.top(game, board, n))
 
 
 @router.get("/boards/{game}/{board}/players/{player_id:path}/around",

@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import orjson
 import pytest
@@ -261,7 +262,8 @@ def test_streams_follow_new_snapshots_aliases_and_dropped_boards(redis_url, tmp_
                 assert sse_events(dropped_lines, 1)[0][1]["board"] == "daily:2027-01-04"
 
                 live.append(example.result("fay", "m9", 80, FAY_PLAYED, FAY_PLAYED + 1000),
-                            example.result("clan/zoe", "m9", 70, FAY_PLAYED, FAY_PLAYED + 1000))
+                            example.result("clan/zoe", "m9", 70, FAY_PLAYED, FAY_PLAYED + 1000),
+                            example.result("🎮 é|1:x?#%", "m9", 0, FAY_PLAYED, FAY_PLAYED + 1000, game="g/2"))
                 [(kind, changed)] = sse_events(all_lines, 1)
                 assert kind == "board" and changed["snapshot_id"] > first["snapshot_id"]
                 assert rows(changed["items"]) == [("fay", 80, 1, 1), ("clan/zoe", 70, 2, 2)] + [
@@ -272,8 +274,13 @@ def test_streams_follow_new_snapshots_aliases_and_dropped_boards(redis_url, tmp_
                 assert rows(moved["items"]) == [("fay", 80, 1, 1), ("clan/zoe", 70, 2, 2)]
                 assert sse_events(dropped_lines, 1) == [("gone", {"error": "no such board: g1/daily:2027-01-04"})]
 
-            # a player id holding "/" is the rest of the path
+            # a player id holding "/" is the rest of the path; any other character is percent-encoded
             assert api.get("/boards/g1/daily/players/clan/zoe").json()["rank"] == 2
+            assert api.get("/boards/g1/daily/players/clan%2Fzoe").json()["rank"] == 2
+            odd = "/boards/g1/all/players/" + quote("🎮 é|1:x?#%")
+            assert api.get(odd).json()["error"] == "🎮 é|1:x?#% is not on g1/all"
+            assert api.get("/boards").json()["games"]["g/2"]["boards"] == ["all", "best", "daily:2027-01-13",
+                                                                           "weekly:2027-W02"]
             assert [i["player_id"] for i in api.get("/boards/g1/all/players/clan/zoe/around",
                                                     params={"r": 1}).json()["items"]] == ["fay", "clan/zoe", "ana"]
             assert api.get("/boards/g1/daily:2027-01-04/top").status_code == 404
