@@ -26,12 +26,11 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 import orjson
-import redis
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from rankflow.api.board_watch import BoardWatch, TopCache, Version
-from rankflow.api.boards import ERRORS, ask
+from rankflow.api.boards import ERRORS, UNAVAILABLE, ask
 from rankflow.connectors.board_read import NoSuchBoard
 
 log = logging.getLogger("rankflow.api")
@@ -71,7 +70,7 @@ async def board_events(request: Request, game: str, board: str, first: dict[str,
             except NoSuchBoard as exc:
                 yield b"event: gone\ndata: %s\n\n" % orjson.dumps({"error": str(exc)})
                 return
-            except (redis.RedisError, OSError) as exc:
+            except UNAVAILABLE as exc:
                 log.warning("board stream %s/%s: %r", game, board, exc)
                 continue  # the next snapshot tries again
             if shown(top) != sent:

@@ -43,7 +43,7 @@ from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
 from rankflow.api.board_watch import TopCache
-from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, BoardQueryError
+from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, BoardQueryError, BoardsMoving
 
 log = logging.getLogger("rankflow.api")
 
@@ -79,11 +79,14 @@ class UsageErrorsAre400(APIRoute):
 
 router = APIRouter(route_class=UsageErrorsAre400)
 
+UNAVAILABLE = (redis.RedisError, OSError, BoardsMoving)
+"""What makes a board query a ``503``: Redis cannot be reached, or a rebuild keeps switching."""
+
 ERRORS: dict[int | str, dict[str, Any]] = {
     400: {"description": "a usage error: n or r out of range or not an integer, an unknown board name"},
     404: {"description": "no such board (its game or period has no result, or it was dropped), "
                          "or the player is not on it"},
-    503: {"description": "Redis cannot be reached"},
+    503: {"description": "Redis cannot be reached (or the boards' generation kept switching during the query)"},
 }
 
 
@@ -97,7 +100,7 @@ async def ask(request: Request,
         return usage_error(str(exc))
     except BoardQueryError as exc:
         return _json({"error": str(exc)}, 404)
-    except (redis.RedisError, OSError) as exc:
+    except UNAVAILABLE as exc:
         return unreachable(exc)
 
 
@@ -117,7 +120,7 @@ async def list_boards(request: Request) -> Response:
     reader: AsyncBoardReader = request.app.state.boards
     try:
         return _json(await reader.boards())
-    except (redis.RedisError, OSError) as exc:
+    except UNAVAILABLE as exc:
         return unreachable(exc)
 
 

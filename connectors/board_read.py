@@ -56,6 +56,11 @@ class NotOnBoard(BoardQueryError):
     pass
 
 
+class BoardsMoving(RuntimeError):
+    """The generation or an alias changed at every call of one query: give up (a
+    rebuild switching in a loop?); the caller may ask again."""
+
+
 def check_board(board: str) -> None:
     """A usage error (ValueError) unless ``board`` is a board name or an alias."""
     if not BOARD_PATTERN.fullmatch(board):
@@ -140,8 +145,8 @@ class BoardQuery:
         self.reply = Reply(int(sid) if sid else None, players, reply[3] if len(reply) > 3 else None, self.name)
         return True
 
-    def gave_up(self) -> RuntimeError:
-        return RuntimeError("the boards kept changing generation or aliases while being read; try again")
+    def gave_up(self) -> BoardsMoving:
+        return BoardsMoving("the boards kept changing generation or aliases while being read; try again")
 
 
 def top_answer(game: str, reply: Reply) -> dict[str, Any]:
@@ -227,7 +232,7 @@ class AsyncBoardReader:
             if int(generation or 0) == g.generation:
                 return boards_answer(sid, names, aliases)
             g.generation = int(generation)
-        raise RuntimeError("the boards kept changing generation while being read; try again")
+        raise BoardsMoving("the boards kept changing generation while being read; try again")
 
     async def _query(self, query: BoardQuery) -> Reply:
         for _ in range(ATTEMPTS):
