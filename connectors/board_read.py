@@ -122,9 +122,9 @@ class BoardQuery:
         keys = g.keys.of_generation(g.generation)
         guess = ""
         if self.alias:
-            # Never asked: the alias itself names a key that no board has (boards are
-            # named all, best, daily:D, weekly:W), so the script answers "no board" or
-            # what the alias resolves to.
+            # Without a guess the alias names the key itself: no board has it (boards
+            # are all, best, daily:D, weekly:W), so the script says where the alias
+            # points, or, if it points nowhere, reads an empty board: no such board.
             guess = g.aliases.get((self.game, self.alias), "")
             self.name = guess or self.alias
         zset, hashed = keys.board(self.game, self.name)
