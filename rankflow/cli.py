@@ -145,18 +145,25 @@ def build_parser() -> argparse.ArgumentParser:
                     help="partitions when the topic is created (default: %(default)s)")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    sv = sub.add_parser("serve", help="the HTTP service: POST /events ingest (and rankings for readers)")
+    sv = sub.add_parser("serve", help="the HTTP service: rankings and score boards for readers, POST /events and "
+                                      "POST /matches/{id}/result ingest, the dashboard")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--kafka", metavar="HOST:PORT/TOPIC", help="where POST /events produces (ingest off without it)")
+    sv.add_argument("--score-kafka", metavar="HOST:PORT/TOPIC",
+                    help="where POST /matches/{id}/result produces match results, keyed by player_id "
+                         "(off without it: 503)")
+    sv.add_argument("--signing-key", metavar="HEX",
+                    help=f"the match servers' HMAC-SHA256 key: POST /matches/{{id}}/result refuses a result "
+                         f"without a valid sig (default: ${SIGNING_KEY_ENV}; without either, sig is not checked)")
     sv.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
                     help="how long to wait for the broker's acknowledgement before answering 503")
     sv.add_argument("--max-body-bytes", type=_positive, metavar="N",
-                    help="a longer POST /events body is refused with 413 (default: 1048576, 1 MiB)")
+                    help="a longer POST /events or /matches body is refused with 413 (default: 1048576, 1 MiB)")
     sv.add_argument("--ingest-token", metavar="TOKEN",
-                    help=f"POST /events needs 'Authorization: Bearer TOKEN' (default: ${INGEST_TOKEN_ENV}; "
-                         "without either, ingest is open)")
+                    help=f"POST /events and /matches need 'Authorization: Bearer TOKEN' (default: "
+                         f"${INGEST_TOKEN_ENV}; without either, ingest is open)")
     _add_redis(sv)
 
     bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
@@ -313,17 +320,22 @@ def ingest_token(option: str | None, environ: Mapping[str, str]) -> str | None:
     return token
 
 
+def _endpoint(option: str, value: str | None) -> KafkaEndpoint | None:
+    try:
+        return KafkaEndpoint.parse(value) if value else None
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from rankflow.api.app import Settings, create_app
     from rankflow.api.ingest import DEFAULT_MAX_BODY_BYTES
 
-    try:
-        kafka = KafkaEndpoint.parse(args.kafka) if args.kafka else None
-    except ValueError as exc:
-        raise UsageError(f"--kafka: {exc}") from None
-    settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
+    settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=_endpoint("--kafka", args.kafka),
+                        score_kafka=_endpoint("--score-kafka", args.score_kafka),
+                        signing_key=signing_key(args.signing_key, os.environ),
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
                         ingest_token=ingest_token(args.ingest_token, os.environ))
