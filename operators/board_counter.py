@@ -15,8 +15,9 @@ Contract (the counter stage of ``operators.counter``, keyed by board partition
 * **Output**: when epoch ``e`` closes, one :class:`BoardsReport`: for every board
   that changed here in ``e`` its player count and, if it changed, its local top
   ``K_max`` (most entries of a big board never reach its top), and every
-  entry of ``e`` (the merger passes them on to Redis, which holds whole boards:
-  exact ranks for every player come from there).
+  entry of ``e`` on a board still held (the merger passes them on to Redis, which
+  holds whole boards: exact ranks for every player come from there). So the boards
+  of a report's entries are the boards it reports.
 """
 
 from __future__ import annotations
@@ -85,7 +86,10 @@ class BoardTable:
         self.entries.extend(entries)
 
     def close(self, epoch: int) -> BoardsReport:
-        self._retire(self.changed)
+        if self._retire(self.changed):  # rare: then keep only the entries of boards still held
+            tops = self.tops
+            self.entries = [(player, tuple(c for c in changes if (c[0], c[1]) in tops))
+                            for player, changes in self.entries]
         boards = {}
         for bid in self.changed:
             top = self.tops.get(bid)
@@ -99,14 +103,18 @@ class BoardTable:
         self.entries, self.changed = [], set()
         return report
 
-    def _retire(self, changed: set[BoardId]) -> None:
-        """Forget the boards retention dropped, judged by the newest periods held here."""
+    def _retire(self, changed: set[BoardId]) -> bool:
+        """Forget the boards retention dropped, judged by the newest periods held here;
+        True if any was."""
+        retired = False
         for game in {game for game, _ in changed}:
             boards = self.games[game]
             daily, weekly = newest_periods(boards)
             for board in [b for b in boards if not is_kept(b, daily, weekly)]:
                 boards.discard(board)
                 del self.tops[(game, board)], self.players[(game, board)]
+                retired = True
+        return retired
 
     def state(self) -> dict[str, Any]:
         return {"boards": {bid: (top.top(self.k_max), self.players[bid]) for bid, top in self.tops.items()},

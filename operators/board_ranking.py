@@ -65,8 +65,8 @@ class BoardRanking:
         dropped = [bid for bid in dropped if bid in known]  # a late result for a dropped period: never published
         kept = {bid for bid in changed if bid in self.local}
         entries = [e for r in reports.values() for e in r.entries]
-        boards_of_entries = {(c[0], c[1]) for _, changes in entries for c in changes}
-        if not boards_of_entries <= kept:  # a late result for a dropped period: not published
+        if len(kept) < len(changed):  # a late result for a dropped period: not published (a report's
+            # entries are on the boards it reports, so comparing boards is enough)
             entries = [(player, tuple(c for c in changes if (c[0], c[1]) in kept)) for player, changes in entries]
         errors = [e for _, r in sorted(reports.items()) for e in r.errors]
         return BoardsSnapshot(
