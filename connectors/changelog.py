@@ -70,9 +70,13 @@ class ChangelogCorrupt(RuntimeError):
 class ShardChangelog:
     """The changelog files of one shard, in ``directory``."""
 
-    def __init__(self, directory: Path, shard: str) -> None:
+    def __init__(self, directory: Path, shard: str, merge: Callable[[Any, Any], Any] | None = None) -> None:
+        """``merge(record or None, frame value)``: how a frame's value for an id folds into
+        the record read so far; None replaces it (frames hold whole records). A stage
+        whose records grow piece by piece writes only the new pieces and merges them."""
         self.directory = directory
         self.shard = shard
+        self._merge = merge
         self.generation = 0
         self.offset = 0
         self._file: Any = None
@@ -123,11 +127,16 @@ class ShardChangelog:
                     raise ChangelogCorrupt(f"{path}: a damaged frame at byte {f.tell() - len(payload)}")
                 batch = (json.loads if kind & STDLIB_JSON else orjson.loads)(payload)
                 if kind & ~STDLIB_JSON == IMAGE:
-                    records = batch
+                    records = {}
                     self._image_bytes, self._delta_bytes = length, 0
                 else:
-                    records.update(batch)
                     self._delta_bytes += length
+                merge = self._merge
+                if merge is None:
+                    records.update(batch)
+                else:
+                    for key, value in batch.items():
+                        records[key] = merge(records.get(key), value)
             if f.tell() != end:
                 raise ChangelogCorrupt(f"{path}: no frame ends at byte {end}")
         return records

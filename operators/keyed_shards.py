@@ -50,6 +50,9 @@ class ShardLogic(StatefulBatchLogic):
 
     __slots__ = ("records", "changelog", "changed", "shards", "epoch", "whole", "_directory")
 
+    merge: Callable[[Any, Any], Any] | None = None
+    """How a changelog frame's value folds into a record (``connectors.changelog``); None: it is the record."""
+
     def __init__(self, resume: Position | ShardSnapshot | tuple | None, changelog: Path | None, shards: int,
                  whole: bool = False) -> None:
         """``changelog``: recovery with a changelog per shard; ``whole``: recovery that
@@ -62,7 +65,7 @@ class ShardLogic(StatefulBatchLogic):
         self.changed: set[str] | None = None if changelog is None else set()
         self._directory = changelog
         if isinstance(resume, tuple) and resume and resume[0] == CHANGELOG and changelog is not None:
-            self.changelog = ShardChangelog(changelog, resume[1])
+            self.changelog = ShardChangelog(changelog, resume[1], self.merge)
             self._load(self.changelog.restore(resume))  # type: ignore[arg-type]
         elif isinstance(resume, tuple):  # one entity's record, stored before snapshots named their id
             self._load({RESUMED: resume})
@@ -105,11 +108,17 @@ class ShardLogic(StatefulBatchLogic):
             if not self.records:
                 return None  # nothing kept so far
             first = next(iter(self.records))
-            log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(first, self.shards)))
+            log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(first, self.shards)),
+                                                  self.merge)
             log.restore(None)
-        position = log.append(self._flat(self.changed), lambda: self._flat(self.records), self.epoch)
+        position = log.append(self._changes(), lambda: self._flat(self.records), self.epoch)
         self.changed.clear()
         return position
+
+    def _changes(self) -> dict[str, Any]:
+        """What the changelog gets for a barrier: the records that changed (or, with
+        :attr:`merge`, the pieces of them that did)."""
+        return self._flat(self.changed)
 
 
 def shard_of(entity_id: str, shards: int) -> int:

@@ -25,7 +25,8 @@ from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
 from rankflow.operators.merger import MERGER_KEY, Tally
 from rankflow.operators.metrics import METRICS
-from rankflow.state.board_rules import DETAILS, Verdict, apply_result, standings
+from rankflow.state.board_rules import (DETAILS, Verdict, apply_result, forget_expired, merge_piece, record_piece,
+                                        standings)
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import ScoreEvent
 
@@ -51,7 +52,9 @@ class BoardChanges(NamedTuple):
 class PlayerShardLogic(ShardLogic):
     """One key per player shard: each of the shard's players and their record."""
 
-    __slots__ = ("republish", "duplicates")
+    __slots__ = ("republish", "duplicates", "pieces")
+
+    merge = staticmethod(merge_piece)  # changelog frames hold the pieces of records that changed
 
     def __init__(self, resume: Position | ShardSnapshot | None, changelog: Path | None, shards: int,
                  whole: bool = False, republish: bool = False) -> None:
@@ -59,6 +62,7 @@ class PlayerShardLogic(ShardLogic):
         boards while the run was down: see ``runner``; the router makes every shard run)."""
         super().__init__(resume, changelog, shards, whole)
         self.republish = republish
+        self.pieces: dict[str, tuple[set, set]] = {}  # with a changelog: per player, results and boards changed
         self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
 
     def on_batch(self, batches: list[ScoreBatch]) -> tuple[list[Any], bool]:
@@ -87,7 +91,7 @@ class PlayerShardLogic(ShardLogic):
 
     def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
                entries: list[tuple[str, tuple]], out: list[Any]) -> None:
-        records, changed, tally = self.records, self.changed, VERDICTS
+        records, changed, tally, pieces = self.records, self.changed, VERDICTS, self.pieces
         for game, match, player, points, played_at, received_at, offset, raw in results:
             old = records.get(player)
             record, verdict, changes = apply_result(old, game, match, player, points, played_at, received_at)
@@ -98,10 +102,31 @@ class PlayerShardLogic(ShardLogic):
                 changed.add(player)
             if verdict == ACCEPTED:
                 entries.append((player, changes))
+                if changed is not None:
+                    piece = pieces.get(player)
+                    if piece is None:
+                        piece = pieces[player] = (set(), set())
+                    piece[0].add((game, match))
+                    piece[1].update((c[0], c[1]) for c in changes)
             elif verdict == DUPLICATE:
                 self.duplicates += 1
             else:
                 out.append(DeadLetter(verdict, DETAILS[verdict], partition, offset, raw, epoch))
+
+
+    def _changes(self) -> dict[str, Any]:
+        records, pieces = self.records, self.pieces
+        out = {}
+        for player in self.changed or ():
+            results, boards = pieces.get(player, ((), ()))
+            out[player] = record_piece(records[player], results, boards)
+        pieces.clear()
+        return out
+
+    def _load(self, flat: dict[str, Any]) -> None:
+        super()._load(flat)
+        for record in flat.values():
+            forget_expired(record)
 
 
 def select_tallies(items: list[tuple[str, Any]]) -> list[tuple[str, Tally]]:

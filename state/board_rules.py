@@ -396,3 +396,59 @@ def newest_periods(boards: Iterable[str]) -> tuple[str | None, str | None]:
             if weekly is None or period > weekly:
                 weekly = period
     return daily, weekly
+
+
+# -- records in a changelog ----------------------------------------------------------
+
+def record_piece(record: PlayerRecord, results: Iterable[tuple[str, str]] = (),
+                 boards: Iterable[tuple[str, str]] = ()) -> dict:
+    """What a barrier's changelog frame holds for a player: R, and only the results and
+    board aggregates that changed (an active player holds a day of results: writing it
+    whole at every barrier cost the durable flow a third of its time).
+
+    >>> rec = apply_result(None, "g1", "m1", "ana", 50, 1798884000000, 1798884002000)[0]
+    >>> record_piece(rec, [("g1", "m1")], [("g1", "best")])
+    {'R': [1798884002000, 1798884000000], 'r': {'g1': {'m1': (50, 1798884000000)}}, 'b': {'g1': {'best': [50, 1798884000000]}}}
+    """
+    piece: dict = {"R": [record[R], record[OLDEST]]}
+    held, aggregates = record[RESULTS], record[BOARDS]
+    if results:
+        piece["r"] = r = {}
+        for game, match in results:
+            value = held.get(game, {}).get(match)
+            if value is not None:
+                r.setdefault(game, {})[match] = value
+    if boards:
+        piece["b"] = b = {}
+        for game, board in boards:
+            value = aggregates.get(game, {}).get(board)
+            if value is not None:
+                b.setdefault(game, {})[board] = value
+    return piece
+
+
+def merge_piece(record: PlayerRecord | None, piece: dict | list) -> PlayerRecord:
+    """A record read back from a changelog: ``piece`` (:func:`record_piece`, or a whole
+    record) folded into what was read before it. Results and boards a live record
+    dropped stay in the pieces; :func:`forget_expired` drops the results again, and the
+    boards are dropped as the live record drops them (they can get no result: section 7).
+
+    >>> rec = merge_piece(None, {"R": [10, 5], "r": {"g": {"m": [1, 5]}}})
+    >>> merge_piece(rec, {"R": [20, 5], "b": {"g": {"best": [1, 5]}}})
+    [20, 5, {'g': {'m': [1, 5]}}, {'g': {'best': [1, 5]}}]
+    """
+    if isinstance(piece, list):
+        return piece
+    if record is None:
+        record = [0, NONE_HELD, {}, {}]
+    record[R], record[OLDEST] = piece["R"]
+    for game, matches in piece.get("r", {}).items():
+        record[RESULTS].setdefault(game, {}).update(matches)
+    for game, aggregates in piece.get("b", {}).items():
+        record[BOARDS].setdefault(game, {}).update(aggregates)
+    return record
+
+
+def forget_expired(record: PlayerRecord) -> None:
+    """Drop the results out of the identity window now (section 2), not lazily."""
+    record[OLDEST] = _forget(record[RESULTS], record[R] - DAY_MS)

@@ -38,9 +38,13 @@ def progress(client: redis.Redis, namespace: str) -> int:
     return sum(snap["positions"].values()) if snap else -1
 
 
-@pytest.mark.parametrize("shards", ["0", "8"])
+@pytest.mark.parametrize("shards,compact_bytes", [
+    ("0", None),  # one key per player: Bytewax stores every touched record
+    ("8", None),  # player shards: changelogs of the pieces of records that changed
+    ("8", "20000"),  # ... compacting into new generations (whole records) all the time
+])
 def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, topic, redis_url, redis_client, namespace,
-                                                  shards):
+                                                  shards, compact_bytes, monkeypatch):
     log = tmp_path / "scores.jsonl"
     generate_scores(players=3_000, games=3, events=60_000, seed=5, out=log, key=KEY, days=10,
                     chaos=ScoreChaos())
@@ -55,6 +59,8 @@ def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, topic
                "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
                "--namespace", namespace, "--dead-letter", f"jsonl:{dead}", "--recovery-dir", str(tmp_path / "rec"),
                "--barrier-ms", "50", "--partitions", "4", "--user-shards", shards]
+    if compact_bytes is not None:
+        monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
     rng = random.Random(9)
     kills = 0
     for _ in range(3):
@@ -83,6 +89,10 @@ def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, topic
     assert Counter(d["reason"] for d in letters) == Counter(reason for reason, _, _ in model.dead_letters)
     assert len({(d["position"]["partition"], d["position"]["offset"]) for d in letters}) == len(letters)
     assert final["dead_letters"] == len(model.dead_letters)
+
+    if compact_bytes is not None:
+        logs = list((tmp_path / "rec" / "user-changelog").glob("*.log"))
+        assert max(int(p.name.rsplit(".g", 1)[1][:-4]) for p in logs) > 2, "changelogs moved to new generations"
 
     history = read_history(redis_client, boards_namespace(namespace))
     assert len({s["run"] for s in history}) >= 3, "snapshots of several executions"
