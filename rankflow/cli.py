@@ -194,9 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     bb.add_argument("--reads-rate", type=_positive, default=1_000, help="requests/s of each query (default: %(default)s)")
     bb.add_argument("--reads-s", type=float, default=10.0, help="seconds of each query's load (default: %(default)s)")
     bb.add_argument("--big-players", type=_positive, default=10_000_000, help="players on one board (default: %(default)s)")
-    bb.add_argument("--big-mode", choices=("flow", "redis"), default="flow",
+    bb.add_argument("--big-mode", choices=("flow", "redis", "both"), default="both",
                     help="flow: the flow loads a log of one result per player; redis: the boards publisher alone "
-                         "writes one board (default: %(default)s)")
+                         "writes one board; both: one then the other (default: %(default)s)")
     bb.add_argument("--big-min-free-gib", type=float, default=2.0,
                     help="stop the big run when the machine has less memory available (default: %(default)s)")
     bb.add_argument("--seed", type=int, default=1)

@@ -99,7 +99,7 @@ class BoardsBenchConfig:
     reads_rate: int = 1_000
     reads_s: float = 10.0
     big_players: int = 10_000_000
-    big_mode: str = "flow"
+    big_mode: str = "both"
     big_chunk: int = 50_000
     big_min_free_gib: float = 2.0
     signing_key: str = DEFAULT_KEY
@@ -190,6 +190,10 @@ class Reads:
     seconds: float = 0.0
     top: Latency = field(default_factory=Latency)
     player: Latency = field(default_factory=Latency)
+    idle_top: Latency = field(default_factory=Latency)  # the same with the traffic stopped (the flow still runs)
+    idle_player: Latency = field(default_factory=Latency)
+    cpu_cores: dict[str, dict[str, float]] = field(default_factory=dict)  # phase -> process -> CPU-s per s
+    redis_slow: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> command -> over 1 ms
     snapshots_during: int = 0  # snapshots the flow published while the readers ran
     http: dict[str, Any] = field(default_factory=dict)
     wall_s: float = 0.0
@@ -223,8 +227,10 @@ class BoardsBenchResult:
     freshness: Freshness | None = None
     memory: Memory | None = None
     reads: Reads | None = None
-    big: Big | None = None
+    big: Big | None = None  # --big-mode flow
+    big_redis: Big | None = None  # --big-mode redis
     targets: dict[str, Any] = field(default_factory=dict)
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # part -> when, wall s, its configuration
 
 
 def percentile(values: list[float], q: float) -> float | None:
@@ -397,21 +403,24 @@ class SnapshotPoller(threading.Thread):
         self.keys = Keys(boards_namespace(namespace))
         self.interval = interval
         self.seen: list[tuple[float, dict[str, int]]] = []  # (first seen, positions), oldest first
+        self._last: bytes | None = None
         self.stop_event = threading.Event()
 
     def run(self) -> None:
-        last = None
         while not self.stop_event.is_set():
-            pipe = self.client.pipeline(transaction=True)
-            pipe.get(self.keys.snapshot_id)
-            pipe.hgetall(self.keys.positions)
-            sid, positions = pipe.execute()
-            now = time.time()
-            if sid is not None and sid != last:
-                last = sid
-                self.seen.append((now, {k.decode(): int(v) for k, v in positions.items()}))
+            self.poll()
             time.sleep(self.interval)
+        self.poll()  # what was published last
         self.client.close()
+
+    def poll(self) -> None:
+        pipe = self.client.pipeline(transaction=True)
+        pipe.get(self.keys.snapshot_id)
+        pipe.hgetall(self.keys.positions)
+        sid, positions = pipe.execute()
+        if sid is not None and sid != self._last:
+            self._last = sid
+            self.seen.append((time.time(), {k.decode(): int(v) for k, v in positions.items()}))
 
     def total(self) -> int:
         return sum(self.seen[-1][1].values()) if self.seen else 0
@@ -767,15 +776,33 @@ class BoardsBench:
                 return make
 
             seen0 = len(poller.seen)
-            for query in ("top", "player"):
-                latency = paced_load(reader(query), cfg.reads_rate, cfg.reads_s)
-                setattr(out, query, latency)
-                self.log(f"{query}: {latency.achieved_rps:,.0f} req/s, p50 {latency.p50_ms:.2f} ms, "
-                         f"p99 {latency.p99_ms:.2f} ms, max {latency.max_ms:.1f} ms, {latency.errors} errors")
-            out.snapshots_during = len(poller.seen) - seen0
+            pids = {"flow": proc.pid, "broker": self.rig.broker.pid(), "redis": self.rig.redis.pid(),
+                    "feeder": feeder.pid, "bench (readers)": os.getpid()}
+            for phase in ("traffic", "idle"):
+                if phase == "idle":  # the same readers with the traffic stopped: what the machine gives them
+                    feeder.terminate()
+                    feeder.join(10)
+                    del pids["feeder"]
+                    time.sleep(2.0)
+                self._slowlog_reset()
+                cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items() if pid is not None}
+                wall0 = time.perf_counter()
+                for query in ("top", "player"):
+                    latency = paced_load(reader(query), cfg.reads_rate, cfg.reads_s)
+                    setattr(out, query if phase == "traffic" else f"idle_{query}", latency)
+                    self.log(f"{phase}, {query}: {latency.achieved_rps:,.0f} req/s, p50 {latency.p50_ms:.2f} ms, "
+                             f"p99 {latency.p99_ms:.2f} ms, max {latency.max_ms:.1f} ms, {latency.errors} errors")
+                wall = time.perf_counter() - wall0
+                out.cpu_cores[phase] = {name: round((_cpu_seconds(pid) - cpu0[name]) / wall, 3)
+                                        for name, pid in pids.items() if name in cpu0}
+                out.redis_slow[phase] = self._slowlog()
+                self.log(f"{phase}: CPU cores used {out.cpu_cores[phase]}; Redis commands over 1 ms: "
+                         f"{out.redis_slow[phase]}")
+                if phase == "traffic":
+                    out.snapshots_during = len(poller.seen) - seen0
             out.http = self._http_reads(ns, players)
         finally:
-            if feeder is not None:
+            if feeder is not None and feeder.is_alive():
                 feeder.terminate()
                 feeder.join(10)
             poller.stop_event.set()
@@ -786,6 +813,23 @@ class BoardsBench:
             except subprocess.TimeoutExpired:
                 proc.kill()
         self.flush()
+
+    def _slowlog_reset(self) -> None:
+        assert self.client is not None
+        self.client.config_set("slowlog-log-slower-than", 1000)
+        self.client.config_set("slowlog-max-len", 100_000)
+        self.client.slowlog_reset()
+
+    def _slowlog(self) -> dict[str, Any]:
+        """Commands that kept Redis busy over 1 ms since the reset (a script blocks every reader meanwhile)."""
+        assert self.client is not None
+        entries = self.client.slowlog_get(100_000)
+        by: dict[str, list[int]] = {}
+        for e in entries:
+            command = e["command"]
+            name = (command.split(b" ", 1)[0] if isinstance(command, bytes) else str(command).split(" ", 1)[0])
+            by.setdefault(name.decode() if isinstance(name, bytes) else name, []).append(int(e["duration"]))
+        return {name: {"count": len(d), "max_ms": max(d) / 1000, "total_ms": sum(d) / 1000} for name, d in by.items()}
 
     def _traffic_log(self, path: Path, n: int, players: int) -> None:
         rng = random.Random(self.cfg.seed + 7)
@@ -814,14 +858,19 @@ class BoardsBench:
     # -- 5. big -----------------------------------------------------------------------
     def big(self, result: BoardsBenchResult) -> None:
         cfg = self.cfg
-        out = result.big = Big(mode=cfg.big_mode, players=cfg.big_players)
-        self.flush()
-        if cfg.big_mode == "redis":
-            self._big_redis(out)
-        else:
-            self._big_flow(out)
-        out.redis_bytes_per_entry = out.redis_used_memory_bytes / max(out.entries, 1)
-        self.flush()
+        for mode in (("flow", "redis") if cfg.big_mode == "both" else (cfg.big_mode,)):
+            out = Big(mode=mode, players=cfg.big_players)
+            started = time.perf_counter()
+            self.flush()
+            if mode == "redis":
+                result.big_redis = out
+                self._big_redis(out)
+            else:
+                result.big = out
+                self._big_flow(out)
+            out.redis_bytes_per_entry = out.redis_used_memory_bytes / max(out.entries, 1)
+            out.wall_s = time.perf_counter() - started
+            self.flush()
 
     def _big_flow(self, out: Big) -> None:
         cfg = self.cfg
@@ -958,8 +1007,17 @@ class BoardsBench:
                     if part in cfg.parts:
                         started = time.perf_counter()
                         getattr(self, part)(result)
-                        getattr(result, part).wall_s = time.perf_counter() - started
-                        self.log(f"{part}: {getattr(result, part).wall_s:.0f} s wall")
+                        wall = time.perf_counter() - started
+                        names = ("big", "big_redis") if part == "big" else (part,)
+                        for name in names:
+                            if getattr(result, name) is None:
+                                continue
+                            if part != "big":
+                                getattr(result, name).wall_s = wall
+                            result.measured[name] = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                                                     "wall_s": round(getattr(result, name).wall_s, 1),
+                                                     "config": asdict(cfg)}
+                        self.log(f"{part}: {wall:.0f} s wall")
         finally:
             shutil.rmtree(self.work, ignore_errors=True)
         result.targets = targets(result)
@@ -983,13 +1041,56 @@ def targets(r: BoardsBenchResult) -> dict[str, Any]:
                            and not r.reads.player.errors)
     if r.big:
         t["big_fits"] = r.big.complete
+    if r.big_redis:
+        t["big_redis_fits"] = r.big_redis.complete
     return t
 
 
 # -- output ----------------------------------------------------------------------------
+def from_json(data: dict[str, Any]) -> BoardsBenchResult:
+    """A result written by :func:`write_outputs`, back as dataclasses."""
+    def part(cls: Any, d: dict[str, Any] | None) -> Any:
+        if d is None:
+            return None
+        d = dict(d)
+        if cls is Throughput:
+            d["runs"] = [Run(**x) for x in d.get("runs", [])]
+        if cls is Reads:
+            for name in ("top", "player", "idle_top", "idle_player"):
+                d[name] = Latency(**d.get(name, {}))
+        return cls(**d)
+
+    return BoardsBenchResult(config=data.get("config", {}), machine=data.get("machine", {}),
+                             throughput=part(Throughput, data.get("throughput")),
+                             freshness=part(Freshness, data.get("freshness")), memory=part(Memory, data.get("memory")),
+                             reads=part(Reads, data.get("reads")), big=part(Big, data.get("big")),
+                             big_redis=part(Big, data.get("big_redis")),
+                             targets=data.get("targets", {}), measured=data.get("measured", {}))
+
+
+def merge_previous(result: BoardsBenchResult, json_path: Path) -> BoardsBenchResult:
+    """Parts this run did not measure are kept from the previous ``boards.json`` (each part
+    says when and with which configuration it was measured), so the parts of a 2-core
+    machine's long benchmark can be run one at a time into one report."""
+    if not json_path.exists():
+        return result
+    try:
+        previous = from_json(json.loads(json_path.read_text()))
+    except (ValueError, TypeError, KeyError):
+        return result
+    for name in (*PARTS, "big_redis"):
+        if getattr(result, name) is None and getattr(previous, name) is not None:
+            setattr(result, name, getattr(previous, name))
+            if name in previous.measured:
+                result.measured[name] = previous.measured[name]
+    result.targets = targets(result)
+    return result
+
+
 def write_outputs(result: BoardsBenchResult, out: Path) -> tuple[Path, Path]:
     out.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out / "boards.json", out / "boards.png"
+    result = merge_previous(result, json_path)
     json_path.write_text(json.dumps(asdict(result), indent=2) + "\n")
     chart(result, png_path)
     return json_path, png_path
@@ -1034,14 +1135,23 @@ def rows(r: BoardsBenchResult) -> list[tuple[str, str, str, str]]:
             out.append((f"{name} at {rd.rate:,} req/s, {rd.board_players:,}-player board, flow publishing "
                         f"{rd.traffic_rate:,} results/s",
                         f"p50 {_fmt(lat.p50_ms, '.2f', ' ms')}, p99 {_fmt(lat.p99_ms, '.2f', ' ms')} "
-                        f"({lat.achieved_rps:,.0f} req/s, {lat.errors} errors)", "",
-                        f"p99 < {target:g} ms: {'met' if t.get(key) else 'MISSED'}"))
-    if r.big:
-        b = r.big
-        out.append((f"{b.players:,} players on one board ({b.mode})",
-                    f"{b.loaded_players:,} loaded in {_fmt(b.load_s, '.0f', ' s')}; Redis "
-                    f"{b.redis_used_memory_bytes / 2**30:.2f} GiB ({b.entries:,} entries); process peak RSS "
-                    f"{b.process_peak_rss_bytes / 2**30:.2f} GiB" + (f"; {b.stopped_because}" if b.stopped_because else ""),
+                        f"({lat.achieved_rps:,.0f} req/s, {lat.errors} errors)",
+                        "", f"p99 < {target:g} ms: {'met' if t.get(key) else 'MISSED'}"))
+        for name, lat in (("top n=100", rd.idle_top), ("player rank", rd.idle_player)):
+            if lat.requests:
+                out.append((f"{name} at {rd.rate:,} req/s, the same board, traffic stopped (the flow idle)",
+                            f"p50 {_fmt(lat.p50_ms, '.2f', ' ms')}, p99 {_fmt(lat.p99_ms, '.2f', ' ms')}", "", ""))
+    for b in (r.big, r.big_redis):
+        if b is None:
+            continue
+        what = "the flow on one result per player (4 boards each)" if b.mode == "flow" else \
+            "the boards publisher alone, one board"
+        out.append((f"{b.players:,} players on one board: {what}",
+                    f"{b.loaded_players:,} players loaded in {_fmt(b.load_s, ',.0f', ' s')} "
+                    f"({_fmt(b.results_per_s, ',.0f', '/s')}); Redis {b.redis_used_memory_bytes / 2**30:.2f} GiB "
+                    f"({b.entries:,} entries, {_fmt(b.redis_bytes_per_entry, ',.0f')} B each); "
+                    f"{'flow' if b.mode == 'flow' else 'publisher'} RSS {b.process_peak_rss_bytes / 2**30:.2f} GiB"
+                    + (f"; {b.stopped_because}" if b.stopped_because else ""),
                     "", "fits: " + ("yes" if b.complete else "NO")))
     return out
 
@@ -1064,7 +1174,7 @@ def chart(r: BoardsBenchResult, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [p for p in ("throughput", "freshness", "memory", "reads", "big") if getattr(r, p) is not None]
+    panels = [p for p in ("throughput", "freshness", "memory", "reads", "big", "big_redis") if getattr(r, p) is not None]
     fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.6 * max(len(panels), 1), 4.6), squeeze=False)
     for ax, part in zip(axes[0], panels):
         if part == "throughput":
@@ -1110,8 +1220,8 @@ def chart(r: BoardsBenchResult, path: Path) -> None:
             ax.legend(fontsize=8)
             ax.set_title(f"reads at {rd.rate:,} req/s while the flow\npublishes {rd.traffic_rate:,} results/s",
                          fontsize=10)
-        elif part == "big":
-            b = r.big
+        elif part in ("big", "big_redis"):
+            b = getattr(r, part)
             vals = [b.redis_used_memory_bytes / 2**30, b.process_peak_rss_bytes / 2**30]
             ax.bar(["Redis", "flow RSS" if b.mode == "flow" else "publisher"], vals, color=("#2b7bba", "#5fa8e0"))
             for i, v in enumerate(vals):
@@ -1127,6 +1237,6 @@ def chart(r: BoardsBenchResult, path: Path) -> None:
 def main(cfg: BoardsBenchConfig) -> BoardsBenchResult:
     result = BoardsBench(cfg).run()
     json_path, png_path = write_outputs(result, Path(cfg.out))
-    print_table(result)
+    print_table(from_json(json.loads(json_path.read_text())))
     print(f"wrote {json_path} and {png_path}")
     return result
