@@ -542,8 +542,15 @@ class BoardsBench:
         return self.flow_cmd(topic, name, *extra)
 
     def flush(self) -> None:
+        """Empty Redis, and wait until its memory is freed (a big board takes seconds to free)."""
         assert self.client is not None
-        self.client.flushall()
+        self.client.flushall(asynchronous=True)
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline:
+            info = self.client.info("memory")
+            if int(info.get("lazyfree_pending_objects", 0)) == 0 and self.client.dbsize() == 0:
+                break
+            time.sleep(0.2)
         time.sleep(0.2)
 
     def used_memory(self) -> int:
@@ -1006,6 +1013,7 @@ class BoardsBench:
                 for part in PARTS:
                     if part in cfg.parts:
                         started = time.perf_counter()
+                        load_before = os.getloadavg()
                         getattr(self, part)(result)
                         wall = time.perf_counter() - started
                         names = ("big", "big_redis") if part == "big" else (part,)
@@ -1016,6 +1024,7 @@ class BoardsBench:
                                 getattr(result, name).wall_s = wall
                             result.measured[name] = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                                      "wall_s": round(getattr(result, name).wall_s, 1),
+                                                     "loadavg_before_after": [load_before, os.getloadavg()],
                                                      "config": asdict(cfg)}
                         self.log(f"{part}: {wall:.0f} s wall")
         finally:
