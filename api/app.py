@@ -1,13 +1,16 @@
 """The ASGI application: ``create_app`` wires the routes to their services.
 
 Routes: ``POST /events`` (ingest, ``api.ingest``), ``GET /rankings``,
-``GET /songs/{song_id}``, ``GET /rankings/stream`` (``api.rankings``), ``GET /health``,
-``GET /metrics``, and the dashboard at ``GET /`` (``api.dashboard``). The OpenAPI
+``GET /songs/{song_id}``, ``GET /rankings/stream`` (``api.rankings``), the score boards
+``GET /boards...`` (``api.boards``, ``api.board_stream``), ``POST
+/matches/{match_id}/result`` (``api.match_results``), ``GET /health``, ``GET /metrics``,
+and the dashboard at ``GET /`` (``api.dashboard``). The OpenAPI
 schema is at ``/openapi.json``, browsable at ``/docs``.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -16,12 +19,15 @@ from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from typing import Any
 
+import redis.asyncio as aioredis
 from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from rankflow.api import dashboard, ingest, rankings
+from rankflow.api import board_stream, boards, dashboard, ingest, match_results, rankings
+from rankflow.api.board_watch import BoardWatch, TopCache
 from rankflow.api.store import SnapshotCache
+from rankflow.connectors.board_read import AsyncBoardReader
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
 
@@ -33,6 +39,8 @@ class Settings:
     redis_url: str = DEFAULT_REDIS_URL
     namespace: str = DEFAULT_NAMESPACE
     kafka: KafkaEndpoint | None = None  # where POST /events produces; None disables ingest
+    score_kafka: KafkaEndpoint | None = None  # where POST /matches/{id}/result produces; None disables it
+    signing_key: bytes | None = field(default=None, repr=False)  # match results must be signed with it
     delivery_timeout_ms: int = 5000
     producer_queue_messages: int | None = None  # the producer's local queue; None: librdkafka's default
     max_body_bytes: int = ingest.DEFAULT_MAX_BODY_BYTES  # a longer POST /events body is a 413
@@ -57,21 +65,25 @@ def create_app(settings: Settings) -> FastAPI:
         cache = SnapshotCache(settings.redis_url, settings.namespace, settings.poll_ms)
         await cache.start()
         app.state.cache = cache
-        producer = None
-        if settings.kafka is not None:
-            producer = ingest.EventProducer(settings.kafka, settings.delivery_timeout_ms,
-                                            settings.producer_queue_messages)
-            if settings.ingest_token is None:
-                log.warning("ingest is open: anyone who can reach this port can write events; set --ingest-token")
-        app.state.producer = producer
+        app.state.producer = producer = start_producer(settings, settings.kafka)
+        app.state.score_producer = score_producer = start_producer(settings, settings.score_kafka)
+        boards_client = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
+        app.state.boards = AsyncBoardReader(boards_client, settings.namespace)
+        app.state.board_watch = BoardWatch(boards_client, settings.namespace, settings.poll_ms)
+        app.state.board_watch.start()
+        app.state.board_tops = TopCache(app.state.boards, app.state.board_watch)
         try:
             yield
         finally:
             await cache.stop()
-            if producer is not None:
-                producer.close()
+            await app.state.board_watch.stop()
+            await close_within(boards_client, 5)
+            for p in (producer, score_producer):
+                if p is not None:
+                    p.close()
 
-    app = FastAPI(title="rankflow", summary="Songs ranked by current listeners", lifespan=lifespan)
+    app = FastAPI(title="rankflow", summary="Songs ranked by current listeners, game score boards",
+                  lifespan=lifespan)
     app.state.settings = settings
     app.state.stopping = threading.Event()  # set by the server at Ctrl-C: event streams end
     app.state.bodies = rankings.BodyCache()
@@ -93,12 +105,10 @@ def create_app(settings: Settings) -> FastAPI:
     async def prometheus(request: Request) -> Response:
         body = generate_latest(metrics.registry)
         cache = request.app.state.cache
-        producer: ingest.EventProducer | None = request.app.state.producer
-        if producer is not None:
-            body += (b"# HELP rankflow_api_producer_queue_messages Events in the producer's local queue, "
-                     b"not yet acknowledged by the broker\n"
-                     b"# TYPE rankflow_api_producer_queue_messages gauge\n"
-                     b"rankflow_api_producer_queue_messages %d\n") % producer.queued
+        body += queue_gauge("producer", "Events in the POST /events producer's local queue",
+                            request.app.state.producer)
+        body += queue_gauge("score_producer", "Match results in the POST /matches producer's local queue",
+                            request.app.state.score_producer)
         body += (b"# HELP rankflow_api_table_loads_total Whole count tables read from Redis (else changes)\n"
                  b"# TYPE rankflow_api_table_loads_total counter\n"
                  b"rankflow_api_table_loads_total %d\n"
@@ -108,10 +118,39 @@ def create_app(settings: Settings) -> FastAPI:
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(ingest.router)
+    app.include_router(match_results.router)
     app.include_router(rankings.router)
+    app.include_router(boards.router)
+    app.include_router(board_stream.router)
     app.include_router(dashboard.router)
     app.add_middleware(MeasureRequests, metrics=metrics)
     return app
+
+
+def queue_gauge(name: str, what: str, producer: ingest.EventProducer | None) -> bytes:
+    """A producer's queue as a Prometheus gauge: how far the broker is behind (none without ingest)."""
+    if producer is None:
+        return b""
+    metric = f"rankflow_api_{name}_queue_messages"
+    return (f"# HELP {metric} {what}, not yet acknowledged by the broker\n# TYPE {metric} gauge\n"
+            f"{metric} {producer.queued}\n").encode()
+
+
+def start_producer(settings: Settings, endpoint: KafkaEndpoint | None) -> ingest.EventProducer | None:
+    if endpoint is None:
+        return None
+    if settings.ingest_token is None:
+        log.warning("ingest is open: anyone who can reach this port can write events to %s; set --ingest-token",
+                    endpoint)
+    return ingest.EventProducer(endpoint, settings.delivery_timeout_ms, settings.producer_queue_messages)
+
+
+async def close_within(client: aioredis.Redis, timeout_s: float) -> None:
+    """Close a client's connections without letting a stalled Redis hold the shutdown."""
+    closing = asyncio.ensure_future(client.aclose())
+    _, pending = await asyncio.wait({closing}, timeout=timeout_s)
+    if pending:
+        log.warning("Redis connections did not close in time")
 
 
 class MeasureRequests:

@@ -2,7 +2,9 @@
 
 One self-contained page (no CDN: the service may run where the internet is not): a
 bar chart of the top K (K selectable), the snapshot id, its age and the listener
-total, and a line of how fresh each snapshot was when it arrived.
+total, and a line of how fresh each snapshot was when it arrived; and a score-board
+picker: a game and a board (or an alias) from ``GET /boards``, its top 10 kept live
+by ``GET /boards/{game}/{board}/stream``.
 """
 
 from __future__ import annotations

@@ -21,6 +21,11 @@ Contract:
 * ``503`` (with ``Retry-After``) when the broker does not acknowledge within the
   delivery timeout, or the producer's local queue stays full that long. Waiting
   for room in the queue yields to the event loop, so other requests go on.
+
+The machinery (token, body limit, the producer that answers only once the broker
+acknowledged: :func:`produce_request`) also serves the match servers' ``POST
+/matches/{match_id}/result`` (``api.match_results``); the routes differ only in how
+a body becomes records.
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import threading
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -155,17 +161,32 @@ async def read_body(request: Request, limit: int) -> bytes | None:
     return bytes(body)
 
 
-def check_events(body: bytes) -> tuple[list[tuple[bytes, bytes]], list[dict[str, Any]]]:
+Records = list[tuple[bytes, bytes]]
+"""``(key, value)`` pairs to produce."""
+
+Checked = tuple[Records, "dict[str, Any] | None"]
+"""What a request's check gives: the records to produce, or the body of its ``400`` (then none)."""
+
+
+def as_batch(parsed: Any, limit: int) -> tuple[list[Any], dict[str, Any] | None]:
+    """A body's items (one, or an array of them), or the problem with their count."""
+    items = parsed if isinstance(parsed, list) else [parsed]
+    if not items:
+        return [], {"index": None, "reason": "empty", "detail": "nothing in the request"}
+    if len(items) > limit:
+        return [], {"index": None, "reason": "too_many", "detail": f"at most {limit} in one request"}
+    return items, None
+
+
+def check_events(body: bytes) -> tuple[Records, list[dict[str, Any]]]:
     """Valid records to produce, and the reasons of the invalid events (with their index)."""
     try:
         parsed = orjson.loads(body)
     except orjson.JSONDecodeError as exc:
         return [], [{"index": None, "reason": "invalid_json", "detail": str(exc)}]
-    events = parsed if isinstance(parsed, list) else [parsed]
-    if not events:
-        return [], [{"index": None, "reason": "empty", "detail": "no events in the request"}]
-    if len(events) > MAX_EVENTS_PER_REQUEST:
-        return [], [{"index": None, "reason": "too_many", "detail": f"at most {MAX_EVENTS_PER_REQUEST} events"}]
+    events, problem = as_batch(parsed, MAX_EVENTS_PER_REQUEST)
+    if problem is not None:
+        return [], [problem]
     records, problems = [], []
     for i, event in enumerate(events):
         raw = orjson.dumps(event)
@@ -178,6 +199,13 @@ def check_events(body: bytes) -> tuple[list[tuple[bytes, bytes]], list[dict[str,
     return records, problems
 
 
+def events_to_produce(body: bytes) -> Checked:
+    records, problems = check_events(body)
+    if problems:
+        return [], {"error": "invalid events; nothing was produced", "invalid": problems}
+    return records, None
+
+
 def refuse_credentials(expected: str | None, given: HTTPAuthorizationCredentials | None) -> JSONResponse | None:
     """The ``401`` for a request without the ingest token (``None`` when it may write).
     The comparison takes the same time wherever the tokens differ, so the answer's
@@ -185,7 +213,7 @@ def refuse_credentials(expected: str | None, given: HTTPAuthorizationCredentials
     if expected is None:
         return None
     if given is None:
-        return JSONResponse({"error": "POST /events needs the header 'Authorization: Bearer <ingest token>'"},
+        return JSONResponse({"error": "this route needs the header 'Authorization: Bearer <ingest token>'"},
                             status_code=401, headers={"WWW-Authenticate": "Bearer"})
     if not hmac.compare_digest(given.credentials.encode(), expected.encode()):
         return JSONResponse({"error": "the ingest token is wrong"}, status_code=401,
@@ -197,17 +225,14 @@ bearer = HTTPBearer(auto_error=False, description="the ingest token, when the se
 router = APIRouter()
 
 
-@router.post("/events", status_code=202, summary="Hand playback events to Kafka",
-             responses={400: {"description": "invalid events (or more than 10,000), none produced"},
-                        401: {"description": "the service has an ingest token and the request lacks it"},
-                        413: {"description": "the body is longer than the service's limit (--max-body-bytes)"},
-                        503: {"description": "the broker did not acknowledge, or the producer's queue stayed "
-                                             "full, within the delivery timeout"}})
-async def post_events(request: Request,
-                      credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> JSONResponse:
-    producer: EventProducer | None = request.app.state.producer
+async def produce_request(request: Request, credentials: HTTPAuthorizationCredentials | None,
+                          producer: EventProducer | None, check: Callable[[bytes], Checked],
+                          unconfigured: str) -> JSONResponse:
+    """The answer of an ingest route: token (401), size (413), ``check`` (400), then
+    ``202`` once the broker acknowledged every record, or ``503``. Shared by ``POST
+    /events`` and ``POST /matches/{match_id}/result``, which differ only in ``check``."""
     if producer is None:
-        return JSONResponse({"error": "ingest is not configured: start the service with --kafka"}, status_code=503)
+        return JSONResponse({"error": f"ingest is not configured: {unconfigured}"}, status_code=503)
     settings = request.app.state.settings
     refused = refuse_credentials(settings.ingest_token, credentials)
     if refused is not None:
@@ -215,13 +240,30 @@ async def post_events(request: Request,
     body = await read_body(request, settings.max_body_bytes)
     if body is None:
         return JSONResponse({"error": f"the body is longer than {settings.max_body_bytes} bytes; "
-                                      "send the events in smaller requests"}, status_code=413)
-    records, problems = check_events(body)
-    if problems:
-        return JSONResponse({"error": "invalid events; nothing was produced", "invalid": problems}, status_code=400)
+                                      "send it in smaller requests"}, status_code=413)
+    records, refusal = check(body)
+    if refusal is not None:
+        return JSONResponse(refusal, status_code=400)
     try:
         positions = await producer.send(records)
     except BrokerUnavailable as exc:
         return JSONResponse({"error": f"Kafka did not acknowledge: {exc}"}, status_code=503,
                             headers={"Retry-After": "1"})
     return JSONResponse({"accepted": len(records), "positions": positions}, status_code=202)
+
+
+def ingest_responses(what: str) -> dict[int | str, dict[str, Any]]:
+    """The OpenAPI answers of an ingest route."""
+    return {400: {"description": what},
+            401: {"description": "the service has an ingest token and the request lacks it"},
+            413: {"description": "the body is longer than the service's limit (--max-body-bytes)"},
+            503: {"description": "the broker did not acknowledge, or the producer's queue stayed "
+                                 "full, within the delivery timeout"}}
+
+
+@router.post("/events", status_code=202, summary="Hand playback events to Kafka",
+             responses=ingest_responses("invalid events (or more than 10,000), none produced"))
+async def post_events(request: Request,
+                      credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> JSONResponse:
+    return await produce_request(request, credentials, request.app.state.producer, events_to_produce,
+                                 "start the service with --kafka")

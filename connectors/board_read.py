@@ -5,18 +5,28 @@ player count and every item of an answer come from the same state: the publish
 script changes a board and the snapshot id in one atomic step. Ranks are exact for
 every player: ``ZRANK`` of the player's member is the rank - 1 (BOARDS.md 4, see
 ``PUBLISH_BOARDS_LUA``), and ``ZCOUNT`` of the strictly better scores gives the
-competition rank. The aliases ``daily`` and ``weekly`` are resolved first and
-checked again inside the script (a snapshot may move them in between: then the
-query runs again), as is the generation a rebuild may switch.
+competition rank.
+
+One round trip per query in the common case: the reader remembers the generation and
+what each alias last resolved to, and passes them to the script as guesses; the
+script checks both (a rebuild may switch the generation, a snapshot may move an
+alias) and says what they are now, and only then is it called again.
+
+The same query logic serves two readers: :class:`BoardReader` on a sync
+``redis.Redis`` (the CLI, tests) and :class:`AsyncBoardReader` on ``redis.asyncio``
+(the HTTP service, whose event loop must never wait on Redis). :class:`BoardQuery`
+holds everything but the call itself, and the ``*_answer`` functions turn a reply
+into the answer dict, so the two readers differ only in ``await``.
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, NamedTuple
 
 import orjson
 import redis
+import redis.asyncio as aioredis
 
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys, boards_namespace
@@ -25,8 +35,14 @@ from rankflow.connectors.redis_scripts import BOARD_READ_LUA, MOVES
 MAX_N = 1000
 MAX_R = 50
 REACHED_DIGITS = 15
+ALIASES = ("daily", "weekly")
+ATTEMPTS = MOVES + 2
+"""Calls of one query at most: a generation switch or an alias move costs one more each."""
+MAX_REMEMBERED_ALIASES = 10_000
+"""Alias guesses kept per reader (two per game): past this they are forgotten at once."""
 
 BOARD_PATTERN = re.compile(r"(all|best|daily|weekly|daily:\d{4}-\d{2}-\d{2}|weekly:\d{4}-W\d{2})")
+
 
 class BoardQueryError(LookupError):
     """A query that has no answer: the board does not exist, or the player is not on it."""
@@ -38,6 +54,11 @@ class NoSuchBoard(BoardQueryError):
 
 class NotOnBoard(BoardQueryError):
     pass
+
+
+class BoardsMoving(RuntimeError):
+    """The generation or an alias changed at every call of one query: give up (a
+    rebuild switching in a loop?); the caller may ask again."""
 
 
 def check_board(board: str) -> None:
@@ -56,82 +77,211 @@ def check_r(r: int) -> None:
         raise ValueError(f"r must be between 0 and {MAX_R}, got {r}")
 
 
+class Reply(NamedTuple):
+    """A board query's answer from the script, before it becomes an answer dict."""
+
+    snapshot_id: int | None
+    players: int
+    answer: Any  # top: flat member, score pairs; player / around: the script's triple, or None
+    board: str  # the concrete board (an alias resolved)
+
+
+class Guesses:
+    """What a reader last learnt about its namespace: the current generation and where
+    each ``(game, alias)`` pointed. Only ever a hint: the script checks it."""
+
+    def __init__(self, namespace: str) -> None:
+        self.keys = Keys(boards_namespace(namespace))
+        self.generation = 0
+        self.aliases: dict[tuple[str, str], str] = {}
+
+    def learn_alias(self, game: str, alias: str, board: str) -> None:
+        if not board:
+            self.aliases.pop((game, alias), None)
+            return
+        if len(self.aliases) >= MAX_REMEMBERED_ALIASES:
+            self.aliases.clear()
+        self.aliases[(game, alias)] = board
+
+
+class BoardQuery:
+    """One query's calls of ``BOARD_READ_LUA``: :meth:`call` gives the keys and
+    arguments of the next one, :meth:`settle` reads its reply and says whether the
+    query is answered (then :attr:`reply` holds it) or must call again."""
+
+    def __init__(self, guesses: Guesses, game: str, board: str, query: str, arg: int, player: str = "") -> None:
+        check_board(board)
+        self.guesses, self.game, self.board = guesses, game, board
+        self.query, self.arg, self.player = query, arg, player
+        self.alias = board if board in ALIASES else ""
+        self.name = board
+        self.reply: Reply | None = None
+
+    def call(self) -> tuple[list[str], list[Any]]:
+        g = self.guesses
+        keys = g.keys.of_generation(g.generation)
+        guess = ""
+        if self.alias:
+            # Without a guess the alias names the key itself: no board has it (boards
+            # are all, best, daily:D, weekly:W), so the script says where the alias
+            # points, or, if it points nowhere, reads an empty board: no such board.
+            guess = g.aliases.get((self.game, self.alias), "")
+            self.name = guess or self.alias
+        zset, hashed = keys.board(self.game, self.name)
+        return ([keys.generation, keys.snapshot_id, keys.aliases, zset, hashed],
+                [g.generation, self.alias, guess, self.query, self.arg, self.player, self.game])
+
+    def settle(self, reply: list[Any]) -> bool:
+        tag = reply[0]
+        if tag == b"moved":
+            self.guesses.generation = int(reply[1])
+            return False
+        if tag == b"alias":
+            self.guesses.learn_alias(self.game, self.alias, reply[1].decode())
+            return False
+        sid, players = reply[1], int(reply[2])
+        if players == 0:
+            raise NoSuchBoard(f"no such board: {self.game}/{self.name}")
+        self.reply = Reply(int(sid) if sid else None, players, reply[3] if len(reply) > 3 else None, self.name)
+        return True
+
+    def gave_up(self) -> BoardsMoving:
+        return BoardsMoving("the boards kept changing generation or aliases while being read; try again")
+
+
+def top_answer(game: str, reply: Reply) -> dict[str, Any]:
+    return {"snapshot_id": reply.snapshot_id, "game_id": game, "board": reply.board,
+            "total_players": reply.players, "items": _items(reply.answer, 1, 1)}
+
+
+def player_answer(game: str, player: str, reply: Reply) -> dict[str, Any]:
+    if not reply.answer:
+        raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
+    score, rank, better = reply.answer
+    return {"snapshot_id": reply.snapshot_id, "game_id": game, "board": reply.board, "player_id": player,
+            "score": -int(float(score)), "rank": int(rank) + 1, "competition_rank": int(better) + 1}
+
+
+def around_answer(game: str, player: str, reply: Reply) -> dict[str, Any]:
+    if not reply.answer:
+        raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
+    start, better, flat = reply.answer
+    return {"snapshot_id": reply.snapshot_id, "game_id": game, "board": reply.board,
+            "items": _items(flat, int(start) + 1, int(better) + 1)}
+
+
 class BoardReader:
-    """Board queries of one namespace (the boards flow's, :func:`boards_namespace`)."""
+    """Board queries of one namespace (the boards flow's, :func:`boards_namespace`), on a sync client."""
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
-        self.keys = Keys(boards_namespace(namespace))
+        self.guesses = Guesses(namespace)
+        self.keys = self.guesses.keys
         self.script = client.register_script(BOARD_READ_LUA)
 
     def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
         check_n(n)
-        sid, card, flat, name = self._query(game, board, "top", n)
-        return {"snapshot_id": sid, "game_id": game, "board": name, "total_players": card,
-                "items": _items(flat, 1, 1)}
+        return top_answer(game, self._query(BoardQuery(self.guesses, game, board, "top", n)))
 
     def player(self, game: str, board: str, player: str) -> dict[str, Any]:
-        sid, card, answer, name = self._query(game, board, "player", 0, player)
-        if not answer:
-            raise NotOnBoard(f"{player} is not on {game}/{name}")
-        score, rank, better = answer
-        return {"snapshot_id": sid, "game_id": game, "board": name, "player_id": player,
-                "score": -int(float(score)), "rank": int(rank) + 1, "competition_rank": int(better) + 1}
+        return player_answer(game, player, self._query(BoardQuery(self.guesses, game, board, "player", 0, player)))
 
     def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
         check_r(r)
-        sid, card, answer, name = self._query(game, board, "around", r, player)
-        if not answer:
-            raise NotOnBoard(f"{player} is not on {game}/{name}")
-        start, better, flat = answer
-        return {"snapshot_id": sid, "game_id": game, "board": name, "items": _items(flat, int(start) + 1, better + 1)}
+        return around_answer(game, player, self._query(BoardQuery(self.guesses, game, board, "around", r, player)))
 
-    def _query(self, game: str, board: str, query: str, arg: int, player: str = "") -> tuple[int | None, int, Any, str]:
-        check_board(board)
-        alias = board if board in ("daily", "weekly") else ""
-        generation = current_generation(self.client, self.keys.namespace)
-        for _ in range(MOVES + 2):
-            keys = self.keys.of_generation(generation)
-            name = self._resolve(keys, game, alias) if alias else board
-            if name is None:
-                raise NoSuchBoard(f"no such board: {game}/{board}")
-            zset, hashed = keys.board(game, name)
-            reply = self.script(keys=[keys.generation, keys.snapshot_id, keys.aliases, zset, hashed],
-                                args=[generation, alias, name if alias else "", query, arg, player, game])
-            tag = reply[0]
-            if tag == b"moved":
-                generation = int(reply[1])
-                continue
-            if tag == b"alias":
-                continue
-            sid, card = reply[1], int(reply[2])
-            if card == 0:
-                raise NoSuchBoard(f"no such board: {game}/{name}")
-            return (int(sid) if sid else None), card, (reply[3] if len(reply) > 3 else None), name
-        raise RuntimeError("the boards kept changing generation or aliases while being read; try again")
+    def _query(self, query: BoardQuery) -> Reply:
+        for _ in range(ATTEMPTS):
+            keys, args = query.call()
+            if query.settle(self.script(keys=keys, args=args)):
+                return query.reply  # type: ignore[return-value]
+        raise query.gave_up()
 
-    def _resolve(self, keys: Keys, game: str, alias: str) -> str | None:
-        periods = self.client.hget(keys.aliases, game)
-        if periods is None:
-            return None
-        daily, weekly = orjson.loads(periods)
-        period = daily if alias == "daily" else weekly
-        return None if period is None else f"{alias}:{period}"
+
+class AsyncBoardReader:
+    """:class:`BoardReader` on a ``redis.asyncio`` client: the same queries and answers."""
+
+    def __init__(self, client: aioredis.Redis, namespace: str) -> None:
+        self.client = client
+        self.guesses = Guesses(namespace)
+        self.keys = self.guesses.keys
+        self.script = client.register_script(BOARD_READ_LUA)
+
+    async def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
+        check_n(n)
+        return top_answer(game, await self._query(BoardQuery(self.guesses, game, board, "top", n)))
+
+    async def player(self, game: str, board: str, player: str) -> dict[str, Any]:
+        return player_answer(game, player,
+                             await self._query(BoardQuery(self.guesses, game, board, "player", 0, player)))
+
+    async def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
+        check_r(r)
+        return around_answer(game, player,
+                             await self._query(BoardQuery(self.guesses, game, board, "around", r, player)))
+
+    async def boards(self) -> dict[str, Any]:
+        """Every game's boards and aliases, from one snapshot (one ``MULTI``: the publish
+        script changes them and the snapshot id in one step)."""
+        for _ in range(ATTEMPTS):
+            g = self.guesses
+            keys = g.keys.of_generation(g.generation)
+            async with self.client.pipeline(transaction=True) as pipe:
+                pipe.get(keys.generation).get(keys.snapshot_id).smembers(keys.boards).hgetall(keys.aliases)
+                generation, sid, names, aliases = await pipe.execute()
+            if int(generation or 0) == g.generation:
+                return boards_answer(sid, names, aliases)
+            g.generation = int(generation)
+        raise BoardsMoving("the boards kept changing generation while being read; try again")
+
+    async def _query(self, query: BoardQuery) -> Reply:
+        for _ in range(ATTEMPTS):
+            keys, args = query.call()
+            if query.settle(await self.script(keys=keys, args=args)):
+                return query.reply  # type: ignore[return-value]
+        raise query.gave_up()
+
+
+def ordered_boards(boards: list[str]) -> list[str]:
+    """``all``, ``best``, then the daily periods, then the weekly ones, each newest first.
+
+    >>> ordered_boards(["weekly:2027-W01", "daily:2027-01-03", "best", "daily:2027-01-04", "all"])
+    ['all', 'best', 'daily:2027-01-04', 'daily:2027-01-03', 'weekly:2027-W01']
+    """
+    kinds = ("all", "best", "daily", "weekly")
+    newest_first = sorted(boards, reverse=True)
+    return sorted(newest_first, key=lambda board: kinds.index(board.partition(":")[0]))  # stable
+
+
+def boards_answer(sid: bytes | None, names: set[bytes], aliases: dict[bytes, bytes]) -> dict[str, Any]:
+    """``GET /boards``: ``{snapshot_id, games: {game: {boards, aliases: {daily, weekly}}}}``."""
+    games: dict[str, dict[str, Any]] = {}
+    for name in names:
+        game, board = orjson.loads(name)
+        games.setdefault(game, {"boards": [], "aliases": {"daily": None, "weekly": None}})["boards"].append(board)
+    for game, periods in aliases.items():
+        entry = games.get(game.decode())
+        if entry is not None:
+            for alias, period in zip(ALIASES, orjson.loads(periods)):
+                entry["aliases"][alias] = None if period is None else f"{alias}:{period}"
+    for entry in games.values():
+        entry["boards"] = ordered_boards(entry["boards"])
+    return {"snapshot_id": int(sid) if sid else None, "games": dict(sorted(games.items()))}
 
 
 def _items(flat: list[bytes], first_rank: int, first_competition: int) -> list[dict[str, Any]]:
     """``member, score`` pairs from ``ZRANGE ... WITHSCORES`` as answer items with both ranks."""
     items: list[dict[str, Any]] = []
     competition, previous = first_competition, None
-    for i in range(0, len(flat), 2):
-        m = flat[i].decode()
-        score = -int(float(flat[i + 1]))
-        rank = first_rank + i // 2
+    rank = first_rank
+    for m, s in zip(flat[::2], flat[1::2]):
+        score = -int(float(s))
         if previous is not None and score != previous:
             competition = rank
         previous = score
-        items.append({"rank": rank, "competition_rank": competition, "player_id": m[REACHED_DIGITS:],
-                      "score": score})
+        items.append({"rank": rank, "competition_rank": competition,
+                      "player_id": m[REACHED_DIGITS:].decode(), "score": score})
+        rank += 1
     return items
 
 

@@ -4,9 +4,8 @@
 it turns a :class:`state.board_snapshot.BoardsSnapshot` into the arguments of
 ``PUBLISH_BOARDS_LUA`` (the layout is in ``redis_keys``; why a board's order is
 Redis's own order, in ``redis_scripts``). Entries not yet in Redis wait for the next
-snapshot Redis stores, latest value per player and board. The publisher mirrors
-every entry of kept boards, so a Redis that lost its data gets all of them again
-with the next snapshot.
+snapshot Redis stores, latest value per player and board. What happens when Redis lost
+its data: :class:`BoardsState`.
 """
 
 from __future__ import annotations
@@ -39,45 +38,55 @@ def board_name(game: str, board: str) -> bytes:
     return orjson.dumps([game, board])
 
 
+class RedisLostBoards(RuntimeError):
+    """Redis has no snapshot of the run's generation, and this process cannot send every board."""
+
+
 class BoardsState:
-    """Board entries, aliases and dropped boards of the snapshots Redis has not stored yet."""
+    """Board entries, aliases and dropped boards of the snapshots Redis has not stored yet.
+
+    ``complete``: what this execution publishes starts from nothing, so until Redis
+    stores its first snapshot the pending entries are every board (a fresh run, or a
+    resumed run whose per-player stage republishes every record because Redis had
+    none at start-up, see ``runner``). Redis answering ``NO_TABLE`` then gets them as
+    the whole state. Any other ``NO_TABLE`` (Redis lost its data during the run) stops
+    the run with :class:`RedisLostBoards`: holding a copy of 10M players' entries here
+    to heal in place would double the flow's memory, and a restart heals exactly.
+    """
 
     script = PUBLISH_BOARDS_LUA
 
-    def __init__(self) -> None:
+    def __init__(self, complete: bool = True) -> None:
         self._pending: dict[tuple[str, str], BoardEntries] = {}
         self._aliases: dict[str, tuple[str | None, str | None]] = {}
         self._dropped: set[tuple[str, str]] = set()
         self._full = False
-        self._mirror: dict[tuple[str, str], BoardEntries] = {}
-        self._all_aliases: dict[str, tuple[str | None, str | None]] = {}
+        self._whole = complete  # the pending entries are every board (nothing stored yet)
 
     def remember(self, snapshot: BoardsSnapshot) -> None:
-        pending, mirror = self._pending, self._mirror
-        for game, board, player, score, reached_at, _ in snapshot.entries:
-            bid = (game, board)
-            entries = pending.get(bid)
-            if entries is None:
-                entries = pending[bid] = {}
-            entries[player] = (score, reached_at)
-            kept = mirror.get(bid)
-            if kept is None:
-                kept = mirror[bid] = {}
-            kept[player] = (score, reached_at)
+        pending = self._pending
+        for player, changes in snapshot.entries:
+            for game, board, score, reached_at, _ in changes:
+                bid = (game, board)
+                entries = pending.get(bid)
+                if entries is None:
+                    entries = pending[bid] = {}
+                entries[player] = (score, reached_at)
         for bid in snapshot.dropped:
             pending.pop(bid, None)
-            mirror.pop(bid, None)
             self._dropped.add(bid)
         self._aliases.update(snapshot.aliases)
-        self._all_aliases.update(snapshot.aliases)
 
     def resend_all(self) -> None:
-        self._pending = {bid: dict(entries) for bid, entries in self._mirror.items()}
-        self._aliases = dict(self._all_aliases)
+        if not self._whole:
+            raise RedisLostBoards(
+                "Redis has no snapshot of this run's boards (it lost its data?): stopping. Start the run again "
+                "with the same --recovery-dir: it republishes every board when Redis has none (or rebuild with "
+                "`rankflow rebuild --flow boards`)")
         self._full = True
 
     def stored(self) -> None:
-        self._pending, self._aliases, self._dropped, self._full = {}, {}, set(), False
+        self._pending, self._aliases, self._dropped, self._full, self._whole = {}, {}, set(), False, False
 
     def keys(self, k: Keys) -> list[str]:
         out = [k.aliases, k.boards]
@@ -92,9 +101,8 @@ class BoardsState:
                            len(self._aliases)]
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
+        dumps = orjson.dumps
         for (game, board), entries in self._pending.items():
-            args += (len(entries), board_name(game, board))
-            for player, (score, reached_at) in entries.items():
-                args += (player, -score, f"{reached_at:015d}")
+            args += (board_name(game, board), dumps(entries))
         args.extend(board_name(game, board) for game, board in self._dropped)
         return args

@@ -147,11 +147,9 @@ end
 a = a + 1 + 2 * tonumber(ARGV[a])
 for b = 1, boards do
   local z, r = KEYS[8 + 2 * b], KEYS[9 + 2 * b]
-  redis.call('SADD', KEYS[9], ARGV[a + 1])
-  local n = tonumber(ARGV[a])
-  a = a + 2
-  for e = 1, n do
-    local player, score, at = ARGV[a], ARGV[a + 1], ARGV[a + 2]
+  redis.call('SADD', KEYS[9], ARGV[a])
+  for player, e in pairs(cjson.decode(ARGV[a + 1])) do
+    local at = string.format('%015d', e[2])
     local old = redis.call('HGET', r, player)
     if old ~= at then
       if old then
@@ -159,9 +157,9 @@ for b = 1, boards do
       end
       redis.call('HSET', r, player, at)
     end
-    redis.call('ZADD', z, score, at .. player)
-    a = a + 3
+    redis.call('ZADD', z, -e[1], at .. player)
   end
+  a = a + 2
 end
 for d = 1, dropped do
   local k = 8 + 2 * boards + 2 * d
@@ -178,8 +176,9 @@ return 1
 changed board its sorted set and its ``reached_at`` hash, then the same two keys of
 every dropped board. ``ARGV`` after ``ARGV[P]``: the number of changed boards B, of
 dropped boards D, of alias updates A and A (game, JSON) pairs; per changed board
-its entry count, its JSON name and that many ``(player, -score, reached_at)``
-triples (``reached_at`` as 15 digits); per dropped board its JSON name.
+its JSON name and its entries as one JSON object ``{player: [score, reached_at]}``
+(one argument per board: packing it is orjson's work in C, unpacking it Redis's, on
+the core the flow is not using); per dropped board its JSON name.
 
 A board's sorted set orders its entries as BOARDS.md section 4 does with Redis's own
 order: the score is ``-score`` (ascending = score descending) and the member is the

@@ -47,7 +47,7 @@ from rankflow.operators.keyed_shards import ShardRouter
 from rankflow.operators.merger import MERGER_KEY, MergerLogic
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.parse import ParsedBatch, stamp_epoch
-from rankflow.operators.player_stage import VERDICTS, PlayerShardLogic, select_dead_letters
+from rankflow.operators.player_stage import VERDICTS, PlayerShardLogic, select_dead_letters, select_tallies
 from rankflow.operators.routing import route_board_entries
 from rankflow.state.score_events import PLAYER_ID, parse_score_records
 
@@ -64,6 +64,7 @@ def build_flow(
     user_shards: int = 0,
     recoverable: bool = False,
     user_changelog: Path | None = None,
+    republish: bool = False,
     flow_id: str = "boards",
 ) -> Dataflow:
     """The score-board dataflow; see the module docstring for its shape.
@@ -71,6 +72,8 @@ def build_flow(
     ``signing_key``: results must carry a valid ``sig`` (check 6); None checks none.
     ``k_max``: how many entries of each changed board a snapshot document lists (the
     whole boards are in Redis). Sharding and recovery as ``flows.listeners.build_flow``.
+    ``republish``: a resumed run whose Redis lost the boards sends every player's
+    entries again in its first epoch (needs player shards: ``user_shards`` > 0).
     """
     if board_partitions < 1:
         raise ValueError("board_partitions must be >= 1")
@@ -86,10 +89,12 @@ def build_flow(
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
     parsed = op.map("parse", stamped, partial(ParsedBatch, parse=partial(parse_score_records, key=signing_key)))
 
-    results = op.flat_map("player_results", parsed, ShardRouter(user_shards, id_field=PLAYER_ID))
+    results = op.flat_map("player_results", parsed, ShardRouter(user_shards, id_field=PLAYER_ID,
+                                                                      touch_all=republish))
     changelog = user_changelog if recoverable and user_shards else None
     whole = recoverable and not user_shards
-    decisions = op.stateful_batch("players", results, PlayerShardLogic.builder(changelog, user_shards, whole))
+    decisions = op.stateful_batch("players", results, PlayerShardLogic.builder(changelog, user_shards, whole,
+                                                                                    republish=republish))
     entries = op.flat_map_batch("board_entries", decisions, partial(route_board_entries, partitions=board_partitions))
     ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=board_partitions))
     reports = op.stateful_batch(
@@ -107,6 +112,7 @@ def build_flow(
         op.map("partition_reports", reports, lambda kv: (MERGER_KEY, kv)),
         op.map("positions", parsed, ParsedBatch.position_report),
         op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
+        op.flat_map_batch("tallies", decisions, select_tallies),
     )
     snapshots = op.stateful_batch(
         "merger", merger_in, MergerLogic.builder(board_partitions, lambda stored: BoardRanking(k_max, stored), run_token)

@@ -8,13 +8,16 @@ Contract (the counter stage of ``operators.counter``, keyed by board partition
   ``reached_at`` on one board), and barrier ticks (no entries).
 * **State**: per board ``(game_id, board)`` a :class:`state.ranking_index.BoardTop`
   of this partition's best ``K_max`` entries and the number of its players here
-  (an entry flagged ``new`` is a player joining the board). Boards the partition
+  (an entry flagged ``new`` is a player joining the board), and the open epoch's
+  entries (a barrier can fall before the epoch closes here: they must survive it). Boards the partition
   knows to be dropped by retention (BOARDS.md section 7, judged by the newest
   periods *this* partition has seen, never newer than the game's) are forgotten.
 * **Output**: when epoch ``e`` closes, one :class:`BoardsReport`: for every board
-  that changed here in ``e`` its local top ``K_max`` and player count, and every
-  entry of ``e`` (the merger passes them on to Redis, which holds whole boards:
-  exact ranks for every player come from there).
+  that changed here in ``e`` its player count and, if it changed, its local top
+  ``K_max`` (most entries of a big board never reach its top), and every
+  entry of ``e`` on a board still held (the merger passes them on to Redis, which
+  holds whole boards: exact ranks for every player come from there). So the boards
+  of a report's entries are the boards it reports.
 """
 
 from __future__ import annotations
@@ -28,9 +31,10 @@ from rankflow.state.ranking_index import BoardTop
 
 log = logging.getLogger("rankflow.boards")
 
-Entry = tuple[str, str, str, int, int, bool]
-"""``(game_id, board, player_id, score, reached_at, new)``: a player's entry on one
-board after an accepted result; ``new`` when the player was not on the board before."""
+Entry = tuple[str, tuple[tuple[str, str, int, int, bool], ...]]
+"""``(player_id, changes)``: a player's entries after an accepted result, each change
+``(game_id, board, score, reached_at, new)``; ``new`` when the player was not on the
+board before."""
 
 BoardId = tuple[str, str]  # (game_id, board)
 
@@ -39,7 +43,8 @@ class BoardsReport(NamedTuple):
     """A board partition's changes at the close of ``epoch``."""
 
     epoch: int
-    boards: dict[BoardId, tuple[list[tuple[str, int, int]], int]]  # changed boards: (local top, players here)
+    boards: dict[BoardId, tuple[list[tuple[str, int, int]] | None, int]]
+    """Changed boards: (local top, or None when only the player count changed; players here)."""
     entries: list[Entry]
     errors: list[str]
     closed_at: float
@@ -57,30 +62,40 @@ class BoardTable:
             self.tops[(game, board)] = BoardTop(k_max, entries)
             self.players[(game, board)] = players
             self.games.setdefault(game, set()).add(board)
-        self.entries: list[Entry] = []
-        self.changed: set[BoardId] = set()
+        # the open epoch's entries, applied to the tops already, reported when it closes: kept in the
+        # recovery state, since a barrier may fall before the epoch closes here (Bytewax never replays it)
+        self.entries: list[Entry] = list((resume or {}).get("entries", []))
+        self.changed: set[BoardId] = {(c[0], c[1]) for _, changes in self.entries for c in changes}
         self.errors: list[str] = []
 
     def stage(self, entries: list[Entry]) -> None:
         tops, players, changed, k = self.tops, self.players, self.changed, self.k_max
-        for entry in entries:
-            game, board, player, score, reached_at, new = entry
-            bid = (game, board)
-            top = tops.get(bid)
-            if top is None:
-                top = tops[bid] = BoardTop(k)
-                players[bid] = 0
-                self.games.setdefault(game, set()).add(board)
-            if new:
-                players[bid] += 1
-            if not top.offer(player, score, reached_at):
-                self.errors.append(f"entry got worse: {player} on {game}/{board} -> {score} at {reached_at}")
-            changed.add(bid)
+        for player, changes in entries:
+            for game, board, score, reached_at, new in changes:
+                bid = (game, board)
+                top = tops.get(bid)
+                if top is None:
+                    top = tops[bid] = BoardTop(k)
+                    players[bid] = 0
+                    self.games.setdefault(game, set()).add(board)
+                if new:
+                    players[bid] += 1
+                if not top.offer(player, score, reached_at):
+                    self.errors.append(f"entry got worse: {player} on {game}/{board} -> {score} at {reached_at}")
+                changed.add(bid)
         self.entries.extend(entries)
 
     def close(self, epoch: int) -> BoardsReport:
-        self._retire(self.changed)
-        boards = {bid: (self.tops[bid].top(self.k_max), self.players[bid]) for bid in self.changed if bid in self.tops}
+        if self._retire(self.changed):  # rare: then keep only the entries of boards still held
+            tops = self.tops
+            self.entries = [(player, tuple(c for c in changes if (c[0], c[1]) in tops))
+                            for player, changes in self.entries]
+        boards = {}
+        for bid in self.changed:
+            top = self.tops.get(bid)
+            if top is not None:
+                boards[bid] = (top.top(self.k_max) if top.changed else None, self.players[bid])
+                top.changed = False
         errors, self.errors = self.errors, []
         for e in errors:
             log.error("epoch %s: %s", epoch, e)
@@ -88,14 +103,19 @@ class BoardTable:
         self.entries, self.changed = [], set()
         return report
 
-    def _retire(self, changed: set[BoardId]) -> None:
-        """Forget the boards retention dropped, judged by the newest periods held here."""
+    def _retire(self, changed: set[BoardId]) -> bool:
+        """Forget the boards retention dropped, judged by the newest periods held here;
+        True if any was."""
+        retired = False
         for game in {game for game, _ in changed}:
             boards = self.games[game]
             daily, weekly = newest_periods(boards)
             for board in [b for b in boards if not is_kept(b, daily, weekly)]:
                 boards.discard(board)
                 del self.tops[(game, board)], self.players[(game, board)]
+                retired = True
+        return retired
 
     def state(self) -> dict[str, Any]:
-        return {"boards": {bid: (top.top(self.k_max), self.players[bid]) for bid, top in self.tops.items()}}
+        return {"boards": {bid: (top.top(self.k_max), self.players[bid]) for bid, top in self.tops.items()},
+                "entries": list(self.entries)}

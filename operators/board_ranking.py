@@ -20,7 +20,7 @@ import heapq
 import logging
 from typing import Any
 
-from rankflow.operators.board_counter import BoardId, BoardsReport, Entry
+from rankflow.operators.board_counter import BoardId, BoardsReport
 from rankflow.operators.merger import Cut, lag_ms
 from rankflow.state.board_rules import is_kept, newest_periods
 from rankflow.state.board_snapshot import BoardsSnapshot
@@ -37,6 +37,8 @@ class BoardRanking:
         self.k_max = k_max
         self.local: dict[BoardId, LocalTops] = {bid: dict(parts) for bid, parts in (resume or {}).get("local", {}).items()}
         self.newest: dict[str, tuple[str, str]] = dict((resume or {}).get("newest", {}))
+        self.merged: dict[BoardId, list[tuple[str, int, int]]] = {}  # cache: boards whose tops did not change
+        self.announced = False  # every game's aliases go with an execution's first snapshot
         self.games: dict[str, set[str]] = {}  # game -> its boards
         for game, board in self.local:
             self.games.setdefault(game, set()).add(board)
@@ -45,21 +47,31 @@ class BoardRanking:
         changed: set[BoardId] = set()
         known = set(self.local)
         for part, report in reports.items():
-            for bid, local in report.boards.items():
+            for bid, (top, players) in report.boards.items():
                 parts = self.local.get(bid)
                 if parts is None:
                     parts = self.local[bid] = {}
                     self.games.setdefault(bid[0], set()).add(bid[1])
-                parts[part] = local
+                if top is None:
+                    top = parts[part][0] if part in parts else []
+                else:
+                    self.merged.pop(bid, None)
+                parts[part] = (top, players)
                 changed.add(bid)
         aliases, dropped = self._advance({game for game, _ in changed})
+        if not self.announced:  # Redis may have lost them while the run was down
+            self.announced = True
+            aliases = {**self.newest, **aliases}
         dropped = [bid for bid in dropped if bid in known]  # a late result for a dropped period: never published
         kept = {bid for bid in changed if bid in self.local}
-        entries = [e for r in reports.values() for e in r.entries if (e[0], e[1]) in kept]
+        entries = [e for r in reports.values() for e in r.entries]
+        if len(kept) < len(changed):  # a late result for a dropped period: not published (a report's
+            # entries are on the boards it reports, so comparing boards is enough)
+            entries = [(player, tuple(c for c in changes if (c[0], c[1]) in kept)) for player, changes in entries]
         errors = [e for _, r in sorted(reports.items()) for e in r.errors]
         return BoardsSnapshot(
             snapshot_id=cut.snapshot_id, run=cut.run, epoch=cut.epoch, positions=cut.positions,
-            dead_letters=cut.dead_letters, k_max=self.k_max,
+            dead_letters=cut.dead_letters, counts=cut.counts, k_max=self.k_max,
             boards={bid: self._merged(bid) for bid in sorted(kept)},
             entries=entries, dropped=sorted(dropped), aliases=aliases,
             partition_lag_ms=lag_ms(cut, reports), errors=errors,
@@ -68,9 +80,11 @@ class BoardRanking:
     def _merged(self, bid: BoardId) -> tuple[int, list[tuple[str, int, int]]]:
         """The board's players and its global top ``K_max`` from the partitions' lists."""
         parts = self.local[bid].values()
-        candidates = ((-score, at, player) for top, _ in parts for player, score, at in top)
-        best = heapq.nsmallest(self.k_max, candidates)
-        return sum(n for _, n in parts), [(player, -score, at) for score, at, player in best]
+        top = self.merged.get(bid)
+        if top is None:
+            candidates = ((-score, at, player) for top, _ in parts for player, score, at in top)
+            top = self.merged[bid] = [(player, -score, at) for score, at, player in heapq.nsmallest(self.k_max, candidates)]
+        return sum(n for _, n in parts), top
 
     def _advance(self, games: set[str]) -> tuple[dict[str, tuple[str, str]], list[BoardId]]:
         """Move the games' newest periods forward; drop the boards no longer kept."""
@@ -85,6 +99,7 @@ class BoardRanking:
             for board in [b for b in boards if not is_kept(b, daily, weekly)]:
                 boards.discard(board)
                 del self.local[(game, board)]
+                self.merged.pop((game, board), None)
                 dropped.append((game, board))
         return aliases, dropped
 

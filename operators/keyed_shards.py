@@ -129,14 +129,19 @@ class ShardRouter:
     batch's order, so each entity's items keep their arrival order.
     """
 
-    __slots__ = ("shards", "keys", "id_field")
+    __slots__ = ("shards", "keys", "id_field", "touch_all")
 
-    def __init__(self, shards: int, id_field: int = 0) -> None:
+    def __init__(self, shards: int, id_field: int = 0, touch_all: bool = False) -> None:
+        """``touch_all``: the first call also sends every shard an empty batch, so that every
+        shard's logic runs in the execution's first epoch (to republish its state)."""
         if shards < 0:
             raise ValueError("user shards must be >= 0")
+        if touch_all and not shards:
+            raise ValueError("touch_all needs shards: keys of single entities cannot be listed")
         self.shards = shards
         self.keys = [shard_key(i) for i in range(shards)]
         self.id_field = id_field
+        self.touch_all = touch_all
 
     def __call__(self, batch: Any) -> list[tuple[str, tuple[str, int, list]]]:
         groups: dict[str, list] = {}
@@ -148,5 +153,9 @@ class ShardRouter:
                 groups[key] = [ev]
             else:
                 group.append(ev)
+        if self.touch_all:
+            self.touch_all = False
+            for key in keys:
+                groups.setdefault(key, [])
         partition, epoch = batch.partition, batch.epoch
         return [(key, (partition, epoch, group)) for key, group in groups.items()]

@@ -47,6 +47,14 @@ class PositionReport(NamedTuple):
     read_at: float = 0.0
 
 
+class Tally(NamedTuple):
+    """Counts a stage reports for ``epoch`` (e.g. ``{"duplicates": 3}``); the snapshot of the
+    cut that includes ``epoch`` carries their running totals."""
+
+    epoch: int
+    counts: dict[str, int]
+
+
 class PartitionReport(NamedTuple):
     """A song partition's state at the close of ``epoch``."""
 
@@ -72,6 +80,8 @@ class MergerState(NamedTuple):
     pending_read_at: dict[int, float] = {}  # defaults: state stored before these fields resumes too
     read_at: float = 0.0
     combiner: Any = None
+    pending_counts: dict[int, dict[str, int]] = {}
+    counts: dict[str, int] = {}
 
 
 class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
@@ -90,6 +100,8 @@ class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
         self.last_epoch = s.last_epoch
         self.pending_read_at = dict(s.pending_read_at)
         self.read_at = s.read_at  # when the newest input in the cut was read
+        self.pending_counts = {e: dict(c) for e, c in s.pending_counts.items()}
+        self.counts = dict(s.counts)  # running totals: tallies, and dead letters per reason
 
     @classmethod
     def builder(cls, partitions: int, make_combiner: Callable[[Any], "Combiner"], run_token: int
@@ -111,10 +123,20 @@ class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
             elif item.__class__ is DeadLetter:
                 epoch = item.epoch  # type: ignore[attr-defined]
                 self.pending_dead[epoch] = self.pending_dead.get(epoch, 0) + 1
+                self._count(epoch, {f"dead_letters.{item.reason}": 1})  # type: ignore[attr-defined]
+            elif item.__class__ is Tally:
+                self._count(item.epoch, item.counts)  # type: ignore[attr-defined]
             else:
                 part, report = item  # type: ignore[misc]
                 self._partition_report(part, report, out)
         return out, StatefulBatchLogic.RETAIN
+
+    def _count(self, epoch: int, counts: dict[str, int]) -> None:
+        pending = self.pending_counts.get(epoch)
+        if pending is None:
+            pending = self.pending_counts[epoch] = {}
+        for name, n in counts.items():
+            pending[name] = pending.get(name, 0) + n
 
     def _position(self, report: PositionReport) -> None:
         positions = self.pending_positions.setdefault(report.epoch, {})
@@ -141,7 +163,7 @@ class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
         self._fold_through(epoch)
         self.last_epoch = epoch
         cut = Cut(snapshot_id(self.run_token, epoch), self.run_token, epoch, dict(self.positions),
-                  self.dead_letters, self.read_at)
+                  self.dead_letters, self.read_at, dict(self.counts))
         return self.combiner.combine(cut, reports)
 
     def _fold_through(self, epoch: int) -> None:
@@ -154,6 +176,9 @@ class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
             self.dead_letters += self.pending_dead.pop(e)
         for e in [e for e in self.pending_read_at if e <= epoch]:
             self.read_at = max(self.read_at, self.pending_read_at.pop(e))
+        for e in [e for e in self.pending_counts if e <= epoch]:
+            for name, n in self.pending_counts.pop(e).items():
+                self.counts[name] = self.counts.get(name, 0) + n
 
     def snapshot(self) -> MergerState:
         return MergerState(
@@ -166,6 +191,8 @@ class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
             dict(self.pending_read_at),
             self.read_at,
             self.combiner.state(),
+            {e: dict(c) for e, c in self.pending_counts.items()},
+            dict(self.counts),
         )
 
 
@@ -179,6 +206,7 @@ class Cut(NamedTuple):
     positions: dict[str, int]
     dead_letters: int
     read_at: float  # when the newest input in the cut was read (Unix seconds)
+    counts: dict[str, int] = {}  # running totals of tallies (``Tally``) and of dead letters per reason
 
 
 class Combiner(Protocol):

@@ -23,8 +23,9 @@ from typing import Any, NamedTuple
 
 from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
+from rankflow.operators.merger import MERGER_KEY, Tally
 from rankflow.operators.metrics import METRICS
-from rankflow.state.board_rules import DETAILS, Verdict, apply_result
+from rankflow.state.board_rules import DETAILS, Verdict, apply_result, standings
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import ScoreEvent
 
@@ -39,28 +40,38 @@ VERDICTS: dict[str, int] = {}
 
 
 class BoardChanges(NamedTuple):
-    """A call's board entries in ``epoch``: ``(game, board, player, score, reached_at, new)``."""
+    """A call's board entries in ``epoch``: per accepted result ``(player, changes)``, the
+    changes as ``state.board_rules.apply_result`` gives them, ``(game, board, score,
+    reached_at, new)`` (grouped by player: routing and counting look at the player once)."""
 
     epoch: int
-    entries: list[tuple[str, str, str, int, int, bool]]
+    entries: list[tuple[str, tuple[tuple[str, str, int, int, bool], ...]]]
 
 
 class PlayerShardLogic(ShardLogic):
     """One key per player shard: each of the shard's players and their record."""
 
-    __slots__ = ()
+    __slots__ = ("republish", "duplicates")
 
     def __init__(self, resume: Position | ShardSnapshot | None, changelog: Path | None, shards: int,
-                 whole: bool = False) -> None:
+                 whole: bool = False, republish: bool = False) -> None:
+        """``republish``: the first call emits every entry of every record (Redis lost the
+        boards while the run was down: see ``runner``; the router makes every shard run)."""
         super().__init__(resume, changelog, shards, whole)
+        self.republish = republish
+        self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
 
     def on_batch(self, batches: list[ScoreBatch]) -> tuple[list[Any], bool]:
         """Bytewax hands ``on_batch`` the items of one epoch at a time."""
-        if RESUMED in self.records:
+        if RESUMED in self.records and batches[0][2]:
             self._rename_resumed(batches[0][2][0][2])
         out: list[Any] = []
         epoch = batches[0][1]
-        entries: list[tuple[str, str, str, int, int, bool]] = []
+        entries: list[tuple[str, tuple]] = []
+        if self.republish:
+            self.republish = False
+            entries = [(player, tuple((game, board, score, at, False) for game, board, score, at in standings(record)))
+                       for player, record in self.records.items()]
         for partition, batch_epoch, results in batches:
             if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
                 out.append(BoardChanges(epoch, entries))
@@ -69,10 +80,13 @@ class PlayerShardLogic(ShardLogic):
         self._saw_epoch(epoch)
         if entries:
             out.append(BoardChanges(epoch, entries))
+        if self.duplicates:
+            out.append(Tally(epoch, {"duplicates": self.duplicates}))
+            self.duplicates = 0
         return out, not self.records
 
     def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
-               entries: list[tuple[str, str, str, int, int, bool]], out: list[Any]) -> None:
+               entries: list[tuple[str, tuple]], out: list[Any]) -> None:
         records, changed, tally = self.records, self.changed, VERDICTS
         for game, match, player, points, played_at, received_at, offset, raw in results:
             old = records.get(player)
@@ -83,9 +97,16 @@ class PlayerShardLogic(ShardLogic):
             if changed is not None:  # the record changes in place: R moves with every result that gets here
                 changed.add(player)
             if verdict == ACCEPTED:
-                entries.extend((g, board, player, score, at, new) for g, board, score, at, new in changes)
-            elif verdict != DUPLICATE:
+                entries.append((player, changes))
+            elif verdict == DUPLICATE:
+                self.duplicates += 1
+            else:
                 out.append(DeadLetter(verdict, DETAILS[verdict], partition, offset, raw, epoch))
+
+
+def select_tallies(items: list[tuple[str, Any]]) -> list[tuple[str, Tally]]:
+    """``flat_map_batch`` mapper: the stage's counts, for the merger."""
+    return [(MERGER_KEY, t) for _, t in items if t.__class__ is Tally]
 
 
 def select_dead_letters(items: list[tuple[str, Any]]) -> list[tuple[str, DeadLetter]]:

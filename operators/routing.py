@@ -29,6 +29,7 @@ import time
 import zlib
 from collections.abc import Iterable
 
+from rankflow.operators.player_stage import BoardChanges
 from rankflow.state.events import DeadLetter
 
 SongDelta = tuple[str, int, int, int]
@@ -154,8 +155,9 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
     return out
 
 
-BoardBatch = tuple[int, list[tuple[str, str, str, int, int, bool]] | tuple[()]]
-"""``(epoch, entries)``: what a board partition gets per call of :func:`route_board_entries`."""
+BoardBatch = tuple[int, list[tuple[str, tuple]] | tuple[()]]
+"""``(epoch, entries)``: what a board partition gets per call of :func:`route_board_entries`;
+entries as the per-player stage groups them, ``(player, changes)``."""
 
 
 def route_board_entries(items: Iterable[tuple[str, object]], partitions: int) -> list[tuple[str, BoardBatch]]:
@@ -163,16 +165,16 @@ def route_board_entries(items: Iterable[tuple[str, object]], partitions: int) ->
 
     A player's entries all go to partition ``crc32(player_id) % P`` (the same on every
     process and run), so each partition holds whole players and the P local tops of
-    a board together hold its global top. Dead letters go their own way.
+    a board together hold its global top.
     """
-    batches: dict[tuple[int, int], list[tuple[str, str, str, int, int, bool]]] = {}
+    batches: dict[tuple[int, int], list[tuple[str, tuple]]] = {}
     crc32 = zlib.crc32
     for _, item in items:
-        if item.__class__ is DeadLetter:
+        if item.__class__ is not BoardChanges:  # dead letters and tallies go their own ways
             continue
         epoch, entries = item  # type: ignore[misc]
         for entry in entries:
-            key = (epoch, crc32(entry[2].encode()) % partitions)
+            key = (epoch, crc32(entry[0].encode()) % partitions)
             batch = batches.get(key)
             if batch is None:
                 batches[key] = [entry]

@@ -70,7 +70,9 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
                         f"(default: ${SIGNING_KEY_ENV}; without either, signatures are not checked)")
     p.add_argument("--song-partitions", "--partitions", type=_positive, default=16, metavar="P",
                    help="counter partitions: of songs, or of board entries with --flow boards (default: %(default)s)")
-    p.add_argument("--k-max", type=_positive, default=100, metavar="K")
+    p.add_argument("--k-max", type=_positive, metavar="K",
+                   help="songs ranked per snapshot (default 100), or entries listed per changed board with "
+                        "--flow boards (default 10; the whole boards are in Redis)")
     p.add_argument("--workers", type=_positive, default=1, metavar="N")
     p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
                    help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
@@ -90,7 +92,8 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rankflow", description="Real-time song rankings by current listeners.")
+    parser = argparse.ArgumentParser(prog="rankflow", description="Real-time rankings from event streams: songs by "
+                                     "current listeners, game score boards.")
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="write a realistic playback or score log (JSON Lines) with chaos")
@@ -114,7 +117,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scores: every chaos rate times SCALE (default: %(default)s)")
     g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field)")
 
-    r = sub.add_parser("run", help="run the listener-count flow and publish snapshots to Redis")
+    r = sub.add_parser("run", help="run a flow (--flow listeners or boards) and publish its snapshots to Redis")
     _add_flow_options(r, DEFAULT_DEAD_LETTER)
     r.add_argument("--until-eof", action="store_true",
                    help="stop at the end of the input seen at start-up (default: keep following it)")
@@ -142,18 +145,25 @@ def build_parser() -> argparse.ArgumentParser:
                     help="partitions when the topic is created (default: %(default)s)")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
-    sv = sub.add_parser("serve", help="the HTTP service: POST /events ingest (and rankings for readers)")
+    sv = sub.add_parser("serve", help="the HTTP service: rankings and score boards for readers, POST /events and "
+                                      "POST /matches/{id}/result ingest, the dashboard")
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=int, default=8000)
     sv.add_argument("--kafka", metavar="HOST:PORT/TOPIC", help="where POST /events produces (ingest off without it)")
+    sv.add_argument("--score-kafka", metavar="HOST:PORT/TOPIC",
+                    help="where POST /matches/{id}/result produces match results, keyed by player_id "
+                         "(off without it: 503)")
+    sv.add_argument("--signing-key", metavar="HEX",
+                    help=f"the match servers' HMAC-SHA256 key: POST /matches/{{id}}/result refuses a result "
+                         f"without a valid sig (default: ${SIGNING_KEY_ENV}; without either, sig is not checked)")
     sv.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
                     help="how long to wait for the broker's acknowledgement before answering 503")
     sv.add_argument("--max-body-bytes", type=_positive, metavar="N",
-                    help="a longer POST /events body is refused with 413 (default: 1048576, 1 MiB)")
+                    help="a longer POST /events or /matches body is refused with 413 (default: 1048576, 1 MiB)")
     sv.add_argument("--ingest-token", metavar="TOKEN",
-                    help=f"POST /events needs 'Authorization: Bearer TOKEN' (default: ${INGEST_TOKEN_ENV}; "
-                         "without either, ingest is open)")
+                    help=f"POST /events and /matches need 'Authorization: Bearer TOKEN' (default: "
+                         f"${INGEST_TOKEN_ENV}; without either, ingest is open)")
     _add_redis(sv)
 
     bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
@@ -339,17 +349,22 @@ def ingest_token(option: str | None, environ: Mapping[str, str]) -> str | None:
     return token
 
 
+def _endpoint(option: str, value: str | None) -> KafkaEndpoint | None:
+    try:
+        return KafkaEndpoint.parse(value) if value else None
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
     from rankflow.api.app import Settings, create_app
     from rankflow.api.ingest import DEFAULT_MAX_BODY_BYTES
 
-    try:
-        kafka = KafkaEndpoint.parse(args.kafka) if args.kafka else None
-    except ValueError as exc:
-        raise UsageError(f"--kafka: {exc}") from None
-    settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=kafka,
+    settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=_endpoint("--kafka", args.kafka),
+                        score_kafka=_endpoint("--score-kafka", args.score_kafka),
+                        signing_key=signing_key(args.signing_key, os.environ),
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
                         ingest_token=ingest_token(args.ingest_token, os.environ))

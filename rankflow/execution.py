@@ -22,6 +22,7 @@ from bytewax.dataflow import Dataflow
 from bytewax.recovery import RecoveryConfig
 from bytewax.testing import cluster_main, run_main
 
+from rankflow.connectors.redis_boards import RedisLostBoards
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
 from rankflow.connectors.redis_publish import is_transient
@@ -96,7 +97,7 @@ def explain(exc: BaseException) -> BaseException:
         if isinstance(seen, GenerationSwitched):
             return GenerationSwitched(f"stopped: a rebuild replaced this run's ranking ({seen}); "
                                       "start the run again to continue on the new generation")
-        if isinstance(seen, (KafkaUnavailable, PositionOutOfRange)):
+        if isinstance(seen, (KafkaUnavailable, PositionOutOfRange, RedisLostBoards)):
             return ServiceError(str(seen))
         if isinstance(seen, redis.ConnectionError) or is_transient(seen):
             return ServiceError(f"lost Redis: {seen}")

@@ -21,6 +21,8 @@ DEFAULT_REBUILD_DEAD_LETTER = "jsonl:rebuild-dead-letters.jsonl"
 truncate the ones a live run is appending to."""
 DEFAULT_USER_SHARDS = 16
 FLOWS = ("listeners", "boards")
+DEFAULT_K_MAX = 100
+BOARDS_K_MAX = 10
 SIGNING_KEY_ENV = "RANKFLOW_SIGNING_KEY"
 
 
@@ -62,7 +64,7 @@ class RunOptions:
     namespace: str = DEFAULT_NAMESPACE
     dead_letter: str = DEFAULT_DEAD_LETTER
     song_partitions: int = 16
-    k_max: int = 100
+    k_max: int | None = None  # None: the flow's default (``top_k``)
     workers: int = 1
     barrier_ms: int = 250
     read_chunk_bytes: int = CHUNK_BYTES  # how much a JSONL partition reads per batch
@@ -80,6 +82,15 @@ class RunOptions:
     metrics_host: str = "127.0.0.1"  # the address the metrics listen on
 
     @property
+    def top_k(self) -> int:
+        """K_max: the songs a listener snapshot ranks (100 unless ``--k-max``), or the entries
+        of each changed board a boards snapshot lists (10: the live top 10; the whole boards
+        are in Redis, and a longer list costs every partition and the merger at every barrier)."""
+        if self.k_max is not None:
+            return self.k_max
+        return DEFAULT_K_MAX if self.flow == "listeners" else BOARDS_K_MAX
+
+    @property
     def redis_namespace(self) -> str:
         """Where this flow publishes: the boards flow beside the listener flow, never in its keys."""
         return self.namespace if self.flow == "listeners" else boards_namespace(self.namespace)
@@ -89,9 +100,11 @@ class RunOptions:
             raise UsageError(f"--flow must be one of {', '.join(FLOWS)}, got {self.flow!r}")
         if self.user_shards < 0:
             raise UsageError("--user-shards must be >= 0")
-        for name in ("song_partitions", "k_max", "workers", "barrier_ms", "read_chunk_bytes", "hot_salts"):
+        for name, flag in (("song_partitions", "song-partitions"), ("top_k", "k-max"), ("workers", "workers"),
+                           ("barrier_ms", "barrier-ms"), ("read_chunk_bytes", "read-chunk-bytes"),
+                           ("hot_salts", "hot-salts")):
             if getattr(self, name) < 1:
-                raise UsageError(f"--{name.replace('_', '-')} must be >= 1")
+                raise UsageError(f"--{flag} must be >= 1")
         if self.hot_threshold < 0:
             raise UsageError("--hot-threshold must be >= 0")
         if self.processes < 1:

@@ -36,7 +36,7 @@ from rankflow.endpoints import make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.options import RunOptions
 from rankflow.recovery import recovery_config, resumes_from_recovery
-from rankflow.runner import build_dataflow, connect_redis
+from rankflow.runner import build_dataflow, connect_redis, must_republish
 
 log = logging.getLogger("rankflow.rebuild")
 
@@ -65,7 +65,8 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
                              whole_history=from_start)
         token = new_run_token(client, opts.redis_namespace)
         old, new = current_generation(client, opts.redis_namespace), token  # tokens are unique, so generations are
-        flow = build_dataflow(opts, token, new, live=False, source=source)
+        flow = build_dataflow(opts, token, new, live=False, source=source, fresh=from_start,
+                              republish=must_republish(client, opts, new, from_start))
         claim_generation(client, opts.redis_namespace, new, token)
         log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.redis_namespace, new, old)
         try:
@@ -107,6 +108,6 @@ def _check_sound(final: dict[str, Any] | None) -> None:
         raise RebuildFailed("the rebuild published no snapshot")
     if final["errors"]:
         raise RebuildFailed(f"the rebuilt ranking has errors: {final['errors'][:3]}")
-    if final["total_listeners"] != final["counted_users"]:
+    if "total_listeners" in final and final["total_listeners"] != final["counted_users"]:
         raise RebuildFailed("the rebuilt ranking breaks total_listeners == counted_users")
 

@@ -27,7 +27,7 @@ from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 
 from rankflow.connectors.redis_generations import join_run
-from rankflow.connectors.redis_keys import connect
+from rankflow.connectors.redis_keys import Keys, connect
 from rankflow.connectors.redis_boards import BoardsState
 from rankflow.connectors.redis_publish import RedisSnapshotSink
 from rankflow.connectors.redis_read import read_latest
@@ -55,25 +55,44 @@ def connect_redis(url: str) -> redis.Redis:
     return client
 
 
-def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
-    """The flow ``opts.flow`` names, publishing into ``generation`` with run token ``token``."""
+def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, source: Source, fresh: bool,
+                   republish: bool = False) -> Dataflow:
+    """The flow ``opts.flow`` names, publishing into ``generation`` with run token ``token``;
+    ``fresh``: it starts its input over (no recovery state to resume from)."""
     if opts.flow == "boards":
-        return boards_flow(opts, token, generation, live, source)
+        return boards_flow(opts, token, generation, live, source, fresh, republish)
     return listener_flow(opts, token, generation, live, source)
 
 
-def boards_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
+def must_republish(client: redis.Redis, opts: RunOptions, generation: int, fresh: bool) -> bool:
+    """Whether a resumed boards run must send every board again: Redis has no snapshot of
+    its generation (it lost its data while the run was down). The listener flow's
+    counters send their whole table with every execution's first snapshot instead."""
+    if fresh or opts.flow != "boards" or client.exists(Keys(opts.redis_namespace, generation).snapshot_id):
+        return False
+    if not opts.user_shards:
+        raise ServiceError("Redis has none of this run's boards, and a run with --user-shards 0 cannot send them "
+                           "again: resume with the default player shards, or rebuild (`rankflow rebuild --flow "
+                           "boards`)")
+    log.warning("Redis has no snapshot of generation %s: every player's entries are published again", generation)
+    return True
+
+
+def boards_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source, fresh: bool,
+                republish: bool = False) -> Dataflow:
     return build_boards_flow(
         source,
         make_dead_letter_sink(opts.dead_letter),
-        RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, state=BoardsState),
+        RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live,
+                          state=lambda: BoardsState(complete=fresh or republish)),
         board_partitions=opts.song_partitions,
-        k_max=opts.k_max,
+        k_max=opts.top_k,
         signing_key=opts.signing_key,
         user_shards=opts.user_shards,
         run_token=token,
         recoverable=opts.recovery_dir is not None,
         user_changelog=user_changelog(opts.recovery_dir),
+        republish=republish,
     )
 
 
@@ -84,7 +103,7 @@ def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
         make_dead_letter_sink(opts.dead_letter),
         RedisSnapshotSink(opts.redis_url, opts.namespace, token, generation, live),
         song_partitions=opts.song_partitions,
-        k_max=opts.k_max,
+        k_max=opts.top_k,
         user_shards=opts.user_shards,
         run_token=token,
         recoverable=opts.recovery_dir is not None,
@@ -106,7 +125,8 @@ def run(opts: RunOptions) -> dict[str, Any] | None:
     client = connect_redis(opts.redis_url)
     try:
         token, generation = join_run(client, opts.redis_namespace, opts.run_id or uuid.uuid4().hex, fresh=fresh)
-        flow = build_dataflow(opts, token, generation, live=True, source=source)
+        flow = build_dataflow(opts, token, generation, live=True, source=source, fresh=fresh,
+                              republish=must_republish(client, opts, generation, fresh))
         log.info("run %s owns generation %s of namespace %r", token, generation, opts.redis_namespace)
         execute(flow, opts, recovery)
         return read_latest(client, opts.redis_namespace)

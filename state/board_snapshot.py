@@ -25,11 +25,13 @@ class BoardsSnapshot(NamedTuple):
     dead_letters: int
     k_max: int
     boards: dict[Board, tuple[int, list[tuple[str, int, int]]]]  # changed: (players, top (player, score, reached_at))
-    entries: list[tuple[str, str, str, int, int, bool]]  # (game, board, player, score, reached_at, new): to Redis
+    entries: list[tuple[str, tuple[tuple[str, str, int, int, bool], ...]]]
+    """To Redis: per accepted result ``(player, changes)``, each ``(game, board, score, reached_at, new)``."""
     dropped: list[Board]
     aliases: dict[str, tuple[str | None, str | None]]  # games whose newest periods moved: (daily, weekly)
     partition_lag_ms: dict[str, int]
     errors: list[str]
+    counts: dict[str, int] = {}  # running totals: "duplicates", "dead_letters.<reason>"
 
     def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
         games: dict[str, dict[str, Any]] = {}
@@ -46,6 +48,9 @@ class BoardsSnapshot(NamedTuple):
             "positions": self.positions,
             "published_at": published_at_ms,
             "dead_letters": self.dead_letters,
+            "dead_letters_by_reason": {name.split(".", 1)[1]: n for name, n in sorted(self.counts.items())
+                                       if name.startswith("dead_letters.")},
+            "duplicates": self.counts.get("duplicates", 0),
             "k_max": self.k_max,
             "changed_boards": games,
             "aliases": {g: {"daily": d, "weekly": w} for g, (d, w) in sorted(self.aliases.items())},

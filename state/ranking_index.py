@@ -115,12 +115,14 @@ class BoardTop:
     (True, [('ana', 80, 11), ('cy', 70, 9)])
     """
 
-    __slots__ = ("capacity", "_keys", "_index")
+    __slots__ = ("capacity", "changed", "_keys", "_index", "_floor")
 
     def __init__(self, capacity: int, entries: Iterable[tuple[str, int, int]] = ()) -> None:
         self.capacity = capacity
+        self.changed = False  # whether the top changed since the owner last cleared this
         self._keys: dict[str, BoardKey] = {}
         self._index: SortedList = SortedList()
+        self._floor: BoardKey | None = None  # the last key held once the index is full
         for player, score, reached_at in entries:
             self.offer(player, score, reached_at)
 
@@ -132,21 +134,25 @@ class BoardTop:
         >>> top.offer("a", 5, 1), top.offer("a", 4, 1), top.top(1)
         (True, False, [('a', 5, 1)])
         """
+        keys, floor = self._keys, self._floor
+        if floor is not None and -score > floor[0] and player not in keys:
+            return True  # below the top: nothing to hold (the common case on a big board; no tuple built)
         key = (-score, reached_at, player)
-        keys, index = self._keys, self._index
+        index = self._index
         old = keys.get(player)
         if old is not None:
             if key >= old:
                 return key == old
             index.remove(old)
-        elif len(index) >= self.capacity:
-            last = index[-1]
-            if key > last:
-                return True  # below the top: nothing to hold
-            index.pop()
-            del keys[last[2]]
+        elif floor is not None:
+            if key > floor:
+                return True  # below the top
+            del keys[index.pop()[2]]
         index.add(key)
         keys[player] = key
+        if len(index) >= self.capacity:
+            self._floor = index[-1]
+        self.changed = True
         return True
 
     def top(self, n: int) -> list[tuple[str, int, int]]:

@@ -8,6 +8,7 @@ publishes into a real Redis, and everything is read back the way readers read it
 from __future__ import annotations
 
 import random
+from collections import Counter
 import threading
 import time
 import uuid
@@ -17,12 +18,17 @@ from typing import Any
 import orjson
 import pytest
 import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from rankflow.connectors.board_read import BoardReader, NoSuchBoard, NotOnBoard, read_aliases, read_boards
-from rankflow.connectors.redis_keys import boards_namespace
+from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_read import read_latest
 from rankflow.connectors.source_batch import STOP
-from rankflow.options import RunOptions
+from rankflow.options import RunOptions, ServiceError
+from rankflow.cli import main
+from rankflow.rebuild import rebuild
 from rankflow.runner import run
 from tests import boards_example as example
 from tests.boards_model import BoardsModel, rank_and_competition
@@ -74,6 +80,8 @@ def test_the_worked_example_of_boards_md(redis_url, redis_client, tmp_path):
     assert sorted(d["reason"] for d in out["dead"]) == ["bad_signature", "conflict"]
     assert {d["position"]["offset"] for d in out["dead"]} == {6, 8}
     assert out["final"]["dead_letters"] == 2
+    assert out["final"]["dead_letters_by_reason"] == {"bad_signature": 1, "conflict": 1}
+    assert out["final"]["duplicates"] == 1
     assert read_aliases(redis_client, out["namespace"]) == {"g1": {"daily": "2027-01-04", "weekly": "2027-W01"}}
 
 
@@ -102,6 +110,8 @@ def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, partitio
     assert read_aliases(redis_client, out["namespace"]) == expected_aliases
     snap = out["final"]
     assert snap["dead_letters"] == len(model.dead_letters)
+    assert snap["duplicates"] == model.duplicates
+    assert snap["dead_letters_by_reason"] == dict(Counter(reason for reason, _, _ in model.dead_letters))
 
 
 def test_every_snapshot_holds_exactly_the_input_before_its_positions(redis_url, redis_client, tmp_path):
@@ -175,3 +185,116 @@ def random_log(rng: random.Random, n: int) -> list[bytes]:
                                     signed_points=points + 1 if forged else None))
         sent.append((game, match, player, points, played))
     return lines
+
+
+def test_a_resumed_run_republishes_every_board_when_redis_lost_them(redis_url, redis_client, tmp_path):
+    """Redis loses its data while the run is down: the resumed run (player shards with
+    changelogs) sends every player's entries again, and the boards are whole and exact."""
+    lines = random_log(random.Random(11), 300)
+    first, second = lines[:200], lines[200:]
+    path = tmp_path / "scores.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in first))
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    opts = dict(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace, flow="boards",
+                dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", signing_key=example.KEY, song_partitions=3,
+                user_shards=4, recovery_dir=str(tmp_path / "recovery"))
+    run(RunOptions(**opts))
+    for key in redis_client.scan_iter(f"{{{boards_namespace(namespace)}}}:*"):
+        redis_client.delete(key)  # Redis lost everything of this namespace
+    with open(path, "ab") as out:
+        out.write(b"".join(line + b"\n" for line in second))
+    run(RunOptions(**opts))
+    model = model_of(lines, example.KEY, str(path))
+    assert read_boards(redis_client, namespace) == model.boards()
+    assert read_aliases(redis_client, namespace) == {
+        g: {k: v.split(":", 1)[1] for k, v in a.items()} for g, a in model.aliases().items()}
+
+
+def test_without_player_shards_a_lost_redis_is_a_clear_error(redis_url, redis_client, tmp_path):
+    path = tmp_path / "scores.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in example.LINES[:4]))
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    opts = dict(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace, flow="boards",
+                dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", signing_key=example.KEY, user_shards=0,
+                recovery_dir=str(tmp_path / "recovery"))
+    run(RunOptions(**opts))
+    for key in redis_client.scan_iter(f"{{{boards_namespace(namespace)}}}:*"):
+        redis_client.delete(key)
+    with pytest.raises(ServiceError, match="cannot send them again"):
+        run(RunOptions(**opts))
+
+
+def test_a_rebuild_replays_into_a_new_generation_and_switches(redis_url, redis_client, tmp_path):
+    lines = random_log(random.Random(5), 250)
+    out = run_boards(redis_url, tmp_path, lines[:150], signing_key=example.KEY)
+    namespace, path = out["namespace"], out["path"]
+    with open(path, "ab") as f:
+        f.write(b"".join(line + b"\n" for line in lines[150:]))
+    old = current_generation(redis_client, boards_namespace(namespace))
+    old_keys = Keys(boards_namespace(namespace), old)
+    final = rebuild(RunOptions(input=f"jsonl:{path}", redis_url=redis_url, namespace=namespace, flow="boards",
+                               dead_letter=f"jsonl:{tmp_path / 'rebuild-dead.jsonl'}", signing_key=example.KEY))
+    assert sum(final["positions"].values()) == len(lines)
+    assert current_generation(redis_client, boards_namespace(namespace)) != old
+    assert read_boards(redis_client, namespace) == model_of(lines, example.KEY, path).boards()
+    assert not redis_client.exists(old_keys.boards, old_keys.aliases, *old_keys.board("g1", "all")), \
+        "the old generation's boards are gone"
+
+
+HOUR = 3_600_000
+
+
+@st.composite
+def score_logs(draw: st.DrawFn) -> list[bytes]:
+    """Short logs over few players, games and matches, across the 2026/2027 year end:
+    resubmissions, conflicts, forged signatures, late and early results, zeros."""
+    t = example.ms("2026-12-31 22:00:00.000")
+    lines: list[bytes] = []
+    for _ in range(draw(st.integers(1, 40))):
+        t += draw(st.sampled_from([0, 1000, HOUR, 6 * HOUR, 30 * HOUR]))
+        player = draw(st.sampled_from(["a", "b", "c", "é"]))
+        match = f"m{draw(st.integers(0, 6))}"
+        game = draw(st.sampled_from(["g1", "g2"]))
+        points = draw(st.sampled_from([0, 10, 20, 50]))
+        played = t - draw(st.sampled_from([0, 1, HOUR, 23 * HOUR, 25 * HOUR])) + draw(st.sampled_from([0, 0, 61_000]))
+        forged = draw(st.booleans()) and draw(st.booleans()) and draw(st.booleans())
+        lines.append(example.result(player, match, points, played, t, game=game,
+                                    signed_points=points + 1 if forged else None))
+    return lines
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=score_logs(), partitions=st.integers(1, 3), shards=st.sampled_from([0, 2]))
+def test_any_score_log_gives_the_models_boards(redis_url, redis_client, tmp_path, lines, partitions, shards):
+    out = run_boards(redis_url, tmp_path, lines, signing_key=example.KEY, song_partitions=partitions,
+                     user_shards=shards)
+    model = model_of(lines, example.KEY, out["path"])
+    assert read_boards(redis_client, out["namespace"]) == model.boards()
+    assert sorted((d["reason"], d["position"]["offset"]) for d in out["dead"]) == sorted(
+        (reason, offset) for reason, _, offset in model.dead_letters)
+
+
+def test_the_boards_cli_answers_and_exit_statuses(redis_url, tmp_path, capsysbinary):
+    out = run_boards(redis_url, tmp_path, example.LINES, signing_key=example.KEY)
+    common = ["--redis", redis_url, "--namespace", out["namespace"], "--game", "g1"]
+    capsysbinary.readouterr()
+    assert main(["boards", "top", *common, "--board", "weekly", "--n", "2", "--json"]) == 0
+    top = orjson.loads(capsysbinary.readouterr().out)
+    assert top["board"] == "weekly:2027-W01" and top["total_players"] == 3
+    assert [(i["player_id"], i["rank"], i["competition_rank"], i["score"]) for i in top["items"]] == [
+        ("cy", 1, 1, 50), ("dee", 2, 1, 50)]
+    assert main(["boards", "player", *common, "--board", "best", "--player", "bo", "--json"]) == 0
+    assert orjson.loads(capsysbinary.readouterr().out)["competition_rank"] == 4
+    assert main(["boards", "around", *common, "--board", "all", "--player", "ana", "--r", "1", "--json"]) == 0
+    assert [i["player_id"] for i in orjson.loads(capsysbinary.readouterr().out)["items"]] == ["ana", "bo"]
+    assert main(["boards", "player", *common, "--board", "daily:2027-01-03", "--player", "ana"]) == 1
+    assert b"not on" in capsysbinary.readouterr().err
+    assert main(["boards", "top", *common, "--board", "daily:2026-01-01"]) == 1
+    assert b"no such board" in capsysbinary.readouterr().err
+    for bad in (["--n", "0"], ["--n", "1001"]):
+        assert main(["boards", "top", *common, "--board", "all", *bad]) == 2
+        assert b"between 1 and 1000" in capsysbinary.readouterr().err
+    assert main(["boards", "around", *common, "--board", "all", "--player", "ana", "--r", "51"]) == 2
+    assert main(["boards", "top", *common, "--board", "monthly"]) == 2
+    assert main(["boards", "top", *common, "--board", "all"]) == 0  # a table
+    assert b"ana" in capsysbinary.readouterr().out

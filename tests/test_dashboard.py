@@ -1,8 +1,9 @@
 """The dashboard in a real headless browser (Debian's chromium driven by Playwright).
 
-The page is served by ``rankflow serve``, the flow follows a JSON Lines log, and the
-test appends playback events to the log and waits for the chart to show them. A
-screenshot is kept in ``test-artifacts/dashboard.png``.
+The page is served by ``rankflow serve``; the listener flow and the boards flow each
+follow a JSON Lines log, and the tests append playback events or match results and
+wait for the chart, or the picked board's table, to show them. Screenshots are kept
+in ``test-artifacts/``.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import pytest
 from playwright.sync_api import sync_playwright
 
 from rankflow.services import free_port
+from tests import boards_example as example
 from tests.events import ev
 
 ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
@@ -37,11 +39,18 @@ def chromium() -> str:
 def served(tmp_path, redis_url, namespace):
     log = tmp_path / "live.jsonl"
     log.write_bytes(b"".join(ev(f"u{i}", f"p{i}", f"song_{i % 4}", "START", 1) + b"\n" for i in range(10)))
+    scores = tmp_path / "scores.jsonl"
+    scores.write_bytes(b"".join(line + b"\n" for line in example.LINES))
     port = free_port()
     flow = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "run", "--input", f"jsonl:{log}",
                              "--redis", redis_url, "--namespace", namespace, "--barrier-ms", "100",
                              "--dead-letter", f"jsonl:{tmp_path / 'dl.jsonl'}"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    boards = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "run", "--flow", "boards", "--input",
+                               f"jsonl:{scores}", "--signing-key", example.KEY.hex(), "--redis", redis_url,
+                               "--namespace", namespace, "--barrier-ms", "100",
+                               "--dead-letter", f"jsonl:{tmp_path / 'dl-scores.jsonl'}"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     api = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port),
                             "--redis", redis_url, "--namespace", namespace],
                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
@@ -49,18 +58,18 @@ def served(tmp_path, redis_url, namespace):
     deadline = time.monotonic() + 30
     while True:
         try:
-            if httpx.get(url + "rankings").status_code == 200:
+            if httpx.get(url + "rankings").status_code == 200 and httpx.get(url + "boards").json()["games"]:
                 break
         except httpx.ConnectError:
             pass
-        assert time.monotonic() < deadline, "the service or the flow did not start"
+        assert time.monotonic() < deadline, "the service or the flows did not start"
         time.sleep(0.1)
     try:
-        yield url, log
+        yield url, log, scores
     finally:
-        for proc in (api, flow):
+        for proc in (api, flow, boards):
             proc.send_signal(signal.SIGINT)
-        for proc in (api, flow):
+        for proc in (api, flow, boards):
             try:
                 proc.wait(timeout=20)
             except subprocess.TimeoutExpired:
@@ -68,7 +77,7 @@ def served(tmp_path, redis_url, namespace):
 
 
 def test_the_chart_follows_playback_events(served):
-    url, log = served
+    url, log, _ = served
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1200, "height": 640})
@@ -90,4 +99,41 @@ def test_the_chart_follows_playback_events(served):
         page.wait_for_function("document.querySelectorAll('#bars .bar').length === 5", timeout=15_000)
         ARTIFACTS.mkdir(exist_ok=True)
         page.screenshot(path=str(ARTIFACTS / "dashboard.png"), full_page=True)
+        browser.close()
+
+
+def board_rows(page) -> list[tuple[str, int, int, int]]:
+    return [(row.get_attribute("data-player"), int(row.get_attribute("data-score")), int(row.get_attribute("data-rank")),
+             int(row.get_attribute("data-competition"))) for row in page.locator("#board-rows tr.entry").all()]
+
+
+def test_the_board_picker_shows_a_board_live(served):
+    url, _, scores = served
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
+        page = browser.new_page(viewport={"width": 1200, "height": 900})
+        page.goto(url)
+        page.wait_for_selector('#game option[value="g1"]', state="attached")
+        page.select_option("#game", "g1")
+        page.select_option("#board", "all")
+        page.wait_for_function("document.querySelectorAll('#board-rows tr.entry').length === 5", timeout=15_000)
+        assert board_rows(page) == example.BOARDS["all"]
+        assert page.locator("#board-name").text_content() == "all"
+
+        page.select_option("#board", "daily")  # the alias: the page names the board it resolves to
+        page.wait_for_function("document.getElementById('board-name').textContent === 'daily:2027-01-04'",
+                               timeout=15_000)
+        page.wait_for_function("document.querySelectorAll('#board-rows tr.entry').length === 3", timeout=15_000)
+        assert board_rows(page) == example.BOARDS["daily:2027-01-04"]
+        first_snapshot = page.locator("#board-snapshot").text_content()
+
+        played = example.ms("2027-01-04 15:00:00.000")
+        with open(scores, "ab") as f:  # fay tops the day
+            f.write(example.result("fay", "m7", 80, played, played + 1000) + b"\n")
+        page.wait_for_selector('#board-rows tr.entry[data-rank="1"][data-player="fay"]', timeout=15_000)
+        assert board_rows(page) == [("fay", 80, 1, 1), ("cy", 50, 2, 2), ("dee", 50, 3, 2), ("eve", 0, 4, 4)]
+        assert page.locator("#board-snapshot").text_content() != first_snapshot
+        assert page.locator("#board-players").text_content() == "4"
+        ARTIFACTS.mkdir(exist_ok=True)
+        page.screenshot(path=str(ARTIFACTS / "dashboard-boards.png"), full_page=True)
         browser.close()

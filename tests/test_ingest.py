@@ -1,6 +1,7 @@
-"""POST /events against a real broker: 202 only after acknowledgement, 400 with reasons,
-503 when the broker cannot acknowledge, and acknowledged events reach the ranking;
-the body limit, the event-count limit, a full producer queue and the ingest token."""
+"""POST /events and POST /matches/{match_id}/result against a real broker: 202 only after
+acknowledgement, 400 with reasons, 503 when the broker cannot acknowledge, and
+acknowledged events reach the ranking (and results the boards); the body limit, the
+event-count limit, a full producer queue, the ingest token and the signing key."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ from pathlib import Path
 import httpx
 import orjson
 import pytest
+import redis
 import uvicorn
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
@@ -25,10 +27,16 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from rankflow.api.app import Settings, create_app
 from rankflow.api.ingest import MAX_EVENTS_PER_REQUEST
+from rankflow.api.match_results import MAX_RESULTS_PER_REQUEST
 from rankflow.cli import ingest_token
+from rankflow.connectors.board_read import BoardReader
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
-from rankflow.options import UsageError
+from rankflow.options import RunOptions, UsageError
+from rankflow.runner import run
 from rankflow.services import free_port
+from rankflow.state.score_events import validate_score
+from tests import boards_example as example
+from tests.boards_model import signature
 from tests.events import ranking
 from tests.kafka_helpers import read_topic
 
@@ -108,13 +116,16 @@ def test_served_ingest_feeds_the_flow(tmp_path, kafka_brokers, topic, redis_url,
 
 
 @contextmanager
-def served(*options: str, log: Path, token_env: str | None = None) -> Iterator[str]:
+def served(*options: str, log: Path, token_env: str | None = None, key_env: str | None = None) -> Iterator[str]:
     """``rankflow serve`` in its own process: the real command line, uvicorn and event
-    loop; ``$RANKFLOW_INGEST_TOKEN`` is ``token_env``, whatever the test's environment."""
+    loop; ``$RANKFLOW_INGEST_TOKEN`` is ``token_env`` and ``$RANKFLOW_SIGNING_KEY``
+    ``key_env``, whatever the test's environment."""
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if k != "RANKFLOW_INGEST_TOKEN"}
+    env = {k: v for k, v in os.environ.items() if k not in ("RANKFLOW_INGEST_TOKEN", "RANKFLOW_SIGNING_KEY")}
     if token_env is not None:
         env["RANKFLOW_INGEST_TOKEN"] = token_env
+    if key_env is not None:
+        env["RANKFLOW_SIGNING_KEY"] = key_env
     with log.open("wb") as err:
         server = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port), *options],
                                   stdout=subprocess.DEVNULL, stderr=err, env=env)
@@ -280,4 +291,160 @@ def test_the_ingest_token_from_the_environment(tmp_path, kafka_brokers, topic, r
 def test_openapi_lists_every_answer_of_post_events():
     with TestClient(create_app(Settings())) as c:
         responses = c.get("/openapi.json").json()["paths"]["/events"]["post"]["responses"]
+    assert {"202", "400", "401", "413", "503"} <= set(responses)
+
+
+# -- POST /matches/{match_id}/result: match results to the score topic ---------------------------
+
+def match_result(player: str, points: int, played_at: int, *, game: str = "g1", match: str = "m9",
+                 signed_points: int | None = None) -> dict:
+    """A result as a match server posts it: no match_id (the path has it), no received_at."""
+    sig = signature(example.KEY, game, match, player, points if signed_points is None else signed_points, played_at)
+    return {"game_id": game, "player_id": player, "points": points, "played_at": played_at, "sig": sig}
+
+
+def now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+@pytest.fixture
+def scores(kafka_brokers, topic):
+    ensure_topic(kafka_brokers, topic, 2)
+    app = create_app(Settings(score_kafka=KafkaEndpoint(kafka_brokers, topic), signing_key=example.KEY))
+    with TestClient(app) as c:
+        yield c
+
+
+def test_match_results_are_stamped_and_in_kafka_keyed_by_player(scores, kafka_brokers, topic):
+    played = now_ms() - 60_000
+    results = [match_result("ana", 50, played), {**match_result("bo", 0, played), "match_id": "m9", "extra": [1]}]
+    before = now_ms()
+    r = scores.post("/matches/m9/result", content=orjson.dumps(results))
+    after = now_ms()
+    assert r.status_code == 202, r.text
+    assert r.json()["accepted"] == 2 and all(p["partition"].startswith(topic + "/") for p in r.json()["positions"])
+    r = scores.post("/matches/m10/result", content=orjson.dumps(match_result("cy", 7, played, match="m10")))
+    assert r.status_code == 202, r.text
+    messages = {key: orjson.loads(value) for key, value in read_topic(kafka_brokers, topic)}
+    assert set(messages) == {b"ana", b"bo", b"cy"}
+    ana, bo = messages[b"ana"], messages[b"bo"]
+    assert ana == {**results[0], "match_id": "m9", "received_at": ana["received_at"]}
+    assert before <= ana["received_at"] <= after and bo["received_at"] == ana["received_at"]
+    assert bo["extra"] == [1] and bo["match_id"] == "m9"
+    assert messages[b"cy"]["match_id"] == "m10"
+    for key, event in messages.items():  # each passes the flow's own checks 1 to 6
+        assert validate_score(event, b"", example.KEY)[2].encode() == key
+
+
+def test_an_invalid_result_is_a_400_naming_the_first_and_nothing_is_produced(scores, kafka_brokers, topic):
+    played = now_ms() - 60_000
+    good = match_result("ana", 50, played)
+    cases = [
+        ([good, match_result("eve", 900, played, signed_points=90)], 1, "bad_signature"),
+        ([good, {k: v for k, v in match_result("bo", 5, played).items() if k != "sig"}], 1, "bad_signature"),
+        ([good, {**match_result("bo", 5, played), "match_id": "m8"}], 1, "match_id_mismatch"),
+        ([{k: v for k, v in good.items() if k != "points"}, {**good, "points": "5"}], 0, "missing_field"),
+        ([good, good, {**good, "points": 5.0}], 2, "wrong_type"),
+        ([{**good, "points": 10001}], 0, "out_of_range"),
+        ([good, match_result("bo", 5, now_ms() + 3_600_000)], 1, "in_future"),
+        ([good, [good]], 1, "not_an_object"),
+    ]
+    for body, index, reason in cases:
+        r = scores.post("/matches/m9/result", content=orjson.dumps(body))
+        assert r.status_code == 400, (reason, r.text)
+        assert (r.json()["index"], r.json()["reason"]) == (index, reason), r.text
+        assert r.json()["detail"] and "nothing was produced" in r.json()["error"]
+    huge = b'{"game_id": "g1", "player_id": "ana", "points": 18446744073709551616, "played_at": 5, "sig": "x"}'
+    r = scores.post("/matches/m9/result", content=huge)
+    assert (r.status_code, r.json()["reason"]) == (400, "out_of_range"), "an integer beyond 64 bits is one, too big"
+    long_match = "m" * 65
+    r = scores.post(f"/matches/{long_match}/result", content=orjson.dumps(match_result("ana", 1, played, match=long_match)))
+    assert (r.status_code, r.json()["reason"]) == (400, "out_of_range") and "match_id" in r.json()["detail"]
+    for body, reason in [(b"{nope", "invalid_json"), (b'{"points": NaN}', "invalid_json"), (b"[]", "empty"),
+                         (orjson.dumps([good] * (MAX_RESULTS_PER_REQUEST + 1)), "too_many")]:
+        r = scores.post("/matches/m9/result", content=body)
+        assert (r.status_code, r.json()["index"], r.json()["reason"]) == (400, None, reason), r.text
+    assert read_topic(kafka_brokers, topic) == []
+
+
+def test_without_a_signing_key_sig_is_not_checked(kafka_brokers, topic):
+    ensure_topic(kafka_brokers, topic, 1)
+    with TestClient(create_app(Settings(score_kafka=KafkaEndpoint(kafka_brokers, topic)))) as c:
+        unsigned = {k: v for k, v in match_result("ana", 5, now_ms()).items() if k != "sig"}
+        assert c.post("/matches/m1/result", content=orjson.dumps(unsigned)).status_code == 202
+        assert c.post("/matches/m1/result", content=orjson.dumps({**unsigned, "sig": 7})).status_code == 202
+    assert len(read_topic(kafka_brokers, topic)) == 2
+
+
+def test_match_results_need_the_token_the_size_limit_and_a_score_topic(kafka_brokers, topic, redis_url):
+    ensure_topic(kafka_brokers, topic, 1)
+    body = orjson.dumps(match_result("ana", 5, now_ms()))
+    settings = Settings(redis_url=redis_url, score_kafka=KafkaEndpoint(kafka_brokers, topic), ingest_token="s3cret",
+                        max_body_bytes=len(body), signing_key=example.KEY)
+    with TestClient(create_app(settings)) as c:
+        r = c.post("/matches/m9/result", content=body)
+        assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
+        r = c.post("/matches/m9/result", content=body, headers={"Authorization": "Bearer wrong"})
+        assert r.status_code == 401
+        auth = {"Authorization": "Bearer s3cret"}
+        r = c.post("/matches/m9/result", content=body + b" ", headers=auth)
+        assert r.status_code == 413 and f"longer than {len(body)} bytes" in r.json()["error"]
+        assert c.post("/matches/m9/result", content=body, headers=auth).status_code == 202
+        r = c.post("/events", content=orjson.dumps(EVENT), headers=auth)
+        assert r.status_code == 503 and "--kafka" in r.json()["error"], "POST /events has no topic here"
+    assert len(read_topic(kafka_brokers, topic)) == 1
+    with TestClient(create_app(Settings(redis_url=redis_url))) as c:
+        r = c.post("/matches/m9/result", content=body)
+        assert r.status_code == 503 and "--score-kafka" in r.json()["error"]
+
+
+def test_unreachable_score_broker_is_a_503():
+    app = create_app(Settings(score_kafka=KafkaEndpoint(f"127.0.0.1:{free_port()}", "t"), delivery_timeout_ms=1000))
+    with TestClient(app) as c:
+        r = c.post("/matches/m1/result", content=orjson.dumps(match_result("ana", 5, now_ms())))
+    assert r.status_code == 503 and "did not acknowledge" in r.json()["error"] and r.headers["Retry-After"] == "1"
+
+
+def test_served_match_results_reach_the_boards(tmp_path, kafka_brokers, topic, redis_url, namespace):
+    """``rankflow serve --score-kafka --signing-key``, the real command line; then the boards
+    flow reads the topic: the accepted results are on the board, the forged one nowhere."""
+    ensure_topic(kafka_brokers, topic, 2)
+    played = now_ms() - 60_000
+    with served("--score-kafka", f"{kafka_brokers}/{topic}", "--redis", redis_url, "--signing-key",
+                example.KEY.hex(), log=tmp_path / "serve.log") as url:
+        r = httpx.post(f"{url}/matches/m1/result", content=orjson.dumps(
+            [match_result("ana", 50, played, match="m1"), match_result("bo", 30, played, match="m1")]))
+        assert r.status_code == 202, r.text
+        r = httpx.post(f"{url}/matches/m2/result", content=orjson.dumps(match_result("bo", 900, played, match="m2",
+                                                                                   signed_points=90)))
+        assert (r.status_code, r.json()["reason"]) == (400, "bad_signature")
+    with served("--score-kafka", f"{kafka_brokers}/{topic}", "--redis", redis_url, log=tmp_path / "serve2.log",
+                key_env=example.KEY.hex()) as url:
+        r = httpx.post(f"{url}/matches/m2/result", content=orjson.dumps(match_result("bo", 900, played, match="m2",
+                                                                                   signed_points=90)))
+        assert (r.status_code, r.json()["reason"]) == (400, "bad_signature"), "the key from the environment"
+        r = httpx.post(f"{url}/matches/m3/result", content=orjson.dumps(match_result("cy", 40, played, match="m3")))
+        assert r.status_code == 202, r.text
+    final = run(RunOptions(input=f"kafka:{kafka_brokers}/{topic}", until_eof=True, redis_url=redis_url,
+                           namespace=namespace, dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", flow="boards",
+                           signing_key=example.KEY))
+    assert final is not None and final["dead_letters"] == 0
+    client = redis.Redis.from_url(redis_url)
+    try:
+        top = BoardReader(client, namespace).top("g1", "all", 10)
+    finally:
+        client.close()
+    assert [(i["player_id"], i["score"]) for i in top["items"]] == [("ana", 50), ("cy", 40), ("bo", 30)]
+
+
+def test_serve_help_documents_the_score_options():
+    out = subprocess.run([sys.executable, "-m", "rankflow.cli", "serve", "--help"], capture_output=True, text=True)
+    assert out.returncode == 0
+    for option in ("--score-kafka HOST:PORT/TOPIC", "--signing-key HEX", "RANKFLOW_SIGNING_KEY", "--ingest-token"):
+        assert option in " ".join(out.stdout.split()), option
+
+
+def test_openapi_lists_every_answer_of_post_match_result():
+    with TestClient(create_app(Settings())) as c:
+        responses = c.get("/openapi.json").json()["paths"]["/matches/{match_id}/result"]["post"]["responses"]
     assert {"202", "400", "401", "413", "503"} <= set(responses)

@@ -70,3 +70,25 @@ def test_merging_local_top_k_lists_gives_the_global_top_k(counts, partitions, k)
     for song, c in counts.items():
         parts[random.Random(song).randrange(partitions)].apply([(song, c)])
     assert merge_local_tops((p.top(k) for p in parts), k) == reference_top(counts, k)
+
+
+@given(st.integers(1, 5), st.lists(st.tuples(st.sampled_from("abcdefg"), st.integers(0, 3), st.integers(-2, 2)),
+                                   max_size=80))
+def test_a_bounded_board_top_is_the_top_of_all_entries_while_entries_only_rise(k, steps):
+    """BoardTop keeps only k entries; since an entry only ever moves up (a score rises, or
+    at an equal score reached_at gets earlier), its top is always the whole board's."""
+    from rankflow.state.ranking_index import BoardTop
+
+    top, board = BoardTop(k), {}
+    for player, rise, earlier in steps:
+        score, at = board.get(player, (0, 100))
+        new = (score + rise, at if rise else at - abs(earlier)) if player in board else (rise, 100 + earlier)
+        board[player] = new
+        assert top.offer(player, *new)
+        expected = sorted(((p, s, a) for p, (s, a) in board.items()), key=lambda e: (-e[1], e[2], e[0]))[:k]
+        assert top.top(k) == expected
+    if board:
+        worst = max(board, key=lambda p: board[p])
+        s, a = board[worst]
+        if worst in {p for p, _, _ in top.top(k)}:
+            assert not top.offer(worst, s - 1, a), "an entry that gets worse is refused"

@@ -27,7 +27,7 @@ from rankflow.connectors.redis_generations import (
     switch_generation,
 )
 from rankflow.connectors.board_read import BoardReader
-from rankflow.connectors.redis_boards import BoardsState
+from rankflow.connectors.redis_boards import BoardsState, RedisLostBoards
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.state.board_snapshot import BoardsSnapshot
@@ -141,14 +141,21 @@ def boards_publish_and_read(client: redis.Redis, url: str, namespace: str) -> No
     token, generation = join_run(client, ns, uuid.uuid4().hex, fresh=True)
     pub = Publisher(url, ns, token, generation, state=BoardsState())
     try:
-        assert pub.publish(boards_snap(token, 1, [("g", "all", "a", 5, 1, True), ("g", "daily:2027-01-01", "a", 5, 1, True)],
+        assert pub.publish(boards_snap(token, 1, [("a", (("g", "all", 5, 1, True), ("g", "daily:2027-01-01", 5, 1, True)))],
                                        aliases={"g": ("2027-01-01", "2026-W53")})) == 1
-        assert pub.publish(boards_snap(token, 2, [("g", "all", "a", 9, 2, False), ("g", "daily:2027-01-09", "b", 1, 3, True)],
+        assert pub.publish(boards_snap(token, 2, [("a", (("g", "all", 9, 2, False),)), ("b", (("g", "daily:2027-01-09", 1, 3, True),))],
                                        dropped=[("g", "daily:2027-01-01")], aliases={"g": ("2027-01-09", "2027-W01")})) == 1
-        client.delete(Keys(ns, generation).snapshot_id)  # Redis "lost" the snapshot: the whole state again
-        assert pub.publish(boards_snap(token, 3, [])) == 1
+        client.delete(Keys(ns, generation).snapshot_id)  # Redis "lost" the snapshot
+        with pytest.raises(RedisLostBoards):
+            pub.publish(boards_snap(token, 3, []))
     finally:
         pub.close()
+    again = Publisher(url, ns, token, generation, state=BoardsState(complete=True))  # a run republishing it all
+    try:
+        assert again.publish(boards_snap(token, 4, [("a", (("g", "all", 9, 2, False),)), ("b", (("g", "daily:2027-01-09", 1, 3, False),))],
+                                         aliases={"g": ("2027-01-09", "2027-W01")})) == 1
+    finally:
+        again.close()
     reader = BoardReader(client, namespace)
     assert reader.top("g", "all", 5)["items"][0]["score"] == 9
     assert reader.player("g", "daily", "b")["rank"] == 1
@@ -156,7 +163,7 @@ def boards_publish_and_read(client: redis.Redis, url: str, namespace: str) -> No
     rebuild = new_run_token(client, ns)
     claim_generation(client, ns, rebuild, rebuild)
     Publisher(url, ns, rebuild, rebuild, live=False, state=BoardsState()).publish(
-        boards_snap(rebuild, 1, [("g", "best", "z", 1, 1, True)]))
+        boards_snap(rebuild, 1, [("z", (("g", "best", 1, 1, True),))]))
     switch_generation(client, ns, generation, rebuild)
     assert reader.top("g", "best", 5)["items"][0]["player_id"] == "z"
     assert not client.exists(*Keys(ns, generation).board("g", "all")), "the old generation's boards are gone"

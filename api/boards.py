@@ -1,0 +1,146 @@
+"""Game score boards for readers: the list of boards, top N, one player, around a player.
+
+Contract (BOARDS.md section 5; every answer is exactly what
+``connectors.board_read`` gives, so it names its ``snapshot_id``, ``game_id`` and the
+concrete ``board``, the aliases ``daily`` and ``weekly`` resolved):
+
+* ``GET /boards`` -> ``{snapshot_id, games: {game: {boards: [...], aliases: {daily,
+  weekly}}}}``: every board there is, ``all`` and ``best`` first, then the periods
+  newest first; an alias names the concrete board it resolves to (or null).
+* ``GET /boards/{game}/{board}/top?n=N`` -> ``{snapshot_id, game_id, board,
+  total_players, items: [{rank, competition_rank, player_id, score}]}``; n defaults to 10.
+* ``GET /boards/{game}/{board}/players/{player_id}`` -> ``{snapshot_id, game_id, board,
+  player_id, score, rank, competition_rank}``.
+* ``GET /boards/{game}/{board}/players/{player_id}/around?r=R`` -> ``{snapshot_id,
+  game_id, board, items}``: the entries ranked R above to R below the player, fewer
+  near the ends; r defaults to 5.
+
+A usage error is ``400 {"error"}`` and never clamped: ``n`` outside 1..1000, ``r``
+outside 0..50, a value that is not an integer, a board name that is none of ``all``,
+``best``, ``daily``, ``weekly``, ``daily:YYYY-MM-DD``, ``weekly:YYYY-Www``. A board
+that does not exist is ``404 {"error": "no such board: GAME/BOARD"}``; a player not
+on the board ``404 {"error": "PLAYER is not on GAME/BOARD"}``. ``503`` while Redis
+cannot be reached. A player id may hold ``/`` (the rest of the path is the id); a game
+id holding ``/`` cannot be named in a path.
+
+Each query is one script call on the async Redis client (one round trip unless a
+rebuild or an alias moved since the last query): the event loop never waits on Redis.
+A top N is read once per board, n and snapshot and shared (``api.board_watch``): it
+may be one poll interval (100 ms) behind the newest snapshot, never a mix of two.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+import orjson
+import redis
+from fastapi import APIRouter, Query, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import Response
+from fastapi.routing import APIRoute
+
+from rankflow.api.board_watch import TopCache
+from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, BoardQueryError, BoardsMoving
+
+log = logging.getLogger("rankflow.api")
+
+
+def _json(body: Any, status: int = 200) -> Response:
+    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+
+
+def usage_error(message: str) -> Response:
+    return _json({"error": message}, 400)
+
+
+def validation_message(exc: RequestValidationError) -> str:
+    """FastAPI's parameter errors as one line: ``n: Input should be a valid integer, ...``."""
+    return "; ".join(f"{e['loc'][-1]}: {e['msg']}" for e in exc.errors())
+
+
+class UsageErrorsAre400(APIRoute):
+    """A parameter FastAPI cannot read (``n=ten``) is a usage error like one out of
+    range: ``400 {"error"}``, never FastAPI's own ``422``, so a client has one rule."""
+
+    def get_route_handler(self) -> Callable[[Request], Coroutine[Any, Any, Response]]:
+        handler = super().get_route_handler()
+
+        async def handle(request: Request) -> Response:
+            try:
+                return await handler(request)
+            except RequestValidationError as exc:
+                return usage_error(validation_message(exc))
+
+        return handle
+
+
+router = APIRouter(route_class=UsageErrorsAre400)
+
+UNAVAILABLE = (redis.RedisError, OSError, BoardsMoving)
+"""What makes a board query a ``503``: Redis cannot be reached, or a rebuild keeps switching."""
+
+ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {"description": "a usage error: n or r out of range or not an integer, an unknown board name"},
+    404: {"description": "no such board (its game or period has no result, or it was dropped), "
+                         "or the player is not on it"},
+    503: {"description": "Redis cannot be reached (or the boards' generation kept switching during the query)"},
+}
+
+
+async def ask(request: Request,
+              query: Callable[[AsyncBoardReader], Awaitable[dict[str, Any]]]) -> dict[str, Any] | Response:
+    """The reader's answer, or the error response its failure calls for."""
+    reader: AsyncBoardReader = request.app.state.boards
+    try:
+        return await query(reader)
+    except ValueError as exc:
+        return usage_error(str(exc))
+    except BoardQueryError as exc:
+        return _json({"error": str(exc)}, 404)
+    except UNAVAILABLE as exc:
+        return unreachable(exc)
+
+
+async def answer(request: Request, query: Callable[[AsyncBoardReader], Awaitable[dict[str, Any]]]) -> Response:
+    got = await ask(request, query)
+    return got if isinstance(got, Response) else _json(got)
+
+
+def unreachable(exc: BaseException) -> Response:
+    log.warning("board query failed: %r", exc)
+    return _json({"error": f"cannot read the boards from Redis: {exc}"}, 503)
+
+
+@router.get("/boards", summary="Every game's boards and aliases",
+            responses={503: ERRORS[503]})
+async def list_boards(request: Request) -> Response:
+    reader: AsyncBoardReader = request.app.state.boards
+    try:
+        return _json(await reader.boards())
+    except UNAVAILABLE as exc:
+        return unreachable(exc)
+
+
+@router.get("/boards/{game}/{board}/top", summary="A board's first n entries, with both ranks",
+            responses={k: ERRORS[k] for k in (400, 404, 503)})
+async def top(request: Request, game: str, board: str,
+              n: int = Query(10, description=f"how many entries, 1..{MAX_N}")) -> Response:
+    tops: TopCache = request.app.state.board_tops
+    return await answer(request, lambda _: tops.top(game, board, n))
+
+
+@router.get("/boards/{game}/{board}/players/{player_id:path}/around",
+            summary="The entries ranked r above to r below a player",
+            responses={k: ERRORS[k] for k in (400, 404, 503)})
+async def around(request: Request, game: str, board: str, player_id: str,
+                 r: int = Query(5, description=f"how many entries on each side, 0..{MAX_R}")) -> Response:
+    return await answer(request, lambda reader: reader.around(game, board, player_id, r))
+
+
+@router.get("/boards/{game}/{board}/players/{player_id:path}", summary="One player's score and ranks on a board",
+            responses={k: ERRORS[k] for k in (400, 404, 503)})
+async def player(request: Request, game: str, board: str, player_id: str) -> Response:
+    return await answer(request, lambda reader: reader.player(game, board, player_id))

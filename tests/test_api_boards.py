@@ -1,0 +1,296 @@
+"""The score boards over HTTP against boards the real flow published into a real Redis.
+
+The flow runs on the worked example of BOARDS.md section 8 (``tests/boards_example.py``);
+every endpoint is checked against the boards that section lists: ranks, competition
+ranks, around at both ends, aliases, 404s, 400s. The stream test follows a growing
+log, one published snapshot per appended line.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote
+
+import orjson
+import pytest
+import redis
+from fastapi.testclient import TestClient
+
+from rankflow.api.app import Settings, create_app
+from rankflow.connectors.redis_keys import boards_namespace
+from rankflow.connectors.redis_read import read_latest
+from rankflow.connectors.source_batch import STOP
+from rankflow.options import RunOptions
+from rankflow.runner import run
+from tests import boards_example as example
+
+ALL_PLAYERS = ["ana", "bo", "cy", "dee", "eve"]
+
+
+@pytest.fixture(scope="module")
+def published(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """The worked example, published once for the module's tests (they only read)."""
+    tmp = tmp_path_factory.mktemp("boards-api")
+    path = tmp / "scores.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in example.LINES))
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    final = run(RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
+                           dead_letter=f"jsonl:{tmp / 'dead.jsonl'}", flow="boards", signing_key=example.KEY))
+    assert final is not None
+    return {"namespace": namespace, "snapshot_id": final["snapshot_id"]}
+
+
+@pytest.fixture(scope="module")
+def api(redis_url: str, published: dict[str, Any]) -> Iterator[TestClient]:
+    with TestClient(create_app(Settings(redis_url=redis_url, namespace=published["namespace"]))) as client:
+        yield client
+
+
+def rows(items: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
+    return [(i["player_id"], i["score"], i["rank"], i["competition_rank"]) for i in items]
+
+
+def test_top_of_every_board_is_the_worked_example(api, published):
+    for board, expected in example.BOARDS.items():
+        r = api.get(f"/boards/g1/{board}/top", params={"n": 1000})
+        assert r.status_code == 200, r.text
+        body = r.json()
+        assert body == {"snapshot_id": published["snapshot_id"], "game_id": "g1", "board": board,
+                        "total_players": len(expected), "items": body["items"]}
+        assert rows(body["items"]) == expected
+        for item in body["items"]:
+            assert list(item) == ["rank", "competition_rank", "player_id", "score"]
+
+
+def test_top_n_defaults_to_10_and_cuts_the_list(api):
+    assert rows(api.get("/boards/g1/all/top").json()["items"]) == example.BOARDS["all"]
+    body = api.get("/boards/g1/best/top", params={"n": 2}).json()
+    assert body["total_players"] == 5 and rows(body["items"]) == example.BOARDS["best"][:2]
+    assert rows(api.get("/boards/g1/all/top", params={"n": 1}).json()["items"]) == [("ana", 50, 1, 1)]
+
+
+def test_every_player_on_every_board(api, published):
+    for board, expected in example.BOARDS.items():
+        for player, score, rank, competition in expected:
+            r = api.get(f"/boards/g1/{board}/players/{player}")
+            assert r.status_code == 200, r.text
+            assert r.json() == {"snapshot_id": published["snapshot_id"], "game_id": "g1", "board": board,
+                                "player_id": player, "score": score, "rank": rank, "competition_rank": competition}
+
+
+def test_aliases_answer_for_the_concrete_board(api):
+    for alias, board in example.ALIASES.items():
+        top = api.get(f"/boards/g1/{alias}/top").json()
+        assert top["board"] == board and rows(top["items"]) == example.BOARDS[board]
+        assert api.get(f"/boards/g1/{alias}/players/eve").json()["board"] == board
+        assert api.get(f"/boards/g1/{alias}/players/eve/around").json()["board"] == board
+    r = api.get("/boards/g1/daily/players/ana")
+    assert r.status_code == 404 and r.json()["error"] == "ana is not on g1/daily:2027-01-04"
+
+
+def test_around_a_player_clamps_at_both_ends(api, published):
+    def around(board: str, player: str, r: int | None = None) -> list[tuple[str, int, int, int]]:
+        response = api.get(f"/boards/g1/{board}/players/{player}/around", params={} if r is None else {"r": r})
+        assert response.status_code == 200, response.text
+        body = response.json()
+        assert (body["snapshot_id"], body["game_id"], body["board"]) == (published["snapshot_id"], "g1", board)
+        return rows(body["items"])
+
+    all_rows = example.BOARDS["all"]
+    assert around("all", "eve", 1) == all_rows[3:5], "rank 6 does not exist (section 8)"
+    assert around("all", "ana", 1) == all_rows[0:2], "rank 0 does not exist"
+    assert around("all", "cy", 1) == all_rows[1:4]
+    assert around("all", "cy", 0) == all_rows[2:3]
+    assert around("all", "dee") == all_rows, "r defaults to 5"
+    assert around("best", "bo", 50) == example.BOARDS["best"]
+    assert around("daily:2027-01-02", "bo", 1) == example.BOARDS["daily:2027-01-02"]
+
+
+def test_missing_boards_and_players_are_404(api):
+    for path, error in [
+        ("/boards/g1/daily:2027-01-03/players/ana", "ana is not on g1/daily:2027-01-03"),
+        ("/boards/g1/all/players/zed/around", "zed is not on g1/all"),
+        ("/boards/g1/daily:2027-01-05/top", "no such board: g1/daily:2027-01-05"),
+        ("/boards/g2/all/top", "no such board: g2/all"),
+        ("/boards/g2/daily/top", "no such board: g2/daily"),
+        ("/boards/g2/weekly/players/ana", "no such board: g2/weekly"),
+        ("/boards/g2/best/players/ana/around", "no such board: g2/best"),
+        ("/boards/g2/all/stream", "no such board: g2/all"),
+    ]:
+        r = api.get(path)
+        assert (r.status_code, r.json()) == (404, {"error": error}), path
+
+
+def test_usage_errors_are_400_never_clamped(api):
+    for path, params, error in [
+        ("/boards/g1/all/top", {"n": 0}, "n must be between 1 and 1000, got 0"),
+        ("/boards/g1/all/top", {"n": 1001}, "n must be between 1 and 1000, got 1001"),
+        ("/boards/g1/all/top", {"n": "ten"}, "n: "),
+        ("/boards/g1/all/players/eve/around", {"r": -1}, "r must be between 0 and 50, got -1"),
+        ("/boards/g1/all/players/eve/around", {"r": 51}, "r must be between 0 and 50, got 51"),
+        ("/boards/g1/all/players/eve/around", {"r": 1.5}, "r: "),
+        ("/boards/g1/monthly/top", {}, "unknown board 'monthly'"),
+        ("/boards/g1/daily:2027-1-4/players/eve", {}, "unknown board 'daily:2027-1-4'"),
+        ("/boards/g1/All/stream", {}, "unknown board 'All'"),
+        ("/boards/g2/monthly/top", {}, "unknown board 'monthly'"),  # a usage error before any lookup
+    ]:
+        r = api.get(path, params=params)
+        assert r.status_code == 400 and r.json()["error"].startswith(error), (path, params, r.text)
+
+
+def test_the_list_of_games_boards_and_aliases(api, published):
+    assert api.get("/boards").json() == {"snapshot_id": published["snapshot_id"], "games": {"g1": {
+        "boards": ["all", "best", "daily:2027-01-04", "daily:2027-01-03", "daily:2027-01-02", "weekly:2027-W01",
+                   "weekly:2026-W53"],
+        "aliases": {"daily": "daily:2027-01-04", "weekly": "weekly:2027-W01"}}}}
+
+
+def test_an_empty_namespace_has_no_boards(redis_url):
+    with TestClient(create_app(Settings(redis_url=redis_url, namespace=f"e-{uuid.uuid4().hex[:8]}"))) as client:
+        assert client.get("/boards").json() == {"snapshot_id": None, "games": {}}
+        assert client.get("/boards/g1/all/top").status_code == 404
+
+
+def test_unreachable_redis_is_a_503():
+    from rankflow.services import free_port
+
+    with TestClient(create_app(Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0"))) as client:
+        for path in ("/boards", "/boards/g1/all/top", "/boards/g1/all/players/ana", "/boards/g1/all/stream"):
+            r = client.get(path)
+            assert r.status_code == 503 and "cannot read the boards" in r.json()["error"], path
+
+
+def test_openapi_lists_the_board_routes(api):
+    paths = api.get("/openapi.json").json()["paths"]
+    for path in ("/boards", "/boards/{game}/{board}/top", "/boards/{game}/{board}/players/{player_id}",
+                 "/boards/{game}/{board}/players/{player_id}/around", "/boards/{game}/{board}/stream"):
+        assert path in paths, path
+    assert {"200", "400", "404", "503"} <= set(paths["/boards/{game}/{board}/top"]["get"]["responses"])
+
+
+# -- the stream, on a flow that follows a growing log -----------------------------------------
+
+class LiveBoards:
+    """The boards flow following a file: :meth:`append` returns once the line is published."""
+
+    def __init__(self, redis_url: str, tmp: Path) -> None:
+        self.path = tmp / "live-scores.jsonl"
+        self.path.write_bytes(b"")
+        self.namespace = f"b-{uuid.uuid4().hex[:10]}"
+        self.client = redis.Redis.from_url(redis_url)
+        self.lines = 0
+        self.failure: list[BaseException] = []
+        opts = RunOptions(input=f"jsonl:{self.path}", redis_url=redis_url, namespace=self.namespace, flow="boards",
+                          dead_letter=f"jsonl:{tmp / 'live-dead.jsonl'}", signing_key=example.KEY)
+        self.thread = threading.Thread(target=self._run, args=(opts,), name="boards-flow")
+
+    def _run(self, opts: RunOptions) -> None:
+        try:
+            run(opts)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+            self.failure.append(exc)
+
+    def append(self, *lines: bytes) -> None:
+        with open(self.path, "ab") as out:
+            out.write(b"".join(line + b"\n" for line in lines))
+        self.lines += len(lines)
+        deadline = time.monotonic() + 60
+        while (snap := read_latest(self.client, boards_namespace(self.namespace))) is None \
+                or snap["positions"][str(self.path)] < self.lines:
+            assert not self.failure and time.monotonic() < deadline, f"never published: {self.failure}"
+            time.sleep(0.005)
+
+
+@contextmanager
+def live_boards(redis_url: str, tmp: Path) -> Iterator[LiveBoards]:
+    live = LiveBoards(redis_url, tmp)
+    live.thread.start()
+    try:
+        yield live
+    finally:
+        STOP.set()
+        live.thread.join(timeout=60)
+        live.client.close()
+    assert not live.failure, live.failure
+
+
+def sse_events(lines: Iterator[str], n: int) -> list[tuple[str, dict[str, Any]]]:
+    """The next ``n`` events of a stream as ``(event name, data)``, skipping comments."""
+    out: list[tuple[str, dict[str, Any]]] = []
+    name, data = "message", None
+    for line in lines:
+        if line.startswith("event: "):
+            name = line[7:]
+        elif line.startswith("data: "):
+            data = orjson.loads(line[6:])
+        elif line == "" and data is not None:
+            out.append((name, data))
+            name, data = "message", None
+            if len(out) == n:
+                break
+    return out
+
+
+def until(lines: Iterator[str], done: Any) -> dict[str, Any]:
+    """The first ``board`` event whose data is ``done``; there may be one before it, no more."""
+    for _ in range(2):
+        [(kind, data)] = sse_events(lines, 1)
+        assert kind == "board", data
+        if done(data):
+            return data
+    raise AssertionError(f"the stream never showed it; last: {data}")
+
+
+FAY_PLAYED = example.ms("2027-01-13 10:00:00.000")
+
+
+def test_streams_follow_new_snapshots_aliases_and_dropped_boards(redis_url, tmp_path):
+    """One line makes fay first on ``all``, moves ``daily`` nine days on (a new board),
+    and so drops ``daily:2027-01-04`` (BOARDS.md 7: 8 daily periods are kept)."""
+    with live_boards(redis_url, tmp_path) as live:
+        live.append(*example.LINES)
+        settings = Settings(redis_url=redis_url, namespace=live.namespace, poll_ms=20)
+        with TestClient(create_app(settings)) as api:
+            with api.stream("GET", "/boards/g1/all/stream") as all_stream, \
+                    api.stream("GET", "/boards/g1/daily/stream") as daily_stream, \
+                    api.stream("GET", "/boards/g1/daily:2027-01-04/stream") as dropped_stream:
+                assert all_stream.headers["content-type"].startswith("text/event-stream")
+                all_lines, daily_lines = all_stream.iter_lines(), daily_stream.iter_lines()
+                dropped_lines = dropped_stream.iter_lines()
+                [(kind, first)] = sse_events(all_lines, 1)
+                assert kind == "board" and rows(first["items"]) == example.BOARDS["all"]
+                assert (first["game_id"], first["board"], first["total_players"]) == ("g1", "all", 5)
+                [(_, first_daily)] = sse_events(daily_lines, 1)
+                assert first_daily["board"] == "daily:2027-01-04"
+                assert rows(first_daily["items"]) == example.BOARDS["daily:2027-01-04"]
+                assert sse_events(dropped_lines, 1)[0][1]["board"] == "daily:2027-01-04"
+
+                live.append(example.result("fay", "m9", 80, FAY_PLAYED, FAY_PLAYED + 1000),
+                            example.result("clan/zoe", "m9", 70, FAY_PLAYED, FAY_PLAYED + 1000),
+                            example.result("🎮 é|1:x?#%", "m9", 0, FAY_PLAYED, FAY_PLAYED + 1000, game="g/2"))
+                # the three lines may land in one snapshot or two: a stream may show fay alone first
+                changed = until(all_lines, lambda top: len(top["items"]) == 7)
+                assert changed["snapshot_id"] > first["snapshot_id"] and changed["total_players"] == 7
+                assert rows(changed["items"]) == [("fay", 80, 1, 1), ("clan/zoe", 70, 2, 2)] + [
+                    (p, s, r + 2, c + 2) for p, s, r, c in example.BOARDS["all"]]
+                moved = until(daily_lines, lambda top: len(top["items"]) == 2)
+                assert moved["board"] == "daily:2027-01-13"
+                assert rows(moved["items"]) == [("fay", 80, 1, 1), ("clan/zoe", 70, 2, 2)]
+                assert sse_events(dropped_lines, 1) == [("gone", {"error": "no such board: g1/daily:2027-01-04"})]
+
+            # a player id holding "/" is the rest of the path; any other character is percent-encoded
+            assert api.get("/boards/g1/daily/players/clan/zoe").json()["rank"] == 2
+            assert api.get("/boards/g1/daily/players/clan%2Fzoe").json()["rank"] == 2
+            odd = "/boards/g1/all/players/" + quote("🎮 é|1:x?#%")
+            assert api.get(odd).json()["error"] == "🎮 é|1:x?#% is not on g1/all"
+            assert api.get("/boards").json()["games"]["g/2"]["boards"] == ["all", "best", "daily:2027-01-13",
+                                                                           "weekly:2027-W02"]
+            assert [i["player_id"] for i in api.get("/boards/g1/all/players/clan/zoe/around",
+                                                    params={"r": 1}).json()["items"]] == ["fay", "clan/zoe", "ana"]
+            assert api.get("/boards/g1/daily:2027-01-04/top").status_code == 404
