@@ -195,7 +195,7 @@ class Reads:
     cpu_cores: dict[str, dict[str, float]] = field(default_factory=dict)  # phase -> process -> CPU-s per s
     redis_slow: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> command -> over 1 ms
     snapshots_during: int = 0  # snapshots the flow published while the readers ran
-    http: dict[str, Any] = field(default_factory=dict)
+    http: dict[str, Any] = field(default_factory=dict)  # phase -> query -> Latency of rankflow serve's routes
     wall_s: float = 0.0
 
 
@@ -257,6 +257,13 @@ def rss_of(pid: int | None) -> int:
     except OSError:
         pass
     return 0
+
+
+def busy_cpu_seconds() -> float:
+    """CPU-seconds the whole machine spent busy since boot (every process: others' too)."""
+    fields = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)
+    return (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 def dir_bytes(path: Path) -> int:
@@ -740,7 +747,7 @@ class BoardsBench:
             one_result_per_player(preload.with_suffix(".tmp"), cfg.reads_players, self.key, cfg.seed)
             preload.with_suffix(".tmp").rename(preload)
         # traffic on the same game and players, played after the preload (so none is too old)
-        traffic_n = int(cfg.reads_traffic * (cfg.reads_s * 2 + 30))
+        traffic_n = int(cfg.reads_traffic * (cfg.reads_s * 4 + 60))
         traffic = self.work / "reads-traffic.jsonl"
         self._traffic_log(traffic, traffic_n, cfg.reads_players)
         topic, ns = "reads", "reads"
@@ -749,7 +756,7 @@ class BoardsBench:
         proc = subprocess.Popen(self.flow_cmd(topic, ns), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         poller = SnapshotPoller(self.redis_url, ns, interval=0.1)
         poller.start()
-        feeder = None
+        feeder, server = None, None
         try:
             deadline = time.monotonic() + 600
             while poller.total() < cfg.reads_players:
@@ -759,7 +766,7 @@ class BoardsBench:
             self.log(f"board of {cfg.reads_players:,} players loaded; traffic {cfg.reads_traffic:,} results/s")
             ctx = multiprocessing.get_context("spawn")
             feeder = ctx.Process(target=_feed, args=(self.brokers, topic, str(traffic), cfg.reads_traffic,
-                                                     time.time() + 4 * cfg.reads_s + 30), daemon=True)
+                                                     time.time() + 4 * cfg.reads_s + 50), daemon=True)
             feeder.start()
             time.sleep(3.0)  # the traffic reaches the flow and its snapshots
             players = [f"p{i:0{max(7, len(str(cfg.reads_players - 1)))}d}" for i in
@@ -785,6 +792,7 @@ class BoardsBench:
             seen0 = len(poller.seen)
             pids = {"flow": proc.pid, "broker": self.rig.broker.pid(), "redis": self.rig.redis.pid(),
                     "feeder": feeder.pid, "bench (readers)": os.getpid()}
+            server, port = self._serve(ns)
             for phase in ("traffic", "idle"):
                 if phase == "idle":  # the same readers with the traffic stopped: what the machine gives them
                     feeder.terminate()
@@ -797,8 +805,15 @@ class BoardsBench:
                 for query in ("top", "player"):
                     latency = paced_load(reader(query), cfg.reads_rate, cfg.reads_s)
                     setattr(out, query if phase == "traffic" else f"idle_{query}", latency)
-                    self.log(f"{phase}, {query}: {latency.achieved_rps:,.0f} req/s, p50 {latency.p50_ms:.2f} ms, "
-                             f"p99 {latency.p99_ms:.2f} ms, max {latency.max_ms:.1f} ms, {latency.errors} errors")
+                    self.log(f"{phase}, {query} (Redis): {latency.achieved_rps:,.0f} req/s, p50 {latency.p50_ms:.2f} "
+                             f"ms, p99 {latency.p99_ms:.2f} ms, max {latency.max_ms:.1f} ms, {latency.errors} errors")
+                if server is not None:
+                    for query in ("top", "player"):
+                        latency = self._http_load(port, query, players)
+                        out.http.setdefault(phase, {})[query] = asdict(latency)
+                        self.log(f"{phase}, {query} (HTTP): {latency.achieved_rps:,.0f} req/s, p50 "
+                                 f"{latency.p50_ms:.2f} ms, p99 {latency.p99_ms:.2f} ms, max {latency.max_ms:.1f} ms, "
+                                 f"{latency.errors} errors")
                 wall = time.perf_counter() - wall0
                 out.cpu_cores[phase] = {name: round((_cpu_seconds(pid) - cpu0[name]) / wall, 3)
                                         for name, pid in pids.items() if name in cpu0}
@@ -807,8 +822,13 @@ class BoardsBench:
                          f"{out.redis_slow[phase]}")
                 if phase == "traffic":
                     out.snapshots_during = len(poller.seen) - seen0
-            out.http = self._http_reads(ns, players)
         finally:
+            if server is not None:
+                server.send_signal(signal.SIGINT)
+                try:
+                    server.wait(timeout=30)
+                except subprocess.TimeoutExpired:
+                    server.kill()
             if feeder is not None and feeder.is_alive():
                 feeder.terminate()
                 feeder.join(10)
@@ -851,16 +871,51 @@ class BoardsBench:
                 f.write(orjson.dumps({"game_id": GAME, "match_id": match, "player_id": player, "points": points,
                                       "played_at": played, "received_at": played + 300, "sig": sig}) + b"\n")
 
-    def _http_reads(self, namespace: str, players: list[str]) -> dict[str, Any]:
-        """The board routes of ``rankflow serve`` over HTTP, when the service has them."""
+    def _serve(self, namespace: str) -> tuple[subprocess.Popen | None, int]:
+        """``rankflow serve`` on the namespace, when it has board routes (``GET /boards/...``)."""
+        import urllib.request
+
+        from rankflow.services import free_port
         try:
-            from rankflow.api import app as api_app
+            from rankflow.api import boards as _  # noqa: F401 - the board routes
         except ImportError:
-            return {"skipped": "no API"}
-        source = Path(api_app.__file__).read_text()
-        if "boards" not in source:
-            return {"skipped": "rankflow serve has no board routes yet (api/ serves the listener product only)"}
-        return {"skipped": "board routes found in api/, but their paths are not known to this benchmark yet"}
+            self.log("rankflow serve has no board routes: HTTP not measured")
+            return None, 0
+        port = free_port()
+        server = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port),
+                                   "--redis", self.redis_url, "--namespace", namespace],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/boards/{GAME}/all/top?n=1", timeout=2) as r:
+                    if r.status == 200:
+                        return server, port
+            except OSError:
+                pass
+            if server.poll() is not None or time.monotonic() > deadline:
+                server.kill()
+                raise RuntimeError(f"rankflow serve did not answer: {server.stderr.read().decode()[-2000:]}")
+            time.sleep(0.2)
+
+    def _http_load(self, port: int, query: str, players: list[str]) -> Latency:
+        """``GET /boards/arena/all/top?n=100`` or ``.../players/{id}`` open-loop (``api_load``)."""
+        import asyncio
+
+        from rankflow.bench.api_load import run_load
+
+        cfg = self.cfg
+        if query == "top":
+            def path(i: int) -> str:
+                return f"/boards/{GAME}/all/top?n=100"
+        else:
+            def path(i: int) -> str:
+                return f"/boards/{GAME}/all/players/{players[i % len(players)]}"
+        load = asyncio.run(run_load("127.0.0.1", port, path, cfg.reads_rate, cfg.reads_s))
+        errors = load.errors + sum(n for status, n in load.statuses.items() if status != 200)
+        summary = load.summary()
+        return Latency(requests=load.requests, errors=errors, achieved_rps=summary["rps"], p50_ms=summary["p50_ms"],
+                       p99_ms=summary["p99_ms"], max_ms=summary["max_ms"])
 
     # -- 5. big -----------------------------------------------------------------------
     def big(self, result: BoardsBenchResult) -> None:
@@ -971,7 +1026,7 @@ class BoardsBench:
         done = 0
         for epoch, first in enumerate(range(0, cfg.big_players, cfg.big_chunk), start=1):
             n = min(cfg.big_chunk, cfg.big_players - first)
-            entries = [(GAME, "all", f"p{i:0{digits}d}", rng.randrange(0, 1_000_001, 5), MEMORY_DAY_MS + i, True)
+            entries = [(f"p{i:0{digits}d}", ((GAME, "all", rng.randrange(0, 1_000_001, 5), MEMORY_DAY_MS + i, True),))
                        for i in range(first, first + n)]
             snap = BoardsSnapshot(snapshot_id=token * SNAPSHOT_ID_RUN_FACTOR + epoch, run=token, epoch=epoch,
                                   positions={"big/0": first + n}, dead_letters=0, k_max=100, boards={}, entries=entries,
@@ -990,12 +1045,12 @@ class BoardsBench:
         out.complete = done >= cfg.big_players
         out.results_per_s = done / out.load_s
         out.redis_used_memory_bytes = self.used_memory() - base
-        out.process_peak_rss_bytes = rss_of(os.getpid()) - rss0  # the publisher's mirror of every entry
+        out.process_peak_rss_bytes = rss_of(os.getpid()) - rss0  # what the publisher kept (this process's growth)
         out.min_available_bytes = low
         publisher.close()
         self.log(f"big (redis): {done:,} entries in {out.load_s:.0f} s ({out.results_per_s:,.0f}/s); Redis "
                  f"{out.redis_used_memory_bytes / 2**30:.2f} GiB ({out.redis_used_memory_bytes / max(done, 1):.0f} "
-                 f"B/entry); publisher mirror {out.process_peak_rss_bytes / 2**30:.2f} GiB")
+                 f"B/entry); this process grew {out.process_peak_rss_bytes / 2**30:.2f} GiB")
 
     # -- all --------------------------------------------------------------------------
     def run(self) -> BoardsBenchResult:
@@ -1013,7 +1068,7 @@ class BoardsBench:
                 for part in PARTS:
                     if part in cfg.parts:
                         started = time.perf_counter()
-                        load_before = os.getloadavg()
+                        load_before, busy_before = os.getloadavg(), busy_cpu_seconds()
                         getattr(self, part)(result)
                         wall = time.perf_counter() - started
                         names = ("big", "big_redis") if part == "big" else (part,)
@@ -1025,6 +1080,8 @@ class BoardsBench:
                             result.measured[name] = {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                                                      "wall_s": round(getattr(result, name).wall_s, 1),
                                                      "loadavg_before_after": [load_before, os.getloadavg()],
+                                                     "machine_busy_cores": round((busy_cpu_seconds() - busy_before)
+                                                                                 / wall, 2),
                                                      "config": asdict(cfg)}
                         self.log(f"{part}: {wall:.0f} s wall")
         finally:
@@ -1146,6 +1203,17 @@ def rows(r: BoardsBenchResult) -> list[tuple[str, str, str, str]]:
                         f"p50 {_fmt(lat.p50_ms, '.2f', ' ms')}, p99 {_fmt(lat.p99_ms, '.2f', ' ms')} "
                         f"({lat.achieved_rps:,.0f} req/s, {lat.errors} errors)",
                         "", f"p99 < {target:g} ms: {'met' if t.get(key) else 'MISSED'}"))
+        for phase, queries in rd.http.items():
+            for query, lat in queries.items():
+                name = "GET /boards/G/all/top?n=100" if query == "top" else "GET /boards/G/all/players/{id}"
+                when = f"flow publishing {rd.traffic_rate:,} results/s" if phase == "traffic" else "traffic stopped"
+                target = TARGET_TOP_P99_MS if query == "top" else TARGET_PLAYER_P99_MS
+                p99 = lat.get("p99_ms")
+                out.append((f"{name} (rankflow serve) at {rd.rate:,} req/s, {when}",
+                            f"p50 {_fmt(lat.get('p50_ms'), '.2f', ' ms')}, p99 {_fmt(p99, '.2f', ' ms')} "
+                            f"({lat.get('errors', 0)} errors)", "",
+                            f"p99 < {target:g} ms: " + ("met" if p99 is not None and p99 < target and not
+                                                        lat.get("errors") else "MISSED") if phase == "traffic" else ""))
         for name, lat in (("top n=100", rd.idle_top), ("player rank", rd.idle_player)):
             if lat.requests:
                 out.append((f"{name} at {rd.rate:,} req/s, the same board, traffic stopped (the flow idle)",
@@ -1184,8 +1252,12 @@ def chart(r: BoardsBenchResult, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     panels = [p for p in ("throughput", "freshness", "memory", "reads", "big", "big_redis") if getattr(r, p) is not None]
-    fig, axes = plt.subplots(1, max(len(panels), 1), figsize=(4.6 * max(len(panels), 1), 4.6), squeeze=False)
-    for ax, part in zip(axes[0], panels):
+    cols = min(3, max(len(panels), 1))
+    nrows = -(-max(len(panels), 1) // cols)
+    fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 4.6 * nrows), squeeze=False)
+    for ax in axes.flat[len(panels):]:
+        ax.axis("off")
+    for ax, part in zip(axes.flat, panels):
         if part == "throughput":
             th = r.throughput
             names = ["baseline", "flow", "flow_durable"]
