@@ -850,12 +850,19 @@ class BoardsBench:
     def _slowlog(self) -> dict[str, Any]:
         """Commands that kept Redis busy over 1 ms since the reset (a script blocks every reader meanwhile)."""
         assert self.client is not None
+        from rankflow.connectors.redis_scripts import BOARD_READ_LUA, PUBLISH_BOARDS_LUA
+
+        scripts = {hashlib.sha1(PUBLISH_BOARDS_LUA.encode()).hexdigest(): "EVALSHA (publish)",
+                   hashlib.sha1(BOARD_READ_LUA.encode()).hexdigest(): "EVALSHA (board query)"}
         entries = self.client.slowlog_get(100_000)
         by: dict[str, list[int]] = {}
         for e in entries:
             command = e["command"]
-            name = (command.split(b" ", 1)[0] if isinstance(command, bytes) else str(command).split(" ", 1)[0])
-            by.setdefault(name.decode() if isinstance(name, bytes) else name, []).append(int(e["duration"]))
+            words = (command.decode(errors="replace") if isinstance(command, bytes) else str(command)).split(" ")
+            name = words[0].upper()
+            if name == "EVALSHA" and len(words) > 1:
+                name = scripts.get(words[1], "EVALSHA (other)")
+            by.setdefault(name, []).append(int(e["duration"]))
         return {name: {"count": len(d), "max_ms": max(d) / 1000, "total_ms": sum(d) / 1000} for name, d in by.items()}
 
     def _traffic_log(self, path: Path, n: int, players: int) -> None:
