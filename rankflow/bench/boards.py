@@ -1306,7 +1306,7 @@ def chart(r: BoardsBenchResult, path: Path) -> None:
             ax.set_xticks(x, ["top n=100", "player rank"])
             ax.set_ylabel("ms")
             ax.legend(fontsize=8)
-            ax.set_title(f"reads at {rd.rate:,} req/s while the flow\npublishes {rd.traffic_rate:,} results/s",
+            ax.set_title(f"reads from Redis (BoardReader) at {rd.rate:,} req/s\nwhile the flow publishes {rd.traffic_rate:,} results/s",
                          fontsize=10)
         elif part in ("big", "big_redis"):
             b = getattr(r, part)
