@@ -193,7 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
     bb.add_argument("--games", type=_positive, default=4, help="games of the backlog (default: %(default)s)")
     bb.add_argument("--partitions", type=_positive, default=8, help="topic partitions (default: %(default)s)")
     bb.add_argument("--reps", type=_positive, default=2, help="runs of each system, alternating (default: %(default)s)")
-    bb.add_argument("--rate", type=_positive, default=12_000, help="steady results/s for freshness (default: %(default)s)")
+    bb.add_argument("--rate", type=_positive, default=12_000,
+                    help="steady results/s for freshness (default: %(default)s)")
     bb.add_argument("--steady-s", type=float, default=30.0, help="seconds of steady traffic (default: %(default)s)")
     bb.add_argument("--memory-players", type=_positive, default=1_000_000,
                     help="players with one result each, on 4 boards (default: %(default)s)")
@@ -201,9 +202,11 @@ def build_parser() -> argparse.ArgumentParser:
                     help="players on the board the readers query (default: %(default)s)")
     bb.add_argument("--reads-traffic", type=_positive, default=2_000,
                     help="results/s the flow publishes while the readers run (default: %(default)s)")
-    bb.add_argument("--reads-rate", type=_positive, default=1_000, help="requests/s of each query (default: %(default)s)")
+    bb.add_argument("--reads-rate", type=_positive, default=1_000,
+                    help="requests/s of each query (default: %(default)s)")
     bb.add_argument("--reads-s", type=float, default=10.0, help="seconds of each query's load (default: %(default)s)")
-    bb.add_argument("--big-players", type=_positive, default=10_000_000, help="players on one board (default: %(default)s)")
+    bb.add_argument("--big-players", type=_positive, default=10_000_000,
+                    help="players on one board (default: %(default)s)")
     bb.add_argument("--big-mode", choices=("flow", "redis", "both"), default="both",
                     help="flow: the flow loads a log of one result per player; redis: the boards publisher alone "
                          "writes one board; both: one then the other (default: %(default)s)")

@@ -621,12 +621,14 @@ class BoardsBench:
                          f"{run.broker_cpu_s:.1f} CPU-s, Redis {run.redis_cpu_s:.1f} CPU-s; peak RSS "
                          f"{rss / 2**20:,.0f} MiB; {run.mismatches} mismatches)")
         for system in SYSTEMS:
-            out.median_results_per_s[system] = statistics.median(r.results_per_s for r in out.runs if r.system == system)
+            out.median_results_per_s[system] = statistics.median(
+                r.results_per_s for r in out.runs if r.system == system)
         base = out.median_results_per_s["baseline"]
         out.ratio = out.median_results_per_s["flow"] / base
         out.durable_ratio = out.median_results_per_s["flow_durable"] / base
         self.flush()
-        self.log(f"medians: {out.median_results_per_s}; flow/baseline {out.ratio:.2f}, durable {out.durable_ratio:.2f}; "
+        self.log(f"medians: {out.median_results_per_s}; flow/baseline {out.ratio:.2f}, "
+                 f"durable {out.durable_ratio:.2f}; "
                  f"mismatches {out.mismatches}")
 
     def _check(self, out: Throughput, run: Run, view: dict, reference: dict) -> None:
@@ -1109,7 +1111,8 @@ def targets(r: BoardsBenchResult) -> dict[str, Any]:
         t["freshness_met"] = r.freshness.p99_s is not None and r.freshness.p99_s < TARGET_FRESHNESS_P99_S
     if r.reads:
         t["top_p99_max_ms"], t["player_p99_max_ms"] = TARGET_TOP_P99_MS, TARGET_PLAYER_P99_MS
-        t["top_met"] = r.reads.top.p99_ms is not None and r.reads.top.p99_ms < TARGET_TOP_P99_MS and not r.reads.top.errors
+        t["top_met"] = (r.reads.top.p99_ms is not None and r.reads.top.p99_ms < TARGET_TOP_P99_MS
+                        and not r.reads.top.errors)
         t["player_met"] = (r.reads.player.p99_ms is not None and r.reads.player.p99_ms < TARGET_PLAYER_P99_MS
                            and not r.reads.player.errors)
     if r.big:
@@ -1197,7 +1200,8 @@ def rows(r: BoardsBenchResult) -> list[tuple[str, str, str, str]]:
     if r.memory:
         mm = r.memory
         out.append((f"bytes per board entry, {mm.players:,} players x 4 boards ({mm.entries:,} entries)",
-                    f"Redis {_fmt(mm.redis_bytes_per_entry, ',.0f')}; flow RSS {_fmt(mm.flow_rss_bytes_per_entry, ',.0f')}"
+                    f"Redis {_fmt(mm.redis_bytes_per_entry, ',.0f')}; "
+                    f"flow RSS {_fmt(mm.flow_rss_bytes_per_entry, ',.0f')}"
                     f" (durable {_fmt(mm.flow_durable_rss_bytes_per_entry, ',.0f')}); recovery dir "
                     f"{_fmt(mm.recovery_dir_bytes_per_entry, ',.0f')} on disk",
                     f"Redis {_fmt(mm.baseline_redis_bytes_per_entry, ',.0f')}", ""))
@@ -1258,7 +1262,8 @@ def chart(r: BoardsBenchResult, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    panels = [p for p in ("throughput", "freshness", "memory", "reads", "big", "big_redis") if getattr(r, p) is not None]
+    panels = [p for p in ("throughput", "freshness", "memory", "reads", "big", "big_redis")
+              if getattr(r, p) is not None]
     cols = min(3, max(len(panels), 1))
     nrows = -(-max(len(panels), 1) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(5.2 * cols, 4.6 * nrows), squeeze=False)
@@ -1306,7 +1311,8 @@ def chart(r: BoardsBenchResult, path: Path) -> None:
             ax.set_xticks(x, ["top n=100", "player rank"])
             ax.set_ylabel("ms")
             ax.legend(fontsize=8)
-            ax.set_title(f"reads from Redis (BoardReader) at {rd.rate:,} req/s\nwhile the flow publishes {rd.traffic_rate:,} results/s",
+            ax.set_title(f"reads from Redis (BoardReader) at {rd.rate:,} req/s\n"
+                         f"while the flow publishes {rd.traffic_rate:,} results/s",
                          fontsize=10)
         elif part in ("big", "big_redis"):
             b = getattr(r, part)
