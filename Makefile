@@ -17,7 +17,7 @@ EVENTS ?= 200000
 SEED ?= 1
 TOPIC ?= playback-events
 
-.PHONY: setup run test bench bench-sweep profile bench-api bench-recovery demo services-start services-stop clean
+.PHONY: setup run test bench bench-sweep bench-boards profile profile-boards bench-api bench-recovery demo services-start services-stop clean
 
 $(BIN)/rankflow: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
@@ -60,9 +60,18 @@ bench-sweep: setup  ## throughput over partitions x users vs the lean baseline: 
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
 	$(BIN)/rankflow bench-sweep --out bench-results
 
+BOARDS_BENCH ?=
+bench-boards: setup  ## score boards vs the seed's design: bench-results/boards.json + boards.png (BOARDS_BENCH="--parts big" etc.)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(BIN)/rankflow bench-boards --out bench-results $(BOARDS_BENCH)
+
 profile: setup  ## py-spy flame graphs of one process, one durable, two processes: bench-results/profile-*.svg
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
 	$(BIN)/python scripts/profile_flow.py --out bench-results
+
+profile-boards: setup  ## py-spy of the score-board flow, plain and durable: bench-results/profile-boards-*.svg
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(BIN)/python scripts/profile_boards.py --out bench-results
 
 bench-api: setup  ## reader API latency under load while the flow publishes (bench-results/api.json)
 	@command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk not installed: max-throughput figures skipped"; }

@@ -186,6 +186,38 @@ def build_parser() -> argparse.ArgumentParser:
                     metavar="P,...", help="partitions of each topic (default: 4,8,16,32)")
     sw.add_argument("--out", default="bench-results", help="where sweep.json and sweep.png go")
 
+    bb = sub.add_parser("bench-boards", help="the score-board flow vs the seed's design: throughput, freshness, "
+                                            "memory, reads, 10M players")
+    bb.add_argument("--results", type=_positive, default=1_000_000, help="backlog size (default: %(default)s)")
+    bb.add_argument("--players", type=_positive, default=200_000, help="players of the backlog (default: %(default)s)")
+    bb.add_argument("--games", type=_positive, default=4, help="games of the backlog (default: %(default)s)")
+    bb.add_argument("--partitions", type=_positive, default=8, help="topic partitions (default: %(default)s)")
+    bb.add_argument("--reps", type=_positive, default=2, help="runs of each system, alternating (default: %(default)s)")
+    bb.add_argument("--rate", type=_positive, default=12_000,
+                    help="steady results/s for freshness (default: %(default)s)")
+    bb.add_argument("--steady-s", type=float, default=30.0, help="seconds of steady traffic (default: %(default)s)")
+    bb.add_argument("--memory-players", type=_positive, default=1_000_000,
+                    help="players with one result each, on 4 boards (default: %(default)s)")
+    bb.add_argument("--reads-players", type=_positive, default=1_000_000,
+                    help="players on the board the readers query (default: %(default)s)")
+    bb.add_argument("--reads-traffic", type=_positive, default=2_000,
+                    help="results/s the flow publishes while the readers run (default: %(default)s)")
+    bb.add_argument("--reads-rate", type=_positive, default=1_000,
+                    help="requests/s of each query (default: %(default)s)")
+    bb.add_argument("--reads-s", type=float, default=10.0, help="seconds of each query's load (default: %(default)s)")
+    bb.add_argument("--big-players", type=_positive, default=10_000_000,
+                    help="players on one board (default: %(default)s)")
+    bb.add_argument("--big-mode", choices=("flow", "redis", "both"), default="both",
+                    help="flow: the flow loads a log of one result per player; redis: the boards publisher alone "
+                         "writes one board; both: one then the other (default: %(default)s)")
+    bb.add_argument("--big-min-free-gib", type=float, default=2.0,
+                    help="stop the big run when the machine has less memory available (default: %(default)s)")
+    bb.add_argument("--seed", type=int, default=1)
+    bb.add_argument("--out", default="bench-results", help="where boards.json and boards.png go")
+    bb.add_argument("--parts", type=lambda t: tuple(x for x in t.split(",") if x),
+                    default=("throughput", "freshness", "memory", "reads"), metavar="PART,...",
+                    help="throughput, freshness, memory, reads, big (default: all but big)")
+
     cli_boards.add_parser(sub, _add_redis)
 
     t = sub.add_parser("top", help="print the latest published ranking")
@@ -371,6 +403,21 @@ def cmd_bench_sweep(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_bench_boards(args: argparse.Namespace) -> int:
+    from rankflow.bench.boards import PARTS, BoardsBenchConfig, main as boards_main
+
+    unknown = [p for p in args.parts if p not in PARTS]
+    if unknown:
+        raise UsageError(f"--parts: unknown {', '.join(unknown)}; choose from {', '.join(PARTS)}")
+    boards_main(BoardsBenchConfig(
+        results=args.results, players=args.players, games=args.games, partitions=args.partitions, reps=args.reps,
+        rate=args.rate, steady_s=args.steady_s, memory_players=args.memory_players, reads_players=args.reads_players,
+        reads_traffic=args.reads_traffic, reads_rate=args.reads_rate, reads_s=args.reads_s,
+        big_players=args.big_players, big_mode=args.big_mode, big_min_free_gib=args.big_min_free_gib,
+        seed=args.seed, out=args.out, parts=args.parts))
+    return 0
+
+
 def cmd_top(args: argparse.Namespace) -> int:
     reading = RankingReader(args.redis, args.namespace, default_cache_path(args.namespace)).read()
     snap = reading.snapshot
@@ -420,6 +467,7 @@ def print_table(view: dict[str, Any]) -> None:
 
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
             "serve": cmd_serve, "bench": cmd_bench, "bench-sweep": cmd_bench_sweep,
+            "bench-boards": cmd_bench_boards,
             "top": cmd_top, "boards": cli_boards.cmd_boards}
 
 

@@ -1,0 +1,120 @@
+"""Where the score-board flow's time goes: py-spy profiles of ``rankflow run --flow boards``.
+
+    python scripts/profile_boards.py [--results 1000000] [--players 200000] [--partitions 8] [--out bench-results]
+
+Starts a local Redis and broker, produces the clean signed backlog of
+``rankflow bench-boards`` (the same file in ``data/``), and records the flow with
+``py-spy record --native`` (Python and native frames), plain and durable
+(``--recovery-dir``). Writes ``profile-boards-<name>.svg`` (a flame graph) and
+``profile-boards-<name>.txt`` (collapsed stacks of a second run), and prints the
+share of CPU samples of each part of the flow, the wall time, and the CPU that the
+flow, Redis and the broker used, so a change can be judged by where its time moved.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rankflow.bench.boards import BoardsBench, BoardsBenchConfig  # noqa: E402
+from rankflow.bench.rig import _cpu_seconds  # noqa: E402
+
+CONFIGS = {"plain": [], "durable": ["--recovery-dir", "{work}/recovery"]}
+PARTS = {  # a frame whose name contains a key counts for the part (innermost frame first, first match wins)
+    "garbage collector": ("gc_collect_main",),
+    "signature check (HMAC-SHA256)": ("sign (", "canonical_bytes", "hmac", "HMAC", "compare_digest"),
+    "parse (JSON, validation)": ("parse_score_records", "ParsedBatch"),
+    "player stage: rules (apply_result)": ("apply_result", "_forget", "_enter", "_add_to_sum", "_raise_best"),
+    "player stage: the rest": ("PlayerShardLogic",),
+    "changelog (write, fdatasync)": ("ShardChangelog", "fdatasync", "changelog"),
+    "routing, barrier ticks": ("route_board_entries", "ShardRouter", "barrier_ticks"),
+    "board counters (BoardTop per board)": ("BoardTable", "BoardTop", "SortedList", "board_counter"),
+    "merger (global tops, snapshot)": ("BoardRanking", "MergerLogic", "BoardsSnapshot", "merger"),
+    "publisher: entries to Redis args (BoardsState)": ("BoardsState",),
+    "publisher: redis-py (pack, send, wait)": ("Publisher", "hiredis"),
+    "Kafka read": ("_KafkaPartition", "rd_kafka"),
+    "Bytewax recovery store (pickle, SQLite)": ("sqlite", "rusqlite", "pickle", "Pickler"),
+    "start-up (imports)": ("_find_and_load", "_compile_bytecode"),
+}
+GENERIC = {  # library frames, counted for them only when no frame of the flow's own names a part
+    "parse (JSON, validation)": ("orjson",),
+    "publisher: redis-py (pack, send, wait)": ("redis/",),
+}
+IDLE = ("Condition.wait", "Queue.get", "Event.wait")  # a thread waiting for work
+
+
+def shares(collapsed: Path) -> dict[str, float]:
+    counts: Counter[str] = Counter()
+    total = 0
+    for line in collapsed.read_text().splitlines():
+        stack, _, n = line.rpartition(" ")
+        frames = [f for f in stack.split(";")[::-1] if not f.startswith("process ")]
+        if any(idle in f for f in frames for idle in IDLE):
+            continue
+        total += int(n)
+        part = next((name for frame in frames for name, keys in PARTS.items() if any(k in frame for k in keys)),
+                    None) or next((name for frame in frames for name, keys in GENERIC.items()
+                                   if any(k in frame for k in keys)), "Bytewax runtime and the rest")
+        counts[part] += int(n)
+    return {part: n / total for part, n in counts.most_common()}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser()
+    p.add_argument("--results", type=int, default=1_000_000)
+    p.add_argument("--players", type=int, default=200_000)
+    p.add_argument("--games", type=int, default=4)
+    p.add_argument("--partitions", type=int, default=8)
+    p.add_argument("--configs", default="plain,durable")
+    p.add_argument("--out", default="bench-results")
+    a = p.parse_args()
+    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+    out = Path(a.out)
+    out.mkdir(parents=True, exist_ok=True)
+    bench = BoardsBench(BoardsBenchConfig(results=a.results, players=a.players, games=a.games,
+                                          partitions=a.partitions))
+    try:
+        with bench.rig as rig:
+            bench.client = rig.client
+            bench.data.mkdir(exist_ok=True)
+            bench.produce(bench.score_log(a.results, a.players, a.games), "profile")
+            for name in a.configs.split(","):
+                extra = [x.format(work=rig.work) for x in CONFIGS[name]]
+                for fmt, suffix in (("flamegraph", "svg"), ("raw", "txt")):
+                    bench.flush()
+                    shutil.rmtree(rig.work / "recovery", ignore_errors=True)
+                    cmd = bench.flow_cmd("profile", f"prof-{name}-{fmt}", "--until-eof", *extra)
+                    r0, b0 = _cpu_seconds(rig.redis.pid()), _cpu_seconds(rig.broker.pid())
+                    started = time.perf_counter()
+                    proc = subprocess.Popen([spy, "record", "--native", "-r", "100", "-f", fmt,
+                                             "-o", str(out / f"profile-boards-{name}.{suffix}"), "--", *cmd],
+                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                    _, status, usage = os.wait4(proc.pid, 0)
+                    wall = time.perf_counter() - started
+                    if os.waitstatus_to_exitcode(status) != 0:
+                        raise RuntimeError(proc.stderr.read().decode()[-2000:])
+                    children = usage.ru_utime + usage.ru_stime  # py-spy and the flow
+                    print(f"{name} ({fmt}): {wall:.1f} s wall, {a.results / wall:,.0f} results/s under py-spy; "
+                          f"Redis {_cpu_seconds(rig.redis.pid()) - r0:.1f} CPU-s, broker "
+                          f"{_cpu_seconds(rig.broker.pid()) - b0:.1f} CPU-s, flow + py-spy {children:.1f} CPU-s",
+                          flush=True)
+                print(f"\n{name} ({out / f'profile-boards-{name}.svg'}), share of the flow's CPU samples:")
+                for part, share in shares(out / f"profile-boards-{name}.txt").items():
+                    print(f"  {share * 100:5.1f}%  {part}")
+                print(flush=True)
+    finally:
+        shutil.rmtree(bench.work, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
