@@ -89,16 +89,20 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.bodies = rankings.BodyCache()
     metrics = ApiMetrics()
 
-    @app.get("/health", summary="Redis reachable, age of the latest snapshot")
+    @app.get("/health", summary="Redis reachable, age of the latest snapshot (the boards' snapshot id too)")
     async def health(request: Request) -> Response:
         cache: SnapshotCache = request.app.state.cache
         redis_ok = await cache.ping()
         snap = cache.snapshot
         age = None if snap is None else max(0, int(time.time() * 1000) - snap["published_at"])
-        ok = redis_ok and cache.fresh and age is not None and age <= settings.stale_after_ms
+        listeners_ok = cache.fresh and age is not None and age <= settings.stale_after_ms
+        version = request.app.state.board_watch.version
+        boards_id = None if version is None or version[1] is None else int(version[1])
+        # a boards-only deployment has no listener snapshot: its health is the boards'
+        ok = redis_ok and (listeners_ok or (snap is None and boards_id is not None))
         body = {"status": "ok" if ok else "degraded", "redis": "ok" if redis_ok else "unreachable",
                 "snapshot_id": None if snap is None else snap["snapshot_id"], "snapshot_age_ms": age,
-                "problem": cache.problem}
+                "problem": cache.problem, "boards_snapshot_id": boards_id}
         return rankings._json(body, 200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics of this service")

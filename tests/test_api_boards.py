@@ -294,3 +294,12 @@ def test_streams_follow_new_snapshots_aliases_and_dropped_boards(redis_url, tmp_
             assert [i["player_id"] for i in api.get("/boards/g1/all/players/clan/zoe/around",
                                                     params={"r": 1}).json()["items"]] == ["fay", "clan/zoe", "ana"]
             assert api.get("/boards/g1/daily:2027-01-04/top").status_code == 404
+
+
+def test_health_of_a_boards_only_deployment(api, published):
+    """No listener ranking in the namespace: the service is healthy with the boards' snapshot."""
+    deadline = time.monotonic() + 10
+    while (body := api.get("/health").json())["boards_snapshot_id"] is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert body["status"] == "ok" and body["snapshot_id"] is None
+    assert body["boards_snapshot_id"] == published["snapshot_id"]
