@@ -27,7 +27,6 @@ from rankflow.execution import stop_signal, tune_gc
 from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_USER_SHARDS, FLOWS,
                               SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError, default_redis_url, redacted)
 from rankflow import cli_boards
-from rankflow.state.signatures import parse_key
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
 from rankflow.generate import generate

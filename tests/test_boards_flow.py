@@ -17,7 +17,6 @@ from typing import Any
 
 import orjson
 import pytest
-import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 

@@ -885,11 +885,6 @@ class BoardsBench:
         import urllib.request
 
         from rankflow.services import free_port
-        try:
-            from rankflow.api import boards as _  # noqa: F401 - the board routes
-        except ImportError:
-            self.log("rankflow serve has no board routes: HTTP not measured")
-            return None, 0
         port = free_port()
         server = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port),
                                    "--redis", self.redis_url, "--namespace", namespace],
