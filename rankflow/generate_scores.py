@@ -34,7 +34,7 @@ from typing import Any
 
 import orjson
 
-from rankflow.generate import GenerateStats
+from rankflow.generate import GenerateStats, write_lines
 from rankflow.state.signatures import sign
 
 DAY_MS = 86_400_000
@@ -388,15 +388,5 @@ def generate_scores(players: int, games: int, events: int, seed: int, out: str |
     """Write ``events`` lines to ``out``; ``clean`` means no chaos at all (``chaos`` is then ignored)."""
     gen = ScoreLogGenerator(players, games, events, seed, start_ms=start_ms, days=days, key=key,
                             chaos=CLEAN if clean else chaos)
-    path = Path(out)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "wb") as f:
-        buf: list[bytes] = []
-        for line in gen.lines(events):
-            buf.append(line)
-            if len(buf) >= 10_000:
-                f.write(b"\n".join(buf) + b"\n")
-                buf.clear()
-        if buf:
-            f.write(b"\n".join(buf) + b"\n")
+    write_lines(gen.lines(events), out)
     return gen.stats

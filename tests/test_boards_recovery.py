@@ -11,10 +11,8 @@ back in time.
 from __future__ import annotations
 
 import random
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 
 import orjson
@@ -28,6 +26,7 @@ from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.generate_scores import ScoreChaos, generate_scores
 from rankflow.produce import produce_file
 from tests.boards_model import BoardsModel
+from tests.crashes import kill_9_while_publishing
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
 KEY = bytes.fromhex("ab" * 32)
@@ -61,20 +60,7 @@ def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, topic
                "--barrier-ms", "50", "--partitions", "4", "--user-shards", shards]
     if compact_bytes is not None:
         monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
-    rng = random.Random(9)
-    kills = 0
-    for _ in range(3):
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        before = progress(redis_client, namespace)
-        deadline = time.monotonic() + 60
-        while progress(redis_client, namespace) <= before and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)
-        time.sleep(rng.uniform(0.0, 0.5))
-        if proc.poll() is not None:
-            break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        kills += 1
+    kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(9), 3, 0.5)
     assert kills >= 2, "the flow finished before it could be killed twice: make the log bigger"
 
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)

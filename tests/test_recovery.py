@@ -11,10 +11,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 import re
-import signal
 import subprocess
 import sys
-import time
 
 import orjson
 import pytest
@@ -26,6 +24,7 @@ from rankflow.produce import produce_file
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.cli import build_parser
 from rankflow.options import ServiceError, UsageError
+from tests.crashes import kill_9_while_publishing
 from tests.events import ev, ranking
 from tests.test_fencing_and_rebuild import recreate_topic
 from tests.model import model_of_lines, read_lines
@@ -59,20 +58,7 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
                "--user-shards", shards]
     if compact_bytes is not None:
         monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
-    rng = random.Random(4)
-    kills = 0
-    for _ in range(4):
-        proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        before = progress(redis_client, namespace)
-        deadline = time.monotonic() + 60
-        while progress(redis_client, namespace) <= before and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)  # wait until this execution publishes: the kill lands mid-run
-        time.sleep(rng.uniform(0.0, 0.6))
-        if proc.poll() is not None:
-            break
-        proc.send_signal(signal.SIGKILL)
-        proc.wait()
-        kills += 1
+    kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(4), 4, 0.6)
     assert kills >= 2, "the flow finished before it could be killed twice: make the log bigger"
 
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
