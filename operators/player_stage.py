@@ -8,12 +8,15 @@ Contract:
   (``--user-shards``; sharding and recovery: ``operators.keyed_shards``).
 * **State**: per player the record of ``state.board_rules``: the newest receipt
   ``R``, the accepted results still inside the 24 h identity window, and the
-  player's score and ``reached_at`` ingredients on each board. Recovery stores
-  records as they are (JSON-shaped, for the shard changelogs).
+  player's score and ``reached_at`` ingredients on each board. With player shards
+  the changelog gets, per barrier, only the pieces of records that changed
+  (``state.board_rules.record_piece``), merged back on restore.
 * **Output**, keyed like the input: one :class:`BoardChanges` per call with the
   board entries the call's accepted results changed (BOARDS.md sections 2 to 4),
-  and a ``DeadLetter`` for every ``too_old``, ``in_future`` or ``conflict`` result.
-  Duplicates change nothing and are counted (:data:`VERDICTS`, in the metrics).
+  a ``DeadLetter`` for every ``too_old``, ``in_future`` or ``conflict`` result, and a
+  ``Tally`` of the call's duplicates (they change nothing; the merger puts their
+  running total in the snapshot, :data:`VERDICTS` in the metrics). A resumed run
+  whose Redis lost the boards (``republish``) first emits every record's entries.
 """
 
 from __future__ import annotations
