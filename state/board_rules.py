@@ -66,8 +66,9 @@ changelog as is; read back, its lists and dicts work unchanged):
 
 - ``R`` (int): the newest ``received_at`` among the player's events that passed
   checks 1 to 6 (check 7's R), whatever their verdict;
-- ``oldest`` (int): at most the least ``played_at`` in ``results`` (:data:`NONE_HELD`
-  when it is empty), so that ``results`` is only scanned when there is something to drop;
+- ``oldest`` (int): when to scan ``results`` for results to drop: the least ``played_at``
+  among the first result of each game's dict after the last scan, or of any result
+  added since (:data:`NONE_HELD` when it is empty; see :func:`_forget`);
 - ``results``: ``{game_id: {match_id: (points, played_at)}}`` (the pair is a list once
   read back from JSON), the accepted results
   that may still be inside the identity window (``played_at >= R - 86400000``,
@@ -272,16 +273,26 @@ def _forget(results: dict, cut: int) -> int:
     """Section 2: results played before ``cut`` (R - 24 h) no longer count for identity; drop them.
 
     R only grows, so a result out of the window is out for good: dropping it changes
-    no verdict, only the record's size. Returns the new OLDEST.
+    no verdict (the identity check looks at the window anyway), only the record's
+    size. Results arrive mostly in the order they were played, and a game's dict
+    keeps arrival order, so the scan drops the leading results that left the window
+    and stops at the first one inside it: a heavy player's day of results is not
+    read every time (it was 1.8 of the rules' 6 µs per result). A result that
+    arrived late, behind newer ones, is dropped once those before it are. Returns
+    the new OLDEST: the least ``played_at`` among the results the scan stopped at.
     """
     oldest = NONE_HELD
     for game in list(results):
         matches = results[game]
-        for match, result in list(matches.items()):
-            if result[1] < cut:
-                del matches[match]
-            elif result[1] < oldest:
-                oldest = result[1]
+        stale = []
+        for match, result in matches.items():
+            if result[1] >= cut:
+                if result[1] < oldest:
+                    oldest = result[1]
+                break
+            stale.append(match)
+        for match in stale:
+            del matches[match]
         if not matches:
             del results[game]
     return oldest
