@@ -20,6 +20,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from rankflow.api.store import wait_bounded
 from rankflow.connectors.board_read import AsyncBoardReader
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 
@@ -53,9 +54,7 @@ class BoardWatch:
         self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            _, pending = await asyncio.wait({self._task}, timeout=5)
-            if pending:
-                log.warning("the board watcher did not stop in time")
+            await wait_bounded(self._task, "the board watcher did not stop in time")
 
     async def _poll(self) -> None:
         while not self._stopping:

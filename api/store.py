@@ -68,13 +68,8 @@ class SnapshotCache:
         self._stopping = True
         if self._task is not None:
             self._task.cancel()
-            _, pending = await asyncio.wait({self._task}, timeout=5)
-            if pending:
-                log.warning("the snapshot poller did not stop in time")
-        closing = asyncio.ensure_future(self.client.aclose())
-        _, pending = await asyncio.wait({closing}, timeout=5)
-        if pending:
-            log.warning("Redis connections did not close in time")
+            await wait_bounded(self._task, "the snapshot poller did not stop in time")
+        await wait_bounded(asyncio.ensure_future(self.client.aclose()), "Redis connections did not close in time")
 
     async def _poll(self) -> None:
         while not self._stopping:
@@ -188,3 +183,11 @@ class SnapshotCache:
             return bool(await self.client.ping())
         except (redis.RedisError, OSError):
             return False
+
+
+async def wait_bounded(task: "asyncio.Future[Any]", late: str, timeout_s: float = 5.0) -> None:
+    """Wait for ``task`` at most ``timeout_s``, logging ``late`` if it is still running.
+    Never re-cancels: ``asyncio.wait`` only waits (see :meth:`SnapshotCache.stop`)."""
+    _, pending = await asyncio.wait({task}, timeout=timeout_s)
+    if pending:
+        log.warning("%s", late)

@@ -29,12 +29,12 @@ import redis
 import redis.asyncio as aioredis
 
 from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_boards import REACHED_DIGITS
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_scripts import BOARD_READ_LUA, MOVES
 
 MAX_N = 1000
 MAX_R = 50
-REACHED_DIGITS = 15
 ALIASES = ("daily", "weekly")
 ATTEMPTS = MOVES + 2
 """Calls of one query at most: a generation switch or an alias move costs one more each."""

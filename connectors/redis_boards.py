@@ -19,19 +19,11 @@ from rankflow.connectors.redis_scripts import PUBLISH_BOARDS_LUA
 from rankflow.state.board_snapshot import BoardsSnapshot
 
 REACHED_DIGITS = 15
-"""``reached_at`` is at most 253402300799999 (BOARDS.md 1): 15 decimal digits, zero-padded
-so that the members of one score sort by time."""
+"""A board's sorted-set member is ``reached_at`` zero-padded to 15 digits (it is at most
+253402300799999, BOARDS.md 1) followed by the player id, so that the members of one
+score sort by time, then by id: ``001798884000000ana`` (built in ``PUBLISH_BOARDS_LUA``)."""
 
 BoardEntries = dict[str, tuple[int, int]]  # player -> (score, reached_at)
-
-
-def member(player: str, reached_at: int) -> str:
-    """A board entry's sorted-set member: equal scores order by ``reached_at``, then id bytes.
-
-    >>> member("ana", 1798884000000)
-    '001798884000000ana'
-    """
-    return f"{reached_at:015d}{player}"
 
 
 def board_name(game: str, board: str) -> bytes:

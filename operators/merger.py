@@ -222,7 +222,7 @@ class Combiner(Protocol):
 class SongRanking:
     """The listener flow's combiner: the global top ``K_max`` songs and the count changes."""
 
-    def __init__(self, k_max: int, resume: Any = None) -> None:
+    def __init__(self, k_max: int) -> None:
         self.k_max = k_max
 
     def combine(self, cut: Cut, reports: dict[str, PartitionReport]) -> Snapshot:
