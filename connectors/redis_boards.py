@@ -57,13 +57,12 @@ class BoardsState:
 
     def remember(self, snapshot: BoardsSnapshot) -> None:
         pending = self._pending
-        for player, changes in snapshot.entries:
-            for game, board, score, reached_at, _ in changes:
-                bid = (game, board)
-                entries = pending.get(bid)
-                if entries is None:
-                    entries = pending[bid] = {}
-                entries[player] = (score, reached_at)
+        for bid, entries in snapshot.entries.items():
+            got = pending.get(bid)
+            if got is None:
+                pending[bid] = dict(entries)
+            else:
+                got.update(entries)  # a newer snapshot's entry replaces the one waiting
         for bid in snapshot.dropped:
             pending.pop(bid, None)
             self._dropped.add(bid)

@@ -9,15 +9,18 @@ Contract (the counter stage of ``operators.counter``, keyed by board partition
 * **State**: per board ``(game_id, board)`` a :class:`state.ranking_index.BoardTop`
   of this partition's best ``K_max`` entries and the number of its players here
   (an entry flagged ``new`` is a player joining the board), and the open epoch's
-  entries (a barrier can fall before the epoch closes here: they must survive it). Boards the partition
+  entries, newest per player and board (a barrier can fall before the epoch closes
+  here: they must survive it). Boards the partition
   knows to be dropped by retention (BOARDS.md section 7, judged by the newest
   periods *this* partition has seen, never newer than the game's) are forgotten.
 * **Output**: when epoch ``e`` closes, one :class:`BoardsReport`: for every board
   that changed here in ``e`` its player count and, if it changed, its local top
-  ``K_max`` (most entries of a big board never reach its top), and every
-  entry of ``e`` on a board still held (the merger passes them on to Redis, which
-  holds whole boards: exact ranks for every player come from there). So the boards
-  of a report's entries are the boards it reports.
+  ``K_max`` (most entries of a big board never reach its top), and the entries of
+  ``e`` on the boards still held, as :data:`BoardEntries` per board (the merger passes
+  them on to Redis, which holds whole boards: exact ranks for every player come from
+  there; grouped by board here, where each change is touched anyway, the merger and
+  publisher only join dicts, in C). So the boards of a report's entries are the boards
+  it reports.
 """
 
 from __future__ import annotations
@@ -37,6 +40,8 @@ Entry = tuple[str, tuple[tuple[str, str, int, int, bool], ...]]
 board before."""
 
 BoardId = tuple[str, str]  # (game_id, board)
+BoardEntries = dict[str, tuple[int, int]]
+"""A board's entries of one epoch: ``player_id -> (score, reached_at)``, the newest."""
 
 
 class BoardsReport(NamedTuple):
@@ -45,7 +50,7 @@ class BoardsReport(NamedTuple):
     epoch: int
     boards: dict[BoardId, tuple[list[tuple[str, int, int]] | None, int]]
     """Changed boards: (local top, or None when only the player count changed; players here)."""
-    entries: list[Entry]
+    entries: dict[BoardId, BoardEntries]
     errors: list[str]
     closed_at: float
 
@@ -64,12 +69,11 @@ class BoardTable:
             self.games.setdefault(game, set()).add(board)
         # the open epoch's entries, applied to the tops already, reported when it closes: kept in the
         # recovery state, since a barrier may fall before the epoch closes here (Bytewax never replays it)
-        self.entries: list[Entry] = list((resume or {}).get("entries", []))
-        self.changed: set[BoardId] = {(c[0], c[1]) for _, changes in self.entries for c in changes}
+        self.entries: dict[BoardId, BoardEntries] = _open_entries((resume or {}).get("entries"))
         self.errors: list[str] = []
 
     def stage(self, entries: list[Entry]) -> None:
-        tops, players, changed, k = self.tops, self.players, self.changed, self.k_max
+        tops, players, pending, k = self.tops, self.players, self.entries, self.k_max
         for player, changes in entries:
             for game, board, score, reached_at, new in changes:
                 bid = (game, board)
@@ -82,16 +86,16 @@ class BoardTable:
                     players[bid] += 1
                 if not top.offer(player, score, reached_at):
                     self.errors.append(f"entry got worse: {player} on {game}/{board} -> {score} at {reached_at}")
-                changed.add(bid)
-        self.entries.extend(entries)
+                mine = pending.get(bid)
+                if mine is None:
+                    mine = pending[bid] = {}
+                mine[player] = (score, reached_at)
 
     def close(self, epoch: int) -> BoardsReport:
-        if self._retire(self.changed):  # rare: then keep only the entries of boards still held
-            tops = self.tops
-            self.entries = [(player, tuple(c for c in changes if (c[0], c[1]) in tops))
-                            for player, changes in self.entries]
+        if self._retire(set(self.entries)):  # rare: then keep only the entries of boards still held
+            self.entries = {bid: mine for bid, mine in self.entries.items() if bid in self.tops}
         boards = {}
-        for bid in self.changed:
+        for bid in self.entries:
             top = self.tops.get(bid)
             if top is not None:
                 boards[bid] = (top.top(self.k_max) if top.changed else None, self.players[bid])
@@ -100,7 +104,7 @@ class BoardTable:
         for e in errors:
             log.error("epoch %s: %s", epoch, e)
         report = BoardsReport(epoch, boards, self.entries, errors, time.time())
-        self.entries, self.changed = [], set()
+        self.entries = {}
         return report
 
     def _retire(self, changed: set[BoardId]) -> bool:
@@ -118,4 +122,18 @@ class BoardTable:
 
     def state(self) -> dict[str, Any]:
         return {"boards": {bid: (top.top(self.k_max), self.players[bid]) for bid, top in self.tops.items()},
-                "entries": list(self.entries)}
+                "entries": {bid: dict(mine) for bid, mine in self.entries.items()}}
+
+
+def _open_entries(saved: Any) -> dict[BoardId, BoardEntries]:
+    """The open epoch's entries from a recovery state; one written before they were grouped
+    by board (a list of ``(player, changes)``) is regrouped, so such a state still resumes."""
+    if not saved:
+        return {}
+    if isinstance(saved, dict):
+        return {bid: dict(mine) for bid, mine in saved.items()}
+    grouped: dict[BoardId, BoardEntries] = {}
+    for player, changes in saved:
+        for game, board, score, reached_at, _ in changes:
+            grouped.setdefault((game, board), {})[player] = (score, reached_at)
+    return grouped

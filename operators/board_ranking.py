@@ -20,7 +20,7 @@ import heapq
 import logging
 from typing import Any
 
-from rankflow.operators.board_counter import BoardId, BoardsReport
+from rankflow.operators.board_counter import BoardEntries, BoardId, BoardsReport
 from rankflow.operators.merger import Cut, lag_ms
 from rankflow.state.board_rules import is_kept, newest_periods
 from rankflow.state.board_snapshot import BoardsSnapshot
@@ -64,10 +64,15 @@ class BoardRanking:
             aliases = {**self.newest, **aliases}
         dropped = [bid for bid in dropped if bid in known]  # a late result for a dropped period: never published
         kept = {bid for bid in changed if bid in self.local}
-        entries = [e for r in reports.values() for e in r.entries]
-        if len(kept) < len(changed):  # a late result for a dropped period: not published (a report's
-            # entries are on the boards it reports, so comparing boards is enough)
-            entries = [(player, tuple(c for c in changes if (c[0], c[1]) in kept)) for player, changes in entries]
+        entries: dict[BoardId, BoardEntries] = {}
+        for report in reports.values():  # partitions hold disjoint players: joining their dicts loses none
+            for bid, mine in report.entries.items():
+                if bid in kept:  # not a late result for a dropped period (never published)
+                    got = entries.get(bid)
+                    if got is None:
+                        entries[bid] = dict(mine)
+                    else:
+                        got.update(mine)
         errors = [e for _, r in sorted(reports.items()) for e in r.errors]
         return BoardsSnapshot(
             snapshot_id=cut.snapshot_id, run=cut.run, epoch=cut.epoch, positions=cut.positions,

@@ -25,8 +25,8 @@ class BoardsSnapshot(NamedTuple):
     dead_letters: int
     k_max: int
     boards: dict[Board, tuple[int, list[tuple[str, int, int]]]]  # changed: (players, top (player, score, reached_at))
-    entries: list[tuple[str, tuple[tuple[str, str, int, int, bool], ...]]]
-    """To Redis: per accepted result ``(player, changes)``, each ``(game, board, score, reached_at, new)``."""
+    entries: dict[Board, dict[str, tuple[int, int]]]
+    """To Redis: per changed board its players' new ``(score, reached_at)``, the newest of the epoch."""
     dropped: list[Board]
     aliases: dict[str, tuple[str | None, str | None]]  # games whose newest periods moved: (daily, weekly)
     partition_lag_ms: dict[str, int]

@@ -15,6 +15,7 @@ library's ``json`` decides, with the RFC 8259 rules it lacks added back.
 
 from __future__ import annotations
 
+import functools
 import hmac
 import json
 from typing import Any, NamedTuple
@@ -30,7 +31,7 @@ from rankflow.state.events import (
     DeadLetter,
     InvalidEvent,
 )
-from rankflow.state.signatures import sign
+from rankflow.state.signatures import Signer, sign
 
 __all__ = [
     "INVALID_JSON", "NOT_AN_OBJECT", "MISSING_FIELD", "WRONG_TYPE", "OUT_OF_RANGE", "BAD_SIGNATURE",
@@ -244,6 +245,11 @@ def parse_score(raw: bytes, partition: str, offset: int, epoch: int,
     return ScoreResult(*fields, offset, raw)
 
 
+@functools.lru_cache(maxsize=4)
+def _signer(key: bytes) -> Signer:
+    return Signer(key)
+
+
 def parse_score_records(
     records: list[bytes], offsets: "range | list[int]", partition: str, epoch: int, key: bytes | None
 ) -> tuple[list[ScoreEvent], list[tuple[str, DeadLetter]]]:
@@ -264,7 +270,8 @@ def parse_score_records(
     """
     events: list[ScoreEvent] = []
     dead: list[tuple[str, DeadLetter]] = []
-    loads, most, top, end, digest, same = orjson.loads, MAX_ID_CHARS, MAX_POINTS, MAX_TIME, sign, hmac.compare_digest
+    loads, most, top, end, same = orjson.loads, MAX_ID_CHARS, MAX_POINTS, MAX_TIME, hmac.compare_digest
+    digest = _signer(key).hex if key is not None else None
     for offset, raw in zip(offsets, records):
         try:
             obj = loads(raw)
@@ -278,7 +285,7 @@ def parse_score_records(
                     events.append((g, m, p, n, t, r, offset, raw))
                     continue
                 s = obj.get("sig")
-                if type(s) is str and same(s.encode(), digest(key, g, m, p, n, t).encode()):
+                if type(s) is str and same(s, digest(g, m, p, n, t)):  # a non-ASCII s raises: the full rules say why
                     events.append((g, m, p, n, t, r, offset, raw))
                     continue
         except Exception:  # noqa: BLE001 - not JSON, not an object, a field missing: the full rules decide

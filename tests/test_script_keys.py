@@ -130,7 +130,11 @@ def test_every_script_touches_only_keys_it_declares(undeclared, monkeypatch, red
 
 
 def boards_snap(run: int, epoch: int, entries: list, dropped: list = (), aliases: dict | None = None) -> BoardsSnapshot:
-    return BoardsSnapshot(snapshot_id(run, epoch), run, epoch, {"f": epoch}, 0, 10, {}, list(entries),
+    grouped: dict = {}
+    for player, changes in entries:
+        for game, board, score, reached_at, _ in changes:
+            grouped.setdefault((game, board), {})[player] = (score, reached_at)
+    return BoardsSnapshot(snapshot_id(run, epoch), run, epoch, {"f": epoch}, 0, 10, {}, grouped,
                           list(dropped), aliases or {}, {}, [])
 
 

@@ -1030,8 +1030,8 @@ class BoardsBench:
         done = 0
         for epoch, first in enumerate(range(0, cfg.big_players, cfg.big_chunk), start=1):
             n = min(cfg.big_chunk, cfg.big_players - first)
-            entries = [(f"p{i:0{digits}d}", ((GAME, "all", rng.randrange(0, 1_000_001, 5), MEMORY_DAY_MS + i, True),))
-                       for i in range(first, first + n)]
+            entries = {(GAME, "all"): {f"p{i:0{digits}d}": (rng.randrange(0, 1_000_001, 5), MEMORY_DAY_MS + i)
+                                       for i in range(first, first + n)}}
             snap = BoardsSnapshot(snapshot_id=token * SNAPSHOT_ID_RUN_FACTOR + epoch, run=token, epoch=epoch,
                                   positions={"big/0": first + n}, dead_letters=0, k_max=100, boards={}, entries=entries,
                                   dropped=[], aliases={}, partition_lag_ms={}, errors=[])
