@@ -10,7 +10,7 @@ Contract:
   ``R``, the accepted results still inside the 24 h identity window, and the
   player's score and ``reached_at`` ingredients on each board. With player shards
   the changelog gets, per barrier, only the pieces of records that changed
-  (``state.board_rules.record_piece``), merged back on restore.
+  (``state.board_rules.note_piece``), merged back on restore.
 * **Output**, keyed like the input: one :class:`BoardChanges` per call with the
   board entries the call's accepted results changed (BOARDS.md sections 2 to 4),
   a ``DeadLetter`` for every ``too_old``, ``in_future`` or ``conflict`` result, and a
@@ -28,8 +28,8 @@ from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
 from rankflow.operators.merger import MERGER_KEY, Tally
 from rankflow.operators.metrics import METRICS
-from rankflow.state.board_rules import (DETAILS, Verdict, apply_result, forget_expired, merge_piece, record_piece,
-                                        standings)
+from rankflow.state.board_rules import (DETAILS, Verdict, apply_result, finish_piece, forget_expired, merge_piece,
+                                        note_piece, standings)
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import ScoreEvent
 
@@ -65,7 +65,7 @@ class PlayerShardLogic(ShardLogic):
         boards while the run was down: see ``runner``; the router makes every shard run)."""
         super().__init__(resume, changelog, shards, whole)
         self.republish = republish
-        self.pieces: dict[str, tuple[set, set]] = {}  # with a changelog: per player, results and boards changed
+        self.pieces: dict[str, dict] = {}  # with a changelog: per player, the results and boards changed
         self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
 
     def on_batch(self, batches: list[ScoreBatch]) -> tuple[list[Any], bool]:
@@ -108,9 +108,8 @@ class PlayerShardLogic(ShardLogic):
                 if changed is not None:
                     piece = pieces.get(player)
                     if piece is None:
-                        piece = pieces[player] = (set(), set())
-                    piece[0].add((game, match))
-                    piece[1].update((c[0], c[1]) for c in changes)
+                        piece = pieces[player] = {}
+                    note_piece(piece, record, game, match, changes)
             elif verdict == DUPLICATE:
                 self.duplicates += 1
             else:
@@ -121,9 +120,8 @@ class PlayerShardLogic(ShardLogic):
         records, pieces = self.records, self.pieces
         out = {}
         for player in self.changed or ():
-            results, boards = pieces.get(player, ((), ()))
-            out[player] = record_piece(records[player], results, boards)
-        pieces.clear()
+            out[player] = finish_piece(pieces.get(player) or {}, records[player])
+        self.pieces = {}
         return out
 
     def _load(self, flat: dict[str, Any]) -> None:

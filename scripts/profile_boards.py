@@ -49,7 +49,7 @@ GENERIC = {  # library frames, counted for them only when no frame of the flow's
     "parse (JSON, validation)": ("orjson",),
     "publisher: redis-py (pack, send, wait)": ("redis/",),
 }
-IDLE = ("Condition.wait", "Queue.get", "Event.wait")  # a thread waiting for work
+IDLE = ("Condition.wait", "Queue.get", "Event.wait", "time_sleep")  # a thread waiting for work or sleeping
 
 
 def shares(collapsed: Path) -> dict[str, float]:

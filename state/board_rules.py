@@ -411,35 +411,47 @@ def newest_periods(boards: Iterable[str]) -> tuple[str | None, str | None]:
 
 # -- records in a changelog ----------------------------------------------------------
 
-def record_piece(record: PlayerRecord, results: Iterable[tuple[str, str]] = (),
-                 boards: Iterable[tuple[str, str]] = ()) -> dict:
-    """What a barrier's changelog frame holds for a player: R, and only the results and
-    board aggregates that changed (an active player holds a day of results: writing it
-    whole at every barrier cost the durable flow a third of its time).
+def note_piece(piece: dict, record: PlayerRecord, game: str, match: str, changes: tuple[Entry, ...]) -> None:
+    """Add an accepted result to ``piece``: the part of the player's record that a barrier's
+    changelog frame holds (an active player holds a day of results: writing the record
+    whole at every barrier cost the durable flow a third of its time). The piece holds
+    the result and the aggregates of the boards it changed, the record's own lists, so
+    the frame written at the barrier (:func:`finish_piece`) has their values then.
+    O(boards changed).
 
-    >>> rec = apply_result(None, "g1", "m1", "ana", 50, 1798884000000, 1798884002000)[0]
-    >>> record_piece(rec, [("g1", "m1")], [("g1", "best")])
-    {'R': [1798884002000, 1798884000000], 'r': {'g1': {'m1': (50, 1798884000000)}}, 'b': {'g1': {'best': [50, 1798884000000]}}}
+    >>> rec, _, changes = apply_result(None, "g1", "m1", "ana", 50, 1798884000000, 1798884002000)
+    >>> piece = {}
+    >>> note_piece(piece, rec, "g1", "m1", changes[1:2])
+    >>> finish_piece(piece, rec)
+    {'r': {'g1': {'m1': (50, 1798884000000)}}, 'b': {'g1': {'best': [50, 1798884000000]}}, 'R': [1798884002000, 1798884000000]}
     """
-    piece: dict = {"R": [record[R], record[OLDEST]]}
-    held, aggregates = record[RESULTS], record[BOARDS]
-    if results:
-        piece["r"] = r = {}
-        for game, match in results:
-            value = held.get(game, {}).get(match)
-            if value is not None:
-                r.setdefault(game, {})[match] = value
-    if boards:
-        piece["b"] = b = {}
-        for game, board in boards:
-            value = aggregates.get(game, {}).get(board)
-            if value is not None:
-                b.setdefault(game, {})[board] = value
+    results = piece.get("r")
+    if results is None:
+        results = piece["r"] = {}
+    mine = results.get(game)
+    if mine is None:
+        mine = results[game] = {}
+    mine[match] = record[RESULTS][game][match]
+    boards = piece.get("b")
+    if boards is None:
+        boards = piece["b"] = {}
+    noted = boards.get(game)
+    if noted is None:
+        noted = boards[game] = {}
+    held = record[BOARDS][game]
+    for change in changes:
+        noted[change[1]] = held[change[1]]
+
+
+def finish_piece(piece: dict, record: PlayerRecord) -> dict:
+    """The changelog frame's piece of a record that changed since the last barrier: R (it
+    moves with every result, whatever the verdict) and what :func:`note_piece` noted."""
+    piece["R"] = [record[R], record[OLDEST]]
     return piece
 
 
 def merge_piece(record: PlayerRecord | None, piece: dict | list) -> PlayerRecord:
-    """A record read back from a changelog: ``piece`` (:func:`record_piece`, or a whole
+    """A record read back from a changelog: ``piece`` (:func:`finish_piece`, or a whole
     record) folded into what was read before it. Results and boards a live record
     dropped stay in the pieces; :func:`forget_expired` drops the results again, and the
     boards are dropped as the live record drops them (they can get no result: section 7).
