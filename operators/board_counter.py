@@ -55,74 +55,80 @@ class BoardsReport(NamedTuple):
     closed_at: float
 
 
+class _Board:
+    """One board in one partition: its bounded top, its players here, and the open epoch's entries."""
+
+    __slots__ = ("top", "players", "entries")
+
+    def __init__(self, top: BoardTop, players: int = 0, entries: BoardEntries | None = None) -> None:
+        self.top, self.players, self.entries = top, players, entries if entries is not None else {}
+
+
 class BoardTable:
-    """One board partition: a bounded :class:`BoardTop` per board, and player counts."""
+    """One board partition: per board a bounded :class:`BoardTop`, its player count and the
+    open epoch's entries, together so that a change looks its board up once."""
 
     def __init__(self, k_max: int, resume: dict[str, Any] | None = None) -> None:
         self.k_max = k_max
-        self.tops: dict[BoardId, BoardTop] = {}
-        self.players: dict[BoardId, int] = {}
+        self.boards: dict[BoardId, _Board] = {}
         self.games: dict[str, set[str]] = {}  # game -> its boards held here
-        for (game, board), (entries, players) in (resume or {}).get("boards", {}).items():
-            self.tops[(game, board)] = BoardTop(k_max, entries)
-            self.players[(game, board)] = players
-            self.games.setdefault(game, set()).add(board)
+        for bid, (entries, players) in (resume or {}).get("boards", {}).items():
+            board = self._board(bid)
+            board.top, board.players = BoardTop(k_max, entries), players
         # the open epoch's entries, applied to the tops already, reported when it closes: kept in the
         # recovery state, since a barrier may fall before the epoch closes here (Bytewax never replays it)
-        self.entries: dict[BoardId, BoardEntries] = _open_entries((resume or {}).get("entries"))
+        for bid, mine in _open_entries((resume or {}).get("entries")).items():
+            self._board(bid).entries = mine
         self.errors: list[str] = []
 
+    def _board(self, bid: BoardId) -> _Board:
+        board = self.boards[bid] = _Board(BoardTop(self.k_max))
+        self.games.setdefault(bid[0], set()).add(bid[1])
+        return board
+
     def stage(self, entries: list[Entry]) -> None:
-        tops, players, pending, k = self.tops, self.players, self.entries, self.k_max
+        boards = self.boards
         for player, changes in entries:
-            for game, board, score, reached_at, new in changes:
-                bid = (game, board)
-                top = tops.get(bid)
-                if top is None:
-                    top = tops[bid] = BoardTop(k)
-                    players[bid] = 0
-                    self.games.setdefault(game, set()).add(board)
+            for game, name, score, reached_at, new in changes:
+                board = boards.get((game, name))
+                if board is None:
+                    board = self._board((game, name))
                 if new:
-                    players[bid] += 1
-                if not top.offer(player, score, reached_at):
-                    self.errors.append(f"entry got worse: {player} on {game}/{board} -> {score} at {reached_at}")
-                mine = pending.get(bid)
-                if mine is None:
-                    mine = pending[bid] = {}
-                mine[player] = (score, reached_at)
+                    board.players += 1
+                if not board.top.offer(player, score, reached_at):
+                    self.errors.append(f"entry got worse: {player} on {game}/{name} -> {score} at {reached_at}")
+                board.entries[player] = (score, reached_at)
 
     def close(self, epoch: int) -> BoardsReport:
-        if self._retire(set(self.entries)):  # rare: then keep only the entries of boards still held
-            self.entries = {bid: mine for bid, mine in self.entries.items() if bid in self.tops}
-        boards = {}
-        for bid in self.entries:
-            top = self.tops.get(bid)
-            if top is not None:
-                boards[bid] = (top.top(self.k_max) if top.changed else None, self.players[bid])
+        changed = {bid: board for bid, board in self.boards.items() if board.entries}
+        self._retire(changed)
+        report: dict[BoardId, tuple[list[tuple[str, int, int]] | None, int]] = {}
+        entries: dict[BoardId, BoardEntries] = {}
+        for bid, board in changed.items():
+            entries[bid], board.entries = board.entries, {}
+            if bid in self.boards:  # not dropped by retention just now: then its entries are not published
+                top = board.top
+                report[bid] = (top.top(self.k_max) if top.changed else None, board.players)
                 top.changed = False
+            else:
+                del entries[bid]
         errors, self.errors = self.errors, []
         for e in errors:
             log.error("epoch %s: %s", epoch, e)
-        report = BoardsReport(epoch, boards, self.entries, errors, time.time())
-        self.entries = {}
-        return report
+        return BoardsReport(epoch, report, entries, errors, time.time())
 
-    def _retire(self, changed: set[BoardId]) -> bool:
-        """Forget the boards retention dropped, judged by the newest periods held here;
-        True if any was."""
-        retired = False
+    def _retire(self, changed: dict[BoardId, _Board]) -> None:
+        """Forget the boards retention dropped, judged by the newest periods held here."""
         for game in {game for game, _ in changed}:
             boards = self.games[game]
             daily, weekly = newest_periods(boards)
             for board in [b for b in boards if not is_kept(b, daily, weekly)]:
                 boards.discard(board)
-                del self.tops[(game, board)], self.players[(game, board)]
-                retired = True
-        return retired
+                del self.boards[(game, board)]
 
     def state(self) -> dict[str, Any]:
-        return {"boards": {bid: (top.top(self.k_max), self.players[bid]) for bid, top in self.tops.items()},
-                "entries": {bid: dict(mine) for bid, mine in self.entries.items()}}
+        return {"boards": {bid: (b.top.top(self.k_max), b.players) for bid, b in self.boards.items()},
+                "entries": {bid: dict(b.entries) for bid, b in self.boards.items() if b.entries}}
 
 
 def _open_entries(saved: Any) -> dict[BoardId, BoardEntries]:
