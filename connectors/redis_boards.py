@@ -18,6 +18,11 @@ from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_scripts import PUBLISH_BOARDS_LUA
 from rankflow.state.board_snapshot import BoardsSnapshot
 
+BOARD_CHANGES_MAXLEN = 240
+"""Entries kept in the ``board_changes`` stream: a minute of snapshots at the default
+250 ms barrier (about 70 KB each at 2,000 results/s: some 17 MB of Redis). A mirror
+further behind reloads the boards (``api.board_mirror``)."""
+
 REACHED_DIGITS = 15
 """A board's sorted-set member is ``reached_at`` zero-padded to 15 digits (it is at most
 253402300799999, BOARDS.md 1) followed by the player id, so that the members of one
@@ -81,7 +86,7 @@ class BoardsState:
         self._pending, self._aliases, self._dropped, self._full, self._whole = {}, {}, set(), False, False
 
     def keys(self, k: Keys) -> list[str]:
-        out = [k.aliases, k.boards]
+        out = [k.aliases, k.boards, k.board_changes]
         for game, board in self._pending:
             out.extend(k.board(game, board))
         for game, board in self._dropped:
@@ -89,8 +94,8 @@ class BoardsState:
         return out
 
     def args(self) -> list[Any]:
-        args: list[Any] = ["full" if self._full else "delta", len(self._pending), len(self._dropped),
-                           len(self._aliases)]
+        args: list[Any] = ["full" if self._full else "delta", BOARD_CHANGES_MAXLEN, len(self._pending),
+                           len(self._dropped), len(self._aliases)]
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         dumps = orjson.dumps
