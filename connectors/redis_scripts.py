@@ -383,3 +383,30 @@ board}`` (the alias names another board now), or ``{'board', snapshot id, player
 answer}``: for ``top`` the first n ``member, score`` pairs; for ``player`` ``{score,
 rank - 1, players with a better score}`` or false; for ``around`` ``{first rank - 1,
 the first item's players with a better score, member, score ...}`` or false."""
+
+BOARD_CHUNK_LUA = """
+local start = 0
+if #ARGV > 1 then
+  start = nil
+  for i = #ARGV, 2, -1 do
+    local rank = redis.call('ZRANK', KEYS[1], ARGV[i])
+    if rank then
+      start = rank + 1
+      break
+    end
+  end
+  if not start then
+    return false
+  end
+end
+return redis.call('ZRANGE', KEYS[1], start, start + tonumber(ARGV[1]) - 1, 'WITHSCORES')
+"""
+"""The next chunk of a board for a reader loading it in pieces (``api.board_mirror``).
+
+``KEYS``: the board's sorted set. ``ARGV``: the chunk's size, then anchors: members
+the reader read last, oldest first. Replies the ``member, score`` pairs after the
+newest anchor still on the board (from the start without anchors), or false when
+every anchor has left it (their players changed): start the board over. Entries
+that did not change keep their order among themselves, so every one of them after
+an anchor is still after it: a load in chunks misses none, whatever is published
+meanwhile (the changed ones come back from the changes stream)."""
