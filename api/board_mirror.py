@@ -19,7 +19,8 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
 * It loads everything again when it cannot follow: a new generation (``rankflow
   rebuild`` switched), an entry trimmed from the capped stream before it was read
   (the chain of ``previous`` snapshot ids breaks), a ``full`` entry (the publisher
-  sent its whole state, e.g. Redis had lost its data), or a reply it cannot read.
+  sent its whole state, e.g. Redis had lost its data), a ``large`` one (a snapshot
+  too big to copy into the stream), or a reply it cannot read.
   Until then :class:`MirroredBoards` answers from Redis.
 * When Redis cannot be reached it keeps serving the last snapshot it has
   (:attr:`problem` says why), as ``api.store.SnapshotCache`` does.
@@ -195,8 +196,9 @@ class BoardMirror:
         if int(generation or 0) != self._generation:
             raise CannotFollow(f"the boards moved to generation {int(generation or 0)}")
         for entry_id, fields in entries:
-            if fields[b"full"] == b"full":
-                raise CannotFollow("the publisher sent every board again")
+            if fields[b"full"] != b"delta":  # full: sent every board again; large: too many changes to copy
+                raise CannotFollow(f"snapshot {fields[b'snapshot_id'].decode()} is not in the stream "
+                                   f"({fields[b'full'].decode()})")
             if fields[b"previous"] != str(self._tail).encode():
                 raise CannotFollow(f"the changes after snapshot {self._tail} left the stream")
             change = ChangeSet.from_stream(int(fields[b"snapshot_id"]), fields[b"aliases"], fields[b"boards"],

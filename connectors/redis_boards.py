@@ -18,10 +18,15 @@ from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_scripts import PUBLISH_BOARDS_LUA
 from rankflow.state.board_snapshot import BoardsSnapshot
 
-BOARD_CHANGES_MAXLEN = 240
-"""Entries kept in the ``board_changes`` stream: a minute of snapshots at the default
-250 ms barrier (about 70 KB each at 2,000 results/s: some 17 MB of Redis). A mirror
+BOARD_CHANGES_MAXLEN = 100
+"""Entries kept in the ``board_changes`` stream: 25 s of snapshots at the default
+250 ms barrier (about 70 KB each at 2,000 results/s: some 7 MB of Redis). A mirror
 further behind reloads the boards (``api.board_mirror``)."""
+
+BOARD_CHANGES_MAX_BYTES = 1 << 20
+"""A snapshot whose entries JSON is longer (some 30,000 entries: a backlog, not steady
+traffic) is streamed as ``large``, without them: mirrors reload instead. Bounds the
+stream at about 100 MB whatever the flow publishes."""
 
 REACHED_DIGITS = 15
 """A board's sorted-set member is ``reached_at`` zero-padded to 15 digits (it is at most
@@ -94,8 +99,8 @@ class BoardsState:
         return out
 
     def args(self) -> list[Any]:
-        args: list[Any] = ["full" if self._full else "delta", BOARD_CHANGES_MAXLEN, len(self._pending),
-                           len(self._dropped), len(self._aliases)]
+        args: list[Any] = ["full" if self._full else "delta", BOARD_CHANGES_MAXLEN, BOARD_CHANGES_MAX_BYTES,
+                           len(self._pending), len(self._dropped), len(self._aliases)]
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         dumps = orjson.dumps

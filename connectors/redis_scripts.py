@@ -138,9 +138,10 @@ the snapshot before them (readers follow it, ``api.store``).
 """
 
 PUBLISH_BOARDS_LUA = PUBLISH_PRELUDE + """
-local boards = tonumber(ARGV[P + 2])
-local dropped = tonumber(ARGV[P + 3])
-local a = P + 4
+local boards = tonumber(ARGV[P + 3])
+local dropped = tonumber(ARGV[P + 4])
+local a = P + 5
+local size = 0
 local aliases = {}
 for i = 1, tonumber(ARGV[a]) do
   redis.call('HSET', KEYS[8], ARGV[a + 2 * i - 1], ARGV[a + 2 * i])
@@ -152,6 +153,7 @@ for b = 1, boards do
   local z, r = KEYS[9 + 2 * b], KEYS[10 + 2 * b]
   redis.call('SADD', KEYS[9], ARGV[a])
   changed[2 * b - 1], changed[2 * b] = ARGV[a], ARGV[a + 1]
+  size = size + #ARGV[a + 1]
   for player, e in pairs(cjson.decode(ARGV[a + 1])) do
     local at = string.format('%015d', e[2])
     local old = redis.call('HGET', r, player)
@@ -173,9 +175,9 @@ for d = 1, dropped do
   gone[d] = ARGV[a]
   a = a + 1
 end
-if ARGV[P] == 'full' then
+if ARGV[P] == 'full' or size > tonumber(ARGV[P + 2]) then
   redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 1], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
-             'full', 'full')
+             'full', ARGV[P] == 'full' and 'full' or 'large')
 else
   redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 1], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
              'full', 'delta', 'aliases', #aliases > 0 and cjson.encode(aliases) or '[]',
@@ -189,7 +191,8 @@ return 1
 ``[daily, weekly]``), 9 the set of boards (members: JSON ``[game, board]``), 10 the
 ``board_changes`` stream, then per changed board its sorted set and its
 ``reached_at`` hash, then the same two keys of every dropped board. ``ARGV`` after
-``ARGV[P]``: the changes stream's cap, the number of changed boards B, of dropped
+``ARGV[P]``: the changes stream's cap (entries), the most bytes of entries one stream
+entry copies, the number of changed boards B, of dropped
 boards D, of alias updates A and A (game, JSON) pairs; per changed board its JSON
 name and its entries as one JSON object ``{player: [score, reached_at]}`` (one
 argument per board: packing it is orjson's work in C, unpacking it Redis's, on the
@@ -205,13 +208,16 @@ hash gives a player's member back from their id.
 Every stored snapshot also adds one entry to the ``board_changes`` stream (capped
 with ``MAXLEN ~``), for the API's in-process mirror (``api.board_mirror``):
 ``snapshot_id``, ``previous`` (the snapshot id stored before it, '' if none: entries
-chain), ``full`` (``full`` or ``delta``), and for a ``delta`` the snapshot's changes
+chain), ``full`` (``delta``, ``full`` or ``large``), and for a ``delta`` the snapshot's changes
 as the script received them, joined without re-encoding: ``aliases`` a JSON array
 ``[game, periods JSON, ...]``, ``boards`` a JSON array ``[[game, board], {player:
 [score, reached_at]}, ...]``, ``dropped`` a JSON array of ``[game, board]``. Entries
 are absolute (the new score and ``reached_at``), so replaying them over any older
 state converges. A ``full`` entry carries nothing: the publisher sent its whole
-state (Redis had lost it, or a new generation), and a mirror reloads the boards.
+state (Redis had lost it, or a new generation), and a mirror reloads the boards. Nor
+does a ``large`` one, whose entries exceed the byte bound (a backlog's catch-up, not
+steady traffic): the stream's memory stays bounded by cap x bound, and a mirror
+reloads rather than replays it.
 """
 
 

@@ -7,7 +7,8 @@
   ``BoardsState``, the flow's own sink): the mirror answers every query exactly as
   the Redis reader does, after a load made while snapshots were being published, and
   it loads again when it cannot follow: the stream was trimmed past its position,
-  a rebuild switched the generation, the publisher sent its whole state (``full``).
+  the publisher sent its whole state (``full``), a snapshot was too large to stream
+  (``large``), a rebuild switched the generation.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from hypothesis import given, settings, strategies as st
 
 from rankflow.api.board_mirror import BoardMirror
 from rankflow.connectors.board_read import AsyncBoardReader, NoSuchBoard, NotOnBoard
+from rankflow.connectors import redis_boards
 from rankflow.connectors.redis_boards import BoardsState
 from rankflow.connectors.redis_generations import claim_generation, join_run, new_run_token, switch_generation
 from rankflow.connectors.redis_keys import Keys, boards_namespace
@@ -240,7 +242,8 @@ def test_a_load_while_publishing_converges_then_follows_exactly(redis_url, names
         boards.close()
 
 
-def test_it_loads_again_after_a_trim_a_full_state_and_a_rebuild(redis_url, redis_client, namespace):
+def test_it_loads_again_after_a_trim_a_full_state_a_large_one_and_a_rebuild(redis_url, redis_client, namespace,
+                                                                             monkeypatch):
     boards = RandomBoards(redis_url, namespace, seed=2)
     boards.publish(5)
     keys = Keys(boards.ns, boards.generation)
@@ -271,13 +274,20 @@ def test_it_loads_again_after_a_trim_a_full_state_and_a_rebuild(redis_url, redis
             await until(lambda: mirror.loads == 3 and mirror.ready and mirror.version[1] == last())
             await same_answers(mirror, reader)
 
+            monkeypatch.setattr(redis_boards, "BOARD_CHANGES_MAX_BYTES", 0)  # a snapshot too large to stream
+            boards.publish(1)
+            monkeypatch.undo()
+            assert redis_client.xrevrange(keys.board_changes, count=1)[0][1][b"full"] == b"large"
+            await until(lambda: mirror.loads == 4 and mirror.ready and mirror.version[1] == last())
+            await same_answers(mirror, reader)
+
             rebuild = new_run_token(redis_client, boards.ns)  # a rebuild switches the generation
             claim_generation(redis_client, boards.ns, rebuild, rebuild)
             built = Publisher(redis_url, boards.ns, rebuild, rebuild, live=False, state=BoardsState())
             assert built.publish(boards.snapshot(token=rebuild)) == 1
             built.close()
             switch_generation(redis_client, boards.ns, boards.generation, rebuild)
-            await until(lambda: mirror.loads == 4 and mirror.ready and mirror.version == (rebuild, last()))
+            await until(lambda: mirror.loads == 5 and mirror.ready and mirror.version == (rebuild, last()))
             await same_answers(mirror, reader)
         finally:
             await mirror.stop()
