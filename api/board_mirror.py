@@ -63,8 +63,8 @@ from rankflow.state.board_index import (
 
 log = logging.getLogger("rankflow.api")
 
-SLICE_OPS = 256
-"""Changes applied between two yields to the event loop (a few µs each)."""
+SLICE_OPS = 128
+"""Changes applied between two yields to the event loop: about 1 ms on a 1M-entry board (8 µs each)."""
 LOAD_CHUNK = 5_000
 """Entries per chunk of a board's load: a few ms of Redis time each."""
 ANCHORS = 16
