@@ -274,8 +274,8 @@ class BoardMirror:
         return games_answer(copy.snapshot_id, copy.boards, copy.aliases)
 
     def entries(self) -> int:
-        """Board entries served (each held twice)."""
-        return 0 if self._buffer is None else self._buffer.serving.entries()
+        """Board entries served (each held twice); 0 until the mirror serves."""
+        return self._buffer.serving.entries() if self.ready and self._buffer is not None else 0
 
 
 class MirroredBoards:
