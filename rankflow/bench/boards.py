@@ -201,6 +201,7 @@ class Reads:
     memory_entries: int = 0  # board entries the memory server holds
     memory_bytes_per_entry: float | None = None  # (RSS memory - RSS redis) / entries
     memory_load_s: float | None = None  # from start until the memory server's mirror served
+    memory_loads: int = 0  # whole loads of the boards by the memory server (at the end: 1 if it followed throughout)
     wall_s: float = 0.0
 
 
@@ -771,6 +772,14 @@ class BoardsBench:
                     raise RuntimeError(f"the flow did not load the board: {proc.stderr.read().decode()[-2000:]}")
                 time.sleep(0.2)
             self.log(f"board of {cfg.reads_players:,} players loaded; traffic {cfg.reads_traffic:,} results/s")
+            # both servers before the traffic: the memory one loads the boards (a reload is not what is measured)
+            servers["redis"] = self._serve(ns, "redis")
+            started = time.monotonic()
+            servers["memory"] = self._serve(ns, "memory")
+            out.memory_entries, out.memory_loads = self._mirror_loaded(servers["memory"], cfg.reads_players)
+            out.memory_load_s = time.monotonic() - started
+            self.log(f"rankflow serve --board-index memory loaded {out.memory_entries:,} entries in "
+                     f"{out.memory_load_s:.1f} s")
             ctx = multiprocessing.get_context("spawn")
             feeder = ctx.Process(target=_feed, args=(self.brokers, topic, str(traffic), cfg.reads_traffic,
                                                      time.time() + 4 * cfg.reads_s + 50), daemon=True)
@@ -799,13 +808,6 @@ class BoardsBench:
             seen0 = len(poller.seen)
             pids = {"flow": proc.pid, "broker": self.rig.broker.pid(), "redis": self.rig.redis.pid(),
                     "feeder": feeder.pid, "bench (readers)": os.getpid()}
-            servers = {"redis": self._serve(ns, "redis")}
-            started = time.monotonic()
-            servers["memory"] = self._serve(ns, "memory")
-            out.memory_entries = self._mirror_loaded(servers["memory"], cfg.reads_players)
-            out.memory_load_s = time.monotonic() - started
-            self.log(f"rankflow serve --board-index memory loaded {out.memory_entries:,} entries in "
-                     f"{out.memory_load_s:.1f} s")
             pids["serve (redis)"], pids["serve (memory)"] = servers["redis"][0].pid, servers["memory"][0].pid
             for phase in ("traffic", "idle"):
                 if phase == "idle":  # the same readers with the traffic stopped: what the machine gives them
@@ -838,6 +840,7 @@ class BoardsBench:
                 if phase == "traffic":
                     out.snapshots_during = len(poller.seen) - seen0
             out.serve_rss_bytes = {index: rss_of(server.pid) for index, (server, _) in servers.items()}
+            out.memory_loads = self._mirror_metric(servers["memory"][1], "rankflow_api_board_loads_total")
             out.memory_bytes_per_entry = (out.serve_rss_bytes["memory"] - out.serve_rss_bytes["redis"]) / \
                 max(1, out.memory_entries)
             self.log(f"rankflow serve RSS: {out.serve_rss_bytes}; memory index {out.memory_bytes_per_entry:,.0f} "
@@ -898,20 +901,27 @@ class BoardsBench:
                 f.write(orjson.dumps({"game_id": GAME, "match_id": match, "player_id": player, "points": points,
                                       "played_at": played, "received_at": played + 300, "sig": sig}) + b"\n")
 
-    def _mirror_loaded(self, served: tuple[subprocess.Popen, int], players: int) -> int:
+    def _mirror_loaded(self, served: tuple[subprocess.Popen, int], players: int) -> tuple[int, int]:
         """Wait until ``rankflow serve --board-index memory`` serves from memory (its
-        ``/metrics`` count the entries it holds); the number of entries."""
-        import urllib.request
-
+        ``/metrics`` count the entries it holds); the number of entries and of loads."""
         server, port = served
         deadline = time.monotonic() + 600
         while time.monotonic() < deadline and server.poll() is None:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
-                for line in r.read().decode().splitlines():
-                    if line.startswith("rankflow_api_board_entries ") and float(line.split()[1]) >= players:
-                        return int(float(line.split()[1]))
+            entries = self._mirror_metric(port, "rankflow_api_board_entries")
+            if entries >= players:
+                return entries, self._mirror_metric(port, "rankflow_api_board_loads_total")
             time.sleep(0.5)
         raise RuntimeError("rankflow serve --board-index memory did not load the boards")
+
+    @staticmethod
+    def _mirror_metric(port: int, name: str) -> int:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return int(float(line.split()[1]))
+        return 0
 
     def _serve(self, namespace: str, board_index: str = "redis") -> tuple[subprocess.Popen, int]:
         """``rankflow serve --board-index INDEX`` on the namespace, once it answers ``GET /boards/...``."""
@@ -1260,7 +1270,7 @@ def rows(r: BoardsBenchResult) -> list[tuple[str, str, str, str]]:
                         f"{_fmt(rd.memory_bytes_per_entry, ',.0f')} bytes per entry (RSS over --board-index redis's:"
                         f" {rd.serve_rss_bytes.get('memory', 0) / 2**20:,.0f} vs "
                         f"{rd.serve_rss_bytes.get('redis', 0) / 2**20:,.0f} MiB); loaded in "
-                        f"{_fmt(rd.memory_load_s, '.1f', ' s')}", "", ""))
+                        f"{_fmt(rd.memory_load_s, '.1f', ' s')}, {rd.memory_loads} load(s) in all", "", ""))
         for name, lat in (("top n=100", rd.idle_top), ("player rank", rd.idle_player)):
             if lat.requests:
                 out.append((f"{name} at {rd.rate:,} req/s, the same board, traffic stopped (the flow idle)",
