@@ -137,18 +137,29 @@ class ChangeSet:
 
     @classmethod
     def from_stream(cls, snapshot_id: int, aliases: bytes, boards: bytes, dropped: bytes) -> "ChangeSet":
-        """From a ``board_changes`` entry's fields (``PUBLISH_BOARDS_LUA``)."""
-        ops: list[tuple[Any, ...]] = []
-        flat = orjson.loads(aliases)
-        for i in range(0, len(flat), 2):
-            ops.append((ALIAS, flat[i], orjson.loads(flat[i + 1])))
-        changed = orjson.loads(boards)
-        for i in range(0, len(changed), 2):
-            bid = (changed[i][0], changed[i][1])
-            ops.append((CREATE, bid))
-            ops.extend((UPSERT, bid, player, entry_key(player, e[0], e[1])) for player, e in changed[i + 1].items())
-        ops.extend((DROP, (game, board)) for game, board in orjson.loads(dropped))
-        return cls(snapshot_id, ops)
+        """From a ``board_changes`` entry's fields (``PUBLISH_BOARDS_LUA``), at once."""
+        return cls(snapshot_id, [op for part in stream_ops(aliases, boards, dropped) for op in part])
+
+
+def stream_ops(aliases: bytes, boards: bytes, dropped: bytes, batch: int = 256) -> Iterator[list[tuple[Any, ...]]]:
+    """A ``board_changes`` entry's operations, in parts of about ``batch`` entries: building
+    a key costs a µs or two, so a caller that must stay responsive yields between parts."""
+    ops: list[tuple[Any, ...]] = []
+    flat = orjson.loads(aliases)
+    for i in range(0, len(flat), 2):
+        ops.append((ALIAS, flat[i], orjson.loads(flat[i + 1])))
+    changed = orjson.loads(boards)
+    for i in range(0, len(changed), 2):
+        bid = (changed[i][0], changed[i][1])
+        ops.append((CREATE, bid))
+        entries = list(changed[i + 1].items())
+        for start in range(0, len(entries), batch):
+            ops.extend((UPSERT, bid, player, entry_key(player, e[0], e[1]))
+                       for player, e in entries[start:start + batch])
+            yield ops
+            ops = []
+    ops.extend((DROP, (game, board)) for game, board in orjson.loads(dropped))
+    yield ops
 
 
 class BoardsCopy:
