@@ -8,8 +8,9 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
   Queries (:meth:`top`, :meth:`player`, :meth:`around`, :meth:`boards`) are answered
   from memory, each wholly from one snapshot, named in its answer: the two copies of
   ``state.board_index.DoubleBuffer`` swap only when one has applied every change set
-  it knows, and applying them yields to the event loop every ``slice_ops``
-  operations, so a request never waits for more than one slice (about a millisecond).
+  it knows, and applying them gives the event loop back, after every ``slice_ops``
+  operations, as long as they took (:func:`pause`), so a request never waits for more
+  than one slice (about a millisecond).
 * Loading never blocks Redis for long: each board is read in chunks
   (``BOARD_CHUNK_LUA``), anchored on the entries read last, so no unchanged entry is
   missed whatever the flow publishes meanwhile. The stream position is recorded
@@ -33,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from typing import Any
 
 import orjson
@@ -66,6 +68,8 @@ log = logging.getLogger("rankflow.api")
 
 SLICE_OPS = 128
 """Changes applied between two yields to the event loop: about 1 ms on a 1M-entry board (8 µs each)."""
+MIN_PAUSE_S = 0.0002
+"""The least time given back to the event loop after a slice (see :func:`pause`)."""
 LOAD_CHUNK = 1_000
 """Entries per chunk of a board's load: about 1 ms of Redis and 4 ms of this process each."""
 ANCHORS = 16
@@ -74,6 +78,18 @@ READ_MAX = 1_000
 """Stream entries read per poll at most (the stream keeps fewer)."""
 LOAD_ATTEMPTS = 5
 """Starts of one board's load before giving up (every anchor left the board each time)."""
+
+
+async def pause(started: float) -> float:
+    """Give the event loop as long as the slice that began at ``started`` took; the next one's start.
+
+    ``sleep(0)`` is not enough: it lets the loop run once, and a request needs several
+    turns (read, route, answer, write), so it would wait one slice per turn. Pausing
+    as long as the work took gives requests half the time while changes are applied
+    (they need a few percent of a core at 2,000 results/s) and at most one slice of waiting.
+    """
+    await asyncio.sleep(max(MIN_PAUSE_S, time.perf_counter() - started))
+    return time.perf_counter()
 
 
 class CannotFollow(RuntimeError):
@@ -153,37 +169,44 @@ class BoardMirror:
             now, sid, last, names, aliases = await pipe.execute()
         if int(now or 0) != generation:
             raise CannotFollow("the generation switched during the load")
-        boards = {}
+        boards, twins = {}, {}
         for name in sorted(names):
             game, board = orjson.loads(name)
-            boards[(game, board)] = await self._load_board(k, game, board)
-        copy = BoardsCopy(int(sid) if sid else None, boards,
-                          {game.decode(): orjson.loads(periods) for game, periods in aliases.items()})
-        self._generation, self._tail = generation, copy.snapshot_id
+            keys, ordered = await self._load_board(k, game, board)
+            for copies in (boards, twins):  # the keys are shared; each copy is some 60 ms per 1M entries
+                started = time.perf_counter()
+                copies[(game, board)] = BoardIndex.of(dict(keys), ordered)
+                await pause(started)
+        snapshot_id = int(sid) if sid else None
+        periods = {game.decode(): orjson.loads(p) for game, p in aliases.items()}
+        self._generation, self._tail = generation, snapshot_id
         self._last_id = last[0][0].decode() if last else "0-0"
-        await asyncio.sleep(0)
-        self._buffer = DoubleBuffer(copy)  # not served until the replay below caught up
+        # not served until the replay below caught up
+        self._buffer = DoubleBuffer(BoardsCopy(snapshot_id, boards, periods),
+                                    BoardsCopy(snapshot_id, twins, dict(periods)))
         self.loads += 1
         await self.follow()
         self.ready = True
         self._notify()
 
-    async def _load_board(self, k: Keys, game: str, board: str) -> BoardIndex:
+    async def _load_board(self, k: Keys, game: str, board: str) -> tuple[dict[str, bytes], list[bytes]]:
+        """A board's key per player, and its keys in board order."""
         zset = k.board(game, board)[0]
         for _ in range(LOAD_ATTEMPTS):
             keys: dict[str, bytes] = {}
             anchors: list[bytes] = []
             while (flat := await self._chunk(keys=[zset], args=[self.load_chunk, *anchors])) is not None:
+                started = time.perf_counter()
                 members = flat[::2]
                 for member, score in zip(members, flat[1::2]):
                     keys[member[REACHED_DIGITS:].decode()] = key_of_member(member, float(score), REACHED_DIGITS)
                 if len(members) < self.load_chunk:
                     # Nearly sorted already (a changed player may sit where they were first read): timsort's case.
                     ordered = sorted(keys.values())
-                    await asyncio.sleep(0)
-                    return BoardIndex.of(keys, ordered)
+                    await pause(started)
+                    return keys, ordered
                 anchors = members[-ANCHORS:]
-                await asyncio.sleep(0)
+                await pause(started)
         raise CannotFollow(f"board {game}/{board} changed too fast to load")
 
     async def follow(self) -> None:
@@ -196,6 +219,7 @@ class BoardMirror:
             generation, entries = await pipe.execute()
         if int(generation or 0) != self._generation:
             raise CannotFollow(f"the boards moved to generation {int(generation or 0)}")
+        started = time.perf_counter()
         for entry_id, fields in entries:
             if fields[b"full"] != b"delta":  # full: sent every board again; large: too many changes to copy
                 raise CannotFollow(f"snapshot {fields[b'snapshot_id'].decode()} is not in the stream "
@@ -205,13 +229,13 @@ class BoardMirror:
             change = ChangeSet(int(fields[b"snapshot_id"]))
             for part in stream_ops(fields[b"aliases"], fields[b"boards"], fields[b"dropped"], self.slice_ops):
                 change.ops += part
-                await asyncio.sleep(0)  # 2,000 entries' keys take some 3 ms to build: in slices too
+                started = await pause(started)  # 2,000 entries' keys take some 3 ms to build: in slices too
             buffer.add(change)
             self._tail, self._last_id = change.snapshot_id, entry_id.decode()
         while buffer.pending:
             if buffer.step(self.slice_ops) and self.ready:
                 self._notify()
-            await asyncio.sleep(0)
+            started = await pause(started)
 
     def _notify(self) -> None:
         self._changed.set()
