@@ -32,8 +32,8 @@ from rankflow.connectors.redis_generations import claim_generation, join_run, ne
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.state.board_index import ALIAS, CREATE, DROP, UPSERT, BoardsCopy, ChangeSet, DoubleBuffer, entry_key
-from rankflow.state.board_snapshot import BoardsSnapshot
 from rankflow.state.snapshot import snapshot_id
+from tests.test_script_keys import boards_snap  # a BoardsSnapshot from (player, changes) pairs
 
 PLAYERS = ["a", "ab", "b", "é", "🎮", "z", "clan/zoe", "Z"]
 BOARDS = [("g", "all"), ("g", "best"), ("g", "daily:2027-01-01"), ("g", "daily:2027-01-02"), ("h", "all")]
@@ -150,7 +150,7 @@ class RandomBoards:
         self.epoch = 0
         self.live: set[tuple[str, str]] = set()
 
-    def snapshot(self, token: int | None = None) -> BoardsSnapshot:
+    def snapshot(self, token: int | None = None) -> Any:
         rng, self.epoch = self.rng, self.epoch + 1
         entries = []
         for _ in range(rng.randrange(0, 12)):
@@ -164,9 +164,7 @@ class RandomBoards:
             self.live.discard(dropped[0])
             entries = [e for e in entries if e[1][0][:2] != dropped[0]]
         aliases = {"g": (rng.choice(["2027-01-01", "2027-01-02"]), "2026-W53")} if rng.random() < 0.3 else {}
-        token = token or self.token
-        return BoardsSnapshot(snapshot_id(token, self.epoch), token, self.epoch, {"f": self.epoch}, 0, 10, {},
-                              entries, dropped, aliases, {}, [])
+        return boards_snap(token or self.token, self.epoch, entries, dropped, aliases)
 
     def publish(self, n: int) -> None:
         for _ in range(n):
