@@ -226,11 +226,6 @@ class DoubleBuffer:
         show an older snapshot than the newest known)."""
         return self.standby.at < self._base + len(self._log)
 
-    @property
-    def newest(self) -> int | None:
-        """The snapshot id of the newest change set known (or the serving copy's)."""
-        return self._log[-1].snapshot_id if self._log else self.serving.snapshot_id
-
     def add(self, change: ChangeSet) -> None:
         self._log.append(change)
 
@@ -262,6 +257,3 @@ class DoubleBuffer:
         if done > 0:
             del self._log[:done]
             self._base += done
-
-    def changes(self) -> Iterator[ChangeSet]:
-        return iter(self._log)
