@@ -25,6 +25,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rankflow.api import board_stream, boards, dashboard, ingest, match_results, rankings
+from rankflow.api.board_mirror import BoardMirror, MirroredBoards
 from rankflow.api.board_watch import BoardWatch, TopCache
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.board_read import AsyncBoardReader
@@ -46,6 +47,7 @@ class Settings:
     max_body_bytes: int = ingest.DEFAULT_MAX_BODY_BYTES  # a longer POST /events body is a 413
     ingest_token: str | None = field(default=None, repr=False)  # POST /events needs it as a Bearer token
     poll_ms: int = 100  # how often the service asks Redis for a newer snapshot
+    board_index: str = "redis"  # board queries: "redis" (a script per query) or "memory" (api.board_mirror)
     stale_after_ms: int = 10_000  # a ranking older than this is marked stale
 
 
@@ -69,14 +71,23 @@ def create_app(settings: Settings) -> FastAPI:
         app.state.score_producer = score_producer = start_producer(settings, settings.score_kafka)
         boards_client = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
         app.state.boards = AsyncBoardReader(boards_client, settings.namespace)
-        app.state.board_watch = BoardWatch(boards_client, settings.namespace, settings.poll_ms)
+        app.state.board_watch = app.state.board_changes = BoardWatch(boards_client, settings.namespace,
+                                                                     settings.poll_ms)
         app.state.board_watch.start()
-        app.state.board_tops = TopCache(app.state.boards, app.state.board_watch)
+        app.state.board_mirror = None
+        if settings.board_index == "memory":
+            app.state.board_mirror = mirror = BoardMirror(boards_client, settings.namespace, settings.poll_ms)
+            mirror.start()
+            app.state.boards = MirroredBoards(mirror, app.state.boards)
+            app.state.board_changes = mirror  # streams wake when the mirror serves a new snapshot
+        app.state.board_tops = TopCache(app.state.boards, app.state.board_changes)
         try:
             yield
         finally:
             await cache.stop()
             await app.state.board_watch.stop()
+            if app.state.board_mirror is not None:
+                await app.state.board_mirror.stop()
             await close_within(boards_client, 5)
             for p in (producer, score_producer):
                 if p is not None:
@@ -119,6 +130,14 @@ def create_app(settings: Settings) -> FastAPI:
                  b"# HELP rankflow_api_table_songs Songs with listeners in this process's count table\n"
                  b"# TYPE rankflow_api_table_songs gauge\n"
                  b"rankflow_api_table_songs %d\n") % (cache.table_loads, cache.table.active_songs)
+        mirror = request.app.state.board_mirror
+        if mirror is not None:
+            body += (b"# HELP rankflow_api_board_loads_total Whole loads of the boards into memory (else changes)\n"
+                     b"# TYPE rankflow_api_board_loads_total counter\n"
+                     b"rankflow_api_board_loads_total %d\n"
+                     b"# HELP rankflow_api_board_entries Board entries held in memory (--board-index memory)\n"
+                     b"# TYPE rankflow_api_board_entries gauge\n"
+                     b"rankflow_api_board_entries %d\n") % (mirror.loads, mirror.entries())
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     app.include_router(ingest.router)

@@ -13,7 +13,8 @@ stops existing while streamed (retention dropped its period) ends the stream wit
 idle connections open; streams end at once when the server stops.
 
 Cheap for Redis whatever the number of subscribers: the process's watcher
-(``api.board_watch.BoardWatch``) wakes the streams when it sees a new snapshot, and the
+(``api.board_watch.BoardWatch``, or the board mirror with ``--board-index memory``)
+wakes the streams when it sees a new snapshot, and the
 subscribers of one board share one read of its top 10 (``TopCache``).
 """
 
@@ -29,7 +30,7 @@ import orjson
 from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
-from rankflow.api.board_watch import BoardWatch, TopCache, Version
+from rankflow.api.board_watch import TopCache, Version, Watched
 from rankflow.api.boards import ERRORS, UNAVAILABLE, ask
 from rankflow.connectors.board_read import NoSuchBoard
 
@@ -54,7 +55,7 @@ def shown(top: dict[str, Any]) -> tuple[str, list[dict[str, Any]]]:
 async def board_events(request: Request, game: str, board: str, first: dict[str, Any],
                        seen: Version | None) -> AsyncIterator[bytes]:
     """``first`` is the top 10 read at ``seen``, the watcher's version before the read."""
-    watch: BoardWatch = request.app.state.board_watch
+    watch: Watched = request.app.state.board_changes
     tops: TopCache = request.app.state.board_tops
     stopping = request.app.state.stopping
     yield board_message(first)
@@ -87,7 +88,7 @@ async def board_events(request: Request, game: str, board: str, first: dict[str,
 @router.get("/boards/{game}/{board}/stream", summary="Server-Sent Events: a board's top 10 when it changes",
             response_class=StreamingResponse, responses={k: ERRORS[k] for k in (400, 404, 503)})
 async def stream_board(request: Request, game: str, board: str) -> Response:
-    seen = request.app.state.board_watch.version
+    seen = request.app.state.board_changes.version
     tops: TopCache = request.app.state.board_tops
     first = await ask(request, lambda _: tops.top(game, board, TOP))
     if isinstance(first, Response):

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import Any
+from typing import Any, Protocol
 
 import redis
 import redis.asyncio as aioredis
@@ -88,10 +88,19 @@ class BoardWatch:
         return bool(done)
 
 
+class Watched(Protocol):
+    """What tells a :class:`TopCache` and the streams that the snapshot changed: the
+    :class:`BoardWatch`, or the board mirror (``api.board_mirror``) with ``--board-index memory``."""
+
+    version: Version | None
+
+    async def wait_for_change(self, timeout: float) -> bool: ...
+
+
 class TopCache:
     """Each board's top N of the watcher's current snapshot, read once and shared."""
 
-    def __init__(self, reader: AsyncBoardReader, watch: BoardWatch) -> None:
+    def __init__(self, reader: Any, watch: Watched) -> None:
         self.reader = reader
         self.watch = watch
         self._version: Version | None = None

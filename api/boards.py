@@ -27,6 +27,12 @@ Each query is one script call on the async Redis client (one round trip unless a
 rebuild or an alias moved since the last query): the event loop never waits on Redis.
 A top N is read once per board, n and snapshot and shared (``api.board_watch``): it
 may be one poll interval (100 ms) behind the newest snapshot, never a mix of two.
+
+With ``rankflow serve --board-index memory`` the same queries are answered from an
+in-process copy of every board (``api.board_mirror``), the same JSON, each answer
+at most one poll interval behind Redis: no request waits for Redis (or for the
+publish script that holds it), at the price of the boards' memory in every process.
+``app.state.boards`` is then a ``MirroredBoards``, which asks Redis until the copy is loaded.
 """
 
 from __future__ import annotations
@@ -42,6 +48,7 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
 
+from rankflow.api.board_mirror import MirroredBoards
 from rankflow.api.board_watch import TopCache
 from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, BoardQueryError, BoardsMoving
 
@@ -90,10 +97,14 @@ ERRORS: dict[int | str, dict[str, Any]] = {
 }
 
 
+Reader = AsyncBoardReader | MirroredBoards
+"""Who answers the board queries: Redis, or the in-process mirror (``--board-index``)."""
+
+
 async def ask(request: Request,
-              query: Callable[[AsyncBoardReader], Awaitable[dict[str, Any]]]) -> dict[str, Any] | Response:
+              query: Callable[[Reader], Awaitable[dict[str, Any]]]) -> dict[str, Any] | Response:
     """The reader's answer, or the error response its failure calls for."""
-    reader: AsyncBoardReader = request.app.state.boards
+    reader: Reader = request.app.state.boards
     try:
         return await query(reader)
     except ValueError as exc:
@@ -104,7 +115,7 @@ async def ask(request: Request,
         return unreachable(exc)
 
 
-async def answer(request: Request, query: Callable[[AsyncBoardReader], Awaitable[dict[str, Any]]]) -> Response:
+async def answer(request: Request, query: Callable[[Reader], Awaitable[dict[str, Any]]]) -> Response:
     got = await ask(request, query)
     return got if isinstance(got, Response) else _json(got)
 
@@ -117,7 +128,7 @@ def unreachable(exc: BaseException) -> Response:
 @router.get("/boards", summary="Every game's boards and aliases",
             responses={503: ERRORS[503]})
 async def list_boards(request: Request) -> Response:
-    reader: AsyncBoardReader = request.app.state.boards
+    reader: Reader = request.app.state.boards
     try:
         return _json(await reader.boards())
     except UNAVAILABLE as exc:

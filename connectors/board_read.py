@@ -22,6 +22,7 @@ into the answer dict, so the two readers differ only in ``await``.
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 import orjson
@@ -255,18 +256,25 @@ def ordered_boards(boards: list[str]) -> list[str]:
 
 def boards_answer(sid: bytes | None, names: set[bytes], aliases: dict[bytes, bytes]) -> dict[str, Any]:
     """``GET /boards``: ``{snapshot_id, games: {game: {boards, aliases: {daily, weekly}}}}``."""
+    return games_answer(int(sid) if sid else None, (orjson.loads(name) for name in names),
+                        {game.decode(): orjson.loads(periods) for game, periods in aliases.items()})
+
+
+def games_answer(snapshot_id: int | None, boards: Iterable[tuple[str, str] | list[str]],
+                 aliases: dict[str, list[str | None]]) -> dict[str, Any]:
+    """:func:`boards_answer` from decoded parts (also the in-process mirror's, ``api.board_mirror``):
+    ``boards`` the ``(game, board)`` there are, ``aliases`` per game its ``[daily, weekly]`` periods."""
     games: dict[str, dict[str, Any]] = {}
-    for name in names:
-        game, board = orjson.loads(name)
+    for game, board in boards:
         games.setdefault(game, {"boards": [], "aliases": {"daily": None, "weekly": None}})["boards"].append(board)
     for game, periods in aliases.items():
-        entry = games.get(game.decode())
+        entry = games.get(game)
         if entry is not None:
-            for alias, period in zip(ALIASES, orjson.loads(periods)):
+            for alias, period in zip(ALIASES, periods):
                 entry["aliases"][alias] = None if period is None else f"{alias}:{period}"
     for entry in games.values():
         entry["boards"] = ordered_boards(entry["boards"])
-    return {"snapshot_id": int(sid) if sid else None, "games": dict(sorted(games.items()))}
+    return {"snapshot_id": snapshot_id, "games": dict(sorted(games.items()))}
 
 
 def _items(flat: list[bytes], first_rank: int, first_competition: int) -> list[dict[str, Any]]:

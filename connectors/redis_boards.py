@@ -18,6 +18,16 @@ from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_scripts import PUBLISH_BOARDS_LUA
 from rankflow.state.board_snapshot import BoardsSnapshot
 
+BOARD_CHANGES_MAXLEN = 100
+"""Entries kept in the ``board_changes`` stream: 25 s of snapshots at the default
+250 ms barrier (about 70 KB each at 2,000 results/s: some 7 MB of Redis). A mirror
+further behind reloads the boards (``api.board_mirror``)."""
+
+BOARD_CHANGES_MAX_BYTES = 1 << 20
+"""A snapshot whose entries JSON is longer (some 30,000 entries: a backlog, not steady
+traffic) is streamed as ``large``, without them: mirrors reload instead. Bounds the
+stream at about 100 MB whatever the flow publishes."""
+
 REACHED_DIGITS = 15
 """A board's sorted-set member is ``reached_at`` zero-padded to 15 digits (it is at most
 253402300799999, BOARDS.md 1) followed by the player id, so that the members of one
@@ -80,7 +90,7 @@ class BoardsState:
         self._pending, self._aliases, self._dropped, self._full, self._whole = {}, {}, set(), False, False
 
     def keys(self, k: Keys) -> list[str]:
-        out = [k.aliases, k.boards]
+        out = [k.aliases, k.boards, k.board_changes]
         for game, board in self._pending:
             out.extend(k.board(game, board))
         for game, board in self._dropped:
@@ -88,8 +98,8 @@ class BoardsState:
         return out
 
     def args(self) -> list[Any]:
-        args: list[Any] = ["full" if self._full else "delta", len(self._pending), len(self._dropped),
-                           len(self._aliases)]
+        args: list[Any] = ["full" if self._full else "delta", BOARD_CHANGES_MAXLEN, BOARD_CHANGES_MAX_BYTES,
+                           len(self._pending), len(self._dropped), len(self._aliases)]
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         dumps = orjson.dumps

@@ -110,4 +110,4 @@ def all_keys(client: redis.Redis, keys: Keys) -> list[str]:
     """
     boards = [orjson.loads(name) for name in client.smembers(keys.boards)]
     extra = [key for game, board in boards for key in keys.board(game, board)]
-    return [*keys.generation_keys(), keys.aliases, keys.boards, *extra]
+    return [*keys.generation_keys(), keys.aliases, keys.boards, keys.board_changes, *extra]

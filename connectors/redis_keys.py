@@ -31,6 +31,9 @@ Its generation holds, besides the keys above (without counts and changes):
                                        JSON ``[daily, weekly]``)
 ``{ns:boards}:g<G>:boards``            every board there is (set of JSON ``[game,
                                        board]``)
+``{ns:boards}:g<G>:board_changes``     per stored snapshot, what it changed (stream,
+                                       capped, see ``PUBLISH_BOARDS_LUA``): the API's
+                                       in-process mirror follows it (``api.board_mirror``)
 =====================================  ===========================================
 """
 
@@ -83,6 +86,10 @@ class Keys:
     @property
     def boards(self) -> str:
         return f"{self.tag}:g{self.generation_no}:boards"
+
+    @property
+    def board_changes(self) -> str:
+        return f"{self.tag}:g{self.generation_no}:board_changes"
 
     def generation_keys(self) -> list[str]:
         return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts, self.changes]

@@ -138,16 +138,22 @@ the snapshot before them (readers follow it, ``api.store``).
 """
 
 PUBLISH_BOARDS_LUA = PUBLISH_PRELUDE + """
-local boards = tonumber(ARGV[P + 1])
-local dropped = tonumber(ARGV[P + 2])
-local a = P + 3
+local boards = tonumber(ARGV[P + 3])
+local dropped = tonumber(ARGV[P + 4])
+local a = P + 5
+local size = 0
+local aliases = {}
 for i = 1, tonumber(ARGV[a]) do
   redis.call('HSET', KEYS[8], ARGV[a + 2 * i - 1], ARGV[a + 2 * i])
+  aliases[2 * i - 1], aliases[2 * i] = ARGV[a + 2 * i - 1], ARGV[a + 2 * i]
 end
 a = a + 1 + 2 * tonumber(ARGV[a])
+local changed = {}
 for b = 1, boards do
-  local z, r = KEYS[8 + 2 * b], KEYS[9 + 2 * b]
+  local z, r = KEYS[9 + 2 * b], KEYS[10 + 2 * b]
   redis.call('SADD', KEYS[9], ARGV[a])
+  changed[2 * b - 1], changed[2 * b] = ARGV[a], ARGV[a + 1]
+  size = size + #ARGV[a + 1]
   for player, e in pairs(cjson.decode(ARGV[a + 1])) do
     local at = string.format('%015d', e[2])
     local old = redis.call('HGET', r, player)
@@ -161,24 +167,36 @@ for b = 1, boards do
   end
   a = a + 2
 end
+local gone = {}
 for d = 1, dropped do
-  local k = 8 + 2 * boards + 2 * d
+  local k = 9 + 2 * boards + 2 * d
   redis.call('DEL', KEYS[k], KEYS[k + 1])
   redis.call('SREM', KEYS[9], ARGV[a])
+  gone[d] = ARGV[a]
   a = a + 1
+end
+if ARGV[P] == 'full' or size > tonumber(ARGV[P + 2]) then
+  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 1], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
+             'full', ARGV[P] == 'full' and 'full' or 'large')
+else
+  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 1], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
+             'full', 'delta', 'aliases', #aliases > 0 and cjson.encode(aliases) or '[]',
+             'boards', '[' .. table.concat(changed, ',') .. ']', 'dropped', '[' .. table.concat(gone, ',') .. ']')
 end
 return 1
 """
 """Stores one snapshot of the boards flow, atomically (see ``redis_publish.BoardsState``).
 
 :data:`PUBLISH_PRELUDE`, then ``KEYS``: 8 the games' aliases (hash: game -> JSON
-``[daily, weekly]``), 9 the set of boards (members: JSON ``[game, board]``), then per
-changed board its sorted set and its ``reached_at`` hash, then the same two keys of
-every dropped board. ``ARGV`` after ``ARGV[P]``: the number of changed boards B, of
-dropped boards D, of alias updates A and A (game, JSON) pairs; per changed board
-its JSON name and its entries as one JSON object ``{player: [score, reached_at]}``
-(one argument per board: packing it is orjson's work in C, unpacking it Redis's, on
-the core the flow is not using); per dropped board its JSON name.
+``[daily, weekly]``), 9 the set of boards (members: JSON ``[game, board]``), 10 the
+``board_changes`` stream, then per changed board its sorted set and its
+``reached_at`` hash, then the same two keys of every dropped board. ``ARGV`` after
+``ARGV[P]``: the changes stream's cap (entries), the most bytes of entries one stream
+entry copies, the number of changed boards B, of dropped
+boards D, of alias updates A and A (game, JSON) pairs; per changed board its JSON
+name and its entries as one JSON object ``{player: [score, reached_at]}`` (one
+argument per board: packing it is orjson's work in C, unpacking it Redis's, on the
+core the flow is not using); per dropped board its JSON name.
 
 A board's sorted set orders its entries as BOARDS.md section 4 does with Redis's own
 order: the score is ``-score`` (ascending = score descending) and the member is the
@@ -186,6 +204,20 @@ order: the score is ``-score`` (ascending = score descending) and the member is 
 ``reached_at`` then by the id's bytes. ``ZRANK`` is then the exact rank - 1, and
 ``ZCOUNT key -inf (s`` the number of players with a strictly greater score. The
 hash gives a player's member back from their id.
+
+Every stored snapshot also adds one entry to the ``board_changes`` stream (capped
+with ``MAXLEN ~``), for the API's in-process mirror (``api.board_mirror``):
+``snapshot_id``, ``previous`` (the snapshot id stored before it, '' if none: entries
+chain), ``full`` (``delta``, ``full`` or ``large``), and for a ``delta`` the snapshot's changes
+as the script received them, joined without re-encoding: ``aliases`` a JSON array
+``[game, periods JSON, ...]``, ``boards`` a JSON array ``[[game, board], {player:
+[score, reached_at]}, ...]``, ``dropped`` a JSON array of ``[game, board]``. Entries
+are absolute (the new score and ``reached_at``), so replaying them over any older
+state converges. A ``full`` entry carries nothing: the publisher sent its whole
+state (Redis had lost it, or a new generation), and a mirror reloads the boards. Nor
+does a ``large`` one, whose entries exceed the byte bound (a backlog's catch-up, not
+steady traffic): the stream's memory stays bounded by cap x bound, and a mirror
+reloads rather than replays it.
 """
 
 
@@ -357,3 +389,30 @@ board}`` (the alias names another board now), or ``{'board', snapshot id, player
 answer}``: for ``top`` the first n ``member, score`` pairs; for ``player`` ``{score,
 rank - 1, players with a better score}`` or false; for ``around`` ``{first rank - 1,
 the first item's players with a better score, member, score ...}`` or false."""
+
+BOARD_CHUNK_LUA = """
+local start = 0
+if #ARGV > 1 then
+  start = nil
+  for i = #ARGV, 2, -1 do
+    local rank = redis.call('ZRANK', KEYS[1], ARGV[i])
+    if rank then
+      start = rank + 1
+      break
+    end
+  end
+  if not start then
+    return false
+  end
+end
+return redis.call('ZRANGE', KEYS[1], start, start + tonumber(ARGV[1]) - 1, 'WITHSCORES')
+"""
+"""The next chunk of a board for a reader loading it in pieces (``api.board_mirror``).
+
+``KEYS``: the board's sorted set. ``ARGV``: the chunk's size, then anchors: members
+the reader read last, oldest first. Replies the ``member, score`` pairs after the
+newest anchor still on the board (from the start without anchors), or false when
+every anchor has left it (their players changed): start the board over. Entries
+that did not change keep their order among themselves, so every one of them after
+an anchor is still after it: a load in chunks misses none, whatever is published
+meanwhile (the changed ones come back from the changes stream)."""

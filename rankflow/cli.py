@@ -155,6 +155,10 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--signing-key", metavar="HEX",
                     help=f"the match servers' HMAC-SHA256 key: POST /matches/{{id}}/result refuses a result "
                          f"without a valid sig (default: ${SIGNING_KEY_ENV}; without either, sig is not checked)")
+    sv.add_argument("--board-index", choices=("redis", "memory"), default="redis",
+                    help="where board queries are answered: redis (one script per query; default) or memory (a copy "
+                         "of every board in this process, following Redis: no request waits for a publish, but "
+                         "every process holds all boards, about 300 bytes per entry)")
     sv.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
                     help="how long to wait for the broker's acknowledgement before answering 503")
@@ -369,7 +373,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         signing_key=signing_key(args.signing_key, os.environ),
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-                        ingest_token=ingest_token(args.ingest_token, os.environ))
+                        ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index)
     tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
     app = create_app(settings)
 

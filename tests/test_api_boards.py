@@ -3,7 +3,8 @@
 The flow runs on the worked example of BOARDS.md section 8 (``tests/boards_example.py``);
 every endpoint is checked against the boards that section lists: ranks, competition
 ranks, around at both ends, aliases, 404s, 400s. The stream test follows a growing
-log, one published snapshot per appended line.
+log, one published snapshot per appended line. Every test runs against both board
+indexes (``--board-index redis`` and ``memory``): the same answers, to the byte.
 """
 
 from __future__ import annotations
@@ -46,10 +47,26 @@ def published(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[
     return {"namespace": namespace, "snapshot_id": final["snapshot_id"]}
 
 
-@pytest.fixture(scope="module")
-def api(redis_url: str, published: dict[str, Any]) -> Iterator[TestClient]:
-    with TestClient(create_app(Settings(redis_url=redis_url, namespace=published["namespace"]))) as client:
+INDEXES = ["redis", "memory"]
+
+
+@contextmanager
+def serving(settings: Settings) -> Iterator[TestClient]:
+    """The app on ``settings``; with ``--board-index memory`` once its mirror serves (before
+    that it answers from Redis, which would prove nothing about the mirror)."""
+    with TestClient(create_app(settings)) as client:
+        mirror = client.app.state.board_mirror
+        deadline = time.monotonic() + 10
+        while mirror is not None and not mirror.ready:
+            assert time.monotonic() < deadline, f"the mirror never loaded: {mirror.problem}"
+            time.sleep(0.01)
         yield client
+
+
+@pytest.fixture(scope="module", params=INDEXES)
+def api(request: pytest.FixtureRequest, redis_url: str, published: dict[str, Any]) -> Iterator[TestClient]:
+    with serving(Settings(redis_url=redis_url, namespace=published["namespace"], board_index=request.param)) as c:
+        yield c
 
 
 def rows(items: list[dict[str, Any]]) -> list[tuple[str, int, int, int]]:
@@ -151,16 +168,18 @@ def test_the_list_of_games_boards_and_aliases(api, published):
         "aliases": {"daily": "daily:2027-01-04", "weekly": "weekly:2027-W01"}}}}
 
 
-def test_an_empty_namespace_has_no_boards(redis_url):
-    with TestClient(create_app(Settings(redis_url=redis_url, namespace=f"e-{uuid.uuid4().hex[:8]}"))) as client:
+@pytest.mark.parametrize("index", INDEXES)
+def test_an_empty_namespace_has_no_boards(redis_url, index):
+    with serving(Settings(redis_url=redis_url, namespace=f"e-{uuid.uuid4().hex[:8]}", board_index=index)) as client:
         assert client.get("/boards").json() == {"snapshot_id": None, "games": {}}
         assert client.get("/boards/g1/all/top").status_code == 404
 
 
-def test_unreachable_redis_is_a_503():
+@pytest.mark.parametrize("index", INDEXES)
+def test_unreachable_redis_is_a_503(index):
     from rankflow.services import free_port
 
-    with TestClient(create_app(Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0"))) as client:
+    with TestClient(create_app(Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", board_index=index))) as client:
         for path in ("/boards", "/boards/g1/all/top", "/boards/g1/all/players/ana", "/boards/g1/all/stream"):
             r = client.get(path)
             assert r.status_code == 503 and "cannot read the boards" in r.json()["error"], path
@@ -250,13 +269,14 @@ def until(lines: Iterator[str], done: Any) -> dict[str, Any]:
 FAY_PLAYED = example.ms("2027-01-13 10:00:00.000")
 
 
-def test_streams_follow_new_snapshots_aliases_and_dropped_boards(redis_url, tmp_path):
+@pytest.mark.parametrize("index", INDEXES)
+def test_streams_follow_new_snapshots_aliases_and_dropped_boards(redis_url, tmp_path, index):
     """One line makes fay first on ``all``, moves ``daily`` nine days on (a new board),
     and so drops ``daily:2027-01-04`` (BOARDS.md 7: 8 daily periods are kept)."""
     with live_boards(redis_url, tmp_path) as live:
         live.append(*example.LINES)
-        settings = Settings(redis_url=redis_url, namespace=live.namespace, poll_ms=20)
-        with TestClient(create_app(settings)) as api:
+        settings = Settings(redis_url=redis_url, namespace=live.namespace, poll_ms=20, board_index=index)
+        with serving(settings) as api:
             with api.stream("GET", "/boards/g1/all/stream") as all_stream, \
                     api.stream("GET", "/boards/g1/daily/stream") as daily_stream, \
                     api.stream("GET", "/boards/g1/daily:2027-01-04/stream") as dropped_stream:

@@ -18,6 +18,7 @@ import pytest
 import redis
 import redis.asyncio as aioredis
 
+from rankflow.api.board_mirror import BoardMirror
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors import redis_generations, redis_scripts
 from rankflow.connectors.redis_generations import (
@@ -138,6 +139,19 @@ def boards_snap(run: int, epoch: int, entries: list, dropped: list = (), aliases
                           list(dropped), aliases or {}, {}, [])
 
 
+def load_the_mirror(url: str, namespace: str) -> None:
+    """The API's board mirror loads in one-entry chunks: every chunk after the first is anchored."""
+    loop = asyncio.new_event_loop()
+    client = aioredis.Redis.from_url(url)
+    try:
+        mirror = BoardMirror(client, namespace, load_chunk=1)
+        loop.run_until_complete(mirror.load())
+        assert mirror.top("g", "all", 5)["items"][0]["score"] == 9
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()
+
+
 def boards_publish_and_read(client: redis.Redis, url: str, namespace: str) -> None:
     """The boards flow's scripts: publish (entries, aliases, a dropped board, the whole
     state again after Redis lost it), every query, a rebuild's switch."""
@@ -162,6 +176,7 @@ def boards_publish_and_read(client: redis.Redis, url: str, namespace: str) -> No
         again.close()
     reader = BoardReader(client, namespace)
     assert reader.top("g", "all", 5)["items"][0]["score"] == 9
+    load_the_mirror(url, namespace)
     assert reader.player("g", "daily", "b")["rank"] == 1
     assert reader.around("g", "all", "a", 1)["items"][0]["player_id"] == "a"
     rebuild = new_run_token(client, ns)

@@ -196,6 +196,12 @@ class Reads:
     redis_slow: dict[str, dict[str, Any]] = field(default_factory=dict)  # phase -> command -> over 1 ms
     snapshots_during: int = 0  # snapshots the flow published while the readers ran
     http: dict[str, Any] = field(default_factory=dict)  # phase -> query -> Latency of rankflow serve's routes
+    http_memory: dict[str, Any] = field(default_factory=dict)  # the same with rankflow serve --board-index memory
+    serve_rss_bytes: dict[str, int] = field(default_factory=dict)  # board index -> the server's RSS after the phases
+    memory_entries: int = 0  # board entries the memory server holds
+    memory_bytes_per_entry: float | None = None  # (RSS memory - RSS redis) / entries
+    memory_load_s: float | None = None  # from start until the memory server's mirror served
+    memory_loads: int = 0  # whole loads of the boards by the memory server (at the end: 1 if it followed throughout)
     wall_s: float = 0.0
 
 
@@ -758,7 +764,7 @@ class BoardsBench:
         proc = subprocess.Popen(self.flow_cmd(topic, ns), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         poller = SnapshotPoller(self.redis_url, ns, interval=0.1)
         poller.start()
-        feeder, server = None, None
+        feeder, servers = None, {}
         try:
             deadline = time.monotonic() + 600
             while poller.total() < cfg.reads_players:
@@ -766,6 +772,14 @@ class BoardsBench:
                     raise RuntimeError(f"the flow did not load the board: {proc.stderr.read().decode()[-2000:]}")
                 time.sleep(0.2)
             self.log(f"board of {cfg.reads_players:,} players loaded; traffic {cfg.reads_traffic:,} results/s")
+            # both servers before the traffic: the memory one loads the boards (a reload is not what is measured)
+            servers["redis"] = self._serve(ns, "redis")
+            started = time.monotonic()
+            servers["memory"] = self._serve(ns, "memory")
+            out.memory_entries, out.memory_loads = self._mirror_loaded(servers["memory"], cfg.reads_players)
+            out.memory_load_s = time.monotonic() - started
+            self.log(f"rankflow serve --board-index memory loaded {out.memory_entries:,} entries in "
+                     f"{out.memory_load_s:.1f} s")
             ctx = multiprocessing.get_context("spawn")
             feeder = ctx.Process(target=_feed, args=(self.brokers, topic, str(traffic), cfg.reads_traffic,
                                                      time.time() + 4 * cfg.reads_s + 50), daemon=True)
@@ -794,28 +808,28 @@ class BoardsBench:
             seen0 = len(poller.seen)
             pids = {"flow": proc.pid, "broker": self.rig.broker.pid(), "redis": self.rig.redis.pid(),
                     "feeder": feeder.pid, "bench (readers)": os.getpid()}
-            server, port = self._serve(ns)
+            pids["serve (redis)"], pids["serve (memory)"] = servers["redis"][0].pid, servers["memory"][0].pid
+            memory = servers["memory"][0]
             for phase in ("traffic", "idle"):
                 if phase == "idle":  # the same readers with the traffic stopped: what the machine gives them
                     feeder.terminate()
                     feeder.join(10)
                     del pids["feeder"]
+                    memory.send_signal(signal.SIGCONT)  # it follows again (or loads again: the stream moved on)
                     time.sleep(2.0)
+                    self._mirror_loaded(servers["memory"], cfg.reads_players)
                 self._slowlog_reset()
                 cpu0 = {name: _cpu_seconds(pid) for name, pid in pids.items() if pid is not None}
                 wall0 = time.perf_counter()
+                self._http_phase(out, phase, "memory", servers["memory"][1], players)
+                # One server at a time: the memory one, stopped, takes no CPU from the others' measurements.
+                memory.send_signal(signal.SIGSTOP)
                 for query in ("top", "player"):
                     latency = paced_load(reader(query), cfg.reads_rate, cfg.reads_s)
                     setattr(out, query if phase == "traffic" else f"idle_{query}", latency)
                     self.log(f"{phase}, {query} (Redis): {latency.achieved_rps:,.0f} req/s, p50 {latency.p50_ms:.2f} "
                              f"ms, p99 {latency.p99_ms:.2f} ms, max {latency.max_ms:.1f} ms, {latency.errors} errors")
-                if server is not None:
-                    for query in ("top", "player"):
-                        latency = self._http_load(port, query, players)
-                        out.http.setdefault(phase, {})[query] = asdict(latency)
-                        self.log(f"{phase}, {query} (HTTP): {latency.achieved_rps:,.0f} req/s, p50 "
-                                 f"{latency.p50_ms:.2f} ms, p99 {latency.p99_ms:.2f} ms, max {latency.max_ms:.1f} ms, "
-                                 f"{latency.errors} errors")
+                self._http_phase(out, phase, "redis", servers["redis"][1], players)
                 wall = time.perf_counter() - wall0
                 out.cpu_cores[phase] = {name: round((_cpu_seconds(pid) - cpu0[name]) / wall, 3)
                                         for name, pid in pids.items() if name in cpu0}
@@ -824,8 +838,16 @@ class BoardsBench:
                          f"{out.redis_slow[phase]}")
                 if phase == "traffic":
                     out.snapshots_during = len(poller.seen) - seen0
+            memory.send_signal(signal.SIGCONT)
+            out.serve_rss_bytes = {index: rss_of(server.pid) for index, (server, _) in servers.items()}
+            out.memory_loads = self._mirror_metric(servers["memory"][1], "rankflow_api_board_loads_total")
+            out.memory_bytes_per_entry = (out.serve_rss_bytes["memory"] - out.serve_rss_bytes["redis"]) / \
+                max(1, out.memory_entries)
+            self.log(f"rankflow serve RSS: {out.serve_rss_bytes}; memory index {out.memory_bytes_per_entry:,.0f} "
+                     f"bytes per entry")
         finally:
-            if server is not None:
+            for server, _ in servers.values():
+                server.send_signal(signal.SIGCONT)
                 server.send_signal(signal.SIGINT)
                 try:
                     server.wait(timeout=30)
@@ -880,14 +902,46 @@ class BoardsBench:
                 f.write(orjson.dumps({"game_id": GAME, "match_id": match, "player_id": player, "points": points,
                                       "played_at": played, "received_at": played + 300, "sig": sig}) + b"\n")
 
-    def _serve(self, namespace: str) -> tuple[subprocess.Popen | None, int]:
-        """``rankflow serve`` on the namespace, when it has board routes (``GET /boards/...``)."""
+    def _http_phase(self, out: Reads, phase: str, index: str, port: int, players: list[str]) -> None:
+        """``top`` then ``player`` over HTTP on the server of ``--board-index index``."""
+        for query in ("top", "player"):
+            latency = self._http_load(port, query, players)
+            (out.http if index == "redis" else out.http_memory).setdefault(phase, {})[query] = asdict(latency)
+            self.log(f"{phase}, {query} (HTTP, --board-index {index}): {latency.achieved_rps:,.0f} req/s, p50 "
+                     f"{latency.p50_ms:.2f} ms, p99 {latency.p99_ms:.2f} ms, max {latency.max_ms:.1f} ms, "
+                     f"{latency.errors} errors")
+
+    def _mirror_loaded(self, served: tuple[subprocess.Popen, int], players: int) -> tuple[int, int]:
+        """Wait until ``rankflow serve --board-index memory`` serves from memory (its
+        ``/metrics`` count the entries it holds); the number of entries and of loads."""
+        server, port = served
+        deadline = time.monotonic() + 600
+        while time.monotonic() < deadline and server.poll() is None:
+            entries = self._mirror_metric(port, "rankflow_api_board_entries")
+            if entries >= players:
+                return entries, self._mirror_metric(port, "rankflow_api_board_loads_total")
+            time.sleep(0.5)
+        raise RuntimeError("rankflow serve --board-index memory did not load the boards")
+
+    @staticmethod
+    def _mirror_metric(port: int, name: str) -> int:
+        import urllib.request
+
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as r:
+            for line in r.read().decode().splitlines():
+                if line.startswith(name + " "):
+                    return int(float(line.split()[1]))
+        return 0
+
+    def _serve(self, namespace: str, board_index: str = "redis") -> tuple[subprocess.Popen, int]:
+        """``rankflow serve --board-index INDEX`` on the namespace, once it answers ``GET /boards/...``."""
         import urllib.request
 
         from rankflow.services import free_port
         port = free_port()
         server = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port),
-                                   "--redis", self.redis_url, "--namespace", namespace],
+                                   "--redis", self.redis_url, "--namespace", namespace,
+                                   "--board-index", board_index],
                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         deadline = time.monotonic() + 60
         while True:
@@ -1209,17 +1263,25 @@ def rows(r: BoardsBenchResult) -> list[tuple[str, str, str, str]]:
                         f"p50 {_fmt(lat.p50_ms, '.2f', ' ms')}, p99 {_fmt(lat.p99_ms, '.2f', ' ms')} "
                         f"({lat.achieved_rps:,.0f} req/s, {lat.errors} errors)",
                         "", f"p99 < {target:g} ms: {'met' if t.get(key) else 'MISSED'}"))
-        for phase, queries in rd.http.items():
-            for query, lat in queries.items():
-                name = "GET /boards/G/all/top?n=100" if query == "top" else "GET /boards/G/all/players/{id}"
-                when = f"flow publishing {rd.traffic_rate:,} results/s" if phase == "traffic" else "traffic stopped"
-                target = TARGET_TOP_P99_MS if query == "top" else TARGET_PLAYER_P99_MS
-                p99 = lat.get("p99_ms")
-                out.append((f"{name} (rankflow serve) at {rd.rate:,} req/s, {when}",
-                            f"p50 {_fmt(lat.get('p50_ms'), '.2f', ' ms')}, p99 {_fmt(p99, '.2f', ' ms')} "
-                            f"({lat.get('errors', 0)} errors)", "",
-                            f"p99 < {target:g} ms: " + ("met" if p99 is not None and p99 < target and not
-                                                        lat.get("errors") else "MISSED") if phase == "traffic" else ""))
+        for index, http in (("redis", rd.http), ("memory", rd.http_memory)):
+            for phase, queries in http.items():
+                for query, lat in queries.items():
+                    name = "GET /boards/G/all/top?n=100" if query == "top" else "GET /boards/G/all/players/{id}"
+                    when = (f"flow publishing {rd.traffic_rate:,} results/s" if phase == "traffic"
+                            else "traffic stopped")
+                    target = TARGET_TOP_P99_MS if query == "top" else TARGET_PLAYER_P99_MS
+                    p99 = lat.get("p99_ms")
+                    met = p99 is not None and p99 < target and not lat.get("errors")
+                    out.append((f"{name} (rankflow serve --board-index {index}) at {rd.rate:,} req/s, {when}",
+                                f"p50 {_fmt(lat.get('p50_ms'), '.2f', ' ms')}, p99 {_fmt(p99, '.2f', ' ms')} "
+                                f"({lat.get('errors', 0)} errors)", "",
+                                f"p99 < {target:g} ms: {'met' if met else 'MISSED'}" if phase == "traffic" else ""))
+        if rd.memory_entries:
+            out.append((f"rankflow serve --board-index memory: {rd.memory_entries:,} entries in memory",
+                        f"{_fmt(rd.memory_bytes_per_entry, ',.0f')} bytes per entry (RSS over --board-index redis's:"
+                        f" {rd.serve_rss_bytes.get('memory', 0) / 2**20:,.0f} vs "
+                        f"{rd.serve_rss_bytes.get('redis', 0) / 2**20:,.0f} MiB); loaded in "
+                        f"{_fmt(rd.memory_load_s, '.1f', ' s')}, {rd.memory_loads} load(s) in all", "", ""))
         for name, lat in (("top n=100", rd.idle_top), ("player rank", rd.idle_player)):
             if lat.requests:
                 out.append((f"{name} at {rd.rate:,} req/s, the same board, traffic stopped (the flow idle)",

@@ -1,0 +1,328 @@
+"""Every score board in this process's memory, following Redis: ``rankflow serve --board-index memory``.
+
+Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serves either):
+
+* :class:`BoardMirror` loads every board of the current generation, then follows the
+  ``board_changes`` stream the publish script writes (``PUBLISH_BOARDS_LUA``), asking
+  Redis every ``poll_ms`` (100 ms) for the entries after the last one it applied.
+  Queries (:meth:`top`, :meth:`player`, :meth:`around`, :meth:`boards`) are answered
+  from memory, each wholly from one snapshot, named in its answer: the two copies of
+  ``state.board_index.DoubleBuffer`` swap only when one has applied every change set
+  it knows, and applying them gives the event loop back, after every ``slice_ops``
+  operations, as long as they took (:func:`pause`), so a request never waits for more
+  than one slice (about a millisecond).
+* Loading never blocks Redis for long: each board is read in chunks
+  (``BOARD_CHUNK_LUA``), anchored on the entries read last, so no unchanged entry is
+  missed whatever the flow publishes meanwhile. The stream position is recorded
+  before the load and the entries after it are replayed over it: they are absolute,
+  so the load converges to the newest snapshot, and the mirror serves only once it
+  has (:attr:`ready`).
+* It loads everything again when it cannot follow: a new generation (``rankflow
+  rebuild`` switched), an entry trimmed from the capped stream before it was read
+  (the chain of ``previous`` snapshot ids breaks), a ``full`` entry (the publisher
+  sent its whole state, e.g. Redis had lost its data), a ``large`` one (a snapshot
+  too big to copy into the stream), or a reply it cannot read.
+  Until then :class:`MirroredBoards` answers from Redis.
+* When Redis cannot be reached it keeps serving the last snapshot it has
+  (:attr:`problem` says why), as ``api.store.SnapshotCache`` does.
+
+Memory: every entry twice (two dicts, two sorted lists) but its packed key and player
+id once; see the README's "Score boards over HTTP" for the bytes per entry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from typing import Any
+
+import orjson
+import redis
+import redis.asyncio as aioredis
+
+from rankflow.api.store import wait_bounded
+from rankflow.connectors.board_read import (
+    AsyncBoardReader,
+    NoSuchBoard,
+    NotOnBoard,
+    check_board,
+    check_n,
+    check_r,
+    games_answer,
+)
+from rankflow.connectors.redis_boards import REACHED_DIGITS
+from rankflow.connectors.redis_keys import Keys, boards_namespace
+from rankflow.connectors.redis_scripts import BOARD_CHUNK_LUA
+from rankflow.state.board_index import (
+    BoardIndex,
+    BoardsCopy,
+    ChangeSet,
+    DoubleBuffer,
+    entry_fields,
+    key_of_member,
+    stream_ops,
+)
+
+log = logging.getLogger("rankflow.api")
+
+SLICE_OPS = 128
+"""Changes applied between two yields to the event loop: about 1 ms on a 1M-entry board (8 µs each)."""
+MIN_PAUSE_S = 0.0002
+"""The least time given back to the event loop after a slice (see :func:`pause`)."""
+LOAD_CHUNK = 1_000
+"""Entries per chunk of a board's load: about 1 ms of Redis and 4 ms of this process each."""
+ANCHORS = 16
+"""Entries of a chunk the next one may start after (the newest still on the board)."""
+READ_MAX = 1_000
+"""Stream entries read per poll at most (the stream keeps fewer)."""
+LOAD_ATTEMPTS = 5
+"""Starts of one board's load before giving up (every anchor left the board each time)."""
+
+
+async def pause(started: float) -> float:
+    """Give the event loop as long as the slice that began at ``started`` took; the next one's start.
+
+    ``sleep(0)`` is not enough: it lets the loop run once, and a request needs several
+    turns (read, route, answer, write), so it would wait one slice per turn. Pausing
+    as long as the work took gives requests half the time while changes are applied
+    (they need a few percent of a core at 2,000 results/s) and at most one slice of waiting.
+    """
+    await asyncio.sleep(max(MIN_PAUSE_S, time.perf_counter() - started))
+    return time.perf_counter()
+
+
+class CannotFollow(RuntimeError):
+    """The stream does not continue the mirror's state: load everything again."""
+
+
+class BoardMirror:
+    """The boards of one namespace (the boards flow's), in memory, at one snapshot at a time."""
+
+    def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int = 100,
+                 slice_ops: int = SLICE_OPS, load_chunk: int = LOAD_CHUNK) -> None:
+        self.client = client
+        self.keys = Keys(boards_namespace(namespace))
+        self.poll_s = poll_ms / 1000
+        self.slice_ops, self.load_chunk = slice_ops, load_chunk
+        self.ready = False  # the serving copy is exactly one snapshot of the current generation
+        self.loads = 0  # whole loads (the rest are changes)
+        self.problem: str | None = "not loaded yet"
+        self._buffer: DoubleBuffer | None = None
+        self._generation = 0
+        self._last_id = "0-0"  # the last stream entry read
+        self._tail: int | None = None  # the snapshot id of the last change set read
+        self._changed = asyncio.Event()
+        self._chunk = client.register_script(BOARD_CHUNK_LUA)
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+
+    # -- following Redis -------------------------------------------------------------
+    def start(self) -> None:
+        self._task = asyncio.create_task(self._poll(), name="board-mirror")
+
+    async def stop(self) -> None:
+        """Bounded, without re-cancelling (see ``api.store.SnapshotCache.stop``)."""
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            await wait_bounded(self._task, "the board mirror did not stop in time")
+
+    async def _poll(self) -> None:
+        while not self._stopping:
+            try:
+                if self.ready:
+                    await self.follow()
+                else:
+                    await self.load()
+                self.problem = None
+            except (redis.RedisError, OSError) as exc:
+                self._lost(f"cannot reach Redis: {exc!r}")  # keep serving what we have
+                if not self.ready:
+                    self._buffer = None
+            except CannotFollow as exc:
+                log.info("board mirror: %s; loading the boards again", exc)
+                self._reset(str(exc))
+                continue
+            except Exception as exc:  # noqa: BLE001 - the poller must outlive one bad read
+                log.exception("board mirror: cannot follow the published boards")
+                self._reset(f"cannot read the published boards: {exc!r}")
+            await asyncio.sleep(self.poll_s)
+
+    def _reset(self, problem: str) -> None:
+        """Forget everything (its memory too, before the next load): answers come from Redis meanwhile."""
+        self.ready, self._buffer, self.problem = False, None, problem
+
+    def _lost(self, problem: str) -> None:
+        if self.problem != problem:
+            log.warning("board mirror: %s", problem)
+        self.problem = problem
+
+    async def load(self) -> None:
+        """Load every board, then replay the changes published since the load began."""
+        self._buffer = None
+        generation = int(await self.client.get(self.keys.generation) or 0)
+        k = self.keys.of_generation(generation)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.get(self.keys.generation).get(k.snapshot_id).xrevrange(k.board_changes, count=1)
+            pipe.smembers(k.boards).hgetall(k.aliases)
+            now, sid, last, names, aliases = await pipe.execute()
+        if int(now or 0) != generation:
+            raise CannotFollow("the generation switched during the load")
+        boards, twins = {}, {}
+        for name in sorted(names):
+            game, board = orjson.loads(name)
+            keys, ordered = await self._load_board(k, game, board)
+            for copies in (boards, twins):  # the keys are shared; each copy is some 60 ms per 1M entries
+                started = time.perf_counter()
+                copies[(game, board)] = BoardIndex.of(dict(keys), ordered)
+                await pause(started)
+        snapshot_id = int(sid) if sid else None
+        periods = {game.decode(): orjson.loads(p) for game, p in aliases.items()}
+        self._generation, self._tail = generation, snapshot_id
+        self._last_id = last[0][0].decode() if last else "0-0"
+        # not served until the replay below caught up
+        self._buffer = DoubleBuffer(BoardsCopy(snapshot_id, boards, periods),
+                                    BoardsCopy(snapshot_id, twins, dict(periods)))
+        self.loads += 1
+        await self.follow()
+        self.ready = True
+        self._notify()
+
+    async def _load_board(self, k: Keys, game: str, board: str) -> tuple[dict[str, bytes], list[bytes]]:
+        """A board's key per player, and its keys in board order."""
+        zset = k.board(game, board)[0]
+        for _ in range(LOAD_ATTEMPTS):
+            keys: dict[str, bytes] = {}
+            anchors: list[bytes] = []
+            while (flat := await self._chunk(keys=[zset], args=[self.load_chunk, *anchors])) is not None:
+                started = time.perf_counter()
+                members = flat[::2]
+                for member, score in zip(members, flat[1::2]):
+                    keys[member[REACHED_DIGITS:].decode()] = key_of_member(member, float(score), REACHED_DIGITS)
+                if len(members) < self.load_chunk:
+                    # Nearly sorted already (a changed player may sit where they were first read): timsort's case.
+                    ordered = sorted(keys.values())
+                    await pause(started)
+                    return keys, ordered
+                anchors = members[-ANCHORS:]
+                await pause(started)
+        raise CannotFollow(f"board {game}/{board} changed too fast to load")
+
+    async def follow(self) -> None:
+        """Read the stream entries after the last one read and apply them (in slices)."""
+        buffer = self._buffer
+        assert buffer is not None
+        k = self.keys.of_generation(self._generation)
+        async with self.client.pipeline(transaction=True) as pipe:
+            pipe.get(self.keys.generation).xrange(k.board_changes, min=f"({self._last_id}", max="+", count=READ_MAX)
+            generation, entries = await pipe.execute()
+        if int(generation or 0) != self._generation:
+            raise CannotFollow(f"the boards moved to generation {int(generation or 0)}")
+        started = time.perf_counter()
+        for entry_id, fields in entries:
+            if fields[b"full"] != b"delta":  # full: sent every board again; large: too many changes to copy
+                raise CannotFollow(f"snapshot {fields[b'snapshot_id'].decode()} is not in the stream "
+                                   f"({fields[b'full'].decode()})")
+            if fields[b"previous"] != str(self._tail).encode():
+                raise CannotFollow(f"the changes after snapshot {self._tail} left the stream")
+            change = ChangeSet(int(fields[b"snapshot_id"]))
+            for part in stream_ops(fields[b"aliases"], fields[b"boards"], fields[b"dropped"], self.slice_ops):
+                change.ops += part
+                started = await pause(started)  # 2,000 entries' keys take some 3 ms to build: in slices too
+            buffer.add(change)
+            self._tail, self._last_id = change.snapshot_id, entry_id.decode()
+        while buffer.pending:
+            if buffer.step(self.slice_ops) and self.ready:
+                self._notify()
+            started = await pause(started)
+
+    def _notify(self) -> None:
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    # -- what the streams and the top cache watch (as ``api.board_watch.BoardWatch``) -------
+    @property
+    def version(self) -> tuple[int, bytes | None] | None:
+        """The generation and snapshot id served; None while not ready (answers come from Redis)."""
+        if not self.ready or self._buffer is None:
+            return None
+        sid = self._buffer.serving.snapshot_id
+        return self._generation, None if sid is None else str(sid).encode()
+
+    async def wait_for_change(self, timeout: float) -> bool:
+        """True if the served snapshot changed within ``timeout`` (``asyncio.wait``: see
+        ``SnapshotCache.wait_for_change``)."""
+        waiter = asyncio.ensure_future(self._changed.wait())
+        try:
+            done, _ = await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()
+        return bool(done)
+
+    # -- queries (only while ready) ---------------------------------------------------
+    def _board(self, game: str, board: str) -> tuple[BoardsCopy, str, BoardIndex]:
+        check_board(board)
+        assert self._buffer is not None
+        copy = self._buffer.serving
+        name = copy.resolve(game, board)
+        index = copy.boards.get((game, name))
+        if not index:
+            raise NoSuchBoard(f"no such board: {game}/{name}")
+        return copy, name, index
+
+    def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
+        check_n(n)
+        copy, name, index = self._board(game, board)
+        return {"snapshot_id": copy.snapshot_id, "game_id": game, "board": name, "total_players": len(index),
+                "items": index.items(0, n)}
+
+    def player(self, game: str, board: str, player: str) -> dict[str, Any]:
+        copy, name, index = self._board(game, board)
+        key = index.keys.get(player)
+        if key is None:
+            raise NotOnBoard(f"{player} is not on {game}/{name}")
+        score = entry_fields(key)[1]
+        return {"snapshot_id": copy.snapshot_id, "game_id": game, "board": name, "player_id": player,
+                "score": score, "rank": index.order.index(key) + 1, "competition_rank": index.better_than(score) + 1}
+
+    def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
+        check_r(r)
+        copy, name, index = self._board(game, board)
+        rank0 = index.rank0(player)
+        if rank0 is None:
+            raise NotOnBoard(f"{player} is not on {game}/{name}")
+        return {"snapshot_id": copy.snapshot_id, "game_id": game, "board": name,
+                "items": index.items(max(0, rank0 - r), rank0 + r + 1)}
+
+    def boards(self) -> dict[str, Any]:
+        assert self._buffer is not None
+        copy = self._buffer.serving
+        return games_answer(copy.snapshot_id, copy.boards, copy.aliases)
+
+    def entries(self) -> int:
+        """Board entries served (each held twice); 0 until the mirror serves."""
+        return self._buffer.serving.entries() if self.ready and self._buffer is not None else 0
+
+
+class MirroredBoards:
+    """The board queries of ``api.boards``: from the mirror once it is ready, from Redis until then."""
+
+    def __init__(self, mirror: BoardMirror, reader: AsyncBoardReader) -> None:
+        self.mirror, self.reader = mirror, reader
+
+    async def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
+        return self.mirror.top(game, board, n) if self.mirror.ready else await self.reader.top(game, board, n)
+
+    async def player(self, game: str, board: str, player: str) -> dict[str, Any]:
+        if self.mirror.ready:
+            return self.mirror.player(game, board, player)
+        return await self.reader.player(game, board, player)
+
+    async def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
+        if self.mirror.ready:
+            return self.mirror.around(game, board, player, r)
+        return await self.reader.around(game, board, player, r)
+
+    async def boards(self) -> dict[str, Any]:
+        return self.mirror.boards() if self.mirror.ready else await self.reader.boards()

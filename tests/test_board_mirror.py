@@ -1,0 +1,297 @@
+"""The API's in-process board mirror (``api.board_mirror``, ``state.board_index``).
+
+* A property test of the double buffer against a plain model: random change sets,
+  applied in random slices, with queries interleaved at random; every copy that
+  serves is exactly the model at the snapshot it names.
+* Against a real Redis, snapshots published by the real publisher (``Publisher`` and
+  ``BoardsState``, the flow's own sink): the mirror answers every query exactly as
+  the Redis reader does, after a load made while snapshots were being published, and
+  it loads again when it cannot follow: the stream was trimmed past its position,
+  the publisher sent its whole state (``full``), a snapshot was too large to stream
+  (``large``), a rebuild switched the generation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import threading
+import uuid
+from typing import Any
+
+import pytest
+import redis
+import redis.asyncio as aioredis
+from hypothesis import given, settings, strategies as st
+
+from rankflow.api.board_mirror import BoardMirror
+from rankflow.connectors.board_read import AsyncBoardReader, NoSuchBoard, NotOnBoard
+from rankflow.connectors import redis_boards
+from rankflow.connectors.redis_boards import BoardsState
+from rankflow.connectors.redis_generations import claim_generation, join_run, new_run_token, switch_generation
+from rankflow.connectors.redis_keys import Keys, boards_namespace
+from rankflow.connectors.redis_publish import Publisher
+from rankflow.state.board_index import ALIAS, CREATE, DROP, UPSERT, BoardsCopy, ChangeSet, DoubleBuffer, entry_key
+from rankflow.state.snapshot import snapshot_id
+from tests.test_script_keys import boards_snap  # a BoardsSnapshot from (player, changes) pairs
+
+PLAYERS = ["a", "ab", "b", "é", "🎮", "z", "clan/zoe", "Z"]
+BOARDS = [("g", "all"), ("g", "best"), ("g", "daily:2027-01-01"), ("g", "daily:2027-01-02"), ("h", "all")]
+
+
+# -- the double buffer against a model ---------------------------------------------------
+
+Model = dict[tuple[str, str], dict[str, tuple[int, int]]]
+
+
+def ordered(board: dict[str, tuple[int, int]]) -> list[tuple[str, int, int, int]]:
+    """(player, score, rank, competition rank) in BOARDS.md 4's order."""
+    entries = sorted(board.items(), key=lambda e: (-e[1][0], e[1][1], e[0].encode()))
+    out = []
+    for rank, (player, (score, _)) in enumerate(entries, start=1):
+        competition = out[-1][3] if out and out[-1][1] == score else rank
+        out.append((player, score, rank, competition))
+    return out
+
+
+change_sets = st.lists(st.lists(st.one_of(
+    st.tuples(st.just(UPSERT), st.sampled_from(BOARDS), st.sampled_from(PLAYERS), st.integers(0, 4),
+              st.integers(0, 3)),
+    st.tuples(st.just(DROP), st.sampled_from(BOARDS)),
+    st.tuples(st.just(ALIAS), st.sampled_from(["g", "h"]), st.sampled_from([None, "2027-01-01", "2027-01-02"]))),
+    max_size=12), min_size=1, max_size=12)
+
+
+def as_change_set(sid: int, raw: list[tuple[Any, ...]]) -> ChangeSet:
+    ops: list[tuple[Any, ...]] = []
+    for op in raw:
+        if op[0] == UPSERT:
+            _, bid, player, score, at = op
+            ops += [(CREATE, bid), (UPSERT, bid, player, entry_key(player, score, at))]
+        elif op[0] == DROP:
+            ops.append(op)
+        else:
+            ops.append((ALIAS, op[1], [op[2], None]))
+    return ChangeSet(sid, ops)
+
+
+def model_states(raws: list[list[tuple[Any, ...]]]) -> list[tuple[Model, dict[str, list[str | None]]]]:
+    """The model's boards and aliases after 0, 1, 2 ... change sets."""
+    boards: Model = {}
+    aliases: dict[str, list[str | None]] = {}
+    states = [({}, {})]
+    for raw in raws:
+        for op in raw:
+            if op[0] == UPSERT:
+                boards.setdefault(op[1], {})[op[2]] = (op[3], op[4])
+            elif op[0] == DROP:
+                boards.pop(op[1], None)
+            else:
+                aliases[op[1]] = [op[2], None]
+        states.append(({bid: dict(b) for bid, b in boards.items()}, dict(aliases)))
+    return states
+
+
+def check_serving(copy: BoardsCopy, states: list[tuple[Model, dict[str, list[str | None]]]], player: str,
+                  bid: tuple[str, str]) -> None:
+    boards, aliases = states[copy.snapshot_id]
+    assert set(copy.boards) == set(boards) and copy.aliases == aliases
+    if bid in boards:
+        index, expected = copy.boards[bid], ordered(boards[bid])
+        items = index.items(0, len(index))
+        assert [(i["player_id"], i["score"], i["rank"], i["competition_rank"]) for i in items] == expected
+        assert len(index.keys) == len(index)
+        mine = [row for row in expected if row[0] == player]
+        assert index.rank0(player) == (mine[0][2] - 1 if mine else None)
+        if mine:
+            assert index.better_than(mine[0][1]) + 1 == mine[0][3]
+
+
+@settings(max_examples=150, deadline=None)
+@given(raws=change_sets, plan=st.lists(st.tuples(st.sampled_from(["add", "step", "query"]), st.integers(1, 6),
+                                                  st.sampled_from(PLAYERS), st.sampled_from(BOARDS)), max_size=60))
+def test_the_serving_copy_is_always_the_model_at_its_snapshot(raws, plan):
+    changes = [as_change_set(sid, raw) for sid, raw in enumerate(raws, start=1)]
+    states = model_states(raws)
+    buffer = DoubleBuffer(BoardsCopy(0, {}, {}))
+    added = 0
+    for action, size, player, bid in plan:
+        if action == "add" and added < len(changes):
+            buffer.add(changes[added])
+            added += 1
+        elif action == "step":
+            before = buffer.serving.snapshot_id
+            buffer.step(size)
+            assert buffer.serving.snapshot_id >= before, "a swap never goes back in time"
+        check_serving(buffer.serving, states, player, bid)
+    for change in changes[added:]:
+        buffer.add(change)
+    while buffer.pending:
+        buffer.step(3)
+    assert buffer.serving.snapshot_id == len(changes)
+    for player in PLAYERS:
+        for bid in BOARDS:
+            check_serving(buffer.serving, states, player, bid)
+            check_serving(buffer.standby, states, player, bid)  # the other copy caught up too
+
+
+# -- against Redis ---------------------------------------------------------------------------
+
+class RandomBoards:
+    """Random snapshots of a few small boards, published by the flow's publisher."""
+
+    def __init__(self, url: str, namespace: str, seed: int) -> None:
+        self.url, self.ns = url, boards_namespace(namespace)
+        self.rng = random.Random(seed)
+        client = redis.Redis.from_url(url)
+        self.token, self.generation = join_run(client, self.ns, uuid.uuid4().hex, fresh=True)
+        client.close()
+        self.publisher = Publisher(url, self.ns, self.token, self.generation, state=BoardsState())
+        self.epoch = 0
+        self.live: set[tuple[str, str]] = set()
+
+    def snapshot(self, token: int | None = None) -> Any:
+        rng, self.epoch = self.rng, self.epoch + 1
+        entries = []
+        for _ in range(rng.randrange(0, 12)):
+            player = rng.choice(PLAYERS) + str(rng.randrange(4))
+            game, board = rng.choice(BOARDS)
+            self.live.add((game, board))
+            entries.append((player, ((game, board, rng.randrange(0, 6), rng.randrange(0, 4), True),)))
+        dropped = []
+        if rng.random() < 0.1 and self.live:
+            dropped = [rng.choice(sorted(self.live))]
+            self.live.discard(dropped[0])
+            entries = [e for e in entries if e[1][0][:2] != dropped[0]]
+        aliases = {"g": (rng.choice(["2027-01-01", "2027-01-02"]), "2026-W53")} if rng.random() < 0.3 else {}
+        return boards_snap(token or self.token, self.epoch, entries, dropped, aliases)
+
+    def publish(self, n: int) -> None:
+        for _ in range(n):
+            assert self.publisher.publish(self.snapshot()) == 1
+
+    def last(self) -> bytes:
+        """The id of the last snapshot :meth:`publish` stored."""
+        return str(snapshot_id(self.token, self.epoch)).encode()
+
+    def close(self) -> None:
+        self.publisher.close()
+
+
+async def same_answers(mirror: BoardMirror, reader: AsyncBoardReader) -> None:
+    """Every query, from the mirror and from Redis (nothing is published meanwhile)."""
+    assert mirror.ready
+    assert mirror.boards() == await reader.boards()
+    for game, board in [*BOARDS, ("g", "daily"), ("h", "daily"), ("x", "all")]:
+        try:
+            expected = await reader.top(game, board, 1000)
+        except NoSuchBoard as exc:
+            with pytest.raises(NoSuchBoard, match=str(exc)):
+                mirror.top(game, board, 1000)
+            continue
+        assert mirror.top(game, board, 1000) == expected
+        assert mirror.top(game, board, 2) == await reader.top(game, board, 2)
+        for player in [i["player_id"] for i in expected["items"]] + ["nobody"]:
+            try:
+                answer = await reader.player(game, board, player)
+            except NotOnBoard:
+                with pytest.raises(NotOnBoard):
+                    mirror.player(game, board, player)
+                continue
+            assert mirror.player(game, board, player) == answer
+            assert mirror.around(game, board, player, 1) == await reader.around(game, board, player, 1)
+
+
+async def until(condition: Any, timeout: float = 10.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not condition():
+        assert asyncio.get_running_loop().time() < deadline, "timed out"
+        await asyncio.sleep(0.005)
+
+
+def test_a_load_while_publishing_converges_then_follows_exactly(redis_url, namespace):
+    boards = RandomBoards(redis_url, namespace, seed=1)
+    boards.publish(20)
+
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        mirror = BoardMirror(client, namespace, poll_ms=5, slice_ops=3, load_chunk=2)
+        reader = AsyncBoardReader(client, namespace)
+        try:
+            publishing = threading.Thread(target=boards.publish, args=(60,))
+            publishing.start()  # the load reads the boards in 2-entry chunks meanwhile
+            mirror.start()
+            while publishing.is_alive():
+                await asyncio.sleep(0.005)
+            await until(lambda: mirror.ready and mirror.version[1] == boards.last())
+            await same_answers(mirror, reader)
+            for _ in range(5):  # then it follows, snapshot after snapshot
+                await asyncio.to_thread(boards.publish, 7)
+                await until(lambda: mirror.version[1] == boards.last())
+                await same_answers(mirror, reader)
+            assert mirror.loads == 1
+        finally:
+            await mirror.stop()
+            await client.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        boards.close()
+
+
+def test_it_loads_again_after_a_trim_a_full_state_a_large_one_and_a_rebuild(redis_url, redis_client, namespace,
+                                                                             monkeypatch):
+    boards = RandomBoards(redis_url, namespace, seed=2)
+    boards.publish(5)
+    keys = Keys(boards.ns, boards.generation)
+
+    def last() -> bytes:
+        return redis_client.get(Keys(boards.ns, int(redis_client.get(keys.generation) or 0)).snapshot_id)
+
+    async def scenario() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        mirror = BoardMirror(client, namespace, poll_ms=5)
+        reader = AsyncBoardReader(client, namespace)
+        try:
+            mirror.start()
+            await until(lambda: mirror.ready)
+            await mirror.stop()  # it falls behind ...
+            boards.publish(5)
+            redis_client.xtrim(keys.board_changes, maxlen=2, approximate=False)  # ... further than the stream keeps
+            mirror._stopping = False
+            mirror.start()
+            await until(lambda: mirror.loads == 2 and mirror.ready and mirror.version[1] == last())
+            await same_answers(mirror, reader)
+
+            redis_client.delete(keys.snapshot_id)  # Redis "lost" the snapshot: the publisher sends it all
+            again = Publisher(redis_url, boards.ns, boards.token, boards.generation, state=BoardsState(complete=True))
+            assert again.publish(boards.snapshot()) == 1
+            again.close()
+            assert redis_client.xrevrange(keys.board_changes, count=1)[0][1][b"full"] == b"full"
+            await until(lambda: mirror.loads == 3 and mirror.ready and mirror.version[1] == last())
+            await same_answers(mirror, reader)
+
+            monkeypatch.setattr(redis_boards, "BOARD_CHANGES_MAX_BYTES", 0)  # a snapshot too large to stream
+            boards.publish(1)
+            monkeypatch.undo()
+            assert redis_client.xrevrange(keys.board_changes, count=1)[0][1][b"full"] == b"large"
+            await until(lambda: mirror.loads == 4 and mirror.ready and mirror.version[1] == last())
+            await same_answers(mirror, reader)
+
+            rebuild = new_run_token(redis_client, boards.ns)  # a rebuild switches the generation
+            claim_generation(redis_client, boards.ns, rebuild, rebuild)
+            built = Publisher(redis_url, boards.ns, rebuild, rebuild, live=False, state=BoardsState())
+            assert built.publish(boards.snapshot(token=rebuild)) == 1
+            built.close()
+            switch_generation(redis_client, boards.ns, boards.generation, rebuild)
+            await until(lambda: mirror.loads == 5 and mirror.ready and mirror.version == (rebuild, last()))
+            await same_answers(mirror, reader)
+        finally:
+            await mirror.stop()
+            await client.aclose()
+
+    try:
+        asyncio.run(scenario())
+    finally:
+        boards.close()
