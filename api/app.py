@@ -147,6 +147,14 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(board_stream.router)
     app.include_router(dashboard.router)
     app.add_middleware(MeasureRequests, metrics=metrics)
+    default_openapi = app.openapi
+
+    def openapi() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            boards.drop_422(default_openapi(), [*boards.router.routes, *board_stream.router.routes])  # and caches it
+        return app.openapi_schema  # type: ignore[return-value]
+
+    app.openapi = openapi  # type: ignore[method-assign]
     return app
 
 

@@ -31,12 +31,12 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from rankflow.api.board_watch import TopCache, Version, Watched
-from rankflow.api.boards import ERRORS, UNAVAILABLE, ask
+from rankflow.api.boards import ERRORS, UNAVAILABLE, UsageErrorsAre400, ask
 from rankflow.connectors.board_read import NoSuchBoard
 
 log = logging.getLogger("rankflow.api")
 
-router = APIRouter()
+router = APIRouter(route_class=UsageErrorsAre400)  # its path never fails FastAPI's checks: no 422
 
 TOP = 10
 STREAM_MIN_INTERVAL_S = 1.0
@@ -85,7 +85,7 @@ async def board_events(request: Request, game: str, board: str, first: dict[str,
             quiet_since = time.monotonic()
 
 
-@router.get("/boards/{game}/{board}/stream", summary="Server-Sent Events: a board's top 10 when it changes",
+@router.get("/boards/{game:game}/{board}/stream", summary="Server-Sent Events: a board's top 10 when it changes",
             response_class=StreamingResponse, responses={k: ERRORS[k] for k in (400, 404, 503)})
 async def stream_board(request: Request, game: str, board: str) -> Response:
     seen = request.app.state.board_changes.version

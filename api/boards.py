@@ -20,8 +20,9 @@ outside 0..50, a value that is not an integer, a board name that is none of ``al
 ``best``, ``daily``, ``weekly``, ``daily:YYYY-MM-DD``, ``weekly:YYYY-Www``. A board
 that does not exist is ``404 {"error": "no such board: GAME/BOARD"}``; a player not
 on the board ``404 {"error": "PLAYER is not on GAME/BOARD"}``. ``503`` while Redis
-cannot be reached. A player id may hold ``/`` (the rest of the path is the id); a game
-id holding ``/`` cannot be named in a path.
+cannot be reached. Ids may hold ``/``, as is or as ``%2F``: a game id is the shortest
+path that a board name and the route's rest follow (:class:`GameIdConvertor`), a
+player id the rest of the path (``/around`` ends it).
 
 Each query is one script call on the async Redis client (one round trip unless a
 rebuild or an alias moved since the last query): the event loop never waits on Redis.
@@ -47,6 +48,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from starlette.convertors import Convertor, register_url_convertor
 
 from rankflow.api.board_mirror import MirroredBoards
 from rankflow.api.board_watch import TopCache
@@ -85,6 +87,40 @@ class UsageErrorsAre400(APIRoute):
 
 
 router = APIRouter(route_class=UsageErrorsAre400)
+
+
+class GameIdConvertor(Convertor[str]):
+    """``{game:game}``: a game id that may hold ``/`` (BOARDS.md allows any characters).
+
+    The shortest match that the rest of the route still fits: ``/boards/a/b/all/top`` is
+    game ``a/b``, board ``all`` (``a`` would leave ``b/all/top``, which is no route), and
+    a player id holding ``/players/`` stays whole. Only a game id holding ``/players/``
+    is ambiguous (the player routes, tried first, take its first part for the game):
+    such a game is read with the CLI.
+    """
+
+    regex = "[^/].*?"
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+register_url_convertor("game", GameIdConvertor())
+
+
+def drop_422(schema: dict[str, Any], routes: list[Any]) -> None:
+    """Take FastAPI's ``422`` out of the OpenAPI of the routes that never send it.
+
+    FastAPI lists it for every route with parameters; :class:`UsageErrorsAre400` routes
+    answer ``400`` instead, and a client reading the schema should see what it gets.
+    """
+    for route in routes:
+        if isinstance(route, UsageErrorsAre400):
+            for method in route.methods:
+                schema["paths"][route.path_format][method.lower()]["responses"].pop("422", None)
 
 UNAVAILABLE = (redis.RedisError, OSError, BoardsMoving)
 """What makes a board query a ``503``: Redis cannot be reached, or a rebuild keeps switching."""
@@ -135,15 +171,7 @@ async def list_boards(request: Request) -> Response:
         return unreachable(exc)
 
 
-@router.get("/boards/{game}/{board}/top", summary="A board's first n entries, with both ranks",
-            responses={k: ERRORS[k] for k in (400, 404, 503)})
-async def top(request: Request, game: str, board: str,
-              n: int = Query(10, description=f"how many entries, 1..{MAX_N}")) -> Response:
-    tops: TopCache = request.app.state.board_tops
-    return await answer(request, lambda _: tops.top(game, board, n))
-
-
-@router.get("/boards/{game}/{board}/players/{player_id:path}/around",
+@router.get("/boards/{game:game}/{board}/players/{player_id:path}/around",
             summary="The entries ranked r above to r below a player",
             responses={k: ERRORS[k] for k in (400, 404, 503)})
 async def around(request: Request, game: str, board: str, player_id: str,
@@ -151,7 +179,15 @@ async def around(request: Request, game: str, board: str, player_id: str,
     return await answer(request, lambda reader: reader.around(game, board, player_id, r))
 
 
-@router.get("/boards/{game}/{board}/players/{player_id:path}", summary="One player's score and ranks on a board",
+@router.get("/boards/{game:game}/{board}/players/{player_id:path}", summary="One player's score and ranks on a board",
             responses={k: ERRORS[k] for k in (400, 404, 503)})
 async def player(request: Request, game: str, board: str, player_id: str) -> Response:
     return await answer(request, lambda reader: reader.player(game, board, player_id))
+
+
+@router.get("/boards/{game:game}/{board}/top", summary="A board's first n entries, with both ranks",
+            responses={k: ERRORS[k] for k in (400, 404, 503)})
+async def top(request: Request, game: str, board: str,
+              n: int = Query(10, description=f"how many entries, 1..{MAX_N}")) -> Response:
+    tops: TopCache = request.app.state.board_tops
+    return await answer(request, lambda _: tops.top(game, board, n))

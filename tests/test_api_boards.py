@@ -144,6 +144,40 @@ def test_missing_boards_and_players_are_404(api):
         assert (r.status_code, r.json()) == (404, {"error": error}), path
 
 
+SLASHED_GAME = "league/eu"  # BOARDS.md allows any characters in an id, "/" too
+
+
+@pytest.fixture(scope="module")
+def slashed(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """A game id and player ids holding ``/`` (one holds ``/players/``, one is ``top``), published."""
+    tmp = tmp_path_factory.mktemp("boards-slashed")
+    at = example.ms("2027-01-02 10:00:00.000")
+    lines = [example.result(player, f"m{i}", points, at + i, at + i + 1000, game=SLASHED_GAME)
+             for i, (player, points) in enumerate([("a/players/b", 30), ("top", 20), ("c", 10)])]
+    path = tmp / "scores.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    assert run(RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
+                          dead_letter=f"jsonl:{tmp / 'dead.jsonl'}", flow="boards", signing_key=example.KEY))
+    return namespace
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_ids_holding_slashes_are_addressable(redis_url, slashed, index):
+    with serving(Settings(redis_url=redis_url, namespace=slashed, board_index=index)) as api:
+        for game in (SLASHED_GAME, quote(SLASHED_GAME, safe="")):  # as is, or as %2F
+            top = api.get(f"/boards/{game}/all/top")
+            assert top.status_code == 200, top.text
+            assert [(i["player_id"], i["rank"]) for i in top.json()["items"]] == [("a/players/b", 1), ("top", 2), ("c", 3)]
+            assert top.json()["game_id"] == SLASHED_GAME
+            for player, rank in [("a/players/b", 1), ("top", 2)]:
+                r = api.get(f"/boards/{game}/best/players/{player}")
+                assert (r.status_code, r.json().get("rank"), r.json().get("game_id")) == (200, rank, SLASHED_GAME), r.text
+            around = api.get(f"/boards/{game}/all/players/top/around", params={"r": 1})
+            assert [i["player_id"] for i in around.json()["items"]] == ["a/players/b", "top", "c"], around.text
+        assert api.get("/boards/league/all/top").json() == {"error": "no such board: league/all"}
+
+
 def test_usage_errors_are_400_never_clamped(api):
     for path, params, error in [
         ("/boards/g1/all/top", {"n": 0}, "n must be between 1 and 1000, got 0"),
@@ -190,7 +224,9 @@ def test_openapi_lists_the_board_routes(api):
     for path in ("/boards", "/boards/{game}/{board}/top", "/boards/{game}/{board}/players/{player_id}",
                  "/boards/{game}/{board}/players/{player_id}/around", "/boards/{game}/{board}/stream"):
         assert path in paths, path
-    assert {"200", "400", "404", "503"} <= set(paths["/boards/{game}/{board}/top"]["get"]["responses"])
+    for path in ("/boards/{game}/{board}/top", "/boards/{game}/{board}/players/{player_id}",
+                 "/boards/{game}/{board}/players/{player_id}/around", "/boards/{game}/{board}/stream"):
+        assert set(paths[path]["get"]["responses"]) == {"200", "400", "404", "503"}, path  # 400, never 422
 
 
 # -- the stream, on a flow that follows a growing log -----------------------------------------
