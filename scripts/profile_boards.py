@@ -31,7 +31,7 @@ from rankflow.bench.rig import _cpu_seconds  # noqa: E402
 CONFIGS = {"plain": [], "durable": ["--recovery-dir", "{work}/recovery"]}
 PARTS = {  # a frame whose name contains a key counts for the part (innermost frame first, first match wins)
     "garbage collector": ("gc_collect_main",),
-    "signature check (HMAC-SHA256)": ("sign (", "canonical_bytes", "hmac", "HMAC", "compare_digest"),
+    "signature check (HMAC-SHA256)": ("sign (", "Signer", "canonical_bytes", "hmac", "HMAC", "compare_digest"),
     "parse (JSON, validation)": ("parse_score_records", "ParsedBatch"),
     "player stage: rules (apply_result)": ("apply_result", "_forget", "_enter", "_add_to_sum", "_raise_best"),
     "player stage: the rest": ("PlayerShardLogic",),
@@ -49,7 +49,7 @@ GENERIC = {  # library frames, counted for them only when no frame of the flow's
     "parse (JSON, validation)": ("orjson",),
     "publisher: redis-py (pack, send, wait)": ("redis/",),
 }
-IDLE = ("Condition.wait", "Queue.get", "Event.wait", "time_sleep")  # a thread waiting for work or sleeping
+IDLE = ("Condition.wait", "Queue.get", "Event.wait", "time_sleep", "poll (libc")  # waiting for work, a reply, or time
 
 
 def shares(collapsed: Path) -> dict[str, float]:
