@@ -41,7 +41,7 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from rankflow.api.store import wait_bounded
+from rankflow.api.store import Polling
 from rankflow.connectors.board_read import (
     AsyncBoardReader,
     NoSuchBoard,
@@ -96,8 +96,10 @@ class CannotFollow(RuntimeError):
     """The stream does not continue the mirror's state: load everything again."""
 
 
-class BoardMirror:
+class BoardMirror(Polling):
     """The boards of one namespace (the boards flow's), in memory, at one snapshot at a time."""
+
+    name = "board mirror"
 
     def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int = 100,
                  slice_ops: int = SLICE_OPS, load_chunk: int = LOAD_CHUNK) -> None:
@@ -114,19 +116,13 @@ class BoardMirror:
         self._tail: int | None = None  # the snapshot id of the last change set read
         self._changed = asyncio.Event()
         self._chunk = client.register_script(BOARD_CHUNK_LUA)
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
 
     # -- following Redis -------------------------------------------------------------
     def start(self) -> None:
-        self._task = asyncio.create_task(self._poll(), name="board-mirror")
+        self._start_polling()
 
     async def stop(self) -> None:
-        """Bounded, without re-cancelling (see ``api.store.SnapshotCache.stop``)."""
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await wait_bounded(self._task, "the board mirror did not stop in time")
+        await self._stop_polling()
 
     async def _poll(self) -> None:
         while not self._stopping:

@@ -20,7 +20,7 @@ from typing import Any, Protocol
 import redis
 import redis.asyncio as aioredis
 
-from rankflow.api.store import wait_bounded
+from rankflow.api.store import Polling
 from rankflow.connectors.board_read import AsyncBoardReader
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 
@@ -33,8 +33,10 @@ MAX_CACHED_TOPS = 10_000
 """Top-N answers kept for one snapshot (boards x the n asked for); past this they start over."""
 
 
-class BoardWatch:
+class BoardWatch(Polling):
     """Notices new board snapshots for the whole process, polling once for all."""
+
+    name = "board watcher"
 
     def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int) -> None:
         self.client = client
@@ -43,18 +45,12 @@ class BoardWatch:
         self.version: Version | None = None  # None: not read yet, or Redis unreachable
         self._generation = 0
         self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
 
     def start(self) -> None:
-        self._task = asyncio.create_task(self._poll(), name="board-watch")
+        self._start_polling()
 
     async def stop(self) -> None:
-        """Bounded, without re-cancelling (see ``api.store.SnapshotCache.stop``)."""
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await wait_bounded(self._task, "the board watcher did not stop in time")
+        await self._stop_polling()
 
     async def _poll(self) -> None:
         while not self._stopping:

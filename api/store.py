@@ -34,7 +34,38 @@ from rankflow.state.ranking_index import SongIndex
 log = logging.getLogger("rankflow.api")
 
 
-class SnapshotCache:
+class Polling:
+    """A reader's background task that polls Redis (its ``_poll`` loop, which ends when
+    ``_stopping`` is set), started and stopped in one place.
+
+    Cancelling alone is not enough on Python 3.11: its ``asyncio.wait_for`` (which
+    redis-py uses for socket timeouts) swallows a cancellation that arrives just as the
+    awaited call completes, and the poll loop would go on forever (this hung a CI run
+    in the test client's shutdown). So the loop also checks a flag, and stopping never
+    re-cancels: :func:`wait_bounded` only waits.
+    """
+
+    name = "poller"
+    _task: "asyncio.Task[None] | None" = None
+    _stopping = False
+
+    async def _poll(self) -> None:
+        raise NotImplementedError
+
+    def _start_polling(self) -> None:
+        self._stopping = False
+        self._task = asyncio.create_task(self._poll(), name=self.name)
+
+    async def _stop_polling(self) -> None:
+        self._stopping = True
+        if self._task is not None:
+            self._task.cancel()
+            await wait_bounded(self._task, f"the {self.name} did not stop in time")
+
+
+class SnapshotCache(Polling):
+    name = "snapshot poller"
+
     def __init__(self, url: str, namespace: str, poll_ms: int = 100) -> None:
         self.keys = Keys(namespace)
         self.client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
@@ -48,27 +79,15 @@ class SnapshotCache:
         self._current = "0"  # the generation Redis last called current: whose keys the read script gets
         self._changes_at = ""  # id of the last ``changes`` entry applied to ``table``
         self._changed = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
         self._read = self.client.register_script(READ_LUA)
 
     async def start(self) -> None:
         await self.refresh()
-        self._task = asyncio.create_task(self._poll(), name="snapshot-cache")
+        self._start_polling()
 
     async def stop(self) -> None:
-        """Stop polling and close the Redis connections, in bounded time.
-
-        Cancelling alone is not enough on Python 3.11: its ``asyncio.wait_for`` (which
-        redis-py uses for socket timeouts) swallows a cancellation that arrives just
-        as the awaited call completes, and the poll loop would go on forever (this hung
-        a CI run in the test client's shutdown). So the loop also checks a flag, and
-        the waits here never re-cancel: ``asyncio.wait`` only waits.
-        """
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await wait_bounded(self._task, "the snapshot poller did not stop in time")
+        """Stop polling and close the Redis connections, in bounded time (:class:`Polling`)."""
+        await self._stop_polling()
         await wait_bounded(asyncio.ensure_future(self.client.aclose()), "Redis connections did not close in time")
 
     async def _poll(self) -> None:
@@ -187,7 +206,7 @@ class SnapshotCache:
 
 async def wait_bounded(task: "asyncio.Future[Any]", late: str, timeout_s: float = 5.0) -> None:
     """Wait for ``task`` at most ``timeout_s``, logging ``late`` if it is still running.
-    Never re-cancels: ``asyncio.wait`` only waits (see :meth:`SnapshotCache.stop`)."""
+    Never re-cancels: ``asyncio.wait`` only waits (see :class:`Polling`)."""
     _, pending = await asyncio.wait({task}, timeout=timeout_s)
     if pending:
         log.warning("%s", late)

@@ -259,7 +259,6 @@ def test_it_loads_again_after_a_trim_a_full_state_a_large_one_and_a_rebuild(redi
             await mirror.stop()  # it falls behind ...
             boards.publish(5)
             redis_client.xtrim(keys.board_changes, maxlen=2, approximate=False)  # ... further than the stream keeps
-            mirror._stopping = False
             mirror.start()
             await until(lambda: mirror.loads == 2 and mirror.ready and mirror.version[1] == last())
             await same_answers(mirror, reader)
