@@ -18,7 +18,7 @@ from rankflow.state.score_events import (
     parse_score_records,
     validate_score,
 )
-from rankflow.state.signatures import sign
+from rankflow.state.signatures import Signer, sign
 from tests.boards_model import check as model_check
 
 KEY = bytes.fromhex("0123456789abcdef" * 4)
@@ -225,6 +225,15 @@ def test_ids_holding_separators_sign_differently():
     assert outcome(json.dumps(signed(a)).encode(), KEY) == "ok"
     assert outcome(json.dumps({**b, "sig": signed(a)["sig"]}).encode(), KEY) == "bad_signature"
     assert outcome(json.dumps(signed({**GOOD, "player_id": "é|🎮:"}), ensure_ascii=False).encode(), KEY) == "ok"
+
+
+@settings(max_examples=200, deadline=None)
+@given(key=st.binary(min_size=1, max_size=200), game=st.text(min_size=1, max_size=8), match=st.text(min_size=1, max_size=8),
+       player=st.text(min_size=1, max_size=8), points=st.integers(0, 10**9), played_at=st.integers(0, 2**48))
+def test_the_prepared_signer_is_hmac_sha256(key, game, match, player, points, played_at):
+    """The flow's ``Signer`` (pads hashed once) agrees with ``hmac`` for every key length,
+    keys longer than SHA-256's 64-byte block (hashed first, RFC 2104) included."""
+    assert Signer(key).hex(game, match, player, points, played_at) == sign(key, game, match, player, points, played_at)
 
 
 def test_earlier_checks_win_over_the_signature():
