@@ -78,7 +78,7 @@ class BoardTable:
         # the open epoch's entries, applied to the tops already, reported when it closes: kept in the
         # recovery state, since a barrier may fall before the epoch closes here (Bytewax never replays it)
         for bid, mine in _open_entries((resume or {}).get("entries")).items():
-            self._board(bid).entries = mine
+            (self.boards.get(bid) or self._board(bid)).entries = mine
         self.errors: list[str] = []
 
     def _board(self, bid: BoardId) -> _Board:
