@@ -83,11 +83,19 @@ def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, topic
     history = read_history(redis_client, boards_namespace(namespace))
     assert len({s["run"] for s in history}) >= 3, "snapshots of several executions"
     seen: dict[str, int] = {}
+    last_said: dict[tuple[str, str], dict] = {}  # what the last snapshot naming a board said of it
     for snap in history:
         assert snap["errors"] == []
         for part, offset in snap["positions"].items():
             assert offset >= seen.get(part, 0), "a published snapshot went back in time"
             seen[part] = offset
+        for game, boards in snap["changed_boards"].items():
+            last_said.update({(game, board): said for board, said in boards.items()})
+    for (game, board), said in last_said.items():  # the counters' tops and player counts survived the kills
+        entries = expected.get(game, {}).get(board)
+        if entries is not None:  # not dropped by retention since
+            assert said["total_players"] == len(entries), (game, board)
+            assert [(i["player_id"], i["score"], i["reached_at"]) for i in said["top"]] == entries[:len(said["top"])]
 
 
 def board_differences(got: dict, expected: dict) -> str:
