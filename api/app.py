@@ -113,7 +113,12 @@ def create_app(settings: Settings) -> FastAPI:
         ok = redis_ok and (listeners_ok or (snap is None and boards_id is not None))
         body = {"status": "ok" if ok else "degraded", "redis": "ok" if redis_ok else "unreachable",
                 "snapshot_id": None if snap is None else snap["snapshot_id"], "snapshot_age_ms": age,
-                "problem": cache.problem, "boards_snapshot_id": boards_id}
+                "problem": cache.problem, "boards_snapshot_id": boards_id, "board_index": settings.board_index}
+        mirror = request.app.state.board_mirror
+        if mirror is not None:  # informs, never degrades: until it serves, Redis answers the board queries
+            served = mirror.version
+            body["board_mirror"] = {"ready": mirror.ready, "problem": mirror.problem,
+                                    "snapshot_id": None if served is None or served[1] is None else int(served[1])}
         return rankings._json(body, 200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics of this service")

@@ -359,3 +359,9 @@ def test_health_of_a_boards_only_deployment(api, published):
         time.sleep(0.05)
     assert body["status"] == "ok" and body["snapshot_id"] is None
     assert body["boards_snapshot_id"] == published["snapshot_id"]
+    index = api.app.state.settings.board_index
+    assert body["board_index"] == index
+    if index == "memory":  # the fixture waits until the mirror serves
+        assert body["board_mirror"] == {"ready": True, "problem": None, "snapshot_id": published["snapshot_id"]}
+    else:
+        assert "board_mirror" not in body
