@@ -60,8 +60,9 @@ class _Board:
 
     __slots__ = ("top", "players", "entries")
 
-    def __init__(self, top: BoardTop, players: int = 0, entries: BoardEntries | None = None) -> None:
-        self.top, self.players, self.entries = top, players, entries if entries is not None else {}
+    def __init__(self, top: BoardTop) -> None:
+        self.top, self.players = top, 0
+        self.entries: BoardEntries = {}
 
 
 class BoardTable:
