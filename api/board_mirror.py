@@ -103,6 +103,7 @@ class BoardMirror(Polling):
 
     def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int = 100,
                  slice_ops: int = SLICE_OPS, load_chunk: int = LOAD_CHUNK) -> None:
+        super().__init__()
         self.client = client
         self.keys = Keys(boards_namespace(namespace))
         self.poll_s = poll_ms / 1000
@@ -114,7 +115,6 @@ class BoardMirror(Polling):
         self._generation = 0
         self._last_id = "0-0"  # the last stream entry read
         self._tail: int | None = None  # the snapshot id of the last change set read
-        self._changed = asyncio.Event()
         self._chunk = client.register_script(BOARD_CHUNK_LUA)
 
     # -- following Redis -------------------------------------------------------------
@@ -234,8 +234,7 @@ class BoardMirror(Polling):
             started = await pause(started)
 
     def _notify(self) -> None:
-        self._changed.set()
-        self._changed = asyncio.Event()
+        self._announce_change()
 
     # -- what the streams and the top cache watch (as ``api.board_watch.BoardWatch``) -------
     @property
@@ -246,15 +245,6 @@ class BoardMirror(Polling):
         sid = self._buffer.serving.snapshot_id
         return self._generation, None if sid is None else str(sid).encode()
 
-    async def wait_for_change(self, timeout: float) -> bool:
-        """True if the served snapshot changed within ``timeout`` (``asyncio.wait``: see
-        ``SnapshotCache.wait_for_change``)."""
-        waiter = asyncio.ensure_future(self._changed.wait())
-        try:
-            done, _ = await asyncio.wait({waiter}, timeout=timeout)
-        finally:
-            waiter.cancel()
-        return bool(done)
 
     # -- queries (only while ready) ---------------------------------------------------
     def _board(self, game: str, board: str) -> tuple[BoardsCopy, str, BoardIndex]:

@@ -39,12 +39,12 @@ class BoardWatch(Polling):
     name = "board watcher"
 
     def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int) -> None:
+        super().__init__()
         self.client = client
         self.keys = Keys(boards_namespace(namespace))
         self.poll_s = poll_ms / 1000
         self.version: Version | None = None  # None: not read yet, or Redis unreachable
         self._generation = 0
-        self._changed = asyncio.Event()
 
     def start(self) -> None:
         self._start_polling()
@@ -70,18 +70,7 @@ class BoardWatch(Polling):
             return  # the new generation's snapshot id at the next poll
         if (self._generation, sid) != self.version:
             self.version = (self._generation, sid)
-            self._changed.set()
-            self._changed = asyncio.Event()
-
-    async def wait_for_change(self, timeout: float) -> bool:
-        """True if a new snapshot was noticed within ``timeout`` (``asyncio.wait``: see
-        ``SnapshotCache.wait_for_change``)."""
-        waiter = asyncio.ensure_future(self._changed.wait())
-        try:
-            done, _ = await asyncio.wait({waiter}, timeout=timeout)
-        finally:
-            waiter.cancel()
-        return bool(done)
+            self._announce_change()
 
 
 class Watched(Protocol):

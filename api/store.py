@@ -46,8 +46,11 @@ class Polling:
     """
 
     name = "poller"
-    _task: "asyncio.Task[None] | None" = None
-    _stopping = False
+
+    def __init__(self) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self._stopping = False
+        self._changed = asyncio.Event()  # set, and replaced, at each new snapshot
 
     async def _poll(self) -> None:
         raise NotImplementedError
@@ -62,11 +65,30 @@ class Polling:
             self._task.cancel()
             await wait_bounded(self._task, f"the {self.name} did not stop in time")
 
+    def _announce_change(self) -> None:
+        """Wake every :meth:`wait_for_change`: the snapshot served is a new one."""
+        self._changed.set()
+        self._changed = asyncio.Event()
+
+    async def wait_for_change(self, timeout: float) -> bool:
+        """True if a new snapshot arrived within ``timeout``.
+
+        ``asyncio.wait`` rather than ``wait_for``: on Python 3.11 the latter can swallow
+        the cancellation of a stream whose client left or whose server is stopping.
+        """
+        waiter = asyncio.ensure_future(self._changed.wait())
+        try:
+            done, _ = await asyncio.wait({waiter}, timeout=timeout)
+        finally:
+            waiter.cancel()
+        return bool(done)
+
 
 class SnapshotCache(Polling):
     name = "snapshot poller"
 
     def __init__(self, url: str, namespace: str, poll_ms: int = 100) -> None:
+        super().__init__()
         self.keys = Keys(namespace)
         self.client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
         self.poll_s = poll_ms / 1000
@@ -78,7 +100,6 @@ class SnapshotCache(Polling):
         self._generation: str | None = None
         self._current = "0"  # the generation Redis last called current: whose keys the read script gets
         self._changes_at = ""  # id of the last ``changes`` entry applied to ``table``
-        self._changed = asyncio.Event()
         self._read = self.client.register_script(READ_LUA)
 
     async def start(self) -> None:
@@ -153,8 +174,7 @@ class SnapshotCache(Polling):
         changed = self.snapshot is None or sid != self.snapshot["snapshot_id"]
         self.snapshot = snapshot
         if changed:
-            self._changed.set()
-            self._changed = asyncio.Event()
+            self._announce_change()
         return True
 
     def _continues(self, entries: list[tuple[str, dict[bytes, bytes]]], sid: int) -> bool:
@@ -173,19 +193,6 @@ class SnapshotCache(Polling):
         if self.problem != problem:
             log.warning("%s", problem)
         self.fresh, self.problem = False, problem
-
-    async def wait_for_change(self, timeout: float) -> bool:
-        """True if a new snapshot arrived within ``timeout``.
-
-        ``asyncio.wait`` rather than ``wait_for``: on Python 3.11 the latter can swallow
-        the cancellation of a stream whose client left or whose server is stopping.
-        """
-        waiter = asyncio.ensure_future(self._changed.wait())
-        try:
-            done, _ = await asyncio.wait({waiter}, timeout=timeout)
-        finally:
-            waiter.cancel()
-        return bool(done)
 
     def song(self, song_id: str) -> dict[str, Any] | None:
         """One song's count and rank in the cached snapshot; None if it has no listeners."""
