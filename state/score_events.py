@@ -10,18 +10,21 @@ JSON is read by orjson, which is strict (no ``NaN``, no lone surrogate escape, U
 only) but stops at 64-bit integers: it reads a bigger integer as a float, or fails
 on one beyond a double. JSON has no such limit and BOARDS.md says such a number is an
 integer (out of range), so whatever orjson does not take as is, the standard
-library's ``json`` decides, with the RFC 8259 rules it lacks added back.
+library's ``json`` decides, with the RFC 8259 rules it lacks added back
+(:mod:`rankflow.state.json_exact`, shared with the activity flow). Here an integer
+only needs a range check, so a literal longer than 40 digits becomes a sentinel
+beyond every range instead of its exact value: cheap, whatever its length.
 """
 
 from __future__ import annotations
 
 import functools
 import hmac
-import json
 from typing import Any, NamedTuple
 
 import orjson
 
+from rankflow.state import json_exact
 from rankflow.state.events import (
     INVALID_JSON,
     MISSING_FIELD,
@@ -31,6 +34,7 @@ from rankflow.state.events import (
     DeadLetter,
     InvalidEvent,
 )
+from rankflow.state.json_exact import exact_object, json_kind
 from rankflow.state.signatures import Signer, sign
 
 __all__ = [
@@ -85,54 +89,11 @@ ScoreEvent = tuple[str, str, str, int, int, int, int, bytes]
 """A :class:`ScoreResult`'s fields as a plain tuple, in the same order."""
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _parse_int(digits: str) -> int:
     """An integer literal as an int; one too long to matter stays an int, out of range."""
     if len(digits) <= _LONG_DIGITS:
         return int(digits)
     return -_HUGE if digits[0] == "-" else _HUGE
-
-
-def _lone_surrogate(obj: Any) -> bool:
-    """Whether a string or key anywhere in ``obj`` holds a surrogate of no pair."""
-    stack = [obj]
-    while stack:
-        item = stack.pop()
-        if type(item) is str:
-            if not item.isascii():
-                try:
-                    item.encode("utf-8")
-                except UnicodeEncodeError:
-                    return True
-        elif type(item) is dict:
-            stack.extend(item)
-            stack.extend(item.values())
-        elif type(item) is list:
-            stack.extend(item)
-    return False
-
-
-def _loads_exact(raw: bytes, orjson_error: str) -> Any:
-    """Read what orjson refused, or re-read what it rounded: the standard library decides.
-
-    ``json`` keeps integers exact but is laxer than RFC 8259 in three ways, each
-    closed here: it guesses UTF-16/32 from bytes (so the text is decoded as UTF-8
-    first), accepts ``NaN`` and ``Infinity`` (refused by ``parse_constant``) and
-    keeps lone surrogate escapes (looked for afterwards). Nesting deeper than the
-    interpreter allows is refused, as RFC 8259 section 9 lets a parser do.
-    """
-    try:
-        obj = json.loads(raw.decode("utf-8"), parse_constant=_reject_constant, parse_int=_parse_int)
-    except UnicodeDecodeError as exc:
-        raise InvalidEvent(INVALID_JSON, f"not UTF-8: {exc.reason} at byte {exc.start}") from None
-    except (ValueError, RecursionError):
-        raise InvalidEvent(INVALID_JSON, orjson_error) from None
-    if _lone_surrogate(obj):
-        raise InvalidEvent(INVALID_JSON, "a string holds an unpaired surrogate escape")
-    return obj
 
 
 def loads_json(raw: bytes) -> Any:
@@ -144,10 +105,7 @@ def loads_json(raw: bytes) -> Any:
     Traceback (most recent call last):
     rankflow.state.events.InvalidEvent: invalid_json: ...
     """
-    try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        return _loads_exact(raw, str(exc))
+    return json_exact.loads_json(raw, _parse_int)
 
 
 _TYPES = {f: "a string" for f in ID_FIELDS} | {f: "an integer" for f in INT_FIELDS}
@@ -177,29 +135,8 @@ def _signed(key: bytes, sig: Any, game: str, match: str, player: str, points: in
     return hmac.compare_digest(sig.encode("utf-8"), sign(key, game, match, player, points, played_at).encode())
 
 
-def _exact_fields(obj: dict, raw: bytes) -> dict:
-    """Re-read a line where a float stands for an integer: orjson's reading of one beyond 64 bits.
-
-    Rare path only. ``10.0`` stays a float (not an integer); ``18446744073709551616``
-    becomes the int it is, out of range.
-    """
-    try:
-        exact = _loads_exact(raw, "")
-    except InvalidEvent:
-        return obj
-    return exact if type(exact) is dict else obj
-
-
 _SIG_DETAILS = ("sig is missing", "sig must be a string",
                 "sig is not the lowercase hex HMAC-SHA256 of this result under the signing key")
-
-
-def _json_kind(obj: Any) -> str:
-    if obj is None:
-        return "null"
-    if type(obj) is bool:
-        return "a boolean"
-    return {str: "a string", list: "an array"}.get(type(obj), "a number")
 
 
 def validate_score(obj: Any, raw: bytes, key: bytes | None) -> tuple[str, str, str, int, int, int]:
@@ -220,9 +157,9 @@ def validate_score(obj: Any, raw: bytes, key: bytes | None) -> tuple[str, str, s
     rankflow.state.events.InvalidEvent: bad_signature: sig is missing
     """
     if type(obj) is not dict:
-        raise InvalidEvent(NOT_AN_OBJECT, f"expected a JSON object, got {_json_kind(obj)}")
+        raise InvalidEvent(NOT_AN_OBJECT, f"expected a JSON object, got {json_kind(obj)}")
     if raw and any(type(obj.get(f)) is float for f in INT_FIELDS):
-        obj = _exact_fields(obj, raw)
+        obj = exact_object(obj, raw, _parse_int)
     _check_fields(obj)
     game, match, player = obj["game_id"], obj["match_id"], obj["player_id"]
     points, played_at, received_at = obj["points"], obj["played_at"], obj["received_at"]
