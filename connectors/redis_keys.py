@@ -35,6 +35,16 @@ Its generation holds, besides the keys above (without counts and changes):
                                        capped, see ``PUBLISH_BOARDS_LUA``): the API's
                                        in-process mirror follows it (``api.board_mirror``)
 =====================================  ===========================================
+
+The activity flow publishes into ``<ns>:activity`` (:func:`activity_namespace`); its
+generation holds, besides the shared keys (without counts and changes):
+
+=====================================  ===========================================
+``{ns:activity}:g<G>:w:<workspace>``   the workspace's channels with a count in the
+                                       snapshot's window (sorted set, score = count:
+                                       ``ZREVRANGE`` is WINDOWS.md 4's order)
+``{ns:activity}:g<G>:workspaces``      every workspace with a count (set)
+=====================================  ===========================================
 """
 
 from __future__ import annotations
@@ -79,6 +89,19 @@ class Keys:
         g = f"{self.tag}:g{self.generation_no}"
         return f"{g}:b:{game}:{board}", f"{g}:r:{game}:{board}"
 
+    def workspace(self, workspace: str) -> str:
+        """A workspace's channels ranked (activity flow): the key prefix :attr:`workspace_prefix`
+        and the id, which is last, so any characters may follow the prefix."""
+        return self.workspace_prefix + workspace
+
+    @property
+    def workspace_prefix(self) -> str:
+        return f"{self.tag}:g{self.generation_no}:w:"
+
+    @property
+    def workspaces(self) -> str:
+        return f"{self.tag}:g{self.generation_no}:workspaces"
+
     @property
     def aliases(self) -> str:
         return f"{self.tag}:g{self.generation_no}:aliases"
@@ -93,6 +116,11 @@ class Keys:
 
     def generation_keys(self) -> list[str]:
         return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts, self.changes]
+
+
+def activity_namespace(namespace: str) -> str:
+    """Where the activity flow of ``namespace`` publishes."""
+    return f"{namespace}:activity"
 
 
 def boards_namespace(namespace: str) -> str:

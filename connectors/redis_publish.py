@@ -13,6 +13,7 @@ to send it whole when Redis has none.
 
 from __future__ import annotations
 
+import json
 import logging
 import queue
 import threading
@@ -63,6 +64,26 @@ def describe(exc: redis.RedisError) -> str:
     message = str(exc)
     code = exc.status_code
     return f"{code} {message}" if code and not message.startswith(code) else message
+
+
+def dumps_document(obj: Any) -> bytes:
+    """A snapshot document as JSON. orjson refuses integers beyond 64 bits, which the activity
+    flow's event times may be (WINDOWS.md 1: ``ts`` of any size, so its watermark too):
+    those documents, and only those, are written by the standard library, exactly.
+
+    >>> dumps_document({"watermark": 10**30})
+    b'{"watermark":1000000000000000000000000000000}'
+    """
+    try:
+        return orjson.dumps(obj)
+    except TypeError:
+        return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def loads_document(raw: bytes) -> Any:
+    """A snapshot document read exactly (:func:`dumps_document`'s integers beyond 64 bits stay
+    integers; orjson would read them as floats). For the CLI and tests, not hot paths."""
+    return json.loads(raw)
 
 
 class CountTable:
@@ -124,6 +145,9 @@ class ProductState(Protocol):
     def args(self) -> list[Any]:
         """The script's arguments after the positions: ``full`` or ``delta`` first."""
 
+    # Optional: ``prepare(client, keys)``, called before every call, for a state that must
+    # read Redis to name its keys (``redis_activity.ActivityState``).
+
 
 class Publisher:
     """Publishes the snapshots of one run into one generation.
@@ -172,7 +196,7 @@ class Publisher:
 
     def _publish_once(self, snapshot: Any) -> Published:
         obj = snapshot.to_json_obj(int(time.time() * 1000))
-        body = orjson.dumps(obj)
+        body = dumps_document(obj)
         started = time.perf_counter()
         outcome = Published(self._call(snapshot, body))
         if outcome is Published.NO_TABLE:  # send all of it
@@ -186,6 +210,9 @@ class Publisher:
 
     def _call(self, snapshot: Any, body: bytes) -> Any:
         k = self._keys
+        prepare = getattr(self._state, "prepare", None)
+        if prepare is not None:
+            prepare(self._client, k)
         positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
         try:
             return self._script(

@@ -8,11 +8,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import orjson
 import redis
 
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_publish import loads_document
 
 
 def read_latest(client: redis.Redis, namespace: str) -> dict[str, Any] | None:
@@ -22,7 +22,7 @@ def read_latest(client: redis.Redis, namespace: str) -> dict[str, Any] | None:
         generation = current_generation(client, namespace)
         raw = client.get(keys.of_generation(generation).snapshot)
         if raw is not None:
-            return orjson.loads(raw)
+            return loads_document(raw)
         if current_generation(client, namespace) == generation:
             return None
     return None
@@ -30,7 +30,7 @@ def read_latest(client: redis.Redis, namespace: str) -> dict[str, Any] | None:
 
 def read_generation(client: redis.Redis, namespace: str, generation: int) -> dict[str, Any] | None:
     raw = client.get(Keys(namespace, generation).snapshot)
-    return None if raw is None else orjson.loads(raw)
+    return None if raw is None else loads_document(raw)
 
 
 def read_counts(client: redis.Redis, namespace: str) -> dict[str, int]:
@@ -44,4 +44,4 @@ def read_history(client: redis.Redis, namespace: str, generation: int | None = N
     if generation is None:
         generation = current_generation(client, namespace)
     stream = Keys(namespace, generation).stream
-    return [orjson.loads(fields[b"snapshot"]) for _, fields in client.xrange(stream)]
+    return [loads_document(fields[b"snapshot"]) for _, fields in client.xrange(stream)]

@@ -221,6 +221,49 @@ reloads rather than replays it.
 """
 
 
+PUBLISH_ACTIVITY_LUA = PUBLISH_PRELUDE + """
+local changed = tonumber(ARGV[P + 1])
+if ARGV[P] == 'full' then
+  redis.call('DEL', KEYS[8])
+  for k = 9, #KEYS do
+    redis.call('DEL', KEYS[k])
+  end
+end
+local a = P + 2
+for w = 1, changed do
+  local z = KEYS[8 + w]
+  for channel, count in pairs(cjson.decode(ARGV[a + 1])) do
+    if count > 0 then
+      redis.call('ZADD', z, count, channel)
+    else
+      redis.call('ZREM', z, channel)
+    end
+  end
+  if redis.call('EXISTS', z) == 1 then
+    redis.call('SADD', KEYS[8], ARGV[a])
+  else
+    redis.call('SREM', KEYS[8], ARGV[a])
+  end
+  a = a + 2
+end
+return 1
+"""
+"""Stores one snapshot of the activity flow, atomically (see ``redis_activity.ActivityState``).
+
+:data:`PUBLISH_PRELUDE`, then ``KEYS``: 8 the set of workspaces with a count, then
+per changed workspace its sorted set, then (``full`` only) the sorted sets of the
+other workspaces Redis holds. ``ARGV`` after ``ARGV[P]``: the number of changed
+workspaces W, then W pairs (workspace id, its changed channels as one JSON object
+``{channel: count}``; 0 removes the channel).
+
+A workspace's sorted set holds its channels with a positive count, score = count:
+``ZREVRANGE`` then orders them count descending, then channel id descending
+byte-wise (Redis orders equal scores by the member's bytes), which is WINDOWS.md 4,
+and ``ZREVRANK`` is the rank - 1. A ``full`` snapshot (an execution's first: every
+count) first removes every workspace it names or Redis holds.
+"""
+
+
 class Published(IntEnum):
     """The publish scripts' replies (:data:`PUBLISH_PRELUDE`). After ``OLDER``, ``BEHIND``
     and ``NO_TABLE`` the changes are not in Redis: they must go with the next snapshot
@@ -389,6 +432,39 @@ board}`` (the alias names another board now), or ``{'board', snapshot id, player
 answer}``: for ``top`` the first n ``member, score`` pairs; for ``player`` ``{score,
 rank - 1, players with a better score}`` or false; for ``around`` ``{first rank - 1,
 the first item's players with a better score, member, score ...}`` or false."""
+
+ACTIVITY_READ_LUA = """
+local g = redis.call('GET', KEYS[1]) or '0'
+if g ~= ARGV[1] then
+  return {'moved', g}
+end
+local sid = redis.call('GET', KEYS[2])
+if not sid then
+  return {'none'}
+end
+local doc = false
+if sid ~= ARGV[2] then
+  doc = redis.call('GET', KEYS[3])
+end
+if ARGV[3] == 'top' then
+  return {'snapshot', sid, doc, redis.call('ZREVRANGE', KEYS[4], 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')}
+end
+if ARGV[3] == 'channel' then
+  local count = redis.call('ZSCORE', KEYS[4], ARGV[5])
+  if not count then
+    return {'snapshot', sid, doc, false}
+  end
+  return {'snapshot', sid, doc, {count, redis.call('ZREVRANK', KEYS[4], ARGV[5])}}
+end
+return {'snapshot', sid, doc}
+"""
+"""One activity query, atomically. ``KEYS``: the generation pointer, then of generation G:
+snapshot_id, snapshot, and the workspace's sorted set (any key for ``global``).
+``ARGV``: G, the snapshot id whose document the reader holds ('' for none), the
+query (``top``, ``channel``, ``global``), k, the channel. Replies ``{'moved',
+current}``, ``{'none'}`` (nothing published yet) or ``{'snapshot', id, document or
+false (the reader holds it), answer}``: for ``top`` the first k ``channel, count``
+pairs, for ``channel`` ``{count, rank - 1}`` or false."""
 
 BOARD_CHUNK_LUA = """
 local start = 0

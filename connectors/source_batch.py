@@ -59,7 +59,7 @@ class SourceBatch:
     each song partition was.
     """
 
-    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "read_at")
+    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "read_at", "quiet_s")
 
     def __init__(
         self,
@@ -76,6 +76,7 @@ class SourceBatch:
         self.record_offsets = record_offsets
         self.epoch = 0
         self.read_at = time.time()
+        self.quiet_s = 0.0  # how long the partition has had no records (set by BarrierPartition; 0 with records)
 
     def offsets(self) -> range | list[int]:
         """Offset of each record: contiguous unless the source gave them (Kafka gaps)."""
@@ -104,6 +105,7 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
         self._epoch_open = True  # the first call of an execution opens an epoch
         self._idle = False
         self._ended = False
+        self._last_records = time.monotonic()  # when this partition last had records (WINDOWS.md 2: idle time)
 
     @abstractmethod
     def read(self) -> SourceBatch | None:
@@ -142,6 +144,11 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
         if batch is None:
             return []
         self._epoch_open = False
+        now = time.monotonic()
+        if batch.records:
+            self._last_records = now
+        else:
+            batch.quiet_s = now - self._last_records
         return [batch]
 
     def next_awake(self) -> datetime | None:

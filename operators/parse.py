@@ -47,15 +47,17 @@ flow's validation (``state.events.parse_records`` for playback events,
 class ParsedBatch:
     """A source batch split into valid events and dead letters."""
 
-    __slots__ = ("epoch", "partition", "end", "read_at", "events", "dead_letters")
+    __slots__ = ("epoch", "partition", "start", "end", "read_at", "quiet_s", "events", "dead_letters")
 
     def __init__(self, batch: SourceBatch, parse: Parser = parse_records) -> None:
         if not batch.epoch:
             raise RuntimeError(f"{batch!r} reached the parser without its epoch: stamp_epoch must run first")
         self.epoch = batch.epoch
         self.partition = batch.partition
+        self.start = batch.start
         self.end = batch.end
         self.read_at = batch.read_at
+        self.quiet_s = batch.quiet_s
         self.events, self.dead_letters = parse(batch.records, batch.offsets(), batch.partition, batch.epoch)
         METRICS.input_records[batch.partition] += len(batch.records)
         for _, dead in self.dead_letters:

@@ -26,7 +26,7 @@ from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.execution import stop_signal, tune_gc
 from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_USER_SHARDS, FLOWS,
                               SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError, default_redis_url, redacted)
-from rankflow import cli_boards
+from rankflow import cli_activity, cli_boards
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
 from rankflow.generate import generate
@@ -63,7 +63,8 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
     p.add_argument("--dead-letter", default=dead_letter, metavar="URI",
                    help="where invalid events go: jsonl:PATH or kafka:HOST:PORT/TOPIC (default: %(default)s)")
     p.add_argument("--flow", choices=FLOWS, default="listeners",
-                   help="listeners: songs by current listeners; boards: game score boards (default: %(default)s)")
+                   help="listeners: songs by current listeners; boards: game score boards; activity: most active "
+                        "channels in a sliding window (default: %(default)s)")
     p.add_argument("--signing-key", metavar="HEX",
                    help=f"boards: the match servers' HMAC-SHA256 key; results must carry a valid sig "
                         f"(default: ${SIGNING_KEY_ENV}; without either, signatures are not checked)")
@@ -85,6 +86,15 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
                         "counters; 0 never splits (default: %(default)s)")
     p.add_argument("--hot-salts", type=_positive, default=4, metavar="S",
                    help="partial counters per split song (default: %(default)s)")
+    p.add_argument("--bucket-seconds", type=_positive, default=60, metavar="S",
+                   help="activity: the width of a time bucket (default: %(default)s)")
+    p.add_argument("--window-buckets", type=_positive, default=60, metavar="N",
+                   help="activity: buckets in the window (default: %(default)s: one hour of 60 s buckets)")
+    p.add_argument("--count", choices=("messages", "users"), default="messages",
+                   help="activity: count messages, or distinct users per channel (default: %(default)s)")
+    p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
+                   help="activity, live runs: an input partition with nothing to read this long stops holding "
+                        "the watermark back until its next event (default: %(default)s)")
     p.add_argument("--split-songs", type=lambda text: [s for s in text.split(",") if s], default=[],
                    metavar="SONG,...", help="split these songs into partial counters at their first change, "
                                             "whatever their rate (songs known to be hot)")
@@ -116,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="scores: every chaos rate times SCALE (default: %(default)s)")
     g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field)")
 
-    r = sub.add_parser("run", help="run a flow (--flow listeners or boards) and publish its snapshots to Redis")
+    r = sub.add_parser("run", help="run a flow (--flow listeners, boards or activity) and publish its snapshots to Redis")
     _add_flow_options(r, DEFAULT_DEAD_LETTER)
     r.add_argument("--until-eof", action="store_true",
                    help="stop at the end of the input seen at start-up (default: keep following it)")
@@ -222,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help="throughput, freshness, memory, reads, big (default: all but big)")
 
     cli_boards.add_parser(sub, _add_redis)
+    cli_activity.add_parser(sub, _add_redis)
 
     t = sub.add_parser("top", help="print the latest published ranking")
     t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
@@ -281,6 +292,8 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
         hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
         split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
+        bucket_seconds=args.bucket_seconds, window_buckets=args.window_buckets, count=args.count,
+        idle_timeout_s=args.idle_timeout,
     )
 
 
@@ -296,6 +309,10 @@ def signing_key(option: str | None, environ: Mapping[str, str]) -> bytes | None:
 
 
 def _summary(final: dict[str, Any], took: float, dead_letter: str) -> str:
+    if "watermark" in final:  # the activity flow
+        return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {final['active_pairs']} active channels, watermark "
+                f"{final['watermark']}, {final['dead_letters']} dead letters -> {dead_letter}; "
+                f"positions {final['positions']}")
     if "total_listeners" not in final:  # the boards flow
         return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {final['dead_letters']} dead letters -> "
                 f"{dead_letter}; positions {final['positions']}")
@@ -471,7 +488,7 @@ def print_table(view: dict[str, Any]) -> None:
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
             "serve": cmd_serve, "bench": cmd_bench, "bench-sweep": cmd_bench_sweep,
             "bench-boards": cmd_bench_boards,
-            "top": cmd_top, "boards": cli_boards.cmd_boards}
+            "top": cmd_top, "boards": cli_boards.cmd_boards, "activity": cli_activity.cmd_activity}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -13,14 +13,15 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
 from rankflow.connectors.jsonl import CHUNK_BYTES
-from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys, boards_namespace
+from rankflow.connectors.redis_keys import (DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys, activity_namespace,
+                                            boards_namespace)
 
 DEFAULT_DEAD_LETTER = "jsonl:dead-letters.jsonl"
 DEFAULT_REBUILD_DEAD_LETTER = "jsonl:rebuild-dead-letters.jsonl"
 """A rebuild writes its own file: it starts its dead letters over, and must not
 truncate the ones a live run is appending to."""
 DEFAULT_USER_SHARDS = 16
-FLOWS = ("listeners", "boards")
+FLOWS = ("listeners", "boards", "activity")
 DEFAULT_K_MAX = 100
 BOARDS_K_MAX = 10
 SIGNING_KEY_ENV = "RANKFLOW_SIGNING_KEY"
@@ -80,20 +81,29 @@ class RunOptions:
     run_id: str | None = None  # shared by the processes of one run (see join_run)
     metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
     metrics_host: str = "127.0.0.1"  # the address the metrics listen on
+    bucket_seconds: int = 60  # activity: the width of a bucket (WINDOWS.md 2)
+    window_buckets: int = 60  # activity: buckets in the window
+    count: str = "messages"  # activity: messages, or distinct users per channel
+    idle_timeout_s: float = 5.0  # activity, live runs: a partition quiet this long stops holding the watermark
 
     @property
     def top_k(self) -> int:
-        """K_max: the songs a listener snapshot ranks (100 unless ``--k-max``), or the entries
+        """K_max: the songs a listener snapshot ranks and the activity flow's largest K (100 unless
+        ``--k-max``, WINDOWS.md 4), or the entries
         of each changed board a boards snapshot lists (10: the live top 10; the whole boards
         are in Redis, and a longer list costs every partition and the merger at every barrier)."""
         if self.k_max is not None:
             return self.k_max
-        return DEFAULT_K_MAX if self.flow == "listeners" else BOARDS_K_MAX
+        return BOARDS_K_MAX if self.flow == "boards" else DEFAULT_K_MAX
 
     @property
     def redis_namespace(self) -> str:
-        """Where this flow publishes: the boards flow beside the listener flow, never in its keys."""
-        return self.namespace if self.flow == "listeners" else boards_namespace(self.namespace)
+        """Where this flow publishes: the boards and activity flows beside the listener flow, never in its keys."""
+        if self.flow == "boards":
+            return boards_namespace(self.namespace)
+        if self.flow == "activity":
+            return activity_namespace(self.namespace)
+        return self.namespace
 
     def check(self) -> None:
         if self.flow not in FLOWS:
@@ -105,6 +115,13 @@ class RunOptions:
                            ("hot_salts", "hot-salts")):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{flag} must be >= 1")
+        for name, flag in (("bucket_seconds", "bucket-seconds"), ("window_buckets", "window-buckets")):
+            if getattr(self, name) < 1:
+                raise UsageError(f"--{flag} must be >= 1")
+        if self.count not in ("messages", "users"):
+            raise UsageError(f"--count must be messages or users, got {self.count!r}")
+        if self.idle_timeout_s <= 0:
+            raise UsageError("--idle-timeout must be > 0 seconds")
         if self.hot_threshold < 0:
             raise UsageError("--hot-threshold must be >= 0")
         if self.processes < 1:

@@ -28,11 +28,13 @@ from bytewax.inputs import Source
 
 from rankflow.connectors.redis_generations import join_run
 from rankflow.connectors.redis_keys import Keys, connect
+from rankflow.connectors.redis_activity import ActivityState
 from rankflow.connectors.redis_boards import BoardsState
 from rankflow.connectors.redis_publish import RedisSnapshotSink
 from rankflow.connectors.redis_read import read_latest
 from rankflow.endpoints import make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
+from rankflow.flows.activity import build_flow as build_activity_flow
 from rankflow.flows.boards import build_flow as build_boards_flow
 from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
@@ -61,6 +63,8 @@ def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, so
     ``fresh``: it starts its input over (no recovery state to resume from)."""
     if opts.flow == "boards":
         return boards_flow(opts, token, generation, live, source, fresh, republish)
+    if opts.flow == "activity":
+        return activity_flow(opts, token, generation, live, source)
     return listener_flow(opts, token, generation, live, source)
 
 
@@ -93,6 +97,22 @@ def boards_flow(opts: RunOptions, token: int, generation: int, live: bool, sourc
         recoverable=opts.recovery_dir is not None,
         user_changelog=user_changelog(opts.recovery_dir),
         republish=republish,
+    )
+
+
+def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
+    return build_activity_flow(
+        source,
+        make_dead_letter_sink(opts.dead_letter),
+        RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, state=ActivityState),
+        partitions=opts.song_partitions,
+        k_max=opts.top_k,
+        run_token=token,
+        bucket_ms=opts.bucket_seconds * 1000,
+        window_buckets=opts.window_buckets,
+        mode=opts.count,
+        idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
+        recoverable=opts.recovery_dir is not None,
     )
 
 

@@ -29,7 +29,10 @@ from rankflow.connectors.redis_generations import (
 )
 from rankflow.connectors.board_read import BoardReader
 from rankflow.connectors.redis_boards import BoardsState, RedisLostBoards
-from rankflow.connectors.redis_keys import Keys, boards_namespace
+from rankflow.connectors.activity_read import ActivityReader
+from rankflow.connectors.redis_activity import ActivityState, RedisLostActivity
+from rankflow.connectors.redis_keys import Keys, activity_namespace, boards_namespace
+from rankflow.state.activity_snapshot import ActivitySnapshot
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.state.board_snapshot import BoardsSnapshot
 from rankflow.connectors.redis_read import read_counts
@@ -125,6 +128,7 @@ def test_every_script_touches_only_keys_it_declares(undeclared, monkeypatch, red
         loop.run_until_complete(cache.client.aclose())
         loop.close()
     boards_publish_and_read(redis_client, redis_url, namespace)
+    activity_publish_and_read(redis_client, redis_url, namespace)
     assert sent == set(SCRIPTS.values()), "every script ran through the check"
     outside = log()
     assert not outside, "keys touched outside KEYS:\n" + "\n".join(outside)
@@ -186,3 +190,38 @@ def boards_publish_and_read(client: redis.Redis, url: str, namespace: str) -> No
     switch_generation(client, ns, generation, rebuild)
     assert reader.top("g", "best", 5)["items"][0]["player_id"] == "z"
     assert not client.exists(*Keys(ns, generation).board("g", "all")), "the old generation's boards are gone"
+
+
+def activity_snap(run: int, epoch: int, changed: dict[str, dict[str, int]], full: bool = False) -> ActivitySnapshot:
+    return ActivitySnapshot(snapshot_id(run, epoch), run, epoch, {"f": epoch}, 0, {}, 100, 600_000 + epoch,
+                            60_000, 60, "messages", [], 0, changed, full, {}, [])
+
+
+def activity_publish_and_read(client: redis.Redis, url: str, namespace: str) -> None:
+    """The activity flow's scripts: a full publish, changes, Redis losing its data, a resumed
+    run's full publish replacing workspaces it no longer has, every query."""
+    ns = activity_namespace(namespace)
+    token, generation = join_run(client, ns, uuid.uuid4().hex, fresh=True)
+
+    pub = Publisher(url, ns, token, generation, state=ActivityState())
+    try:
+        assert pub.publish(activity_snap(token, 1, {"A": {"x": 2, "y": 1}, "B": {"z": 1}}, full=True)) == 1
+        assert pub.publish(activity_snap(token, 2, {"A": {"y": 0, "w": 5}, "B": {"z": 0}})) == 1
+        client.delete(Keys(ns, generation).snapshot_id)  # Redis "lost" the snapshot
+        with pytest.raises(RedisLostActivity):
+            pub.publish(activity_snap(token, 3, {"A": {"x": 3}}))
+    finally:
+        pub.close()
+    client.sadd(Keys(ns, generation).workspaces, "C")
+    client.zadd(Keys(ns, generation).workspace("C"), {"old": 7})
+    again = Publisher(url, ns, token, generation, state=ActivityState())  # a resumed run: its first snapshot is full
+    try:
+        assert again.publish(activity_snap(token, 4, {"A": {"x": 3}}, full=True)) == 1
+    finally:
+        again.close()
+    reader = ActivityReader(client, namespace)
+    assert reader.top("A", 5)["items"] == [{"rank": 1, "channel_id": "x", "count": 3}]
+    assert reader.top("C", 5)["items"] == [], "a workspace the full snapshot does not name is gone"
+    assert reader.channel("A", "x")["rank"] == 1
+    assert reader.global_top(5)["snapshot_id"] == snapshot_id(token, 4)
+    assert {m.decode() for m in client.smembers(Keys(ns, generation).workspaces)} == {"A"}

@@ -1,0 +1,99 @@
+"""Most active channels over a sliding window (WINDOWS.md): the whole dataflow in one place.
+
+===================  ================  ==============================================
+step                 keyed by          what it does
+===================  ================  ==============================================
+input                (source part.)    one ``SourceBatch`` per batch of raw records
+stamp_epoch                            the batch learns its epoch: its barrier
+parse                                  checks 1-3 of WINDOWS.md 1 once per record
+window_events        counter part.     a batch's events per partition of
+                                       workspaces, each with its partition's running
+                                       greatest ``ts``; every partition gets the
+                                       batch's mark (its greatest ``ts``, idleness)
+window_counters      counter part.     the watermark from every mark; each event
+                                       judged (check 4, ``expired``) and counted in
+                                       its bucket; buckets join and leave the window
+                                       as the watermark moves; an ordered index of
+                                       the pairs; a report per closed epoch
+merger               ``"merger"``      P reports of an epoch -> the watermark, the
+                                       global top, the changed workspaces, positions
+publish                                one atomic Redis script per snapshot: each
+                                       changed workspace's sorted set
+dead_letter_output                     shape errors, and ``expired`` events
+===================  ================  ==============================================
+
+The listener flow's engine, with other rules: the same parse step, counter stage,
+merger and publisher (``flows/listeners.py`` explains the barriers). There is no
+per-key stage before the counters: a message is counted where its workspace lives.
+The counters judge an epoch's events when it closes, once every source batch's mark
+is in: with one input partition each event meets exactly the watermark of the log
+before it (WINDOWS.md 2), and with several a watermark between the last barrier's and
+this one's.
+"""
+
+from __future__ import annotations
+
+from functools import partial
+
+import bytewax.operators as op
+from bytewax.dataflow import Dataflow
+from bytewax.inputs import Source
+from bytewax.outputs import Sink
+
+from rankflow.operators.counter import CounterLogic
+from rankflow.operators.merger import MERGER_KEY, MergerLogic
+from rankflow.operators.parse import ParsedBatch, stamp_epoch
+from rankflow.operators.window_counter import WindowTable, expired_dead_letters, route_messages
+from rankflow.operators.window_ranking import ActivityRanking
+from rankflow.state.message_events import parse_message_records
+from rankflow.state.window_rules import MODES
+
+
+def build_flow(
+    source: Source,
+    dead_letter_sink: Sink,
+    snapshot_sink: Sink,
+    *,
+    partitions: int,
+    k_max: int,
+    run_token: int,
+    bucket_ms: int = 60_000,
+    window_buckets: int = 60,
+    mode: str = "messages",
+    idle_after_s: float | None = None,
+    recoverable: bool = False,
+    flow_id: str = "activity",
+) -> Dataflow:
+    """The activity dataflow; see the module docstring for its shape.
+
+    ``idle_after_s``: a live run leaves an input partition out of the watermark once it
+    has had no records this long (WINDOWS.md 2); None (``--until-eof``) never does.
+    """
+    if partitions < 1 or k_max < 1 or bucket_ms < 1 or window_buckets < 1:
+        raise ValueError("partitions, k_max, bucket_ms and window_buckets must be >= 1")
+    if mode not in MODES:
+        raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    flow = Dataflow(flow_id)
+    batches = op.input("input", flow, source)
+    stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
+    parsed = op.map("parse", stamped, partial(ParsedBatch, parse=parse_message_records))
+
+    routed = op.flat_map("window_events", parsed, partial(route_messages, partitions=partitions,
+                                                          quiet_after_s=idle_after_s))
+    reports = op.stateful_batch("window_counters", routed, CounterLogic.builder(
+        lambda stored: WindowTable(bucket_ms, window_buckets, mode, k_max, stored), recoverable))
+
+    dead_letters = op.flat_map("shape_dead_letters", parsed, ParsedBatch.keyed_dead_letters)
+    merger_in = op.merge(
+        "merger_input",
+        op.map("partition_reports", reports, lambda kv: (MERGER_KEY, kv)),
+        op.map("positions", parsed, ParsedBatch.position_report),
+        op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
+    )
+    snapshots = op.stateful_batch("merger", merger_in, MergerLogic.builder(
+        partitions, lambda stored: ActivityRanking(k_max, bucket_ms, window_buckets, mode, stored), run_token))
+    op.output("publish", snapshots, snapshot_sink)
+    op.output("dead_letter_output", op.merge("dead_letters", dead_letters,
+                                             op.flat_map("expired", reports, expired_dead_letters)),
+              dead_letter_sink)
+    return flow

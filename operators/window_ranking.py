@@ -1,0 +1,63 @@
+"""The activity flow's combiner: one watermark, the global top, the changed workspaces.
+
+The merger (``operators.merger``) completes an epoch when every counter partition
+reported it; this combiner then
+
+* checks that the partitions agree on the watermark (they compute it from the same
+  marks, so a disagreement is a bug: logged and carried in ``errors``);
+* merges the partitions' local global tops into the global top ``K_max``: a
+  workspace lives in one partition, and a pair missing from its partition's local
+  list has ``K_max`` pairs ahead of it there, so the P lists hold the global top;
+* passes on the changed workspaces' counts, which the publisher writes into their
+  sorted sets in Redis together with the snapshot;
+* adds the ``expired`` dead letters, which the counters find, to the cut's counts.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from rankflow.operators.merger import Cut, lag_ms
+from rankflow.operators.window_counter import WindowReport
+from rankflow.state.activity_snapshot import ActivitySnapshot
+from rankflow.state.snapshot import merge_local_tops
+from rankflow.state.window_rules import EXPIRED
+
+log = logging.getLogger("rankflow.activity")
+
+
+class ActivityRanking:
+    """The running count of expired events; everything else comes with each epoch's reports."""
+
+    def __init__(self, k_max: int, bucket_ms: int, n: int, mode: str, resume: dict[str, Any] | None = None) -> None:
+        self.k_max, self.bucket_ms, self.n, self.mode = k_max, bucket_ms, n, mode
+        self.expired = (resume or {}).get("expired", 0)
+
+    def combine(self, cut: Cut, reports: dict[str, WindowReport]) -> ActivitySnapshot:
+        errors: list[str] = []
+        marks = {r.watermark for r in reports.values()}
+        if len(marks) > 1:
+            errors.append(f"partitions disagree on the watermark: {sorted(marks, key=str)}")
+        watermark = max((m for m in marks if m is not None), default=None)
+        full = all(r.full for r in reports.values())
+        changed: dict[str, dict[str, int]] = {}
+        for r in reports.values():  # a workspace lives in one partition: the dicts are disjoint
+            changed.update(r.changed)
+        self.expired += sum(len(r.expired) for r in reports.values())
+        counts = dict(cut.counts)
+        if self.expired:
+            counts[f"dead_letters.{EXPIRED}"] = self.expired
+        for e in errors:
+            log.error("epoch %s: %s", cut.epoch, e)
+        return ActivitySnapshot(
+            snapshot_id=cut.snapshot_id, run=cut.run, epoch=cut.epoch, positions=cut.positions,
+            dead_letters=cut.dead_letters + self.expired, counts=counts, k_max=self.k_max,
+            watermark=watermark, bucket_ms=self.bucket_ms, window_buckets=self.n, mode=self.mode,
+            items=merge_local_tops((r.top for r in reports.values()), self.k_max),
+            active_pairs=sum(r.pairs for r in reports.values()), changed=changed, full=full,
+            partition_lag_ms=lag_ms(cut, reports), errors=errors,
+        )
+
+    def state(self) -> dict[str, Any]:
+        return {"expired": self.expired}

@@ -1,0 +1,81 @@
+"""``rankflow activity top|channel``: reading the activity rankings from the command line.
+
+Each answer is one JSON object with ``--json`` (WINDOWS.md 6), or a table. Exit
+status: 0 an answer, 1 nothing published yet or the channel has no count in the
+window (the message says which), 2 bad usage (``--k`` outside 1..K_max: never clamped).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any, Callable
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from rankflow.connectors.activity_read import ActivityQueryError, ActivityReader
+from rankflow.connectors.redis_keys import connect
+from rankflow.options import UsageError
+
+
+def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -> None:
+    activity = sub.add_parser("activity", help="read the activity rankings (a workspace's top, the global top, "
+                                               "one channel)")
+    queries = activity.add_subparsers(dest="query", required=True)
+    top = queries.add_parser("top", help="a workspace's (or, with --global, every workspace's) most active channels")
+    where = top.add_mutually_exclusive_group(required=True)
+    where.add_argument("--workspace", metavar="WS")
+    where.add_argument("--global", dest="everywhere", action="store_true", help="across workspaces")
+    top.add_argument("--k", type=int, default=10, help="1..K_max (default %(default)s)")
+    channel = queries.add_parser("channel", help="one channel's count and rank in its workspace")
+    channel.add_argument("--workspace", required=True, metavar="WS")
+    channel.add_argument("--channel", required=True, metavar="CH")
+    for p in (top, channel):
+        p.add_argument("--json", action="store_true", help="print one JSON object")
+        add_redis(p)
+
+
+def cmd_activity(args: argparse.Namespace) -> int:
+    client = connect(args.redis)
+    try:
+        reader = ActivityReader(client, args.namespace)
+        if args.query == "channel":
+            answer = reader.channel(args.workspace, args.channel)
+        elif args.everywhere:
+            answer = reader.global_top(args.k)
+        else:
+            answer = reader.top(args.workspace, args.k)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except ActivityQueryError as exc:
+        print(f"rankflow: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    if args.json:
+        sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
+    else:
+        print_answer(answer)
+    return 0
+
+
+def print_answer(answer: dict[str, Any]) -> None:
+    console = Console()
+    if "items" not in answer:
+        console.print(f"{answer['channel_id']} in {answer['workspace_id']}: {answer['count']:,}, rank "
+                      f"{answer['rank']:,}", highlight=False)
+    else:
+        table = Table(title=answer.get("workspace_id", "all workspaces"))
+        columns = ["rank", *(["workspace_id"] if "workspace_id" not in answer else []), "channel_id", "count"]
+        for column in columns:
+            table.add_column(column, justify="right" if column in ("rank", "count") else "left")
+        for item in answer["items"]:
+            count = item.get("count", f"{item.get('count_low')}..{item.get('count_high')}")
+            table.add_row(*(f"{item[c]:,}" if c == "rank" else str(count) if c == "count" else item[c]
+                            for c in columns))
+        console.print(table)
+        console.print(f"window [{answer['window_start']}, {answer['window_end']}) ms, watermark "
+                      f"{answer['watermark']}", highlight=False)
+    console.print(f"snapshot {answer['snapshot_id']}", highlight=False)

@@ -1,0 +1,63 @@
+"""A published state of the activity rankings: what one barrier of the activity flow names.
+
+The snapshot document (JSON, in Redis and in the snapshots stream) says which input
+it includes (positions), the watermark and window its counts are over (WINDOWS.md 6),
+and the global top ``K_max``. Each workspace's whole ranking is a sorted set in Redis,
+written by the same atomic script from :attr:`ActivitySnapshot.changed`, so a
+workspace's top and a channel's rank come from the snapshot the document names.
+"""
+
+from __future__ import annotations
+
+from typing import Any, NamedTuple
+
+from rankflow.state.window_rules import window_bounds
+
+
+class ActivitySnapshot(NamedTuple):
+    """One consistent cut of the message log, ready to publish."""
+
+    snapshot_id: int
+    run: int
+    epoch: int
+    positions: dict[str, int]
+    dead_letters: int
+    counts: dict[str, int]  # running totals: "dead_letters.<reason>"
+    k_max: int
+    watermark: int | None
+    bucket_ms: int
+    window_buckets: int
+    mode: str
+    items: list[tuple[tuple[str, str], int]]  # the global top K_max: ((workspace, channel), count)
+    active_pairs: int
+    changed: dict[str, dict[str, int]]
+    """To Redis: per workspace whose ranking changed, its channels' counts now (0: gone)."""
+    full: bool  # ``changed`` is every count: Redis's rankings are replaced
+    partition_lag_ms: dict[str, int]
+    errors: list[str]
+
+    def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
+        start, end = window_bounds(self.watermark, self.bucket_ms, self.window_buckets)
+        return {
+            "snapshot_id": self.snapshot_id,
+            "run": self.run,
+            "epoch": self.epoch,
+            "positions": self.positions,
+            "published_at": published_at_ms,
+            "watermark": self.watermark,
+            "window_start": start,
+            "window_end": end,
+            "bucket_ms": self.bucket_ms,
+            "window_buckets": self.window_buckets,
+            "count": self.mode,
+            "dead_letters": self.dead_letters,
+            "dead_letters_by_reason": {name.split(".", 1)[1]: n for name, n in sorted(self.counts.items())
+                                       if name.startswith("dead_letters.")},
+            "k_max": self.k_max,
+            "active_pairs": self.active_pairs,
+            "global": [{"rank": i, "workspace_id": ws, "channel_id": ch, "count": n}
+                       for i, ((ws, ch), n) in enumerate(self.items, start=1)],
+            "changed_workspaces": sorted(self.changed),
+            "partition_lag_ms": self.partition_lag_ms,
+            "errors": self.errors,
+        }

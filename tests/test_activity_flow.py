@@ -1,0 +1,187 @@
+"""The activity flow end to end on a JSON Lines log: WINDOWS.md's worked example, random logs
+against the model, dead letters, and the readers (CLI and ``connectors.activity_read``)."""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+import redis
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from rankflow.cli import main
+from rankflow.connectors.activity_read import ActivityReader, NoCount, NoSnapshot
+from rankflow.connectors.redis_read import read_history, read_latest
+from rankflow.connectors.source_batch import STOP
+from rankflow.connectors.redis_keys import activity_namespace
+from rankflow.options import RunOptions
+from rankflow.runner import run
+from tests.window_model import global_ranking, run_model, workspace_ranking
+
+EXAMPLE = [("x", "u1", 600_000), ("y", "u2", 610_000), ("x", "u1", 650_000), ("y", "u3", 700_000),
+           ("x", "u1", 590_000), ("x", "u4", 820_000), ("y", "u2", 650_000), ("x", "u4", 830_000)]
+
+
+def line(ws: str, ch: str, user: str, ts: Any) -> bytes:
+    return orjson.dumps({"workspace_id": ws, "channel_id": ch, "user_id": user, "ts": ts})
+
+
+def run_activity(redis_url: str, tmp: Path, lines: list[bytes], **options: Any) -> dict[str, Any]:
+    path = tmp / f"messages-{uuid.uuid4().hex[:6]}.jsonl"
+    path.write_bytes(b"".join(x + b"\n" for x in lines))
+    dead = tmp / f"dead-{uuid.uuid4().hex[:6]}.jsonl"
+    namespace = options.pop("namespace", f"a-{uuid.uuid4().hex[:10]}")
+    final = run(RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
+                           dead_letter=f"jsonl:{dead}", flow="activity", **options))
+    assert final is not None
+    return {"final": final, "namespace": namespace, "path": str(path),
+            "dead": [orjson.loads(x) for x in dead.read_bytes().splitlines()] if dead.exists() else []}
+
+
+@pytest.mark.parametrize("count,expected", [("messages", [("x", 2), ("y", 1)]), ("users", [("y", 1), ("x", 1)])])
+def test_the_worked_example(redis_url, redis_client, tmp_path, count, expected):
+    out = run_activity(redis_url, tmp_path, [line("A", *e) for e in EXAMPLE], bucket_seconds=60,
+                       window_buckets=3, count=count, song_partitions=2)
+    final = out["final"]
+    assert (final["window_start"], final["window_end"], final["watermark"]) == (660_000, 840_000, 830_000)
+    assert [(d["reason"], d["position"]["offset"]) for d in out["dead"]] == [("expired", 6)]
+    assert final["dead_letters"] == 1 and final["dead_letters_by_reason"] == {"expired": 1}
+    reader = ActivityReader(redis_client, out["namespace"])
+    top = reader.top("A", 10)
+    assert top["snapshot_id"] == final["snapshot_id"]
+    assert [(i["channel_id"], i["count"]) for i in top["items"]] == expected
+    assert [i["rank"] for i in top["items"]] == [1, 2]
+    assert (top["window_start"], top["window_end"], top["watermark"]) == (660_000, 840_000, 830_000)
+    first, second = expected
+    assert reader.channel("A", first[0]) == {"snapshot_id": final["snapshot_id"], "workspace_id": "A",
+                                             "channel_id": first[0], "count": first[1], "rank": 1}
+    assert reader.channel("A", second[0])["rank"] == 2
+    with pytest.raises(NoCount):
+        reader.channel("A", "nope")
+    glob = reader.global_top(10)
+    assert [(i["workspace_id"], i["channel_id"], i["count"]) for i in glob["items"]] == [
+        ("A", ch, n) for ch, n in expected]
+
+
+def test_cli_reads_and_exit_statuses(redis_url, tmp_path, capsysbinary):
+    out = run_activity(redis_url, tmp_path, [line("A", *e) for e in EXAMPLE], bucket_seconds=60, window_buckets=3)
+    ns = ["--redis", redis_url, "--namespace", out["namespace"]]
+    capsysbinary.readouterr()
+    assert main(["activity", "top", "--workspace", "A", "--k", "1", "--json", *ns]) == 0
+    got = orjson.loads(capsysbinary.readouterr().out)
+    assert got == {"snapshot_id": out["final"]["snapshot_id"], "workspace_id": "A", "window_start": 660_000,
+                   "window_end": 840_000, "watermark": 830_000, "items": [{"rank": 1, "channel_id": "x", "count": 2}]}
+    assert main(["activity", "top", "--global", "--k", "5", "--json", *ns]) == 0
+    got = orjson.loads(capsysbinary.readouterr().out)
+    assert "workspace_id" not in got and got["items"][0] == {"rank": 1, "workspace_id": "A", "channel_id": "x",
+                                                             "count": 2}
+    assert main(["activity", "top", "--workspace", "nobody", "--json", *ns]) == 0
+    assert orjson.loads(capsysbinary.readouterr().out)["items"] == []
+    assert main(["activity", "channel", "--workspace", "A", "--channel", "y", "--json", *ns]) == 0
+    assert orjson.loads(capsysbinary.readouterr().out)["rank"] == 2
+    assert main(["activity", "channel", "--workspace", "A", "--channel", "zz", *ns]) == 1
+    for k in ("0", "101", "-3"):
+        assert main(["activity", "top", "--workspace", "A", "--k", k, *ns]) == 2
+        assert main(["activity", "top", "--global", "--k", k, *ns]) == 2
+    assert main(["activity", "top", "--global", *["--redis", redis_url, "--namespace", "never-" + uuid.uuid4().hex]]) == 1
+    main(["activity", "top", "--workspace", "A", *ns])  # the table form prints
+    assert b"snapshot" in capsysbinary.readouterr().out
+
+
+def test_invalid_lines_are_dead_letters_with_reasons(redis_url, tmp_path):
+    lines = [b"", b"{", b"[1]", b'{"workspace_id": "A"}', line("A", "x", "u", True), line("A", "", "u", 5),
+             line("A", "x", "u", -1), line("A", "x", "u", 100),
+             b'{"workspace_id": "A", "channel_id": "x", "user_id": "u", "ts": 1000000000000000000000000000000}']
+    out = run_activity(redis_url, tmp_path, lines)
+    reasons = {d["position"]["offset"]: d["reason"] for d in out["dead"]}
+    assert reasons == {0: "invalid_json", 1: "invalid_json", 2: "not_an_object", 3: "missing_field",
+                       4: "wrong_type", 5: "out_of_range", 6: "out_of_range"}
+    assert out["final"]["watermark"] == 10**30 and out["final"]["active_pairs"] == 1  # the huge ts counts alone
+    assert all(d["raw"] is not None and d["detail"] for d in out["dead"])
+
+
+def follow_in_chunks(redis_url: str, tmp: Path, lines: list[bytes], chunk: int, **options: Any) -> dict[str, Any]:
+    """Run the flow live on a file, appending ``chunk`` lines per published snapshot: many
+    snapshots, each cutting the input somewhere else."""
+    path = tmp / f"live-{uuid.uuid4().hex[:6]}.jsonl"
+    path.write_bytes(b"")
+    namespace = f"a-{uuid.uuid4().hex[:10]}"
+    opts = RunOptions(input=f"jsonl:{path}", redis_url=redis_url, namespace=namespace, flow="activity",
+                      dead_letter=f"jsonl:{tmp / 'dead-live.jsonl'}", **options)
+    failure: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _catch(run, opts, failure), name="flow")
+    thread.start()
+    client = redis.Redis.from_url(redis_url)
+    try:
+        with open(path, "ab") as out:
+            for n in range(chunk, len(lines) + chunk, chunk):
+                out.write(b"".join(x + b"\n" for x in lines[n - chunk:n]))
+                out.flush()
+                deadline = time.monotonic() + 60
+                while (snap := read_latest(client, activity_namespace(namespace))) is None or \
+                        snap["positions"][str(path)] < min(n, len(lines)):
+                    assert not failure and time.monotonic() < deadline, f"line {n} was never published: {failure}"
+                    time.sleep(0.005)
+    finally:
+        STOP.set()
+        thread.join(timeout=60)
+        client.close()
+    assert not failure, failure
+    return {"path": str(path), "namespace": namespace}
+
+
+def _catch(fn: Any, opts: RunOptions, failure: list[BaseException]) -> None:
+    try:
+        fn(opts)
+    except BaseException as exc:  # noqa: BLE001 - reported by the test thread
+        failure.append(exc)
+
+
+def test_every_snapshot_is_the_model_of_its_input(redis_url, redis_client, tmp_path):
+    """Per snapshot: the published watermark and global top are the model's over the input before
+    its positions (WINDOWS.md 6), however the barriers cut it."""
+    rnd = random.Random(7)
+    log = [("w%d" % rnd.randrange(3), "c%d" % rnd.randrange(5), "u%d" % rnd.randrange(4),
+            rnd.randrange(0, 40) * 20_000) for _ in range(300)]
+    out = follow_in_chunks(redis_url, tmp_path, [line(*e) for e in log], 7, window_buckets=4, song_partitions=3)
+    history = read_history(redis_client, activity_namespace(out["namespace"]))
+    assert len(history) > 20
+    for snap in history:
+        end = snap["positions"][out["path"]]
+        model = run_model((("p", off, e) for off, e in enumerate(log[:end])), 60_000, 4)
+        assert snap["watermark"] == model.w
+        assert [(i["workspace_id"], i["channel_id"], i["count"]) for i in snap["global"]] == [
+            (ws, ch, n) for (ws, ch), n in global_ranking(model.counts())[:100]], (snap, end, [
+                (off, e) for off, e in enumerate(log[:end]) if e[:2] == ("w0", "c0")])
+    final = run_model((("p", off, e) for off, e in enumerate(log)), 60_000, 4)
+    reader = ActivityReader(redis_client, out["namespace"])
+    for ws in ("w0", "w1", "w2"):
+        assert [(i["channel_id"], i["count"]) for i in reader.top(ws, 100)["items"]] == workspace_ranking(
+            final.counts(), ws)
+
+
+ids = st.sampled_from(["a", "b", "é", "a!", "🎉"])
+
+
+@settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(log=st.lists(st.tuples(ids, ids, st.sampled_from(["u1", "u2"]), st.integers(0, 30).map(lambda m: m * 30_000)),
+                    min_size=1, max_size=60),
+       count=st.sampled_from(["messages", "users"]), partitions=st.integers(1, 3))
+def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, log, count, partitions):
+    out = run_activity(redis_url, tmp_path, [line(*e) for e in log], bucket_seconds=60, window_buckets=3,
+                       count=count, song_partitions=partitions, read_chunk_bytes=256)
+    model = run_model((("p", off, e) for off, e in enumerate(log)), 60_000, 3, count == "users")
+    assert sorted(d["position"]["offset"] for d in out["dead"]) == [off for _, off in model.expired]
+    reader = ActivityReader(redis_client, out["namespace"])
+    for ws in {e[0] for e in log}:
+        got = [(i["channel_id"], i["count"]) for i in reader.top(ws, 100)["items"]]
+        assert got == workspace_ranking(model.counts(), ws)
+    assert [(i["workspace_id"], i["channel_id"], i["count"]) for i in reader.global_top(100)["items"]] == [
+        (ws, ch, n) for (ws, ch), n in global_ranking(model.counts())]

@@ -1,0 +1,234 @@
+"""WINDOWS.md sections 2 to 4: the window rules and the counter table, against the spec's
+worked example and a reference model (``tests/window_model.py``), without Bytewax."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+from hypothesis import assume, given, settings
+from hypothesis import strategies as st
+
+from rankflow.operators.merger import Cut
+from rankflow.operators.window_counter import WindowTable, route_messages
+from rankflow.operators.window_ranking import ActivityRanking
+from rankflow.state.window_rules import (EXPIRED, SourceMark, Watermark, WindowCounts, bucket, place,
+                                         window_bounds)
+from tests.window_model import global_ranking, run_model, workspace_ranking
+
+EXAMPLE = [  # section 8: (channel, user, ts), workspace A, one partition
+    ("x", "u1", 600_000), ("y", "u2", 610_000), ("x", "u1", 650_000), ("y", "u3", 700_000),
+    ("x", "u1", 590_000), ("x", "u4", 820_000), ("y", "u2", 650_000), ("x", "u4", 830_000),
+]
+
+
+class Tables:
+    """P counter tables fed the way the flow feeds them: batches routed, epochs closed."""
+
+    def __init__(self, partitions: int, bucket_ms: int, n: int, mode: str = "messages", k_max: int = 100) -> None:
+        self.tables = [WindowTable(bucket_ms, n, mode, k_max) for _ in range(partitions)]
+        self.ranking = ActivityRanking(k_max, bucket_ms, n, mode)
+        self.epoch = 1
+        self.expired: list[tuple[str, int]] = []
+        self.snapshot = None
+
+    def batch(self, partition: str, start: int, events: list[tuple[str, str, str, int]], quiet: float = 0.0) -> None:
+        parsed = SimpleNamespace(partition=partition, start=start, epoch=self.epoch, quiet_s=quiet,
+                                 events=[(*e, start + i, b"raw") for i, e in enumerate(events)])
+        for p, (epoch, wb) in route_messages(parsed, len(self.tables), 5.0):
+            self.tables[int(p)].stage(wb)
+
+    def close(self):
+        reports = {str(p): t.close(self.epoch) for p, t in enumerate(self.tables)}
+        for r in reports.values():
+            self.expired += [(d.partition, d.offset) for d in r.expired]
+            assert all(d.reason == EXPIRED for d in r.expired)
+        cut = Cut(self.epoch, 1, self.epoch, {}, 0, 0.0, {})
+        self.snapshot = self.ranking.combine(cut, reports)
+        self.epoch += 1
+        return self.snapshot
+
+    def counts(self) -> dict[tuple[str, str], int]:
+        return {pair: n for t in self.tables for pair, n in t.counts.counts.items()}
+
+
+def test_bucket_edges():
+    assert [bucket(t, 60_000) for t in (0, 59_999, 60_000, 119_999)] == [0, 0, 1, 1]
+    assert window_bounds(None, 60_000, 60) == (None, None)
+    assert window_bounds(3_599_999, 60_000, 60) == (0, 3_600_000)
+    assert window_bounds(3_600_000, 60_000, 60) == (60_000, 3_660_000)
+    assert place(0, 3_599_999, 60_000, 60) == "counted"
+    assert place(0, 3_600_000, 60_000, 60) == EXPIRED
+    assert place(61, 3_600_000, 60_000, 60) == "held"
+
+
+@pytest.mark.parametrize("mode,expected", [("messages", [("x", 2), ("y", 1)]), ("users", [("y", 1), ("x", 1)])])
+@pytest.mark.parametrize("epochs", [[8], [1] * 8, [3, 2, 3], [5, 3]])
+def test_worked_example(mode, expected, epochs):
+    """Section 8, whatever the barriers: the same counts, and line 6 (only) expired."""
+    t = Tables(1, 60_000, 3, mode)
+    at = 0
+    for size in epochs:
+        t.batch("a.jsonl", at, [("A", ch, u, ts) for ch, u, ts in EXAMPLE[at:at + size]])
+        at += size
+        snap = t.close()
+    assert t.expired == [("a.jsonl", 6)]
+    assert snap.watermark == 830_000
+    assert snap.to_json_obj(0)["window_start"] == 660_000 and snap.to_json_obj(0)["window_end"] == 840_000
+    assert sorted(((ch, n) for (_, ch), n in t.counts().items()), key=lambda cn: (cn[1], cn[0]), reverse=True) == expected
+    assert [(pair[1], n) for pair, n in snap.items] == expected
+
+
+def test_example_counts_along_the_way():
+    """Line by line, the counts of section 8's table."""
+    t = Tables(1, 60_000, 3)
+    seen = []
+    for i, (ch, u, ts) in enumerate(EXAMPLE):
+        t.batch("p", i, [("A", ch, u, ts)])
+        t.close()
+        seen.append(dict(sorted((c, n) for (_, c), n in t.counts().items())))
+    assert seen == [{"x": 1}, {"x": 1, "y": 1}, {"x": 2, "y": 1}, {"x": 2, "y": 2}, {"x": 3, "y": 2},
+                    {"x": 1, "y": 1}, {"x": 1, "y": 1}, {"x": 2, "y": 1}]
+
+
+def test_line_4_after_line_5_is_expired_and_counts_agree():
+    order = [0, 1, 2, 3, 5, 4, 6, 7]
+    t = Tables(1, 60_000, 3)
+    t.batch("p", 0, [("A", *EXAMPLE[i]) for i in order])
+    t.close()
+    assert sorted(off for _, off in t.expired) == [5, 6]  # positions 5 and 6 hold lines 4 and 6
+    assert {c: n for (_, c), n in t.counts().items()} == {"x": 2, "y": 1}
+
+
+def test_watermark_is_the_least_partition_and_never_goes_back():
+    t = Tables(2, 60_000, 3)
+    t.batch("0", 0, [("A", "x", "u", 600_000)])
+    t.batch("1", 0, [("A", "y", "u", 900_000)])
+    assert t.close().watermark == 600_000
+    t.batch("0", 1, [("A", "x", "u", 1_000_000)])
+    assert t.close().watermark == 900_000
+    t.batch("2", 0, [("A", "z", "u", 100)])  # a partition first heard with old events
+    snap = t.close()
+    assert snap.watermark == 900_000
+    assert t.expired == [("2", 0)]
+
+
+def test_held_event_counts_once_the_watermark_reaches_it():
+    t = Tables(2, 60_000, 3)
+    t.batch("0", 0, [("A", "x", "u", 600_000)])
+    t.batch("1", 0, [("A", "y", "u", 780_000)])  # bucket 13: held while W is in bucket 10
+    t.close()
+    assert t.counts() == {("A", "x"): 1}
+    t.batch("0", 1, [("A", "x", "u", 790_000)])
+    t.close()
+    assert t.counts() == {("A", "x"): 1, ("A", "y"): 1}  # window 11..13: bucket 10 left, 13 joined
+
+
+def test_quiet_partition_leaves_the_least_and_comes_back():
+    t = Tables(1, 60_000, 3)
+    t.batch("0", 0, [("A", "x", "u", 600_000)])
+    t.batch("1", 0, [("A", "y", "u", 900_000)])
+    assert t.close().watermark == 600_000
+    t.batch("0", 1, [], quiet=6.0)
+    assert t.close().watermark == 900_000
+    t.batch("0", 1, [("A", "x", "u", 610_000)])
+    snap = t.close()
+    assert snap.watermark == 900_000 and t.expired == [("0", 1)]
+
+
+def test_watermark_event_judgement_with_one_partition_is_the_running_maximum():
+    w = Watermark()
+    w.advance([SourceMark("p", 0, 700_000)])
+    assert w.event_watermark("p", 650_000) == 650_000
+    assert w.event_watermark("p", 700_000) == 700_000
+
+
+def test_users_mode_counts_a_user_once_across_buckets():
+    c = WindowCounts(60_000, 3, "users")
+    c.move_to(0)
+    for b, user in [(0, "bot"), (0, "bot"), (0, "ann")]:
+        c.add(("W", "c"), user, b)
+    c.move_to(120_000)
+    c.add(("W", "c"), "bot", 2)
+    assert c.count(("W", "c")) == 2
+    c.move_to(180_000)  # bucket 0 leaves: ann goes, the bot stays (it posted in bucket 2)
+    assert c.count(("W", "c")) == 1
+    c.move_to(600_000)
+    assert c.count(("W", "c")) == 0 and not c.users and not c.buckets
+
+
+def test_far_future_event_empties_the_window():
+    t = Tables(1, 60_000, 60)
+    t.batch("p", 0, [("A", "x", "u", 600_000), ("A", "x", "u", 10**15), ("A", "x", "u", 700_000)])
+    snap = t.close()
+    assert t.counts() == {("A", "x"): 1} and snap.watermark == 10**15 and t.expired == [("p", 2)]
+
+
+def test_state_round_trip_resumes_exactly():
+    t = Tables(1, 60_000, 3, "users")
+    t.batch("p", 0, [("A", ch, u, ts) for ch, u, ts in EXAMPLE[:5]])
+    t.close()
+    t.batch("p", 5, [("A", ch, u, ts) for ch, u, ts in EXAMPLE[5:6]])  # staged, epoch still open
+    resumed = WindowTable(60_000, 3, "users", 100, t.tables[0].state())
+    report = resumed.close(t.epoch)
+    assert report.full and report.changed == {"A": {"x": 1, "y": 1}}
+    assert resumed.counts.counts == {("A", "x"): 1, ("A", "y"): 1}
+
+
+ids = st.sampled_from(["a", "b", "c", "é", "a!", "zz"])
+events = st.tuples(ids, ids, st.sampled_from(["u1", "u2", "u3"]), st.integers(0, 12) .map(lambda m: m * 25_000))
+
+
+@settings(max_examples=150, deadline=None)
+@given(log=st.lists(events, max_size=40), cuts=st.lists(st.integers(1, 6), min_size=1, max_size=40),
+       mode=st.sampled_from(["messages", "users"]), n=st.integers(1, 4), partitions=st.integers(1, 3))
+def test_one_input_partition_matches_the_model(log, cuts, mode, n, partitions):
+    """One input partition: counts, watermark and every ``expired`` verdict follow from the log alone."""
+    t = Tables(partitions, 60_000, n, mode)
+    at, i = 0, 0
+    while at < len(log):
+        size = cuts[i % len(cuts)]
+        t.batch("p", at, list(log[at:at + size]))
+        if i % 2:
+            t.close()
+        at, i = at + size, i + 1
+    snap = t.close()
+    model = run_model((("p", off, e) for off, e in enumerate(log)), 60_000, n, mode == "users")
+    assert t.counts() == model.counts()
+    assert sorted(t.expired) == sorted(model.expired)
+    assert snap.watermark == model.w
+    assert [(p, c) for p, c in snap.items] == global_ranking(model.counts())[:100]
+    for ws in {e[0] for e in log}:
+        mine = sorted(((ch, c) for (w, ch), c in t.counts().items() if w == ws), key=lambda x: (x[1], x[0]),
+                      reverse=True)
+        assert mine == workspace_ranking(model.counts(), ws)
+
+
+@settings(max_examples=150, deadline=None)
+@given(logs=st.lists(st.lists(events, min_size=1, max_size=15), min_size=2, max_size=3), data=st.data(),
+       mode=st.sampled_from(["messages", "users"]), n=st.integers(1, 4))
+def test_several_partitions_final_counts_do_not_depend_on_interleaving(logs, data, mode, n):
+    """Several input partitions, any interleaving into batches and barriers in which every partition
+    is heard from before ``W`` passes its events: the final counts are the model's."""
+    names = [str(i) for i in range(len(logs))]
+    t = Tables(2, 60_000, n, mode)
+    at = [0] * len(logs)
+    order: list[tuple[str, int, tuple]] = []
+    for i, log in enumerate(logs):  # everyone's first event in the first barrier
+        t.batch(names[i], 0, [log[0]])
+        order.append((names[i], 0, log[0]))
+        at[i] = 1
+    while any(a < len(log) for a, log in zip(at, logs)):
+        i = data.draw(st.sampled_from([j for j, log in enumerate(logs) if at[j] < len(log)]))
+        size = data.draw(st.integers(1, 4))
+        chunk = logs[i][at[i]:at[i] + size]
+        t.batch(names[i], at[i], chunk)
+        order += [(names[i], at[i] + k, e) for k, e in enumerate(chunk)]
+        at[i] += len(chunk)
+        if data.draw(st.booleans()):
+            t.close()
+    snap = t.close()
+    final = run_model(order, 60_000, n, mode == "users")
+    assume(final.proviso_holds())
+    assert snap.watermark == final.w
+    assert t.counts() == final.counts()
