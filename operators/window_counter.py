@@ -29,6 +29,7 @@ from collections.abc import Iterable
 from typing import Any, NamedTuple
 
 from rankflow.state.events import DeadLetter
+from rankflow.state.heavy_hitters import MisraGries
 from rankflow.state.ranking_index import SongIndex
 from rankflow.state.window_rules import EXPIRED, SourceMark, Watermark, WindowCounts, window_buckets
 
@@ -58,6 +59,8 @@ class WindowReport(NamedTuple):
     expired: list[DeadLetter]
     full: bool
     closed_at: float
+    summaries: dict[int, tuple[dict[Pair, int], int]] = {}
+    """``--global-summary``: per bucket that changed (every bucket when ``full``) its summary here."""
 
 
 def workspace_partition(workspace: str, partitions: int) -> int:
@@ -84,9 +87,13 @@ def route_messages(parsed: Any, partitions: int, quiet_after_s: float | None) ->
 class WindowTable:
     """One counter partition of the activity flow (see the module docstring)."""
 
-    def __init__(self, bucket_ms: int, n: int, mode: str, k_max: int, resume: dict[str, Any] | None = None) -> None:
+    def __init__(self, bucket_ms: int, n: int, mode: str, k_max: int, resume: dict[str, Any] | None = None,
+                 summary: int = 0) -> None:
         s = resume or {}
-        self.bucket_ms, self.n, self.k_max = bucket_ms, n, k_max
+        self.bucket_ms, self.n, self.k_max, self.summary = bucket_ms, n, k_max, summary
+        # ``summary`` > 0: per bucket a Misra-Gries summary of that many counters (WINDOWS.md 5)
+        self.summaries = {b: MisraGries(summary, *st) for b, st in s.get("summaries", {}).items()}
+        self.touched: set[int] = set()  # buckets whose summary changed in the open epoch
         self.watermark = Watermark(s.get("watermark"))
         self.counts = WindowCounts(bucket_ms, n, mode, s.get("counts"))
         self.staged: list[WindowBatch] = list(s.get("staged", ()))
@@ -105,12 +112,21 @@ class WindowTable:
         expired = self._place(staged, before, epoch)
         if w is not None:
             self.counts.move_to(w)
+            self._forget_summaries()
         moved = self.counts.take_changed()
         self.pairs.set_counts(moved)
         full, self.full = self.full, False
         changed = by_workspace(self.counts.counts if full else moved)
+        touched = set(self.summaries) if full else self.touched & set(self.summaries)
+        self.touched = set()
         return WindowReport(epoch, w, changed, self.pairs.top(self.k_max), self.pairs.active_songs,
-                            expired, full, time.time())
+                            expired, full, time.time(), {b: self.summaries[b].state() for b in touched})
+
+    def _forget_summaries(self) -> None:
+        """Summaries of buckets before the window: they never count again."""
+        first = self.counts.first
+        for b in [b for b in self.summaries if b < first]:  # type: ignore[operator]
+            del self.summaries[b]
 
     def _place(self, staged: list[WindowBatch], before: dict[str, int], epoch: int) -> list[DeadLetter]:
         """Judge each staged event by its watermark; count what is not expired."""
@@ -128,12 +144,22 @@ class WindowTable:
                                               offset, raw, epoch))
                 else:
                     counts.add((ws, ch), user, b)
+                    if self.summary:
+                        self._summarize((ws, ch), b)
             if mark.max_ts is not None and mark.max_ts > prior:
                 before[mark.partition] = mark.max_ts
         return expired
 
+    def _summarize(self, pair: Pair, b: int) -> None:
+        summary = self.summaries.get(b)
+        if summary is None:
+            summary = self.summaries[b] = MisraGries(self.summary)
+        summary.add(pair)
+        self.touched.add(b)
+
     def state(self) -> dict[str, Any]:
-        return {"watermark": self.watermark.state(), "counts": self.counts.state(), "staged": list(self.staged)}
+        return {"watermark": self.watermark.state(), "counts": self.counts.state(), "staged": list(self.staged),
+                "summaries": {b: m.state() for b, m in self.summaries.items()}}
 
 
 def by_workspace(counts: dict[Pair, int]) -> dict[str, dict[str, int]]:

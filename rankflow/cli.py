@@ -92,6 +92,9 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
                    help="activity: buckets in the window (default: %(default)s: one hour of 60 s buckets)")
     p.add_argument("--count", choices=("messages", "users"), default="messages",
                    help="activity: count messages, or distinct users per channel (default: %(default)s)")
+    p.add_argument("--global-summary", type=int, default=0, metavar="N",
+                   help="activity: rank globally from mergeable summaries of N counters per bucket (bounded memory; "
+                        "items carry count_low and count_high); 0 ranks exactly (default: %(default)s)")
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="activity, live runs: an input partition with nothing to read this long stops holding "
                         "the watermark back until its next event (default: %(default)s)")
@@ -293,7 +296,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
         split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
         bucket_seconds=args.bucket_seconds, window_buckets=args.window_buckets, count=args.count,
-        idle_timeout_s=args.idle_timeout,
+        idle_timeout_s=args.idle_timeout, global_summary=args.global_summary,
     )
 
 

@@ -84,6 +84,7 @@ class RunOptions:
     bucket_seconds: int = 60  # activity: the width of a bucket (WINDOWS.md 2)
     window_buckets: int = 60  # activity: buckets in the window
     count: str = "messages"  # activity: messages, or distinct users per channel
+    global_summary: int = 0  # activity: N > 0 ranks globally from Misra-Gries summaries of N counters
     idle_timeout_s: float = 5.0  # activity, live runs: a partition quiet this long stops holding the watermark
 
     @property
@@ -120,6 +121,11 @@ class RunOptions:
                 raise UsageError(f"--{flag} must be >= 1")
         if self.count not in ("messages", "users"):
             raise UsageError(f"--count must be messages or users, got {self.count!r}")
+        if self.global_summary < 0:
+            raise UsageError("--global-summary must be >= 1 (or 0: exact)")
+        if self.global_summary and self.count != "messages":
+            raise UsageError("--global-summary counts messages: with --count users distinct users do not add up "
+                             "across buckets (WINDOWS.md 5)")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")
         if self.hot_threshold < 0:

@@ -112,6 +112,7 @@ def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
         window_buckets=opts.window_buckets,
         mode=opts.count,
         idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
+        summary=opts.global_summary,
         recoverable=opts.recovery_dir is not None,
     )
 

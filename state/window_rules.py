@@ -175,7 +175,7 @@ class WindowCounts:
     (1, {('A', 'x'): 1})
     >>> c.move_to(700_000); c.count(("A", "x"))  # bucket 11 enters: u2 joins
     2
-    >>> c.move_to(830_000); c.count(("A", "x")), sorted(c.buckets)  # 10 and 11 leave
+    >>> c.move_to(900_000); c.count(("A", "x")), sorted(c.buckets)  # 10 and 11 leave
     (0, [])
     """
 

@@ -185,3 +185,35 @@ def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, log, cou
         assert got == workspace_ranking(model.counts(), ws)
     assert [(i["workspace_id"], i["channel_id"], i["count"]) for i in reader.global_top(100)["items"]] == [
         (ws, ch, n) for (ws, ch), n in global_ranking(model.counts())]
+
+
+def test_global_summary_answers_carry_bounds(redis_url, redis_client, tmp_path, capsysbinary):
+    rnd = random.Random(11)
+    log = [(f"w{rnd.randrange(4)}", f"c{min(int(rnd.paretovariate(1.1)), 30)}", "u", 600_000 + i * 50)
+           for i in range(2000)]
+    out = run_activity(redis_url, tmp_path, [line(*e) for e in log], global_summary=8, song_partitions=3)
+    counts = run_model((("p", off, e) for off, e in enumerate(log)), 60_000, 60).counts()
+    answer = ActivityReader(redis_client, out["namespace"]).global_top(100)
+    items = [((i["workspace_id"], i["channel_id"]), i["count_low"], i["count_high"]) for i in answer["items"]]
+    assert items and all("count" not in i for i in answer["items"])
+    total = sum(counts.values())
+    for pair, low, high in items:
+        assert low <= counts[pair] <= high and (high - low) * 8 <= total
+    heavy = {pair for pair, n in counts.items() if n * 8 > total}
+    assert heavy <= {pair for pair, _, _ in items}
+    reader = ActivityReader(redis_client, out["namespace"])  # per workspace: exact
+    assert [(i["channel_id"], i["count"]) for i in reader.top("w1", 100)["items"]] == workspace_ranking(counts, "w1")
+    ns = ["--redis", redis_url, "--namespace", out["namespace"]]
+    capsysbinary.readouterr()
+    assert main(["activity", "top", "--global", "--k", "3", *ns]) == 0
+    assert b".." in capsysbinary.readouterr().out  # the table shows the bounds
+
+
+def test_global_summary_with_users_is_a_usage_error(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(line("A", "x", "u", 1) + b"\n")
+    assert main(["run", "--flow", "activity", "--input", f"jsonl:{path}", "--until-eof", "--count", "users",
+                 "--global-summary", "10", "--redis", "redis://127.0.0.1:1/0"]) == 2
+    with pytest.raises(SystemExit) as exited:  # argparse refuses it
+        main(["run", "--flow", "activity", "--input", f"jsonl:{path}", "--until-eof", "--window-buckets", "0"])
+    assert exited.value.code == 2

@@ -25,9 +25,10 @@ EXAMPLE = [  # section 8: (channel, user, ts), workspace A, one partition
 class Tables:
     """P counter tables fed the way the flow feeds them: batches routed, epochs closed."""
 
-    def __init__(self, partitions: int, bucket_ms: int, n: int, mode: str = "messages", k_max: int = 100) -> None:
-        self.tables = [WindowTable(bucket_ms, n, mode, k_max) for _ in range(partitions)]
-        self.ranking = ActivityRanking(k_max, bucket_ms, n, mode)
+    def __init__(self, partitions: int, bucket_ms: int, n: int, mode: str = "messages", k_max: int = 100,
+                 summary: int = 0) -> None:
+        self.tables = [WindowTable(bucket_ms, n, mode, k_max, summary=summary) for _ in range(partitions)]
+        self.ranking = ActivityRanking(k_max, bucket_ms, n, mode, summary=summary)
         self.epoch = 1
         self.expired: list[tuple[str, int]] = []
         self.snapshot = None
@@ -232,3 +233,35 @@ def test_several_partitions_final_counts_do_not_depend_on_interleaving(logs, dat
     assume(final.proviso_holds())
     assert snap.watermark == final.w
     assert t.counts() == final.counts()
+
+
+def check_summary_items(items: list, counts: dict, n_counters: int, k: int) -> None:
+    """WINDOWS.md 5, items 1 to 3, against exact counts."""
+    total = sum(counts.values())
+    for pair, low, high in items:
+        assert low <= counts.get(pair, 0) <= high
+        assert (high - low) * n_counters <= total
+    assert items == sorted(items, key=lambda c: (c[2], c[1], c[0]), reverse=True)
+    listed = {pair for pair, _, _ in items}
+    for pair, true in counts.items():
+        if true * n_counters > total and pair not in listed:
+            # not listed: then K items are, each with count_high at least its true count (section 5)
+            assert len(items) == k and all(high >= true for _, _, high in items)
+    if len(counts) <= n_counters and len(items) < k:
+        assert all(low == high == counts[pair] for pair, low, high in items), "never filled: exact"
+
+
+@settings(max_examples=150, deadline=None)
+@given(log=st.lists(events, max_size=60), cuts=st.lists(st.integers(1, 6), min_size=1, max_size=20),
+       n=st.integers(1, 4), partitions=st.integers(1, 3), n_counters=st.integers(1, 5), k=st.integers(1, 8))
+def test_global_summary_keeps_the_bounds_of_section_5(log, cuts, n, partitions, n_counters, k):
+    t = Tables(partitions, 60_000, n, summary=n_counters, k_max=k)
+    at, i = 0, 0
+    while at < len(log):
+        size = cuts[i % len(cuts)]
+        t.batch("p", at, list(log[at:at + size]))
+        snap = t.close()
+        counts = run_model((("p", off, e) for off, e in enumerate(log[:at + size])), 60_000, n).counts()
+        check_summary_items(snap.items, counts, n_counters, k)
+        assert t.counts() == counts, "per-workspace counts stay exact"
+        at, i = at + size, i + 1
