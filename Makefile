@@ -17,7 +17,7 @@ EVENTS ?= 200000
 SEED ?= 1
 TOPIC ?= playback-events
 
-.PHONY: setup run test bench bench-sweep bench-boards profile profile-boards bench-api bench-recovery demo services-start services-stop clean
+.PHONY: setup run test bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-recovery demo services-start services-stop clean
 
 $(BIN)/rankflow: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
@@ -64,6 +64,11 @@ BOARDS_BENCH ?=
 bench-boards: setup  ## score boards vs the seed's design: bench-results/boards.json + boards.png (BOARDS_BENCH="--parts big" etc.)
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
 	$(BIN)/rankflow bench-boards --out bench-results $(BOARDS_BENCH)
+
+ACTIVITY_BENCH ?=
+bench-activity: setup  ## the activity flow vs the seed's design: bench-results/activity.json + activity.png (ACTIVITY_BENCH="--parts throughput" etc.)
+	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(BIN)/rankflow bench-activity --out bench-results $(ACTIVITY_BENCH)
 
 profile: setup  ## py-spy flame graphs of one process, one durable, two processes: bench-results/profile-*.svg
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true

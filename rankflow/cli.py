@@ -27,6 +27,7 @@ from rankflow.execution import stop_signal, tune_gc
 from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_USER_SHARDS, FLOWS,
                               SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError, default_redis_url, redacted)
 from rankflow import cli_activity, cli_boards
+from rankflow.bench import activity as bench_activity
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
 from rankflow.generate import generate
@@ -258,6 +259,8 @@ def build_parser() -> argparse.ArgumentParser:
     bb.add_argument("--parts", type=lambda t: tuple(x for x in t.split(",") if x),
                     default=("throughput", "freshness", "memory", "reads"), metavar="PART,...",
                     help="throughput, freshness, memory, reads, big (default: all but big)")
+
+    bench_activity.add_parser(sub)  # bench-activity: its options are in rankflow/bench/activity.py
 
     cli_boards.add_parser(sub, _add_redis)
     cli_activity.add_parser(sub, _add_redis)
@@ -535,7 +538,7 @@ def print_table(view: dict[str, Any]) -> None:
 
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
             "serve": cmd_serve, "bench": cmd_bench, "bench-sweep": cmd_bench_sweep,
-            "bench-boards": cmd_bench_boards,
+            "bench-boards": cmd_bench_boards, "bench-activity": bench_activity.cmd,
             "top": cmd_top, "boards": cli_boards.cmd_boards, "activity": cli_activity.cmd_activity}
 
 
