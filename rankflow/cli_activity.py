@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime, timezone
 from typing import Any, Callable
 
 import orjson
@@ -61,6 +62,16 @@ def cmd_activity(args: argparse.Namespace) -> int:
     return 0
 
 
+def _utc(ms: int | None) -> str:
+    """An event time for people: UTC to the millisecond (the JSON answer keeps the ms)."""
+    if ms is None:
+        return "none yet"
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):  # beyond year 9999: event time is trusted (WINDOWS.md 2)
+        return f"{ms} ms"
+
+
 def print_answer(answer: dict[str, Any]) -> None:
     console = Console()
     if "items" not in answer:
@@ -76,6 +87,6 @@ def print_answer(answer: dict[str, Any]) -> None:
             table.add_row(*(f"{item[c]:,}" if c == "rank" else str(count) if c == "count" else item[c]
                             for c in columns))
         console.print(table)
-        console.print(f"window [{answer['window_start']}, {answer['window_end']}) ms, watermark "
-                      f"{answer['watermark']}", highlight=False)
+        console.print(f"window {_utc(answer['window_start'])} .. {_utc(answer['window_end'])} (end excluded), "
+                      f"watermark {_utc(answer['watermark'])}", highlight=False)
     console.print(f"snapshot {answer['snapshot_id']}", highlight=False)
