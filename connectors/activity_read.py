@@ -119,7 +119,7 @@ class ActivityQuery:
                 self.held.generation, self.held.doc = int(reply[1]), None
             return False
         if tag == b"none":
-            raise NoSnapshot("no activity snapshot published yet in this namespace")
+            raise NoSnapshot(f"no activity snapshot published yet in namespace {self.held.keys.namespace!r}")
         if reply[2]:
             doc = json.loads(reply[2])  # not orjson: a watermark may be beyond 64 bits (WINDOWS.md 1)
             self.held.learn_doc(self._generation, doc)
