@@ -133,15 +133,20 @@ class ActivityQuery:
         return ActivityMoving("the generation changed at every read: a rebuild switching in a loop?")
 
 
-def top_query(held: Held, workspace: str, k: int) -> ActivityQuery:
+def check_k_positive(k: int) -> None:
+    """The half of :func:`check_k` known before any read (K_max is the snapshot's): a k
+    below 1 is a usage error even when nothing is published."""
     if k < 1:
-        check_k(k, 1)  # a usage error before any read (K_max, the upper bound, is the snapshot's)
+        raise ValueError(f"k must be between 1 and K_max, got {k}")
+
+
+def top_query(held: Held, workspace: str, k: int) -> ActivityQuery:
+    check_k_positive(k)
     return ActivityQuery(held, "top", workspace, k)
 
 
 def global_query(held: Held, k: int) -> ActivityQuery:
-    if k < 1:
-        check_k(k, 1)
+    check_k_positive(k)
     return ActivityQuery(held, "global")
 
 
