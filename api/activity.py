@@ -87,7 +87,8 @@ UNAVAILABLE = (redis.RedisError, OSError, ActivityMoving)
 reached, or a rebuild kept switching the generation during the query."""
 
 ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "a usage error: k outside 1..K_max (the snapshot's k_max) or not an integer"},
+    400: {"description": "a usage error: k outside 1..K_max (the snapshot's k_max) or not an integer; "
+                         "in a query form, an id missing or empty"},
     404: {"description": "the channel has no count in the snapshot's window"},
     503: {"description": "no activity snapshot published yet, or Redis cannot be reached"},
 }
@@ -114,13 +115,20 @@ class WorkspaceIdConvertor(Convertor[str]):
 register_url_convertor("workspace", WorkspaceIdConvertor())
 
 
-def activity_json(body: Any, status: int = 200) -> Response:
-    """``body`` as JSON: orjson, or the stdlib for an integer beyond 64 bits (a watermark)."""
+def dumps(body: Any) -> bytes:
+    """``body`` as JSON: orjson, or the stdlib for an integer beyond 64 bits (a watermark).
+
+    >>> dumps({"watermark": 10**20, "id": "é"})
+    b'{"watermark":100000000000000000000,"id":"\xc3\xa9"}'
+    """
     try:
-        raw = orjson.dumps(body)
+        return orjson.dumps(body)
     except TypeError:  # orjson.JSONEncodeError: "Integer exceeds 64-bit range"
-        raw = json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-    return Response(raw, status_code=status, media_type="application/json")
+        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def activity_json(body: Any, status: int = 200) -> Response:
+    return Response(dumps(body), status_code=status, media_type="application/json")
 
 
 def error(status: int, message: str) -> Response:
@@ -181,21 +189,21 @@ async def global_top(request: Request, k: int = k_query()) -> Response:
 
 @router.get("/activity/top", summary="A workspace's most active channels, the workspace id in the query (any id)",
             responses={k: ERRORS[k] for k in (400, 503)})
-async def top_by_query(request: Request, workspace: str = Query(..., description="the workspace id"),
+async def top_by_query(request: Request, workspace: str = Query(..., min_length=1, description="the workspace id"),
                        k: int = k_query()) -> Response:
     return await answer(request, lambda reader: reader.top(workspace, k))
 
 
 @router.get("/activity/channel", summary="One channel's count and rank in its workspace, the ids in the query",
             responses={k: ERRORS[k] for k in (400, 404, 503)})
-async def channel_by_query(request: Request, workspace: str = Query(..., description="the workspace id"),
-                           channel: str = Query(..., description="the channel id")) -> Response:
+async def channel_by_query(request: Request, workspace: str = Query(..., min_length=1, description="the workspace id"),
+                           channel: str = Query(..., min_length=1, description="the channel id")) -> Response:
     return await answer(request, lambda reader: reader.channel(workspace, channel))
 
 
 @router.get("/activity/stream", summary="Server-Sent Events: a workspace's top 10 when it changes (id in the query)",
             response_class=StreamingResponse, responses={k: ERRORS[k] for k in (400, 503)})
-async def stream_by_query(request: Request, workspace: str = Query(..., description="the workspace id")) -> Response:
+async def stream_by_query(request: Request, workspace: str = Query(..., min_length=1, description="the workspace id")) -> Response:
     return await start_stream(request, workspace)
 
 
@@ -308,8 +316,7 @@ class SharedTops:
 
 
 def activity_message(top: dict[str, Any]) -> bytes:
-    data = activity_json(top).body
-    return b"event: activity\nid: %d\ndata: %s\n\n" % (top["snapshot_id"], data)
+    return b"event: activity\nid: %d\ndata: %s\n\n" % (top["snapshot_id"], dumps(top))
 
 
 async def activity_events(request: Request, workspace: str, k: int, first: dict[str, Any],

@@ -184,6 +184,8 @@ def test_usage_errors_are_400_never_clamped(api):
         ("/activity/top", {"k": 5}, "workspace: "),
         ("/activity/channel", {"workspace": "A"}, "channel: "),
         ("/activity/stream", {}, "workspace: "),
+        ("/activity/top", {"workspace": ""}, "workspace: "),
+        ("/activity/channel", {"workspace": "A", "channel": ""}, "channel: "),
         ("/activity/nobody/top", {"k": K_MAX + 1}, "k must be between 1 and K_max"),
     ]:
         r = api.get(path, params=params)
