@@ -341,6 +341,12 @@ def items(top: dict[str, Any]) -> list[tuple[int, str, int]]:
     return [(i["rank"], i["channel_id"], i["count"]) for i in top["items"]]
 
 
+def same_but_newer(event: dict[str, Any], now: dict[str, Any]) -> bool:
+    """``event`` says what ``now`` (read later) says, of the same or an earlier snapshot: a live
+    run publishes a snapshot at every barrier, idle or not."""
+    return event["snapshot_id"] <= now["snapshot_id"] and {**event, "snapshot_id": 0} == {**now, "snapshot_id": 0}
+
+
 def test_streams_follow_the_workspaces_top(redis_url, redis_client, tmp_path):
     """An event at once, then one when a snapshot changes the workspace's top; a snapshot
     that changes only another workspace (and moves the watermark) sends nothing."""
@@ -355,7 +361,7 @@ def test_streams_follow_the_workspaces_top(redis_url, redis_client, tmp_path):
                 assert a_stream.headers["content-type"].startswith("text/event-stream")
                 a_lines, emoji_lines = a_stream.iter_lines(), emoji_stream.iter_lines()
                 [(kind, first)] = sse_events(a_lines, 1)
-                assert kind == "activity" and first == reader.top("A", 10)
+                assert kind == "activity" and same_but_newer(first, reader.top("A", 10))
                 assert items(first) == [(1, "y", 2), (2, "x", 1)]
                 [(_, first_emoji)] = sse_events(emoji_lines, 1)
                 assert first_emoji["workspace_id"] == EMOJI and items(first_emoji) == [(1, "c/1", 1)]
@@ -372,7 +378,7 @@ def test_streams_follow_the_workspaces_top(redis_url, redis_client, tmp_path):
                 [(_, changed)] = sse_events(a_lines, 1)  # not the emoji-only snapshot: A's top did not change
                 changed_at = time.monotonic()
                 assert items(changed) == [(1, "y", 2), (2, "x", 1), (3, "w", 1)]
-                assert changed["snapshot_id"] == new_channel["snapshot_id"] > only_emoji["snapshot_id"]
+                assert changed["snapshot_id"] >= new_channel["snapshot_id"] > only_emoji["snapshot_id"]
                 assert (changed["window_start"], changed["window_end"], changed["watermark"]) == (
                     only_emoji["window_start"], only_emoji["window_end"], T0 + 60_001)
 
@@ -387,5 +393,5 @@ def test_streams_follow_the_workspaces_top(redis_url, redis_client, tmp_path):
                     at = time.monotonic()
                     [(_, burst)] = sse_events(a_lines, 1)
                     gaps.append(time.monotonic() - at)
-                assert items(burst) == newest and burst == reader.top("A", 10)
+                assert items(burst) == newest and same_but_newer(burst, reader.top("A", 10))
                 assert min(gaps) >= activity_api.STREAM_MIN_INTERVAL_S * 0.9, gaps
