@@ -211,8 +211,8 @@ def test_the_activity_view_shows_a_workspace_live_with_its_window_and_lag(served
         # the window, the watermark and its lag: those of GET /activity (the idle flow still publishes a
         # snapshot per barrier: only its id, publication time and the lags move)
         current = httpx.get(url + "activity").json()
-        page.wait_for_function(f"Number(document.getElementById('activity-snapshot').textContent) >= "
-                               f"{current['snapshot_id']}", timeout=15_000)
+        page.wait_for_function(f"Number(document.getElementById('activity-snapshot').textContent) > "
+                               f"{current['snapshot_id']}", timeout=15_000)  # read after ``current``
         assert page.locator("#window-start").text_content() == utc(current["window_start"])
         assert page.locator("#window-end").text_content() == utc(current["window_end"])
         assert page.locator("#watermark").text_content() == utc(current["watermark"])
