@@ -12,12 +12,12 @@ import sys
 from datetime import datetime, timezone
 from typing import Any, Callable
 
-import orjson
 from rich.console import Console
 from rich.table import Table
 
 from rankflow.connectors.activity_read import ActivityQueryError, ActivityReader
 from rankflow.connectors.redis_keys import connect
+from rankflow.connectors.redis_publish import dumps_document
 from rankflow.options import UsageError
 
 
@@ -56,7 +56,7 @@ def cmd_activity(args: argparse.Namespace) -> int:
     finally:
         client.close()
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
+        sys.stdout.buffer.write(dumps_document(answer) + b"\n")  # a watermark may be beyond 64 bits
     else:
         print_answer(answer)
     return 0

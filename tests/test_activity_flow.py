@@ -104,6 +104,7 @@ def test_invalid_lines_are_dead_letters_with_reasons(redis_url, tmp_path):
     assert reasons == {0: "invalid_json", 1: "invalid_json", 2: "not_an_object", 3: "missing_field",
                        4: "wrong_type", 5: "out_of_range", 6: "out_of_range"}
     assert out["final"]["watermark"] == 10**30 and out["final"]["active_pairs"] == 1  # the huge ts counts alone
+    assert main(["activity", "top", "--global", "--json", "--redis", redis_url, "--namespace", out["namespace"]]) == 0
     assert all(d["raw"] is not None and d["detail"] for d in out["dead"])
 
 
