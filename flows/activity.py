@@ -34,6 +34,7 @@ this one's.
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
@@ -63,6 +64,7 @@ def build_flow(
     idle_after_s: float | None = None,
     summary: int = 0,
     recoverable: bool = False,
+    changelog: Path | None = None,
     flow_id: str = "activity",
 ) -> Dataflow:
     """The activity dataflow; see the module docstring for its shape.
@@ -70,7 +72,9 @@ def build_flow(
     ``idle_after_s``: a live run leaves an input partition out of the watermark once it
     has had no records this long (WINDOWS.md 2); None (``--until-eof``) never does.
     ``summary``: N > 0 ranks globally from Misra-Gries summaries of N counters (WINDOWS.md 5,
-    mode ``messages`` only); 0 exactly.
+    mode ``messages`` only); 0 exactly. ``changelog``: with ``recoverable``, where the
+    counter partitions append their buckets' changes at every barrier (else Bytewax
+    stores each partition's whole table at every barrier).
     """
     if partitions < 1 or k_max < 1 or bucket_ms < 1 or window_buckets < 1:
         raise ValueError("partitions, k_max, bucket_ms and window_buckets must be >= 1")
@@ -86,7 +90,8 @@ def build_flow(
     routed = op.flat_map("window_events", parsed, partial(route_messages, partitions=partitions,
                                                           quiet_after_s=idle_after_s))
     reports = op.stateful_batch("window_counters", routed, CounterLogic.builder(
-        lambda stored: WindowTable(bucket_ms, window_buckets, mode, k_max, stored, summary), recoverable))
+        lambda stored: WindowTable(bucket_ms, window_buckets, mode, k_max, stored, summary,
+                                   changelog if recoverable else None), recoverable))
 
     dead_letters = op.flat_map("shape_dead_letters", parsed, ParsedBatch.keyed_dead_letters)
     merger_in = op.merge(

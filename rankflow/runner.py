@@ -40,7 +40,7 @@ from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS
 from rankflow.options import RunOptions, ServiceError, redacted
-from rankflow.recovery import recovery_config, resumes_from_recovery, user_changelog
+from rankflow.recovery import recovery_config, resumes_from_recovery, user_changelog, window_changelog
 from rankflow.services import free_port
 
 log = logging.getLogger("rankflow.run")
@@ -114,6 +114,7 @@ def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
         idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
         summary=opts.global_summary,
         recoverable=opts.recovery_dir is not None,
+        changelog=window_changelog(opts.recovery_dir),
     )
 
 

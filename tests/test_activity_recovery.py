@@ -16,6 +16,7 @@ import sys
 from collections import Counter
 
 import orjson
+import pytest
 import redis
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
@@ -26,6 +27,7 @@ from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.produce import produce_file
 from rankflow.state.message_events import parse_message
 from tests.crashes import kill_9_while_publishing
+from tests.test_window_rules import check_summary_items
 from tests.window_model import global_ranking, run_model, workspace_ranking
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
@@ -67,7 +69,7 @@ def read_partitions(brokers: str, topic: str) -> dict[int, list[bytes]]:
     return out
 
 
-def model_of(parts: dict[int, list[bytes]], topic: str, window_buckets: int):
+def model_of(parts: dict[int, list[bytes]], topic: str, window_buckets: int, users: bool = False):
     """The model fed the partitions round-robin, valid events only (shape rules are per line)."""
     events = {p: [(f"{topic}/{p}", off, parse_message(raw, "", off, 0)) for off, raw in enumerate(lines)]
               for p, lines in parts.items()}
@@ -79,16 +81,21 @@ def model_of(parts: dict[int, list[bytes]], topic: str, window_buckets: int):
                 order.append(events[p][i])
     valid = [(part, off, tuple(e[:4])) for part, off, e in order if type(e) is tuple]
     shape = Counter(e.reason for _, _, e in order if not (type(e) is tuple))
-    return run_model(valid, 60_000, window_buckets), shape
+    return run_model(valid, 60_000, window_buckets, users), shape
 
 
+@pytest.mark.parametrize("count,summary,compact_bytes", [
+    ("messages", 0, None),
+    ("users", 0, "3000"),  # the buckets' changelogs compact into new generations all the time
+    ("messages", 16, "3000"),  # and the per-bucket summaries survive too
+])
 def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, topic, redis_url, redis_client,
-                                                      namespace):
+                                                      namespace, count, summary, compact_bytes, monkeypatch):
     log = tmp_path / "messages.jsonl"
     log.write_bytes(b"".join(line + b"\n" for line in message_log(40_000, 3)))
     produce_file(str(log), KafkaEndpoint(kafka_brokers, topic), partitions=3, progress=False, key_field="workspace_id")
     parts = read_partitions(kafka_brokers, topic)
-    model, shape = model_of(parts, topic, 5)
+    model, shape = model_of(parts, topic, 5, count == "users")
     assert model.proviso_holds()
 
     dead = tmp_path / "dead.jsonl"
@@ -96,7 +103,9 @@ def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, t
     command = [*RANKFLOW, "run", "--flow", "activity", "--window-buckets", "5",
                "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
                "--namespace", namespace, "--dead-letter", f"jsonl:{dead}", "--recovery-dir", str(tmp_path / "rec"),
-               "--barrier-ms", "50", "--partitions", "4"]
+               "--barrier-ms", "50", "--partitions", "4", "--count", count, "--global-summary", str(summary)]
+    if compact_bytes is not None:
+        monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
 
     def progress() -> int:
         snap = read_latest(redis_client, ns)
@@ -110,7 +119,10 @@ def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, t
     final = read_latest(redis_client, ns)
     assert sum(final["positions"].values()) == sum(len(v) for v in parts.values())
     assert final["watermark"] == model.w
-    check_rankings(redis_client, namespace, model)
+    check_rankings(redis_client, namespace, model, summary)
+    if compact_bytes is not None:
+        logs = list((tmp_path / "rec" / "window-changelog").glob("*.log"))
+        assert max(int(p.name.rsplit(".g", 1)[1][:-4]) for p in logs) >= 2, "changelogs moved to new generations"
     letters = [orjson.loads(x) for x in dead.read_bytes().splitlines()]
     assert len({(d["position"]["partition"], d["position"]["offset"]) for d in letters}) == len(letters), "once each"
     assert Counter(d["reason"] for d in letters if d["reason"] != "expired") == shape
@@ -129,17 +141,22 @@ def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, t
     rebuilt = subprocess.run([*RANKFLOW, "rebuild", "--flow", "activity", "--window-buckets", "5",
                               "--input", f"kafka:{kafka_brokers}/{topic}", "--redis", redis_url,
                               "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'rebuild-dead.jsonl'}",
-                              "--partitions", "3"], capture_output=True, text=True, timeout=300)
+                              "--partitions", "3", "--count", count, "--global-summary", str(summary)],
+                             capture_output=True, text=True, timeout=300)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert read_latest(redis_client, ns)["run"] != final["run"]
-    check_rankings(redis_client, namespace, model)
+    check_rankings(redis_client, namespace, model, summary)
 
 
-def check_rankings(client: redis.Redis, namespace: str, model) -> None:
+def check_rankings(client: redis.Redis, namespace: str, model, summary: int = 0) -> None:
     reader = ActivityReader(client, namespace)
     counts = model.counts()
     for ws in sorted({ws for ws, _ in counts} | {"w1", "nobody"}):
         got = [(i["channel_id"], i["count"]) for i in reader.top(ws, 100)["items"]]
         assert got == workspace_ranking(counts, ws)[:100], ws
-    assert [((i["workspace_id"], i["channel_id"]), i["count"]) for i in reader.global_top(100)["items"]] == \
-        global_ranking(counts)[:100]
+    items = reader.global_top(100)["items"]
+    if summary:
+        check_summary_items([((i["workspace_id"], i["channel_id"]), i["count_low"], i["count_high"]) for i in items],
+                            counts, summary, 100)
+    else:
+        assert [((i["workspace_id"], i["channel_id"]), i["count"]) for i in items] == global_ranking(counts)[:100]
