@@ -131,6 +131,7 @@ class Run:
     redis_cpu_s: float
     mismatches: int
     redis_used_memory_bytes: int
+    cpu_s: float = 0.0  # the system's own process (user + system)
 
 
 @dataclass
@@ -308,8 +309,8 @@ def proc_status(pid: int, field: str) -> int:
     return 0
 
 
-def timed_hwm(cmd: list[str], stderr_path: Path) -> tuple[float, int]:
-    """Run to completion: (seconds, peak RSS). The peak is the process's own ``VmHWM``, polled
+def timed_hwm(cmd: list[str], stderr_path: Path, cpu: list[float] | None = None) -> tuple[float, int]:
+    """Run to completion: (seconds, peak RSS); ``cpu`` gets the process's CPU-seconds. The peak is the process's own ``VmHWM``, polled
     every 0.1 s: not ``ru_maxrss``, which on Linux also holds the RSS of the process that
     forked it (this one, with its logs in memory) from before the ``exec``."""
     started = time.perf_counter()
@@ -317,8 +318,10 @@ def timed_hwm(cmd: list[str], stderr_path: Path) -> tuple[float, int]:
         proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=err)
     peak = 0
     while True:
-        pid, status, _ = os.wait4(proc.pid, os.WNOHANG)
+        pid, status, usage = os.wait4(proc.pid, os.WNOHANG)
         if pid:
+            if cpu is not None:
+                cpu.append(usage.ru_utime + usage.ru_stime)
             break
         peak = max(peak, proc_status(proc.pid, "VmHWM"))
         time.sleep(0.1)
@@ -796,10 +799,11 @@ class ActivityBench:
                 name = f"{system}-{rep}"
                 before_mem = self.used_memory()
                 broker0, redis0 = _cpu_seconds(self.rig.broker.pid()), _cpu_seconds(self.rig.redis.pid())
-                seconds, rss = timed_hwm(self.command(system, topic, name), self.work / f"{name}.stderr")
+                cpu: list[float] = []
+                seconds, rss = timed_hwm(self.command(system, topic, name), self.work / f"{name}.stderr", cpu)
                 run = Run(system, order, seconds, index.events / seconds, rss,
                           _cpu_seconds(self.rig.broker.pid()) - broker0, _cpu_seconds(self.rig.redis.pid()) - redis0,
-                          0, self.used_memory() - before_mem)
+                          0, self.used_memory() - before_mem, cpu[0])
                 order += 1
                 if system.startswith("flow"):
                     snap = self.flow_snapshot(name)
@@ -815,7 +819,8 @@ class ActivityBench:
                 else:  # every bucket of the log: the window is known once a flow has run
                     baseline_views.append((run, self.baseline_buckets(name, sample, *index.buckets)))
                 out.runs.append(run)
-                self.log(f"{system} (rep {rep + 1}): {run.events_per_s:,.0f} events/s ({seconds:.1f} s; broker "
+                self.log(f"{system} (rep {rep + 1}): {run.events_per_s:,.0f} events/s ({seconds:.1f} s, its own CPU "
+                         f"{run.cpu_s:.1f} s; broker "
                          f"{run.broker_cpu_s:.1f} CPU-s, Redis {run.redis_cpu_s:.1f} CPU-s; peak RSS "
                          f"{rss / 2**20:,.0f} MiB)")
         assert window is not None
@@ -1600,6 +1605,17 @@ def rows(r: ActivityBenchResult) -> list[tuple[str, str, str, str]]:
                     f"flow/seed {th.ratio:.2f}, /lean {th.ratio_lean:.2f}; durable {th.durable_ratio:.2f}, "
                     f"/lean {th.durable_ratio_lean:.2f} (>= {TARGET_RATIO:g}): plain {_met(t.get('ratio_met'))}, "
                     f"durable {_met(t.get('durable_ratio_met'))}"))
+        def per_message(system: str, what: str) -> str:
+            values = [getattr(x, what) for x in th.runs if x.system == system]
+            return f"{statistics.median(values) / max(th.log_events, 1) * 1e6:.1f}" if values else "-"
+
+        if any(x.cpu_s for x in th.runs):
+            out.append(("CPU per message, us (median): its own process + Redis",
+                        f"{per_message('flow', 'cpu_s')} + {per_message('flow', 'redis_cpu_s')}; durable "
+                        f"{per_message('flow_durable', 'cpu_s')} + {per_message('flow_durable', 'redis_cpu_s')}",
+                        f"seed {per_message('baseline', 'cpu_s')} + {per_message('baseline', 'redis_cpu_s')}; lean "
+                        f"{per_message('baseline_lean', 'cpu_s')} + {per_message('baseline_lean', 'redis_cpu_s')}",
+                        ""))
         out.append(("exactness: window counts of sampled workspaces vs a count of the log",
                     f"{th.mismatches} mismatches over {len(th.runs)} runs ({th.workspaces_compared} workspaces, "
                     f"{th.pairs_compared:,} pairs each; {th.active_pairs:,} active pairs of {th.pairs_in_log:,}); "
