@@ -1776,7 +1776,9 @@ def chart(r: ActivityBenchResult, path: Path) -> None:
             q = r.queries
             names = [(p, n) for p, qs in q.phases.items() for n in qs]
             vals = [q.phases[p][n].p99_ms or 0 for p, n in names]
-            ax.bar(range(len(names)), vals, color=["#2b7bba" if n.startswith("flow") else "#b0b0b0" for _, n in names])
+            ax.bar(range(len(names)), vals, color=["#2b7bba" if n.startswith("flow") else
+                                                   "#e0a030" if n.startswith("control") else "#b0b0b0"
+                                                   for _, n in names])
             ax.set_xticks(range(len(names)), [f"{n}\n{p}" for p, n in names], fontsize=6, rotation=45)
             ax.axhline(TARGET_QUERY_P99_MS, color="red", linestyle="--", linewidth=1, label="p99 target")
             ax.set_yscale("log")
