@@ -110,3 +110,38 @@ def test_invalid_records_are_counted_and_skipped(kafka_brokers, redis_url, redis
     produce_file(str(log), KafkaEndpoint(kafka_brokers, topic), partitions=2, progress=False)
     stats = run_activity_baseline(kafka_brokers, topic, redis_url, "abl-" + uuid.uuid4().hex[:8])
     assert (stats["events"], stats["counted"], stats["invalid"]) == (len(lines), len(valid), len(dead))
+
+
+def test_docstring_examples():
+    import doctest
+
+    from rankflow.bench import activity_baseline
+
+    result = doctest.testmod(activity_baseline)
+    assert result.attempted > 0 and result.failed == 0
+
+
+def test_the_memory_logs_hold_the_pairs_they_say(tmp_path):
+    """The memory part's logs: the last hour's pairs are all in one window, the hours before
+    hold as many other pairs, and ts only grows."""
+    from rankflow.bench.activity import HOUR_MS, MEMORY_START_MS, active_pairs_log
+
+    path = tmp_path / "m.jsonl"
+    active_pairs_log(path, 600, 7, 2, seed=3)
+    events = [json.loads(line) for line in path.read_bytes().splitlines()]
+    assert len(events) == 3 * 600
+    assert [e["ts"] for e in events] == sorted(e["ts"] for e in events)
+    last = [e for e in events if e["ts"] >= MEMORY_START_MS + 2 * HOUR_MS]
+    pairs = {(e["workspace_id"], e["channel_id"]) for e in last}
+    assert len(pairs) == 600 and len({ws for ws, _ in pairs}) == 7
+    assert len({(e["workspace_id"], e["channel_id"]) for e in events}) == 3 * 600
+    w = max(e["ts"] for e in events)
+    assert min(e["ts"] for e in last) // BUCKET_MS >= w // BUCKET_MS - WINDOW_BUCKETS + 1  # one window
+
+
+def test_freshness_is_measured_to_the_first_state_that_covers_a_message():
+    from rankflow.bench.activity import first_covering
+
+    states = [(10.0, {"t/0": 5}), (11.0, {"t/0": 5, "t/1": 3}), (12.5, {"t/0": 9, "t/1": 3})]
+    samples = {(0, 4): 9.0, (0, 5): 9.5, (1, 2): 10.0, (1, 3): 10.0}
+    assert first_covering(states, "t", samples) == {(0, 4): 1.0, (0, 5): 3.0, (1, 2): 1.0}
