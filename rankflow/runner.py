@@ -196,6 +196,9 @@ def _wait_all(children: list[multiprocessing.process.BaseProcess]) -> multiproce
                         other.terminate()
                 for other in children:
                     other.join(timeout=30)
+                    if other.is_alive():  # still connecting to the failed one (Bytewax retries forever):
+                        other.kill()  # stop it, or this process would wait for it at exit
+                        other.join()
                 return child
         time.sleep(0.05)
     return next((c for c in children if c.exitcode != 0), None)
