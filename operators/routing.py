@@ -20,6 +20,14 @@ the combine step sends a salted change it also sends a *split marker* to the son
 ordinary partition, in the same epoch, which from then on reports the song's
 ordinary count as one more partial. Partials never enter local top-K lists; the
 merger adds every partial of a song before ranking it.
+
+**Recent plays** (``operators.recent_plays``, on unless ``--recent-minutes 0``). The
+user stage's accepted starts are counted per ``(song, bucket)`` and epoch and go to
+the song's ordinary partition, split or not (splitting is for listener counts:
+recent counts are added once per epoch, not per change), as ``(song, RECENT_STARTS,
+bucket, n)`` entries beside the deltas. Each barrier tick carries its source batch's
+watermark mark as ``(partition, SOURCE_MARK, mark, 0)``. With recent plays off
+neither is sent: the ticks carry nothing, as before.
 """
 
 from __future__ import annotations
@@ -28,12 +36,18 @@ import threading
 import time
 import zlib
 from collections.abc import Iterable
+from typing import Any
 
 from rankflow.operators.player_stage import BoardChanges
+from rankflow.operators.recent_plays import BUCKET_MS
 from rankflow.state.events import DeadLetter
+from rankflow.state.window_rules import SourceMark
 
-SongDelta = tuple[str, int, int, int]
-"""``(song_id, salt, delta, user_delta)``; ``salt`` is :data:`SPLIT_MARKER` for a split marker."""
+SongDelta = tuple[str, int, Any, int]
+"""``(song_id, salt, delta, user_delta)``; a negative ``salt`` marks another entry:
+:data:`SPLIT_MARKER` ``(song_id, SPLIT_MARKER, 0, 0)``, :data:`RECENT_STARTS`
+``(song_id, RECENT_STARTS, bucket, starts)``, :data:`SOURCE_MARK` ``(partition,
+SOURCE_MARK, SourceMark, 0)``."""
 
 CounterBatch = tuple[int, list[SongDelta] | tuple[()]]
 """``(epoch, deltas)``: what a song partition gets, one item per partition per call of
@@ -41,10 +55,17 @@ the combine step (the runtime's cost is per item: one item per song would be as 
 items as songs changed). A barrier tick is a batch with no deltas."""
 
 SPLIT_MARKER = -1
+RECENT_STARTS = -2
+SOURCE_MARK = -3
 
 
 def tick(epoch: int) -> CounterBatch:
     return (epoch, ())
+
+
+def marked_tick(epoch: int, mark: SourceMark) -> CounterBatch:
+    """A barrier tick that carries its source batch's watermark mark (recent plays)."""
+    return (epoch, [(mark.partition, SOURCE_MARK, mark, 0)])
 
 
 def partition_of(song_id: str, salt: int, partitions: int) -> int:
@@ -118,19 +139,22 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
 
     Sums the user shards' :class:`operators.user_stage.NetChanges` (conflicts go
     their own way) per ``(song, salt)`` and epoch, adds a split marker for every
-    salted song, and groups them by song partition: one :data:`CounterBatch` per
-    partition and epoch.
+    salted song, counts accepted starts per ``(song, bucket)`` (recent plays), and
+    groups them by song partition: one :data:`CounterBatch` per partition and epoch.
     """
     nets: dict[int, dict[tuple[str, int], list[int]]] = {}
+    recent: dict[int, dict[tuple[str, int], int]] = {}
     changes: dict[str, int] = {}
     watch = hot.enabled
     for _, item in items:
         if item.__class__ is DeadLetter:
             continue
-        epoch, counts = item  # type: ignore[misc]
+        epoch, counts, starts = item  # type: ignore[misc]
         net = nets.get(epoch)
         if net is None:
             net = nets[epoch] = {}
+        if starts:
+            _count_starts(recent, epoch, starts)
         for key, (delta, user_delta, n) in counts.items():
             acc = net.get(key)
             if acc is None:
@@ -151,8 +175,21 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
             if salt and song not in marked:
                 marked.add(song)
                 batches.setdefault(partition_of(song, 0, partitions), []).append((song, SPLIT_MARKER, 0, 0))
+        if recent:
+            for (song, b), n in recent.pop(epoch, {}).items():
+                batches.setdefault(partition_of(song, 0, partitions), []).append((song, RECENT_STARTS, b, n))
         out.extend((str(p), (epoch, deltas)) for p, deltas in batches.items())
     return out
+
+
+def _count_starts(recent: dict[int, dict[tuple[str, int], int]], epoch: int, starts: list[tuple[str, int]]) -> None:
+    """Accepted starts ``(song, ts)`` counted per ``(song, bucket)`` of ``epoch``."""
+    per = recent.get(epoch)
+    if per is None:
+        per = recent[epoch] = {}
+    for song, ts in starts:
+        key = (song, ts // BUCKET_MS)
+        per[key] = per.get(key, 0) + 1
 
 
 BoardBatch = tuple[int, list[tuple[str, tuple]] | tuple[()]]

@@ -9,7 +9,7 @@ import pytest
 
 MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures", "rankflow.state.ranking_index",
            "rankflow.bench.boards_baseline", "rankflow.state.score_events", "rankflow.state.board_rules",
-           "rankflow.connectors.board_read", "rankflow.state.board_index"]
+           "rankflow.connectors.board_read", "rankflow.state.board_index", "rankflow.operators.recent_plays"]
 
 
 @pytest.mark.parametrize("name", MODULES)
