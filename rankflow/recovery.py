@@ -43,8 +43,11 @@ def recorded(opts: RunOptions) -> dict[str, Any]:
     The dead-letter output too: a JSON Lines sink resumes at a byte offset of the
     file it wrote, which in another file would cut someone else's data.
     """
-    return {"flow": opts.flow, "song_partitions": opts.song_partitions, "user_shards": opts.user_shards,
-            "input": input_identity(opts.input), "dead_letter": opts.dead_letter}
+    layout = {"flow": opts.flow, "song_partitions": opts.song_partitions, "user_shards": opts.user_shards,
+              "input": input_identity(opts.input), "dead_letter": opts.dead_letter}
+    if opts.flow == "listeners":  # the song partitions' window state is made for its length (0: none)
+        layout["recent_minutes"] = opts.recent_minutes
+    return layout
 
 
 def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
