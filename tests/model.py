@@ -56,17 +56,21 @@ class Model:
     conflicts: int = 0
     lines: int = 0
     dead: list[tuple[int, str]] = field(default_factory=list)  # (line, "shape" or the conflict's reason)
-    # Recent plays (WINDOWS.md 7), for one input partition read in this order:
-    w: int | None = None  # the watermark: the greatest ts of the events valid by shape so far
+    # Recent plays (WINDOWS.md 7), for the input partitions interleaved in this arrival order:
+    maxima: dict[str, int] = field(default_factory=dict)  # per partition, its greatest ts of valid events
+    w: int | None = None  # the watermark: the least of those, never going back
     starts: list[tuple[str, int, int]] = field(default_factory=list)  # accepted starts (song, ts, W after it)
 
-    def apply_line(self, raw: bytes) -> None:
+    def apply_line(self, raw: bytes, partition: str = "") -> None:
         self.lines += 1
         ev = parse(raw)
         if ev is None:
             self._dead("shape")
             return
-        self.w = ev["ts"] if self.w is None else max(self.w, ev["ts"])  # every type, conflicts too
+        ts = ev["ts"]  # every type valid by shape moves W, conflicts too
+        self.maxima[partition] = max(self.maxima.get(partition, ts), ts)
+        least = min(self.maxima.values())
+        self.w = least if self.w is None else max(self.w, least)
         self.apply(ev)
 
     def _dead(self, reason: str) -> None:
@@ -117,12 +121,12 @@ class Model:
     def recent(self, minutes: int, w: int | None = None) -> dict[str, int]:
         """Accepted starts per song in the window of ``minutes`` one-minute buckets.
 
-        One input partition (``w`` None): each start is placed when it arrives, by the
-        watermark then (``W`` takes its ``ts`` first): before that window it is left out
-        for good; otherwise it counts while its bucket is in the window of the final ``W``.
-        Several partitions: pass the final ``W``; with section 2's proviso every start
-        counts exactly when its bucket is in that window (held ones included once ``W``
-        reached them, which it has iff they are in it)."""
+        In the arrival order the model was fed (``w`` None): each start is placed when it
+        arrives, by the watermark then (``W`` takes its ``ts`` first): before that window it
+        is left out for good; otherwise (in it, or held) it counts while its bucket is in
+        the window of the current ``W``. For several partitions read in an unknown order,
+        pass the final ``W``: with section 2's proviso every start counts exactly when its
+        bucket is in that window."""
         final = self.w if w is None else w
         if final is None:
             return {}
