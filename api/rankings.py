@@ -50,7 +50,7 @@ def _json(body: Any, status: int = 200) -> Response:
 
 
 class BodyCache:
-    """Serialized ranking bodies per (snapshot id, kind, k, stale), minus the per-request age.
+    """Serialized ranking bodies per (snapshot, kind, k, stale), minus the per-request age.
 
     Every request of one snapshot returns the same items; only ``age_ms`` differs, so
     the JSON is built once per snapshot, kind (``ranking_body`` or ``recent_body``) and k,
@@ -58,13 +58,15 @@ class BodyCache:
     """
 
     def __init__(self) -> None:
-        self.snapshot_id: int | None = None
+        self.snapshot: dict[str, Any] | None = None
         self.bodies: dict[tuple[Any, int, bool], tuple[bytes, bytes]] = {}
 
     def render(self, snap: dict[str, Any], k: int, stale: bool, error: str | None = None,
                kind: Callable[[dict[str, Any], int, bool], dict[str, Any]] | None = None) -> bytes:
-        if snap["snapshot_id"] != self.snapshot_id:
-            self.snapshot_id, self.bodies = snap["snapshot_id"], {}
+        # the snapshot itself, not its id: after Redis lost its data a new run's ids start over,
+        # and a new snapshot with an old id must not be served the old one's bodies
+        if snap is not self.snapshot:
+            self.snapshot, self.bodies = snap, {}
         kind = kind or ranking_body
         key = (kind, k, stale)
         parts = self.bodies.get(key) if error is None else None

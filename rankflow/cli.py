@@ -511,7 +511,9 @@ def print_recent_table(view: dict[str, Any]) -> None:
     console = Console()
     if view["stale"]:
         console.print(f"STALE: this ranking is {view['age_ms'] / 1000:.0f}s old", style="bold red")
-    console.print(f"Top {len(view['items'])} songs by recent plays", style="bold")
+    span = "" if view["watermark"] is None else f" in the last {(view['window_end'] - view['window_start']) // 60_000} " \
+        "minutes"
+    console.print(f"Top {len(view['items'])} songs by plays{span}", style="bold")
     console.print(table)
     if view["watermark"] is None:
         window = "no event time yet"
