@@ -10,15 +10,17 @@ nothing of its own:
   partition gets for that batch (:meth:`operators.parse.ParsedBatch.marked_ticks`), so
   every partition advances the same :class:`state.window_rules.Watermark`;
 * an **accepted start** is a ``START`` the user stage finds to be a newer playback
-  (SEMANTICS.md 3 rule 5: verdict ``started`` or ``switched``); the stage hands its
-  ``(song, ts)`` on, and the combine step counts them per ``(song, bucket)`` and sends
-  them to the song's own partition (``operators.routing``; never to the partial
+  (SEMANTICS.md 3 rule 5: verdict ``started`` or ``switched``); the stage hands on
+  ``(song, bucket of its ts)``, and the combine step counts them and sends them to the
+  song's own partition (``operators.routing``; never to the partial
   counters of a split song);
 * each song partition keeps a :class:`RecentPlays`: at the close of an epoch it
   advances the watermark with the epoch's marks, slides its
   :class:`state.window_rules.WindowCounts` (mode ``messages``, keyed by song), adds
   the epoch's starts whose bucket is not before the window (held ones wait in their
-  bucket) and reports its local top ``K_max`` from an ordered index;
+  bucket) and reports its local top ``K_max`` (a :class:`state.ranking_index.CountTop`:
+  counts in a window grow, except when a bucket leaves it, so only the top is kept in
+  order, not every song);
 * the merger's :class:`operators.merger.SongRanking` merges the P local tops (a song
   lives in one partition) into the snapshot's ``recent`` ranking, with the window.
 
@@ -34,25 +36,13 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from rankflow.state.ranking_index import SongIndex
+from rankflow.state.ranking_index import CountTop
 from rankflow.state.snapshot import RecentRanking, merge_local_tops
 from rankflow.state.window_rules import MESSAGES, SourceMark, Watermark, WindowCounts, window_bounds
 
 BUCKET_MS = 60_000
 """WINDOWS.md 7: recent plays are counted in buckets of one minute; the window is
 ``--recent-minutes`` of them."""
-
-DEFAULT_MINUTES = 5
-
-
-def start_bucket(ts: int) -> int:
-    """The bucket of an accepted start (``state.window_rules.bucket`` at :data:`BUCKET_MS`).
-
-    >>> start_bucket(59_999), start_bucket(60_000)
-    (0, 1)
-    """
-    return ts // BUCKET_MS
-
 
 class RecentReport(NamedTuple):
     """A song partition's recent plays at the close of an epoch."""
@@ -65,7 +55,7 @@ class RecentPlays:
     """One song partition's recent plays: the watermark, the window's counts, their order.
 
     >>> r = RecentPlays(minutes=2, k_max=10)
-    >>> r.mark(SourceMark("f", 0, 125_000)); r.start("a", 2, 1); r.start("b", 0, 1)
+    >>> r.mark(SourceMark("f", 0, 125_000)); r.add_starts({("a", 2): 1, ("b", 0): 1})
     >>> r.close()  # W 125,000: buckets 1..2; "b" (bucket 0) is before the window
     RecentReport(watermark=125000, top=[('a', 1)])
     >>> r.mark(SourceMark("f", 3, 200_000)); r.close()  # W 200,000: buckets 2..3
@@ -74,7 +64,7 @@ class RecentPlays:
     RecentReport(watermark=240000, top=[])
     """
 
-    __slots__ = ("k_max", "watermark", "counts", "index", "marks", "starts")
+    __slots__ = ("k_max", "watermark", "counts", "top", "marks", "starts")
 
     def __init__(self, minutes: int, k_max: int, state: dict[str, Any] | None = None) -> None:
         if minutes < 1:
@@ -83,17 +73,22 @@ class RecentPlays:
         self.k_max = k_max
         self.watermark = Watermark(s.get("watermark"))
         self.counts = WindowCounts(BUCKET_MS, minutes, MESSAGES, s.get("counts"))
-        self.index = SongIndex(self.counts.counts)  # the window's counts in ranking order
+        self.top = CountTop(k_max, self.counts.counts)  # the local top K_max of the window's counts
         self.marks: list[SourceMark] = list(s.get("marks", ()))  # the open epoch's, one per source batch
         self.starts: dict[tuple[str, int], int] = dict(s.get("starts", {}))  # the open epoch's: (song, bucket) -> n
 
     def mark(self, mark: SourceMark) -> None:
         self.marks.append(mark)
 
-    def start(self, song: str, b: int, n: int) -> None:
-        """``n`` accepted starts of ``song`` in bucket ``b``, in the open epoch."""
-        key = (song, b)
-        self.starts[key] = self.starts.get(key, 0) + n
+    def add_starts(self, starts: dict[tuple[str, int], int]) -> None:
+        """Accepted starts of the open epoch: ``(song, bucket) -> how many``."""
+        mine = self.starts
+        if not mine:
+            self.starts = dict(starts)
+            return
+        get = mine.get
+        for key, n in starts.items():
+            mine[key] = get(key, 0) + n
 
     def close(self) -> RecentReport:
         """The open epoch is complete: advance the watermark, slide the window, count its starts."""
@@ -111,10 +106,9 @@ class RecentPlays:
         add = counts.add
         for (song, b), n in starts.items():
             if b >= first:  # else before the window for good: not counted, and no dead letter
-                for _ in range(n):
-                    add(song, "", b)
-        self.index.set_counts(counts.take_changed())
-        return RecentReport(w, self.index.top(self.k_max))
+                add(song, "", b, n)
+        self.top.update(counts.take_changed(), counts.counts)
+        return RecentReport(w, self.top.top(self.k_max))
 
     def state(self) -> dict[str, Any]:
         return {"watermark": self.watermark.state(), "counts": self.counts.state(), "marks": list(self.marks),

@@ -24,8 +24,8 @@ merger adds every partial of a song before ranking it.
 **Recent plays** (``operators.recent_plays``, on unless ``--recent-minutes 0``). The
 user stage's accepted starts are counted per ``(song, bucket)`` and epoch and go to
 the song's ordinary partition, split or not (splitting is for listener counts:
-recent counts are added once per epoch, not per change), as ``(song, RECENT_STARTS,
-bucket, n)`` entries beside the deltas. Each barrier tick carries its source batch's
+recent counts are added once per epoch, not per change), as one ``RECENT_STARTS``
+entry per partition beside the deltas. Each barrier tick carries its source batch's
 watermark mark as ``(partition, SOURCE_MARK, mark, 0)``. With recent plays off
 neither is sent: the ticks carry nothing, as before.
 """
@@ -35,19 +35,19 @@ from __future__ import annotations
 import threading
 import time
 import zlib
+from collections import Counter
 from collections.abc import Iterable
 from typing import Any
 
 from rankflow.operators.player_stage import BoardChanges
-from rankflow.operators.recent_plays import BUCKET_MS
 from rankflow.state.events import DeadLetter
 from rankflow.state.window_rules import SourceMark
 
 SongDelta = tuple[str, int, Any, int]
 """``(song_id, salt, delta, user_delta)``; a negative ``salt`` marks another entry:
 :data:`SPLIT_MARKER` ``(song_id, SPLIT_MARKER, 0, 0)``, :data:`RECENT_STARTS`
-``(song_id, RECENT_STARTS, bucket, starts)``, :data:`SOURCE_MARK` ``(partition,
-SOURCE_MARK, SourceMark, 0)``."""
+``("", RECENT_STARTS, {(song_id, bucket): starts}, 0)`` (the partition's songs),
+:data:`SOURCE_MARK` ``(partition, SOURCE_MARK, SourceMark, 0)``."""
 
 CounterBatch = tuple[int, list[SongDelta] | tuple[()]]
 """``(epoch, deltas)``: what a song partition gets, one item per partition per call of
@@ -143,7 +143,8 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
     groups them by song partition: one :data:`CounterBatch` per partition and epoch.
     """
     nets: dict[int, dict[tuple[str, int], list[int]]] = {}
-    recent: dict[int, dict[tuple[str, int], int]] = {}
+    recent: dict[int, Counter[tuple[str, int]]] = {}  # epoch -> (song, bucket) -> accepted starts
+    where: dict[str, int] = {}
     changes: dict[str, int] = {}
     watch = hot.enabled
     for _, item in items:
@@ -153,8 +154,11 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
         net = nets.get(epoch)
         if net is None:
             net = nets[epoch] = {}
-        if starts:
-            _count_starts(recent, epoch, starts)
+        if starts:  # counted per (song, bucket) in C
+            counted = recent.get(epoch)
+            if counted is None:
+                counted = recent[epoch] = Counter()
+            counted.update(starts)
         for key, (delta, user_delta, n) in counts.items():
             acc = net.get(key)
             if acc is None:
@@ -175,21 +179,29 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
             if salt and song not in marked:
                 marked.add(song)
                 batches.setdefault(partition_of(song, 0, partitions), []).append((song, SPLIT_MARKER, 0, 0))
-        if recent:
-            for (song, b), n in recent.pop(epoch, {}).items():
-                batches.setdefault(partition_of(song, 0, partitions), []).append((song, RECENT_STARTS, b, n))
+        if recent and epoch in recent:
+            for p, starts in _by_partition(recent.pop(epoch), partitions, where).items():
+                batches.setdefault(p, []).append(("", RECENT_STARTS, starts, 0))
         out.extend((str(p), (epoch, deltas)) for p, deltas in batches.items())
     return out
 
 
-def _count_starts(recent: dict[int, dict[tuple[str, int], int]], epoch: int, starts: list[tuple[str, int]]) -> None:
-    """Accepted starts ``(song, ts)`` counted per ``(song, bucket)`` of ``epoch``."""
-    per = recent.get(epoch)
-    if per is None:
-        per = recent[epoch] = {}
-    for song, ts in starts:
-        key = (song, ts // BUCKET_MS)
-        per[key] = per.get(key, 0) + 1
+def _by_partition(starts: Counter[tuple[str, int]], partitions: int, where: dict[str, int]
+                  ) -> dict[int, dict[tuple[str, int], int]]:
+    """Counted starts ``(song, bucket) -> n`` grouped by their song's ordinary partition;
+    ``where`` remembers the songs' partitions for the call."""
+    out: dict[int, dict[tuple[str, int], int]] = {}
+    for key, n in starts.items():
+        song = key[0]
+        p = where.get(song)
+        if p is None:
+            p = where[song] = partition_of(song, 0, partitions)
+        mine = out.get(p)
+        if mine is None:
+            out[p] = {key: n}
+        else:
+            mine[key] = n
+    return out
 
 
 BoardBatch = tuple[int, list[tuple[str, tuple]] | tuple[()]]

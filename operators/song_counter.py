@@ -3,15 +3,18 @@
 Contract (the counter stage of ``operators.counter``, keyed by song partition ``"0"`` .. ``"P-1"``):
 
 * **Input**: :data:`operators.routing.CounterBatch` items ``(epoch, deltas)``: net
-  deltas and split markers from the combine step, and barrier ticks (no deltas)
-  from every source batch. Bytewax hands a key all items of epoch ``e`` before any item of epoch
+  deltas and split markers from the combine step (with recent plays also accepted
+  starts per song and bucket), and barrier ticks from every source batch (no deltas;
+  with recent plays the batch's watermark mark). Bytewax hands a key all items of epoch ``e`` before any item of epoch
   ``e+1``, so the first item of a newer epoch proves epoch ``e`` is complete here.
 * **State**: a :class:`state.ranking_index.SongIndex` (count map + balanced-tree
   index) of the ordinary songs, the partial counters ``(song, salt)`` of split
   songs, the set of songs known to be split, the open epoch's changes netted per
   counter, the running sum of ``user_delta`` (this partition's share of counted
   users), and the last epoch applied: the identity that makes every epoch's net
-  deltas count once.
+  deltas count once. With recent plays also the partition's
+  :class:`operators.recent_plays.RecentPlays` (the watermark, the window's buckets, and
+  the open epoch's marks and accepted starts), so that it survives a restart too.
 * **Output**: when epoch ``e`` closes (a later item, or end of input), one
   :class:`operators.merger.PartitionReport`: the local top ``K_max`` of ordinary
   songs, every partial count of split songs (summed per song; a song whose partials
@@ -84,7 +87,7 @@ class SongTable:
         if salt == SPLIT_MARKER:
             self._mark_split(song)
         elif salt == RECENT_STARTS:
-            self.recent.start(song, value, n)  # type: ignore[union-attr]
+            self.recent.add_starts(value)  # type: ignore[union-attr]
         elif salt == SOURCE_MARK:
             self.recent.mark(value)  # type: ignore[union-attr]
         else:

@@ -25,7 +25,10 @@ Contract:
   with the epoch they belong to, and a ``DeadLetter`` for every conflict. A user's
   contribution leaves the song of its old record (on the recorded salt) and joins
   the song of its new one (on the salt chosen now): ``state.rules.changes``, summed
-  in place here because this loop runs once per event.
+  in place here because this loop runs once per event. With recent plays on, the
+  :class:`NetChanges` also carries the batch's accepted starts ``(song, bucket of ts)``: the
+  ``START`` events that made a new record that plays (SEMANTICS.md 3 rule 5, verdicts
+  ``started`` and ``switched``), for ``operators.recent_plays``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import NamedTuple
 from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardRouter, ShardSnapshot, shard_key, shard_of
 from rankflow.operators.metrics import METRICS
+from rankflow.operators.recent_plays import BUCKET_MS
 from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
 from rankflow.state.events import DeadLetter, Event
 from rankflow.state.rules import CONFLICT_DETAILS, PLAYING, SONG_ID, Verdict, apply_event
@@ -50,7 +54,7 @@ Python-level calls, twice as slow)."""
 class NetChanges(NamedTuple):
     """A batch's song changes in ``epoch``: ``(song, salt) -> [delta, user_delta, changes]``
     (``changes``: how many accepted changes were summed, the load the hot-song rule measures),
-    and with recent plays on its accepted starts ``(song, ts)`` (``operators.recent_plays``)."""
+    and with recent plays on its accepted starts ``(song, bucket)`` (``operators.recent_plays``)."""
 
     epoch: int
     counts: dict[tuple[str, int], list[int]]
@@ -106,7 +110,7 @@ class UserShardLogic(ShardLogic):
             self._rename(batches[0][2][0][0])
         out: list[Decision] = []
         net: dict[tuple[str, int], list[int]] = {}
-        starts: list[tuple[str, int]] | None = [] if self.recent else None
+        starts: list[tuple[str, int]] | None = [] if self.recent else None  # (song, bucket)
         epoch = batches[0][1]
         for partition, batch_epoch, events in batches:
             if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
@@ -122,7 +126,7 @@ class UserShardLogic(ShardLogic):
     def _apply(self, partition: str, epoch: int, events: list[Event], net: dict[tuple[str, int], list[int]],
                out: list[Decision], starts: list[tuple[str, int]] | None = None) -> None:
         """The rules for every event of a batch, in arrival order; the changes summed per counter into ``net``,
-        and the accepted starts ``(song, ts)`` appended to ``starts`` (unless it is None)."""
+        and the accepted starts ``(song, bucket)`` appended to ``starts`` (unless it is None)."""
         users, salts, tally, changed = self.records, self.salts, self.tally, self.changed
         hot, conflicts, get = self.hot.hot, Verdict.CONFLICTS, users.get
         for uid, playback, song, etype, version, ts, offset, raw in events:
@@ -149,7 +153,7 @@ class UserShardLogic(ShardLogic):
                     acc[2] += 1
             if playing:  # ... and joins the new one, on a partial counter if the song is split
                 if starts is not None:  # a new record that plays: a START of a newer playback (rule 5)
-                    starts.append((song, ts))
+                    starts.append((song, ts // BUCKET_MS))  # its bucket (``state.window_rules.bucket``)
                 salt = 0
                 if song in hot:
                     salt = salts[uid] = user_salt(uid, self.hot.salts)

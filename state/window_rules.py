@@ -198,16 +198,17 @@ class WindowCounts:
     def in_window(self, b: int) -> bool:
         return self.first is not None and self.first <= b <= self.last  # type: ignore[operator]
 
-    def add(self, key: Hashable, user: str, b: int) -> None:
-        """One event of ``key`` by ``user`` in bucket ``b``, which is not before the window."""
+    def add(self, key: Hashable, user: str, b: int, n: int = 1) -> None:
+        """One event of ``key`` by ``user`` in bucket ``b``, which is not before the window
+        (mode ``messages``: ``n`` such events at once, as ``n`` calls would count them)."""
         keys = self.buckets.get(b)
         if keys is None:
             keys = self.buckets[b] = {}
         live = self.in_window(b)
         if not self.distinct:
-            keys[key] = keys.get(key, 0) + 1
+            keys[key] = keys.get(key, 0) + n
             if live:
-                self._bump(key, 1)
+                self._bump(key, n)
             return
         users = keys.get(key)
         if users is None:
