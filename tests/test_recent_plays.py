@@ -303,3 +303,19 @@ def test_generated_log_every_snapshot(flow):
         assert recent_window(snap) == model.recent_window(1)
     assert seen == len(lines) and model_of_lines(lines).recent_ranking(1, 20) == recent(out["final"])
     assert recent(out["final"]), "the window holds plays at the end"
+
+
+def test_window_counts_add_a_count_at_once_as_that_many_adds():
+    from rankflow.state.window_rules import WindowCounts
+
+    one, many = WindowCounts(MIN, 2), WindowCounts(MIN, 2)
+    for c in (one, many):
+        c.move_to(MIN)
+    for _ in range(3):
+        one.add("s", "", 1)
+        one.add("t", "", 3)  # held
+    many.add("s", "", 1, 3)
+    many.add("t", "", 3, 3)
+    assert one.state() == many.state() and many.count("s") == 3 and many.count("t") == 0
+    many.move_to(3 * MIN)
+    assert many.count("t") == 3 and many.count("s") == 0
