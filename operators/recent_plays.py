@@ -117,7 +117,9 @@ class RecentPlays:
 
 def combine_recent(reports: list[RecentReport], minutes: int, k_max: int) -> tuple[RecentRanking, list[str]]:
     """The snapshot's recent ranking from every song partition's report of one epoch, and any
-    error (the partitions compute the watermark from the same marks: they must agree)."""
+    error (the partitions compute the watermark from the same marks: they must agree). A
+    report of None (stored before recent plays were on) has nothing to add."""
+    reports = [r for r in reports if r is not None]
     marks = {r.watermark for r in reports}
     errors = [] if len(marks) <= 1 else [f"recent plays: partitions disagree on the watermark: "
                                          f"{sorted(marks, key=str)}"]

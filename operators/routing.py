@@ -144,7 +144,6 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
     """
     nets: dict[int, dict[tuple[str, int], list[int]]] = {}
     recent: dict[int, Counter[tuple[str, int]]] = {}  # epoch -> (song, bucket) -> accepted starts
-    where: dict[str, int] = {}
     changes: dict[str, int] = {}
     watch = hot.enabled
     for _, item in items:
@@ -180,17 +179,16 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
                 marked.add(song)
                 batches.setdefault(partition_of(song, 0, partitions), []).append((song, SPLIT_MARKER, 0, 0))
         if recent and epoch in recent:
-            for p, starts in _by_partition(recent.pop(epoch), partitions, where).items():
+            for p, starts in _by_partition(recent.pop(epoch), partitions).items():
                 batches.setdefault(p, []).append(("", RECENT_STARTS, starts, 0))
         out.extend((str(p), (epoch, deltas)) for p, deltas in batches.items())
     return out
 
 
-def _by_partition(starts: Counter[tuple[str, int]], partitions: int, where: dict[str, int]
-                  ) -> dict[int, dict[tuple[str, int], int]]:
-    """Counted starts ``(song, bucket) -> n`` grouped by their song's ordinary partition;
-    ``where`` remembers the songs' partitions for the call."""
+def _by_partition(starts: Counter[tuple[str, int]], partitions: int) -> dict[int, dict[tuple[str, int], int]]:
+    """Counted starts ``(song, bucket) -> n`` grouped by their song's ordinary partition."""
     out: dict[int, dict[tuple[str, int], int]] = {}
+    where = _song_partitions(partitions)
     for key, n in starts.items():
         song = key[0]
         p = where.get(song)
@@ -202,6 +200,21 @@ def _by_partition(starts: Counter[tuple[str, int]], partitions: int, where: dict
         else:
             mine[key] = n
     return out
+
+
+_SONG_PARTITIONS: dict[int, dict[str, int]] = {}
+SONG_PARTITIONS_KEPT = 200_000
+
+
+def _song_partitions(partitions: int) -> dict[str, int]:
+    """A cache of songs' ordinary partitions (``partition_of(song, 0, partitions)``): the same
+    songs start again and again. Emptied when it holds :data:`SONG_PARTITIONS_KEPT` songs, so
+    it stays small; shared by the worker threads of a process (a lost update only costs a
+    recomputation)."""
+    cache = _SONG_PARTITIONS.get(partitions)
+    if cache is None or len(cache) >= SONG_PARTITIONS_KEPT:
+        cache = _SONG_PARTITIONS[partitions] = {}
+    return cache
 
 
 BoardBatch = tuple[int, list[tuple[str, tuple]] | tuple[()]]

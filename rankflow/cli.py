@@ -205,6 +205,8 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--parts", type=lambda t: tuple(x for x in t.split(",") if x),
                     default=("throughput", "freshness", "memory"), metavar="PART,...",
                     help="throughput, freshness, memory (default: all)")
+    bn.add_argument("--recent-minutes", type=_not_negative, metavar="N",
+                    help="rankflow runs with --recent-minutes N (default: run's default, 5; 0: recent plays off)")
 
     sw = sub.add_parser("bench-sweep", help="throughput across partitions x users vs the lean baseline")
     sw.add_argument("--events", type=_positive, default=1_000_000, help="events per log (default: %(default)s)")
@@ -429,7 +431,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     bench_main(BenchConfig(events=args.events, users=args.users, songs=args.songs, rate=args.rate,
                            steady_s=args.steady_s, memory_users=args.memory_users, out=args.out,
-                           parts=args.parts))
+                           parts=args.parts, recent_minutes=args.recent_minutes))
     return 0
 
 
