@@ -72,7 +72,11 @@ class RecentPlays:
         s = state or {}
         self.k_max = k_max
         self.watermark = Watermark(s.get("watermark"))
-        self.counts = WindowCounts(BUCKET_MS, minutes, MESSAGES, s.get("counts"))
+        # stored: the buckets alone; the window's counts follow from them and the watermark
+        self.counts = WindowCounts(BUCKET_MS, minutes, MESSAGES, {"buckets": s.get("buckets", {})})
+        if self.watermark.value is not None:
+            self.counts.move_to(self.watermark.value)
+        self.counts.take_changed()
         self.top = CountTop(k_max, self.counts.counts)  # the local top K_max of the window's counts
         self.marks: list[SourceMark] = list(s.get("marks", ()))  # the open epoch's, one per source batch
         self.starts: dict[tuple[str, int], int] = dict(s.get("starts", {}))  # the open epoch's: (song, bucket) -> n
@@ -111,8 +115,11 @@ class RecentPlays:
         return RecentReport(w, self.top.top(self.k_max))
 
     def state(self) -> dict[str, Any]:
-        return {"watermark": self.watermark.state(), "counts": self.counts.state(), "marks": list(self.marks),
-                "starts": dict(self.starts)}
+        """What recovery stores: the watermark, the buckets (from the window's first on, held ones
+        too; not the counts, which follow from them) and the open epoch's marks and starts."""
+        return {"watermark": self.watermark.state(),
+                "buckets": {b: dict(keys) for b, keys in self.counts.buckets.items()},
+                "marks": list(self.marks), "starts": dict(self.starts)}
 
 
 def combine_recent(reports: list[RecentReport], minutes: int, k_max: int) -> tuple[RecentRanking, list[str]]:

@@ -6,8 +6,8 @@
 Produces the benchmark's log (``rankflow bench``'s, kept in ``data/``) to a topic of a
 local broker (``rankflow.bench.rig.Rig``), then runs ``rankflow run --until-eof`` on it
 with ``--recent-minutes 0`` and ``5`` (and, with ``--baseline-python``, another
-checkout's rankflow, e.g. the commit before recent plays), round-robin so that drift of
-the machine hits every variant alike. Every run's listener ranking must equal the first
+checkout's rankflow, e.g. the commit before recent plays), round-robin and each variant
+first in turn, so that drift of the machine hits every variant alike. Every run's listener ranking must equal the first
 one's. Prints each run, and per variant the median events/s and the median and least
 CPU seconds (on a shared machine the CPU seconds are the steadier measure); writes
 ``bench-results/recent.json``.
@@ -61,8 +61,11 @@ def main() -> None:
     with Rig() as rig:
         rig.produce(rig.log_file(args.events, args.users, args.songs), "backlog", args.partitions)
         first_top = None
+        names = list(variants)
         for rep in range(args.reps):
-            for name, (python, extra) in variants.items():
+            order = names[rep % len(names):] + names[:rep % len(names)]  # each variant first in turn
+            for name in order:
+                python, extra = variants[name]
                 namespace = f"{name}-{rep}"
                 cmd = rig.rankflow_cmd("backlog", namespace, "--until-eof", *extra)
                 cmd[0:1] = [python, "-P"]  # not the working directory's rankflow: the interpreter's own
