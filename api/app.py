@@ -3,7 +3,10 @@
 Routes: ``POST /events`` (ingest, ``api.ingest``), ``GET /rankings``,
 ``GET /songs/{song_id}``, ``GET /rankings/stream`` (``api.rankings``), the score boards
 ``GET /boards...`` (``api.boards``, ``api.board_stream``), ``POST
-/matches/{match_id}/result`` (``api.match_results``), ``GET /health``, ``GET /metrics``,
+/matches/{match_id}/result`` (``api.match_results``), the activity rankings ``GET
+/activity``, ``GET /activity/global/top``, ``GET /activity/{workspace}/top``, ``GET
+/activity/{workspace}/channels/{channel}``, ``GET /activity/{workspace}/stream`` and
+their query forms for any ids (``api.activity``), ``GET /health``, ``GET /metrics``,
 and the dashboard at ``GET /`` (``api.dashboard``). The OpenAPI
 schema is at ``/openapi.json``, browsable at ``/docs``.
 """
@@ -24,10 +27,11 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from rankflow.api import board_stream, boards, dashboard, ingest, match_results, rankings
+from rankflow.api import activity, board_stream, boards, dashboard, ingest, match_results, rankings
 from rankflow.api.board_mirror import BoardMirror, MirroredBoards
 from rankflow.api.board_watch import BoardWatch, TopCache
 from rankflow.api.store import SnapshotCache
+from rankflow.connectors.activity_read import AsyncActivityReader
 from rankflow.connectors.board_read import AsyncBoardReader
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
@@ -81,11 +85,18 @@ def create_app(settings: Settings) -> FastAPI:
             app.state.boards = MirroredBoards(mirror, app.state.boards)
             app.state.board_changes = mirror  # streams wake when the mirror serves a new snapshot
         app.state.board_tops = TopCache(app.state.boards, app.state.board_changes)
+        activity_client = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
+        app.state.activity = AsyncActivityReader(activity_client, settings.namespace)
+        app.state.activity_watch = activity.ActivityWatch(app.state.activity, settings.poll_ms)
+        app.state.activity_watch.start()
+        app.state.activity_tops = activity.SharedTops(app.state.activity, app.state.activity_watch)
         try:
             yield
         finally:
             await cache.stop()
             await app.state.board_watch.stop()
+            await app.state.activity_watch.stop()
+            await close_within(activity_client, 5)
             if app.state.board_mirror is not None:
                 await app.state.board_mirror.stop()
             await close_within(boards_client, 5)
@@ -93,14 +104,16 @@ def create_app(settings: Settings) -> FastAPI:
                 if p is not None:
                     p.close()
 
-    app = FastAPI(title="rankflow", summary="Songs ranked by current listeners, game score boards",
+    app = FastAPI(title="rankflow", summary="Songs ranked by current listeners, game score boards, "
+                                            "channels ranked by activity in a sliding window",
                   lifespan=lifespan)
     app.state.settings = settings
     app.state.stopping = threading.Event()  # set by the server at Ctrl-C: event streams end
     app.state.bodies = rankings.BodyCache()
     metrics = ApiMetrics()
 
-    @app.get("/health", summary="Redis reachable, age of the latest snapshot (the boards' snapshot id too)")
+    @app.get("/health", summary="Redis reachable, age of the latest snapshot (the boards' and the activity "
+                                "rankings' snapshot ids too)")
     async def health(request: Request) -> Response:
         cache: SnapshotCache = request.app.state.cache
         redis_ok = await cache.ping()
@@ -109,11 +122,14 @@ def create_app(settings: Settings) -> FastAPI:
         listeners_ok = cache.fresh and age is not None and age <= settings.stale_after_ms
         version = request.app.state.board_watch.version
         boards_id = None if version is None or version[1] is None else int(version[1])
-        # a boards-only deployment has no listener snapshot: its health is the boards'
-        ok = redis_ok and (listeners_ok or (snap is None and boards_id is not None))
+        activity_version = request.app.state.activity_watch.version
+        activity_id = None if activity_version is None else activity_version[1]
+        # a boards-only (or activity-only) deployment has no listener snapshot: its health is the others'
+        ok = redis_ok and (listeners_ok or (snap is None and (boards_id is not None or activity_id is not None)))
         body = {"status": "ok" if ok else "degraded", "redis": "ok" if redis_ok else "unreachable",
                 "snapshot_id": None if snap is None else snap["snapshot_id"], "snapshot_age_ms": age,
-                "problem": cache.problem, "boards_snapshot_id": boards_id, "board_index": settings.board_index}
+                "problem": cache.problem, "boards_snapshot_id": boards_id, "board_index": settings.board_index,
+                "activity_snapshot_id": activity_id}
         mirror = request.app.state.board_mirror
         if mirror is not None:  # informs, never degrades: until it serves, Redis answers the board queries
             served = mirror.version
@@ -150,13 +166,15 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(rankings.router)
     app.include_router(boards.router)
     app.include_router(board_stream.router)
+    app.include_router(activity.router)
     app.include_router(dashboard.router)
     app.add_middleware(MeasureRequests, metrics=metrics)
     default_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            boards.drop_422(default_openapi(), [*boards.router.routes, *board_stream.router.routes])  # and caches it
+            boards.drop_422(default_openapi(), [*boards.router.routes, *board_stream.router.routes,
+                                                *activity.router.routes])  # and caches it
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -9,20 +9,35 @@ channel, not only the top ``K_max``.
 The reader keeps the newest snapshot document it has read, and the script returns
 the document only when the snapshot id moved: a query in a steady state is one
 small round trip.
+
+The same query logic serves two readers: :class:`ActivityReader` on a sync
+``redis.Redis`` (the CLI, tests) and :class:`AsyncActivityReader` on ``redis.asyncio``
+(the HTTP service, whose event loop must never wait on Redis). :class:`ActivityQuery`
+holds everything but the call itself, and the ``*_answer`` functions turn its reply
+into the answer dict, so the two readers differ only in ``await`` (as
+``connectors.board_read`` does for the boards).
+
+The snapshot document is parsed with the stdlib ``json``, not orjson: a watermark (and
+so the window's bounds) may be beyond 64 bits (WINDOWS.md 1: ``ts`` has no upper bound).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
-import json
-
 import redis
+import redis.asyncio as aioredis
 
 from rankflow.connectors.redis_keys import Keys, activity_namespace
 from rankflow.connectors.redis_scripts import ACTIVITY_READ_LUA, MOVES
 
 WINDOW_FIELDS = ("window_start", "window_end", "watermark")
+SNAPSHOT_FIELDS = ("snapshot_id", "published_at", "watermark", "window_start", "window_end", "bucket_ms",
+                   "window_buckets", "count", "k_max", "active_pairs")
+"""What :meth:`ActivityReader.snapshot` tells of the current snapshot (its document has more)."""
+ATTEMPTS = MOVES + 1
+"""Calls of one query at most: each generation switch costs one more."""
 
 
 class ActivityQueryError(LookupError):
@@ -37,10 +52,141 @@ class NoCount(ActivityQueryError):
     pass
 
 
+class ActivityMoving(RuntimeError):
+    """The generation changed at every call of one query: give up (a rebuild switching in a
+    loop?); the caller may ask again."""
+
+
 def check_k(k: int, k_max: int) -> None:
     """A usage error (ValueError) unless 1 <= k <= K_max (WINDOWS.md 4: never clamped)."""
     if not 1 <= k <= k_max:
         raise ValueError(f"k must be between 1 and K_max = {k_max}, got {k}")
+
+
+class Held:
+    """What a reader last learnt about its namespace: the current generation, and the
+    newest snapshot document it read (with the generation it came from). Only ever a
+    hint: the script checks the generation, and sends the document when its id moved."""
+
+    def __init__(self, namespace: str) -> None:
+        self.keys = Keys(activity_namespace(namespace))
+        self.generation = 0
+        self.doc: tuple[int, dict[str, Any]] | None = None  # (generation, document)
+
+    def current_doc(self) -> dict[str, Any] | None:
+        if self.doc is None or self.doc[0] != self.generation:
+            return None
+        return self.doc[1]
+
+    def learn_doc(self, generation: int, doc: dict[str, Any]) -> None:
+        """Keep ``doc`` unless a newer one of the same generation is held (async queries
+        may settle out of order: an older one must not take the newer's place)."""
+        if generation != self.generation:
+            return
+        held = self.current_doc()
+        if held is None or int(doc["snapshot_id"]) >= int(held["snapshot_id"]):
+            self.doc = (generation, doc)
+
+
+class ActivityQuery:
+    """One query's calls of ``ACTIVITY_READ_LUA``: :meth:`call` gives the keys and
+    arguments of the next one, :meth:`settle` reads its reply and says whether the
+    query is answered (then :attr:`doc` and :attr:`answer` hold it) or must call again.
+
+    The query remembers the document whose id it sent: if the script says the reader
+    holds it (no document in the reply), that one is the answer's, whatever another
+    query settled meanwhile."""
+
+    def __init__(self, held: Held, query: str, workspace: str = "", k: int = 0, channel: str = "") -> None:
+        self.held, self.query, self.workspace, self.k, self.channel = held, query, workspace, k, channel
+        self.doc: dict[str, Any] | None = None
+        self.answer: Any = None
+        self._generation = 0
+        self._sent: dict[str, Any] | None = None
+
+    def call(self) -> tuple[list[str], list[Any]]:
+        h = self.held
+        self._generation, self._sent = h.generation, h.current_doc()
+        keys = h.keys.of_generation(self._generation)
+        sent_id = str(self._sent["snapshot_id"]) if self._sent else ""
+        return ([keys.generation, keys.snapshot_id, keys.snapshot, keys.workspace(self.workspace)],
+                [self._generation, sent_id, self.query, self.k, self.channel])
+
+    def settle(self, reply: list[Any]) -> bool:
+        tag = reply[0]
+        if tag == b"moved":
+            if int(reply[1]) != self.held.generation:
+                self.held.generation, self.held.doc = int(reply[1]), None
+            return False
+        if tag == b"none":
+            raise NoSnapshot(f"no activity snapshot published yet in namespace {self.held.keys.namespace!r}")
+        if reply[2]:
+            doc = json.loads(reply[2])  # not orjson: a watermark may be beyond 64 bits (WINDOWS.md 1)
+            self.held.learn_doc(self._generation, doc)
+        else:
+            doc = self._sent
+        assert doc is not None and str(doc["snapshot_id"]) == reply[1].decode()
+        self.doc, self.answer = doc, reply[3] if len(reply) > 3 else None
+        return True
+
+    def gave_up(self) -> ActivityMoving:
+        return ActivityMoving("the generation changed at every read: a rebuild switching in a loop?")
+
+
+def check_k_positive(k: int) -> None:
+    """The half of :func:`check_k` known before any read (K_max is the snapshot's): a k
+    below 1 is a usage error even when nothing is published."""
+    if k < 1:
+        raise ValueError(f"k must be between 1 and K_max, got {k}")
+
+
+def top_query(held: Held, workspace: str, k: int) -> ActivityQuery:
+    check_k_positive(k)
+    return ActivityQuery(held, "top", workspace, k)
+
+
+def global_query(held: Held, k: int) -> ActivityQuery:
+    check_k_positive(k)
+    return ActivityQuery(held, "global")
+
+
+def top_answer(query: ActivityQuery) -> dict[str, Any]:
+    """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (WINDOWS.md 6)."""
+    doc, pairs = query.doc, query.answer
+    assert doc is not None
+    check_k(query.k, doc["k_max"])
+    items = [{"rank": i, "channel_id": pairs[2 * i - 2].decode(), "count": int(float(pairs[2 * i - 1]))}
+             for i in range(1, len(pairs) // 2 + 1)]
+    return {"snapshot_id": doc["snapshot_id"], "workspace_id": query.workspace,
+            **{f: doc[f] for f in WINDOW_FIELDS}, "items": items}
+
+
+def global_answer(query: ActivityQuery, k: int) -> dict[str, Any]:
+    """The global ranking's first ``k`` from the snapshot document."""
+    doc = query.doc
+    assert doc is not None
+    check_k(k, doc["k_max"])
+    return {"snapshot_id": doc["snapshot_id"], **{f: doc[f] for f in WINDOW_FIELDS}, "items": doc["global"][:k]}
+
+
+def channel_answer(query: ActivityQuery) -> dict[str, Any]:
+    """``{snapshot_id, workspace_id, channel_id, count, rank}``; :class:`NoCount` when it has none."""
+    doc, found = query.doc, query.answer
+    assert doc is not None
+    workspace, channel = query.workspace, query.channel
+    if not found:
+        raise NoCount(f"channel {channel!r} of workspace {workspace!r} has no count in the window of "
+                      f"snapshot {doc['snapshot_id']}")
+    count, rank = found
+    return {"snapshot_id": doc["snapshot_id"], "workspace_id": workspace, "channel_id": channel,
+            "count": int(float(count)), "rank": int(rank) + 1}
+
+
+def snapshot_answer(query: ActivityQuery) -> dict[str, Any]:
+    """The current snapshot's id, publication time, watermark, window and settings."""
+    doc = query.doc
+    assert doc is not None
+    return {f: doc.get(f) for f in SNAPSHOT_FIELDS}
 
 
 class ActivityReader:
@@ -48,53 +194,58 @@ class ActivityReader:
 
     def __init__(self, client: redis.Redis, namespace: str) -> None:
         self.client = client
-        self.keys = Keys(activity_namespace(namespace))
-        self.generation = 0
-        self.doc: dict[str, Any] | None = None
+        self.held = Held(namespace)
+        self.keys = self.held.keys
         self._script = client.register_script(ACTIVITY_READ_LUA)
-
-    def _call(self, query: str, workspace: str = "", k: int = 0, channel: str = "") -> tuple[dict[str, Any], Any]:
-        for _ in range(MOVES + 1):
-            keys = self.keys.of_generation(self.generation)
-            held = str(self.doc["snapshot_id"]) if self.doc else ""
-            reply = self._script(keys=[keys.generation, keys.snapshot_id, keys.snapshot, keys.workspace(workspace)],
-                                 args=[self.generation, held, query, k, channel])
-            if reply[0] == b"moved":
-                self.generation, self.doc = int(reply[1]), None
-                continue
-            if reply[0] == b"none":
-                raise NoSnapshot("no activity snapshot published yet in this namespace")
-            if reply[2]:
-                self.doc = json.loads(reply[2])  # not orjson: a watermark may be beyond 64 bits (WINDOWS.md 1)
-            assert self.doc is not None and str(self.doc["snapshot_id"]) == reply[1].decode()
-            return self.doc, reply[3] if len(reply) > 3 else None
-        raise RuntimeError("the generation changed at every read: a rebuild switching in a loop?")
 
     def top(self, workspace: str, k: int) -> dict[str, Any]:
         """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (WINDOWS.md 6)."""
-        if k < 1:
-            check_k(k, 1)
-        doc, pairs = self._call("top", workspace, k)
-        check_k(k, doc["k_max"])
-        items = [{"rank": i, "channel_id": pairs[2 * i - 2].decode(), "count": int(float(pairs[2 * i - 1]))}
-                 for i in range(1, len(pairs) // 2 + 1)]
-        return {"snapshot_id": doc["snapshot_id"], "workspace_id": workspace,
-                **{f: doc[f] for f in WINDOW_FIELDS}, "items": items}
+        return top_answer(self._query(top_query(self.held, workspace, k)))
 
     def global_top(self, k: int) -> dict[str, Any]:
         """The global ranking's first ``k`` from the snapshot document."""
-        if k < 1:
-            check_k(k, 1)
-        doc, _ = self._call("global")
-        check_k(k, doc["k_max"])
-        return {"snapshot_id": doc["snapshot_id"], **{f: doc[f] for f in WINDOW_FIELDS}, "items": doc["global"][:k]}
+        return global_answer(self._query(global_query(self.held, k)), k)
 
     def channel(self, workspace: str, channel: str) -> dict[str, Any]:
         """``{snapshot_id, workspace_id, channel_id, count, rank}``; :class:`NoCount` when it has none."""
-        doc, found = self._call("channel", workspace, 0, channel)
-        if not found:
-            raise NoCount(f"channel {channel!r} of workspace {workspace!r} has no count in the window of "
-                          f"snapshot {doc['snapshot_id']}")
-        count, rank = found
-        return {"snapshot_id": doc["snapshot_id"], "workspace_id": workspace, "channel_id": channel,
-                "count": int(float(count)), "rank": int(rank) + 1}
+        return channel_answer(self._query(ActivityQuery(self.held, "channel", workspace, 0, channel)))
+
+    def snapshot(self) -> dict[str, Any]:
+        """:data:`SNAPSHOT_FIELDS` of the current snapshot."""
+        return snapshot_answer(self._query(ActivityQuery(self.held, "global")))
+
+    def _query(self, query: ActivityQuery) -> ActivityQuery:
+        for _ in range(ATTEMPTS):
+            keys, args = query.call()
+            if query.settle(self._script(keys=keys, args=args)):
+                return query
+        raise query.gave_up()
+
+
+class AsyncActivityReader:
+    """:class:`ActivityReader` on a ``redis.asyncio`` client: the same queries and answers."""
+
+    def __init__(self, client: aioredis.Redis, namespace: str) -> None:
+        self.client = client
+        self.held = Held(namespace)
+        self.keys = self.held.keys
+        self._script = client.register_script(ACTIVITY_READ_LUA)
+
+    async def top(self, workspace: str, k: int) -> dict[str, Any]:
+        return top_answer(await self._query(top_query(self.held, workspace, k)))
+
+    async def global_top(self, k: int) -> dict[str, Any]:
+        return global_answer(await self._query(global_query(self.held, k)), k)
+
+    async def channel(self, workspace: str, channel: str) -> dict[str, Any]:
+        return channel_answer(await self._query(ActivityQuery(self.held, "channel", workspace, 0, channel)))
+
+    async def snapshot(self) -> dict[str, Any]:
+        return snapshot_answer(await self._query(ActivityQuery(self.held, "global")))
+
+    async def _query(self, query: ActivityQuery) -> ActivityQuery:
+        for _ in range(ATTEMPTS):
+            keys, args = query.call()
+            if query.settle(await self._script(keys=keys, args=args)):
+                return query
+        raise query.gave_up()

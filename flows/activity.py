@@ -34,6 +34,7 @@ this one's.
 from __future__ import annotations
 
 from functools import partial
+from pathlib import Path
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
@@ -46,7 +47,7 @@ from rankflow.operators.parse import ParsedBatch, stamp_epoch
 from rankflow.operators.window_counter import WindowTable, expired_dead_letters, route_messages
 from rankflow.operators.window_ranking import ActivityRanking
 from rankflow.state.message_events import parse_message_records
-from rankflow.state.window_rules import MODES
+from rankflow.state.window_rules import MESSAGES, MODES
 
 
 def build_flow(
@@ -61,18 +62,26 @@ def build_flow(
     window_buckets: int = 60,
     mode: str = "messages",
     idle_after_s: float | None = None,
+    summary: int = 0,
     recoverable: bool = False,
+    changelog: Path | None = None,
     flow_id: str = "activity",
 ) -> Dataflow:
     """The activity dataflow; see the module docstring for its shape.
 
     ``idle_after_s``: a live run leaves an input partition out of the watermark once it
     has had no records this long (WINDOWS.md 2); None (``--until-eof``) never does.
+    ``summary``: N > 0 ranks globally from Misra-Gries summaries of N counters (WINDOWS.md 5,
+    mode ``messages`` only); 0 exactly. ``changelog``: with ``recoverable``, where the
+    counter partitions append their buckets' changes at every barrier (else Bytewax
+    stores each partition's whole table at every barrier).
     """
     if partitions < 1 or k_max < 1 or bucket_ms < 1 or window_buckets < 1:
         raise ValueError("partitions, k_max, bucket_ms and window_buckets must be >= 1")
     if mode not in MODES:
         raise ValueError(f"mode must be one of {MODES}, got {mode!r}")
+    if summary and mode != MESSAGES:
+        raise ValueError("a global summary counts messages: distinct users do not add up across buckets")
     flow = Dataflow(flow_id)
     batches = op.input("input", flow, source)
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
@@ -81,7 +90,8 @@ def build_flow(
     routed = op.flat_map("window_events", parsed, partial(route_messages, partitions=partitions,
                                                           quiet_after_s=idle_after_s))
     reports = op.stateful_batch("window_counters", routed, CounterLogic.builder(
-        lambda stored: WindowTable(bucket_ms, window_buckets, mode, k_max, stored), recoverable))
+        lambda stored: WindowTable(bucket_ms, window_buckets, mode, k_max, stored, summary,
+                                   changelog if recoverable else None), recoverable))
 
     dead_letters = op.flat_map("shape_dead_letters", parsed, ParsedBatch.keyed_dead_letters)
     merger_in = op.merge(
@@ -91,7 +101,7 @@ def build_flow(
         op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
     )
     snapshots = op.stateful_batch("merger", merger_in, MergerLogic.builder(
-        partitions, lambda stored: ActivityRanking(k_max, bucket_ms, window_buckets, mode, stored), run_token))
+        partitions, lambda stored: ActivityRanking(k_max, bucket_ms, window_buckets, mode, stored, summary), run_token))
     op.output("publish", snapshots, snapshot_sink)
     op.output("dead_letter_output", op.merge("dead_letters", dead_letters,
                                              op.flat_map("expired", reports, expired_dead_letters)),

@@ -38,7 +38,7 @@ from typing import Any, NamedTuple
 
 from rankflow.state.ranking_index import CountTop
 from rankflow.state.snapshot import RecentRanking, merge_local_tops
-from rankflow.state.window_rules import MESSAGES, SourceMark, Watermark, WindowCounts, window_bounds
+from rankflow.state.window_rules import MESSAGES, SourceMark, Watermark, WindowCounts, window_bounds, window_buckets
 
 BUCKET_MS = 60_000
 """WINDOWS.md 7: recent plays are counted in buckets of one minute; the window is
@@ -71,12 +71,11 @@ class RecentPlays:
             raise ValueError("recent plays need a window of at least one minute")
         s = state or {}
         self.k_max = k_max
-        self.watermark = Watermark(s.get("watermark"))
+        self.watermark = w = Watermark(s.get("watermark"))
         # stored: the buckets alone; the window's counts follow from them and the watermark
-        self.counts = WindowCounts(BUCKET_MS, minutes, MESSAGES, {"buckets": s.get("buckets", {})})
-        if self.watermark.value is not None:
-            self.counts.move_to(self.watermark.value)
-        self.counts.take_changed()
+        first, last = (None, None) if w.value is None else window_buckets(w.value, BUCKET_MS, minutes)
+        self.counts = WindowCounts.from_buckets(BUCKET_MS, minutes, MESSAGES, first, last,
+                                                {b: dict(keys) for b, keys in s.get("buckets", {}).items()})
         self.top = CountTop(k_max, self.counts.counts)  # the local top K_max of the window's counts
         self.marks: list[SourceMark] = list(s.get("marks", ()))  # the open epoch's, one per source batch
         self.starts: dict[tuple[str, int], int] = dict(s.get("starts", {}))  # the open epoch's: (song, bucket) -> n

@@ -1,7 +1,8 @@
 """The activity flow's counter table: each partition's workspaces, counted over the window.
 
 Contract (the counter stage of ``operators.counter``, keyed by counter partition
-``"0"`` .. ``"P-1"``; a workspace's events all go to partition ``crc32(workspace) % P``):
+``"0"`` .. ``"P-1"``; a workspace's events all go to partition ``crc32(workspace) % P``,
+so each workspace's counts are exact in one place):
 
 * **Input**: ``(epoch, WindowBatch)`` items from :func:`route_messages`, exactly one per
   source batch per partition: the batch's events of this partition's workspaces
@@ -9,15 +10,25 @@ Contract (the counter stage of ``operators.counter``, keyed by counter partition
   sees every mark, so every partition computes the same watermark.
 * **State**: a :class:`state.window_rules.Watermark`, a
   :class:`state.window_rules.WindowCounts` over ``(workspace, channel)`` keys, and the
-  ordered index of the partition's pairs (``state.ranking_index.SongIndex``: a count
+  ordered index of the partition's pairs (``state.ranking_index.PairIndex``: a count
   map beside a balanced tree, in the global order of WINDOWS.md 4) for its local
-  top. A workspace's own order is its sorted set's in Redis. The open epoch's batches wait here:
-  an event is judged only once its barrier's marks are all in.
+  top. A workspace's own order is its sorted set's in Redis.
+* **Judging an event** (WINDOWS.md 2) as it arrives: its watermark lies between the
+  window's at the last barrier and its own partition's greatest ``ts`` so far
+  (``seen``). So a bucket before the current window is ``expired`` at once, a bucket
+  within ``seen``'s window counts at once, and only a bucket between the two (an
+  event late by more than the window, within its partition) waits for the barrier's
+  marks to be judged by :meth:`state.window_rules.Watermark.event_watermark`.
 * **Output**: when epoch ``e`` closes, one :class:`WindowReport`: the watermark after
   ``e``, each changed workspace's channel counts (0: gone; Redis holds the whole
-  rankings, so exact ranks come from there), the partition's global top ``K_max``, and the events found ``expired`` (dead letters).
-  An execution's first report is ``full``: every count, so that a resumed run's
-  first snapshot replaces whatever Redis held.
+  rankings, so exact ranks come from there), the partition's global top ``K_max``, and
+  the events found ``expired`` (dead letters). An execution's first report is
+  ``full``: every count, so that a resumed run's first snapshot replaces whatever
+  Redis held.
+* **Recovery**: with a changelog directory, the buckets go to a changelog
+  (``connectors.changelog``): each barrier appends what changed in it, so a barrier
+  costs its changes, not the window; Bytewax keeps the changelog's position and the
+  small rest. Without one, the whole table is Bytewax's state.
 """
 
 from __future__ import annotations
@@ -25,12 +36,15 @@ from __future__ import annotations
 import logging
 import time
 import zlib
-from collections.abc import Iterable
+from pathlib import Path
 from typing import Any, NamedTuple
 
+from rankflow.connectors.changelog import TAG as CHANGELOG
+from rankflow.connectors.changelog import ShardChangelog
 from rankflow.state.events import DeadLetter
-from rankflow.state.ranking_index import SongIndex
-from rankflow.state.window_rules import EXPIRED, SourceMark, Watermark, WindowCounts, window_buckets
+from rankflow.state.heavy_hitters import MisraGries
+from rankflow.state.ranking_index import PairIndex
+from rankflow.state.window_rules import EXPIRED, USERS, SourceMark, Watermark, WindowCounts, window_buckets
 
 log = logging.getLogger("rankflow.activity")
 
@@ -45,6 +59,8 @@ class WindowBatch(NamedTuple):
 
     mark: SourceMark
     events: list[WindowEvent]
+    part: int = 0  # the counter partition it is for (names the partition's changelog)
+    epoch: int = 0
 
 
 class WindowReport(NamedTuple):
@@ -58,10 +74,8 @@ class WindowReport(NamedTuple):
     expired: list[DeadLetter]
     full: bool
     closed_at: float
-
-
-def workspace_partition(workspace: str, partitions: int) -> int:
-    return zlib.crc32(workspace.encode("utf-8", "surrogatepass")) % partitions
+    summaries: dict[int, tuple[dict[Pair, int], int]] = {}
+    """``--global-summary``: per bucket that changed (every bucket when ``full``) its summary here."""
 
 
 def route_messages(parsed: Any, partitions: int, quiet_after_s: float | None) -> list[tuple[str, tuple[int, WindowBatch]]]:
@@ -78,62 +92,196 @@ def route_messages(parsed: Any, partitions: int, quiet_after_s: float | None) ->
     quiet = quiet_after_s is not None and parsed.quiet_s >= quiet_after_s
     mark = SourceMark(parsed.partition, parsed.start, seen if seen >= 0 else None, quiet)
     epoch = parsed.epoch
-    return [(str(p), (epoch, WindowBatch(mark, events))) for p, events in enumerate(groups)]
+    return [(str(p), (epoch, WindowBatch(mark, events, p, epoch))) for p, events in enumerate(groups)]
 
 
 class WindowTable:
     """One counter partition of the activity flow (see the module docstring)."""
 
-    def __init__(self, bucket_ms: int, n: int, mode: str, k_max: int, resume: dict[str, Any] | None = None) -> None:
+    def __init__(self, bucket_ms: int, n: int, mode: str, k_max: int, resume: dict[str, Any] | None = None,
+                 summary: int = 0, changelog: Path | None = None) -> None:
         s = resume or {}
-        self.bucket_ms, self.n, self.k_max = bucket_ms, n, k_max
+        self.bucket_ms, self.n, self.mode, self.k_max, self.summary = bucket_ms, n, mode, k_max, summary
+        self.directory = changelog
+        self.log: ShardChangelog | None = None
+        self.epoch = s.get("epoch", 0)
         self.watermark = Watermark(s.get("watermark"))
-        self.counts = WindowCounts(bucket_ms, n, mode, s.get("counts"))
-        self.staged: list[WindowBatch] = list(s.get("staged", ()))
-        self.pairs = SongIndex(self.counts.counts)  # the global order over this partition's pairs
+        self.running: dict[str, int] = dict(s.get("running", {}))  # per source partition its greatest ts so far
+        self.marks: list[SourceMark] = list(s.get("marks", ()))  # the open epoch's
+        # to be judged at the barrier: (source partition, its greatest ts up to the event, event)
+        self.waiting: list[tuple[str, int, WindowEvent]] = list(s.get("waiting", ()))
+        self.expired: list[DeadLetter] = list(s.get("expired", ()))
+        self.summaries: dict[int, MisraGries] = {}  # ``summary`` > 0: per bucket, WINDOWS.md 5
+        self.touched: set[int] = set()  # buckets whose summary changed since the last report
+        self.unlogged: set[int] = set()  # ... since the last changelog frame
+        if s.get("changelog") is not None:
+            self.counts, self.summaries = self._restore(s["changelog"], s["window"])
+        else:
+            self.counts = WindowCounts(bucket_ms, n, mode, s.get("counts"))
+            self.summaries = {b: MisraGries(summary, *st) for b, st in s.get("summaries", {}).items()}
+        if changelog is not None:
+            self.counts.take_dirty()  # from now on the counts note what changes, for the changelog
+        self.pairs = PairIndex(self.counts.counts)  # the global order over this partition's pairs
         self.full = True  # an execution's first report carries every count
 
+    # -- counting -------------------------------------------------------------------
     def stage(self, batch: WindowBatch) -> None:
-        self.staged.append(batch)
+        if batch.epoch != self.epoch:
+            self.epoch = batch.epoch
+            if self.log is not None:
+                self.log.release(batch.epoch)
+            elif self.directory is not None:
+                self._open_log(batch.part)
+        mark = batch.mark
+        self.marks.append(mark)
+        prior = self.running.get(mark.partition, -1)
+        first = self.counts.first
+        bucket_ms, n = self.bucket_ms, self.n
+        for event in batch.events:
+            ws, ch, user, ts, seen, offset, raw = event
+            b = ts // bucket_ms
+            if first is not None and b < first:  # before the window: expired whatever the barrier says
+                self._expire(mark.partition, event, self.watermark.value)  # type: ignore[arg-type]
+            elif b < (max(seen, prior) // bucket_ms) - n + 1:
+                self.waiting.append((mark.partition, max(seen, prior), event))
+            else:
+                self._count(ws, ch, user, b)
+        if mark.max_ts is not None and mark.max_ts > prior:
+            self.running[mark.partition] = mark.max_ts
+
+    def _count(self, ws: str, ch: str, user: str, b: int) -> None:
+        self.counts.add((ws, ch), user, b)
+        if self.summary:
+            summary = self.summaries.get(b)
+            if summary is None:
+                summary = self.summaries[b] = MisraGries(self.summary)
+            summary.add((ws, ch))
+            self.touched.add(b)
+            self.unlogged.add(b)
+
+    def _expire(self, partition: str, event: WindowEvent, w: int) -> None:
+        ts, offset, raw = event[3], event[5], event[6]
+        start = window_buckets(w, self.bucket_ms, self.n)[0] * self.bucket_ms
+        self.expired.append(DeadLetter(EXPIRED, f"ts {ts} is before the window [{start}, ...) of watermark {w}: "
+                                                f"it can never count", partition, offset, raw, self.epoch))
 
     def close(self, epoch: int) -> WindowReport:
-        staged, self.staged = self.staged, []
-        staged.sort(key=lambda b: (b.mark.partition, b.mark.start))
-        wm = self.watermark
-        before = dict(wm.maxima)
-        w = wm.advance(b.mark for b in staged)
-        expired = self._place(staged, before, epoch)
+        marks, self.marks = self.marks, []
+        w = self.watermark.advance(marks)
+        self._judge_waiting()
         if w is not None:
             self.counts.move_to(w)
+            first = self.counts.first
+            for b in [b for b in self.summaries if b < first]:  # type: ignore[operator]
+                del self.summaries[b]
+                self.unlogged.add(b)
         moved = self.counts.take_changed()
         self.pairs.set_counts(moved)
         full, self.full = self.full, False
         changed = by_workspace(self.counts.counts if full else moved)
-        return WindowReport(epoch, w, changed, self.pairs.top(self.k_max), self.pairs.active_songs,
-                            expired, full, time.time())
+        touched = set(self.summaries) if full else self.touched & set(self.summaries)
+        self.touched = set()
+        expired, self.expired = self.expired, []
+        return WindowReport(epoch, w, changed, self.pairs.top(self.k_max), len(self.pairs),
+                            expired, full, time.time(), {b: self.summaries[b].state() for b in touched})
 
-    def _place(self, staged: list[WindowBatch], before: dict[str, int], epoch: int) -> list[DeadLetter]:
-        """Judge each staged event by its watermark; count what is not expired."""
-        wm, counts, bucket_ms, n = self.watermark, self.counts, self.bucket_ms, self.n
-        expired: list[DeadLetter] = []
-        for batch in staged:
-            mark = batch.mark
-            prior = before.get(mark.partition, -1)
-            for ws, ch, user, ts, seen, offset, raw in batch.events:
-                w = wm.event_watermark(mark.partition, seen if seen > prior else prior)
-                first, _ = window_buckets(w, bucket_ms, n)
-                b = ts // bucket_ms
-                if b < first:
-                    expired.append(DeadLetter(EXPIRED, _expired_detail(ts, w, first * bucket_ms), mark.partition,
-                                              offset, raw, epoch))
-                else:
-                    counts.add((ws, ch), user, b)
-            if mark.max_ts is not None and mark.max_ts > prior:
-                before[mark.partition] = mark.max_ts
-        return expired
+    def _judge_waiting(self) -> None:
+        """The events late by more than the window within their partition, now that the
+        barrier's marks are in: expired, or counted."""
+        waiting, self.waiting = self.waiting, []
+        wm, bucket_ms, n = self.watermark, self.bucket_ms, self.n
+        for partition, seen, event in waiting:
+            ws, ch, user, ts = event[:4]
+            w = wm.event_watermark(partition, seen)
+            b = ts // bucket_ms
+            if b < window_buckets(w, bucket_ms, n)[0]:
+                self._expire(partition, event, w)
+            else:
+                self._count(ws, ch, user, b)
 
+    # -- recovery -------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        return {"watermark": self.watermark.state(), "counts": self.counts.state(), "staged": list(self.staged)}
+        small = {"epoch": self.epoch, "watermark": self.watermark.state(), "running": dict(self.running),
+                 "marks": list(self.marks), "waiting": list(self.waiting), "expired": list(self.expired)}
+        if self.log is None:
+            return {**small, "counts": self.counts.state(),
+                    "summaries": {b: m.state() for b, m in self.summaries.items()}}
+        position = self.log.append(self._changes(), self._image, self.epoch)
+        return {**small, "changelog": position, "window": (self.counts.first, self.counts.last)}
+
+    def _open_log(self, part: int) -> None:
+        assert self.directory is not None
+        self.log = ShardChangelog(self.directory, f"window-{part}", _merge_bucket)
+        self.log.restore(None)
+
+    def _changes(self) -> dict[str, Any]:
+        """The changelog frame of a barrier: per changed bucket ``{workspace: {channel: count
+        or new users}}`` (None: the bucket left), and each changed summary whole."""
+        out: dict[str, Any] = {}
+        for b, keys in self.counts.take_dirty().items():
+            out[str(b)] = None if keys is None else _nested(keys, self.mode == USERS)
+        for b in self.unlogged:
+            summary = self.summaries.get(b)
+            out[f"s{b}"] = None if summary is None else _summary_json(summary)
+        self.unlogged = set()
+        return out
+
+    def _image(self) -> dict[str, Any]:
+        users = self.mode == USERS
+        image: dict[str, Any] = {str(b): _nested(keys, users) for b, keys in self.counts.buckets.items()}
+        image.update({f"s{b}": _summary_json(m) for b, m in self.summaries.items()})
+        return image
+
+    def _restore(self, position: Any, window: tuple[int | None, int | None]) -> tuple[WindowCounts, dict]:
+        assert self.directory is not None, "a changelog position without a changelog directory"
+        self.log = ShardChangelog(self.directory, position[1], _merge_bucket)
+        records = self.log.restore(position)
+        buckets: dict[int, dict[Any, Any]] = {}
+        summaries: dict[int, MisraGries] = {}
+        users = self.mode == USERS
+        for key, value in records.items():
+            if value is None:
+                continue
+            if key.startswith("s"):
+                counters, total = value
+                summaries[int(key[1:])] = MisraGries(self.summary, {(ws, ch): c for ws, ch, c in counters}, total)
+            else:
+                buckets[int(key)] = {(ws, ch): (set(v) if users else v)
+                                     for ws, channels in value.items() for ch, v in channels.items()}
+        return WindowCounts.from_buckets(self.bucket_ms, self.n, self.mode, *window, buckets), summaries
+
+
+def _nested(keys: dict[Any, Any], users: bool) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for (ws, ch), v in keys.items():
+        mine = out.get(ws)
+        if mine is None:
+            mine = out[ws] = {}
+        mine[ch] = sorted(v) if users else v
+    return out
+
+
+def _summary_json(summary: MisraGries) -> list[Any]:
+    return [[[ws, ch, c] for (ws, ch), c in summary.counters.items()], summary.total]
+
+
+def _merge_bucket(old: Any, new: Any) -> Any:
+    """How a changelog frame's value folds into a bucket read so far: counts replace, new
+    users join (mode ``users``), None removes the bucket; a summary is replaced whole."""
+    if new is None or old is None or isinstance(new, list):
+        return new
+    for ws, channels in new.items():
+        mine = old.get(ws)
+        if mine is None:
+            old[ws] = channels
+            continue
+        for ch, v in channels.items():
+            if isinstance(v, list):
+                got = mine.get(ch)
+                mine[ch] = v if got is None else sorted(set(got) | set(v))
+            else:
+                mine[ch] = v
+    return old
 
 
 def by_workspace(counts: dict[Pair, int]) -> dict[str, dict[str, int]]:
@@ -147,11 +295,7 @@ def by_workspace(counts: dict[Pair, int]) -> dict[str, dict[str, int]]:
     return out
 
 
-def _expired_detail(ts: int, w: int, start: int) -> str:
-    return (f"ts {ts} is before the window [{start}, ...) of watermark {w}: it can never count")
-
-
-def expired_dead_letters(item: tuple[str, WindowReport]) -> Iterable[tuple[str, DeadLetter]]:
+def expired_dead_letters(item: tuple[str, WindowReport]) -> list[tuple[str, DeadLetter]]:
     """The dead-letter output's share of a report: its expired events."""
     _, report = item
     return [(d.partition, d) for d in report.expired]

@@ -32,6 +32,7 @@ from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
 from rankflow.generate import generate
 from rankflow.generate_scores import DEFAULT_DAYS, DEFAULT_START_MS, ScoreChaos, generate_scores
+from rankflow import generate_messages as gm
 from rankflow.produce import produce_file
 from rankflow.reader import RankingReader, default_cache_path
 from rankflow.state.signatures import parse_key
@@ -103,6 +104,9 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
                    help="activity: buckets in the window (default: %(default)s: one hour of 60 s buckets)")
     p.add_argument("--count", choices=("messages", "users"), default="messages",
                    help="activity: count messages, or distinct users per channel (default: %(default)s)")
+    p.add_argument("--global-summary", type=int, default=0, metavar="N",
+                   help="activity: rank globally from mergeable summaries of N counters per bucket (bounded memory; "
+                        "items carry count_low and count_high); 0 ranks exactly (default: %(default)s)")
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="live runs of the activity flow, and the listener flow's recent plays: an input partition "
                         "with nothing to read this long stops holding the watermark back until its next event "
@@ -120,10 +124,12 @@ def build_parser() -> argparse.ArgumentParser:
                                      "current listeners, game score boards.")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    g = sub.add_parser("generate", help="write a realistic playback or score log (JSON Lines) with chaos")
-    g.add_argument("--kind", choices=("playback", "scores"), default="playback",
-                   help="playback events (needs --users, --songs) or game score results (default: %(default)s)")
-    g.add_argument("--users", type=_positive, help="playback: listeners")
+    g = sub.add_parser("generate", help="write a realistic playback, score or message log (JSON Lines) with chaos")
+    g.add_argument("--kind", choices=("playback", "scores", "messages"), default="playback",
+                   help="playback events (needs --users, --songs), game score results or activity (message) "
+                        "events (default: %(default)s)")
+    g.add_argument("--users", type=_positive,
+                   help=f"playback: listeners; messages: users of the biggest workspace (default: {gm.DEFAULT_USERS})")
     g.add_argument("--songs", type=_positive, help="playback: songs")
     g.add_argument("--events", type=_positive, required=True)
     g.add_argument("--seed", type=int, default=0)
@@ -136,9 +142,21 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--days", type=float, default=DEFAULT_DAYS,
                    help="scores: about how many days the log spans (default: %(default)s)")
     g.add_argument("--clean", action="store_true",
-                   help="scores: only valid, unique results, no chaos (signed with --signing-key)")
+                   help="scores: only valid, unique results, no chaos (signed with --signing-key); "
+                        "messages: only valid events, in order of ts (none late, none expired)")
     g.add_argument("--chaos", type=float, default=1.0, metavar="SCALE",
-                   help="scores: every chaos rate times SCALE (default: %(default)s)")
+                   help="scores, messages: every chaos rate times SCALE (default: %(default)s)")
+    g.add_argument("--workspaces", type=_positive, default=gm.DEFAULT_WORKSPACES,
+                   help="messages: workspaces (default: %(default)s)")
+    g.add_argument("--channels", type=_positive, default=gm.DEFAULT_CHANNELS,
+                   help="messages: channels of the biggest workspace; smaller ones have fewer (default: %(default)s)")
+    g.add_argument("--bots", type=_not_negative, default=gm.DEFAULT_BOTS,
+                   help="messages: users posting thousands of messages in one channel each (default: %(default)s)")
+    g.add_argument("--rate", type=float, default=gm.DEFAULT_RATE, metavar="PER_SECOND",
+                   help="messages: events per second of event time (default: %(default)s)")
+    g.add_argument("--start-ms", type=_not_negative, default=gm.DEFAULT_START_MS, metavar="MS",
+                   help="messages: ts of the first event, ms since the Unix epoch (default: %(default)s, "
+                        "2026-01-01T00:00Z)")
     g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field)")
 
     r = sub.add_parser("run", help="run a flow (--flow listeners, boards or activity) and publish its snapshots to Redis")
@@ -275,6 +293,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
     started = time.perf_counter()
     if args.kind == "scores":
         return _generate_scores(args, started)
+    if args.kind == "messages":
+        return _generate_messages(args, started)
     if args.users is None or args.songs is None:
         raise UsageError("generate --kind playback needs --users and --songs")
     stats = generate(args.users, args.songs, args.events, args.seed, args.out)
@@ -300,6 +320,24 @@ def _generate_scores(args: argparse.Namespace, started: float) -> int:
     return 0
 
 
+def _generate_messages(args: argparse.Namespace, started: float) -> int:
+    if not args.rate > 0 or args.chaos < 0:
+        raise UsageError("--rate must be positive and --chaos not negative")
+    stats = gm.generate_messages(args.events, args.seed, args.out, workspaces=args.workspaces,
+                                 channels=args.channels, users=args.users or gm.DEFAULT_USERS, bots=args.bots,
+                                 start_ms=args.start_ms, rate=args.rate, chaos=gm.MessageChaos().scaled(args.chaos),
+                                 clean=args.clean)
+    took = time.perf_counter() - started
+    print(f"wrote {stats.lines} message events to {args.out} in {took:.1f}s" + (" (clean)" if args.clean else ""),
+          file=sys.stderr)
+    for kind, n in sorted(stats.by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {kind:<28} {n:>10,}", file=sys.stderr)
+    print(f"  {'(valid, out of order)':<28} {stats.out_of_order:>10,}", file=sys.stderr)
+    for ws, ch, bot in stats.bot_channels:
+        print(f"  bot {bot!r} posts in {ws!r} / {ch!r}", file=sys.stderr)
+    return 0
+
+
 def _run_options(args: argparse.Namespace) -> RunOptions:
     addresses = getattr(args, "addresses", None)
     return RunOptions(
@@ -312,7 +350,8 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
         split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
         bucket_seconds=args.bucket_seconds, window_buckets=args.window_buckets, count=args.count,
-        idle_timeout_s=args.idle_timeout, recent_minutes=args.recent_minutes,
+        idle_timeout_s=args.idle_timeout, global_summary=args.global_summary,
+        recent_minutes=args.recent_minutes,
     )
 
 

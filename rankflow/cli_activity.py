@@ -9,14 +9,15 @@ from __future__ import annotations
 
 import argparse
 import sys
+from datetime import datetime, timezone
 from typing import Any, Callable
 
-import orjson
 from rich.console import Console
 from rich.table import Table
 
 from rankflow.connectors.activity_read import ActivityQueryError, ActivityReader
 from rankflow.connectors.redis_keys import connect
+from rankflow.connectors.redis_publish import dumps_document
 from rankflow.options import UsageError
 
 
@@ -55,10 +56,20 @@ def cmd_activity(args: argparse.Namespace) -> int:
     finally:
         client.close()
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
+        sys.stdout.buffer.write(dumps_document(answer) + b"\n")  # a watermark may be beyond 64 bits
     else:
         print_answer(answer)
     return 0
+
+
+def _utc(ms: int | None) -> str:
+    """An event time for people: UTC to the millisecond (the JSON answer keeps the ms)."""
+    if ms is None:
+        return "none yet"
+    try:
+        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+    except (OverflowError, ValueError, OSError):  # beyond year 9999: event time is trusted (WINDOWS.md 2)
+        return f"{ms} ms"
 
 
 def print_answer(answer: dict[str, Any]) -> None:
@@ -76,6 +87,6 @@ def print_answer(answer: dict[str, Any]) -> None:
             table.add_row(*(f"{item[c]:,}" if c == "rank" else str(count) if c == "count" else item[c]
                             for c in columns))
         console.print(table)
-        console.print(f"window [{answer['window_start']}, {answer['window_end']}) ms, watermark "
-                      f"{answer['watermark']}", highlight=False)
+        console.print(f"window {_utc(answer['window_start'])} .. {_utc(answer['window_end'])} (end excluded), "
+                      f"watermark {_utc(answer['watermark'])}", highlight=False)
     console.print(f"snapshot {answer['snapshot_id']}", highlight=False)

@@ -85,6 +85,7 @@ class RunOptions:
     bucket_seconds: int = 60  # activity: the width of a bucket (WINDOWS.md 2)
     window_buckets: int = 60  # activity: buckets in the window
     count: str = "messages"  # activity: messages, or distinct users per channel
+    global_summary: int = 0  # activity: N > 0 ranks globally from Misra-Gries summaries of N counters
     idle_timeout_s: float = 5.0  # live runs: a partition quiet this long stops holding the watermark (activity,
     # and the listener flow's recent plays)
     recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
@@ -125,6 +126,11 @@ class RunOptions:
             raise UsageError(f"--count must be messages or users, got {self.count!r}")
         if self.recent_minutes < 0:
             raise UsageError("--recent-minutes must be >= 0 (0 turns recent plays off)")
+        if self.global_summary < 0:
+            raise UsageError("--global-summary must be >= 1 (or 0: exact)")
+        if self.global_summary and self.count != "messages":
+            raise UsageError("--global-summary counts messages: with --count users distinct users do not add up "
+                             "across buckets (WINDOWS.md 5)")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")
         if self.hot_threshold < 0:

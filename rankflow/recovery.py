@@ -25,11 +25,17 @@ from rankflow.options import RunOptions, UsageError
 RECOVERY_PARTITIONS = 2
 LAYOUT_FILE = "rankflow-layout.json"
 USER_CHANGELOG = "user-changelog"
+WINDOW_CHANGELOG = "window-changelog"
 
 
 def user_changelog(recovery_dir: str | None) -> Path | None:
     """Where user shards keep their changelogs (``connectors.changelog``), beside Bytewax's partitions."""
     return None if recovery_dir is None else Path(recovery_dir) / USER_CHANGELOG
+
+
+def window_changelog(recovery_dir: str | None) -> Path | None:
+    """Where the activity flow's counter partitions keep their buckets' changelogs."""
+    return None if recovery_dir is None else Path(recovery_dir) / WINDOW_CHANGELOG
 
 
 def resumes_from_recovery(recovery_dir: str | None) -> bool:
@@ -47,6 +53,9 @@ def recorded(opts: RunOptions) -> dict[str, Any]:
               "input": input_identity(opts.input), "dead_letter": opts.dead_letter}
     if opts.flow == "listeners":  # the song partitions' window state is made for its length (0: none)
         layout["recent_minutes"] = opts.recent_minutes
+    if opts.flow == "activity":  # the window's shape and what it counts are in the stored buckets
+        layout.update(bucket_seconds=opts.bucket_seconds, window_buckets=opts.window_buckets, count=opts.count,
+                      global_summary=opts.global_summary)
     return layout
 
 
@@ -59,7 +68,8 @@ def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
     wanted = recorded(opts)
     layout_file = path / LAYOUT_FILE
     if not any(path.glob("part-*.sqlite3")):
-        shutil.rmtree(path / USER_CHANGELOG, ignore_errors=True)  # no store refers to what may be left there
+        for left in (USER_CHANGELOG, WINDOW_CHANGELOG):  # no store refers to what may be left there
+            shutil.rmtree(path / left, ignore_errors=True)
         init_db_dir(path, RECOVERY_PARTITIONS)
     elif layout_file.exists():
         _refuse_other(path, orjson.loads(layout_file.read_bytes()), wanted)

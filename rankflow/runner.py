@@ -40,7 +40,7 @@ from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS
 from rankflow.options import RunOptions, ServiceError, redacted
-from rankflow.recovery import recovery_config, resumes_from_recovery, user_changelog
+from rankflow.recovery import recovery_config, resumes_from_recovery, user_changelog, window_changelog
 from rankflow.services import free_port
 
 log = logging.getLogger("rankflow.run")
@@ -112,7 +112,9 @@ def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
         window_buckets=opts.window_buckets,
         mode=opts.count,
         idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
+        summary=opts.global_summary,
         recoverable=opts.recovery_dir is not None,
+        changelog=window_changelog(opts.recovery_dir),
     )
 
 
@@ -196,6 +198,9 @@ def _wait_all(children: list[multiprocessing.process.BaseProcess]) -> multiproce
                         other.terminate()
                 for other in children:
                     other.join(timeout=30)
+                    if other.is_alive():  # still connecting to the failed one (Bytewax retries forever):
+                        other.kill()  # stop it, or this process would wait for it at exit
+                        other.join()
                 return child
         time.sleep(0.05)
     return next((c for c in children if c.exitcode != 0), None)

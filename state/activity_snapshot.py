@@ -28,13 +28,16 @@ class ActivitySnapshot(NamedTuple):
     bucket_ms: int
     window_buckets: int
     mode: str
-    items: list[tuple[tuple[str, str], int]]  # the global top K_max: ((workspace, channel), count)
+    items: list[Any]
+    """The global top K_max: ``((workspace, channel), count)``, or with a summary
+    ``((workspace, channel), count_low, count_high)`` (WINDOWS.md 5)."""
     active_pairs: int
     changed: dict[str, dict[str, int]]
     """To Redis: per workspace whose ranking changed, its channels' counts now (0: gone)."""
     full: bool  # ``changed`` is every count: Redis's rankings are replaced
     partition_lag_ms: dict[str, int]
     errors: list[str]
+    summary: int = 0  # ``--global-summary N``; 0: exact
 
     def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
         start, end = window_bounds(self.watermark, self.bucket_ms, self.window_buckets)
@@ -55,9 +58,16 @@ class ActivitySnapshot(NamedTuple):
                                        if name.startswith("dead_letters.")},
             "k_max": self.k_max,
             "active_pairs": self.active_pairs,
-            "global": [{"rank": i, "workspace_id": ws, "channel_id": ch, "count": n}
-                       for i, ((ws, ch), n) in enumerate(self.items, start=1)],
+            "global_summary": self.summary or None,
+            "global": self._global_items(),
             "changed_workspaces": sorted(self.changed),
             "partition_lag_ms": self.partition_lag_ms,
             "errors": self.errors,
         }
+
+    def _global_items(self) -> list[dict[str, Any]]:
+        if self.summary:
+            return [{"rank": i, "workspace_id": ws, "channel_id": ch, "count_low": low, "count_high": high}
+                    for i, ((ws, ch), low, high) in enumerate(self.items, start=1)]
+        return [{"rank": i, "workspace_id": ws, "channel_id": ch, "count": n}
+                for i, ((ws, ch), n) in enumerate(self.items, start=1)]

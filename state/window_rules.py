@@ -175,11 +175,11 @@ class WindowCounts:
     (1, {('A', 'x'): 1})
     >>> c.move_to(700_000); c.count(("A", "x"))  # bucket 11 enters: u2 joins
     2
-    >>> c.move_to(830_000); c.count(("A", "x")), sorted(c.buckets)  # 10 and 11 leave
+    >>> c.move_to(900_000); c.count(("A", "x")), sorted(c.buckets)  # 10 and 11 leave
     (0, [])
     """
 
-    __slots__ = ("bucket_ms", "n", "distinct", "first", "last", "buckets", "counts", "users", "changed")
+    __slots__ = ("bucket_ms", "n", "distinct", "first", "last", "buckets", "counts", "users", "changed", "dirty")
 
     def __init__(self, bucket_ms: int, n: int, mode: str = MESSAGES, state: dict[str, Any] | None = None) -> None:
         if mode not in MODES:
@@ -194,7 +194,22 @@ class WindowCounts:
         self.counts: dict[Hashable, int] = dict(s.get("counts", {}))
         self.users: dict[Hashable, dict[str, int]] = {k: dict(v) for k, v in s.get("users", {}).items()}
         self.changed: set[Hashable] = set(s.get("changed", ()))
+        # what changed per bucket since :meth:`take_dirty` (for a changelog): None until asked for
+        self.dirty: dict[int, dict[Hashable, Any] | None] | None = None
 
+    @classmethod
+    def from_buckets(cls, bucket_ms: int, n: int, mode: str, first: int | None, last: int | None,
+                     buckets: dict[int, dict[Hashable, Any]]) -> "WindowCounts":
+        """The counts of a window rebuilt from its buckets (what a changelog keeps): every
+        bucket from ``first`` to ``last`` joins, later ones stay held."""
+        counts = cls(bucket_ms, n, mode)
+        counts.first, counts.last = first, last
+        counts.buckets = buckets
+        for b, keys in buckets.items():
+            if counts.in_window(b):
+                counts._apply(keys, +1)
+        counts.changed = set()
+        return counts
     def in_window(self, b: int) -> bool:
         return self.first is not None and self.first <= b <= self.last  # type: ignore[operator]
 
@@ -205,10 +220,16 @@ class WindowCounts:
         if keys is None:
             keys = self.buckets[b] = {}
         live = self.in_window(b)
+        dirty = self.dirty
         if not self.distinct:
-            keys[key] = keys.get(key, 0) + n
+            keys[key] = total = keys.get(key, 0) + n
             if live:
                 self._bump(key, n)
+            if dirty is not None:
+                mine = dirty.get(b)
+                if mine is None:
+                    mine = dirty[b] = {}
+                mine[key] = total
             return
         users = keys.get(key)
         if users is None:
@@ -218,6 +239,11 @@ class WindowCounts:
         users.add(user)
         if live:
             self._join(key, (user,))
+        if dirty is not None:
+            mine = dirty.get(b)
+            if mine is None:
+                mine = dirty[b] = {}
+            mine.setdefault(key, []).append(user)
 
     def move_to(self, w: int) -> None:
         """Slide the window to watermark ``w`` (never back): held buckets it reaches join,
@@ -232,10 +258,16 @@ class WindowCounts:
             now = first <= b <= last
             if was and not now:
                 self._apply(self.buckets.pop(b), -1)
+                self._forget(b)
             elif now and not was:
                 self._apply(self.buckets[b], +1)
             elif b < first:
                 del self.buckets[b]  # held, and passed over without ever entering
+                self._forget(b)
+
+    def _forget(self, b: int) -> None:
+        if self.dirty is not None:
+            self.dirty[b] = None
 
     def _apply(self, keys: dict[Hashable, Any], sign: int) -> None:
         for key, v in keys.items():
@@ -289,6 +321,13 @@ class WindowCounts:
         changed, self.changed = self.changed, set()
         get = self.counts.get
         return {key: get(key, 0) for key in changed}
+
+    def take_dirty(self) -> dict[int, dict[Hashable, Any] | None]:
+        """Per bucket, what changed since the last call: a key's count in the bucket (mode
+        ``messages``) or its new users (mode ``users``); None for a bucket that left.
+        Starts recording at the first call."""
+        dirty, self.dirty = self.dirty or {}, {}
+        return dirty
 
     def state(self) -> dict[str, Any]:
         return {"first": self.first, "last": self.last,

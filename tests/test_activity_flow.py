@@ -104,6 +104,7 @@ def test_invalid_lines_are_dead_letters_with_reasons(redis_url, tmp_path):
     assert reasons == {0: "invalid_json", 1: "invalid_json", 2: "not_an_object", 3: "missing_field",
                        4: "wrong_type", 5: "out_of_range", 6: "out_of_range"}
     assert out["final"]["watermark"] == 10**30 and out["final"]["active_pairs"] == 1  # the huge ts counts alone
+    assert main(["activity", "top", "--global", "--json", "--redis", redis_url, "--namespace", out["namespace"]]) == 0
     assert all(d["raw"] is not None and d["detail"] for d in out["dead"])
 
 
@@ -185,3 +186,86 @@ def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, log, cou
         assert got == workspace_ranking(model.counts(), ws)
     assert [(i["workspace_id"], i["channel_id"], i["count"]) for i in reader.global_top(100)["items"]] == [
         (ws, ch, n) for (ws, ch), n in global_ranking(model.counts())]
+
+
+def test_global_summary_answers_carry_bounds(redis_url, redis_client, tmp_path, capsysbinary):
+    rnd = random.Random(11)
+    log = [(f"w{rnd.randrange(4)}", f"c{min(int(rnd.paretovariate(1.1)), 30)}", "u", 600_000 + i * 50)
+           for i in range(2000)]
+    out = run_activity(redis_url, tmp_path, [line(*e) for e in log], global_summary=8, song_partitions=3)
+    counts = run_model((("p", off, e) for off, e in enumerate(log)), 60_000, 60).counts()
+    answer = ActivityReader(redis_client, out["namespace"]).global_top(100)
+    items = [((i["workspace_id"], i["channel_id"]), i["count_low"], i["count_high"]) for i in answer["items"]]
+    assert items and all("count" not in i for i in answer["items"])
+    total = sum(counts.values())
+    for pair, low, high in items:
+        assert low <= counts[pair] <= high and (high - low) * 8 <= total
+    heavy = {pair for pair, n in counts.items() if n * 8 > total}
+    assert heavy <= {pair for pair, _, _ in items}
+    reader = ActivityReader(redis_client, out["namespace"])  # per workspace: exact
+    assert [(i["channel_id"], i["count"]) for i in reader.top("w1", 100)["items"]] == workspace_ranking(counts, "w1")
+    ns = ["--redis", redis_url, "--namespace", out["namespace"]]
+    capsysbinary.readouterr()
+    assert main(["activity", "top", "--global", "--k", "3", *ns]) == 0
+    assert b".." in capsysbinary.readouterr().out  # the table shows the bounds
+
+
+def test_global_summary_with_users_is_a_usage_error(tmp_path):
+    path = tmp_path / "m.jsonl"
+    path.write_bytes(line("A", "x", "u", 1) + b"\n")
+    assert main(["run", "--flow", "activity", "--input", f"jsonl:{path}", "--until-eof", "--count", "users",
+                 "--global-summary", "10", "--redis", "redis://127.0.0.1:1/0"]) == 2
+    with pytest.raises(SystemExit) as exited:  # argparse refuses it
+        main(["run", "--flow", "activity", "--input", f"jsonl:{path}", "--until-eof", "--window-buckets", "0"])
+    assert exited.value.code == 2
+
+
+def test_a_quiet_partition_stops_holding_the_watermark_in_a_live_run(redis_url, redis_client, tmp_path):
+    """WINDOWS.md 2, idle partitions: two input files (two partitions); the second delivers one
+    early event and goes quiet. Live, after the idle time the watermark follows the first file
+    alone; the quiet file's next event takes it back without the watermark going back."""
+    from rankflow.connectors.jsonl import JsonlSource
+    from rankflow.connectors.redis_generations import join_run
+    from rankflow.execution import execute
+    from rankflow.runner import build_dataflow
+
+    busy, quiet = tmp_path / "busy.jsonl", tmp_path / "quiet.jsonl"
+    busy.write_bytes(line("A", "x", "u", 600_000) + b"\n")
+    quiet.write_bytes(line("A", "y", "u", 500_000) + b"\n")
+    namespace = f"a-{uuid.uuid4().hex[:10]}"
+    opts = RunOptions(input=f"jsonl:{busy}", redis_url=redis_url, namespace=namespace, flow="activity",
+                      dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", idle_timeout_s=0.5, barrier_ms=50,
+                      window_buckets=60)
+    token, generation = join_run(redis_client, opts.redis_namespace, uuid.uuid4().hex, fresh=True)
+    flow = build_dataflow(opts, token, generation, live=True,
+                          source=JsonlSource([str(busy), str(quiet)], follow=True), fresh=True)
+    failure: list[BaseException] = []
+    thread = threading.Thread(target=lambda: _catch(lambda o: execute(flow, o, None), opts, failure))
+    thread.start()
+    ns = activity_namespace(namespace)
+
+    def wait_for(predicate, what: str) -> dict:
+        deadline = time.monotonic() + 30
+        while True:
+            snap = read_latest(redis_client, ns)
+            if snap is not None and predicate(snap):
+                return snap
+            assert not failure and time.monotonic() < deadline, f"{what}: {snap} {failure}"
+            time.sleep(0.02)
+
+    try:
+        wait_for(lambda s: s["watermark"] == 500_000, "both partitions heard")
+        with open(busy, "ab") as out:
+            out.write(line("A", "x", "u", 700_000) + b"\n")
+        snap = wait_for(lambda s: s["watermark"] == 700_000, "the quiet partition left out after the idle time")
+        assert snap["positions"][str(quiet)] == 1
+        with open(quiet, "ab") as out:
+            out.write(line("A", "y", "u", 650_000) + b"\n")  # back, older than W
+        snap = wait_for(lambda s: s["positions"][str(quiet)] == 2, "the quiet partition's new event")
+        assert snap["watermark"] == 700_000, "W never goes back"
+        top = ActivityReader(redis_client, namespace).top("A", 10)
+        assert [(i["channel_id"], i["count"]) for i in top["items"]] == [("y", 2), ("x", 2)]  # ties: id desc
+    finally:
+        STOP.set()
+        thread.join(timeout=60)
+    assert not failure, failure

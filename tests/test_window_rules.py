@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 import pytest
-from hypothesis import assume, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from rankflow.operators.merger import Cut
@@ -25,9 +25,10 @@ EXAMPLE = [  # section 8: (channel, user, ts), workspace A, one partition
 class Tables:
     """P counter tables fed the way the flow feeds them: batches routed, epochs closed."""
 
-    def __init__(self, partitions: int, bucket_ms: int, n: int, mode: str = "messages", k_max: int = 100) -> None:
-        self.tables = [WindowTable(bucket_ms, n, mode, k_max) for _ in range(partitions)]
-        self.ranking = ActivityRanking(k_max, bucket_ms, n, mode)
+    def __init__(self, partitions: int, bucket_ms: int, n: int, mode: str = "messages", k_max: int = 100,
+                 summary: int = 0) -> None:
+        self.tables = [WindowTable(bucket_ms, n, mode, k_max, summary=summary) for _ in range(partitions)]
+        self.ranking = ActivityRanking(k_max, bucket_ms, n, mode, summary=summary)
         self.epoch = 1
         self.expired: list[tuple[str, int]] = []
         self.snapshot = None
@@ -232,3 +233,82 @@ def test_several_partitions_final_counts_do_not_depend_on_interleaving(logs, dat
     assume(final.proviso_holds())
     assert snap.watermark == final.w
     assert t.counts() == final.counts()
+
+
+def check_summary_items(items: list, counts: dict, n_counters: int, k: int) -> None:
+    """WINDOWS.md 5, items 1 to 3, against exact counts."""
+    total = sum(counts.values())
+    for pair, low, high in items:
+        assert low <= counts.get(pair, 0) <= high
+        assert (high - low) * n_counters <= total
+    assert items == sorted(items, key=lambda c: (c[2], c[1], c[0]), reverse=True)
+    listed = {pair for pair, _, _ in items}
+    for pair, true in counts.items():
+        if true * n_counters > total and pair not in listed:
+            # not listed: then K items are, each with count_high at least its true count (section 5)
+            assert len(items) == k and all(high >= true for _, _, high in items)
+    if len(counts) <= n_counters and len(items) < k:
+        assert all(low == high == counts[pair] for pair, low, high in items), "never filled: exact"
+
+
+@settings(max_examples=150, deadline=None)
+@given(log=st.lists(events, max_size=60), cuts=st.lists(st.integers(1, 6), min_size=1, max_size=20),
+       n=st.integers(1, 4), partitions=st.integers(1, 3), n_counters=st.integers(1, 5), k=st.integers(1, 8))
+def test_global_summary_keeps_the_bounds_of_section_5(log, cuts, n, partitions, n_counters, k):
+    t = Tables(partitions, 60_000, n, summary=n_counters, k_max=k)
+    at, i = 0, 0
+    while at < len(log):
+        size = cuts[i % len(cuts)]
+        t.batch("p", at, list(log[at:at + size]))
+        snap = t.close()
+        counts = run_model((("p", off, e) for off, e in enumerate(log[:at + size])), 60_000, n).counts()
+        check_summary_items(snap.items, counts, n_counters, k)
+        assert t.counts() == counts, "per-workspace counts stay exact"
+        at, i = at + size, i + 1
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(log=st.lists(events, max_size=50), cuts=st.lists(st.integers(1, 5), min_size=1, max_size=10),
+       mode=st.sampled_from(["messages", "users"]), summary=st.sampled_from([0, 2]), crash_at=st.integers(0, 12),
+       compact=st.booleans())
+def test_changelog_restores_the_table_exactly(tmp_path_factory, log, cuts, mode, summary, crash_at, compact,
+                                              monkeypatch):
+    """A table with a changelog, snapshotted at every barrier and rebuilt from its last state at a
+    random barrier, holds exactly the buckets, counts and summaries of the table that went on."""
+    from rankflow.connectors import changelog as changelog_module
+    monkeypatch.setattr(changelog_module, "COMPACT_MIN_BYTES", 200 if compact else 1 << 22)
+    directory = tmp_path_factory.mktemp("window-changelog")
+    summary_mode = summary if mode == "messages" else 0
+    table = WindowTable(60_000, 3, mode, 100, summary=summary_mode, changelog=directory)
+    at, epoch, saved = 0, 1, None
+    while at < len(log):
+        size = cuts[epoch % len(cuts)]
+        parsed = SimpleNamespace(partition="p", start=at, epoch=epoch, quiet_s=0.0,
+                                 events=[(*e, at + i, b"raw") for i, e in enumerate(log[at:at + size])])
+        for _, (_, wb) in route_messages(parsed, 1, None):
+            table.stage(wb)
+        table.close(epoch)
+        state = table.state()  # Bytewax's snapshot at the barrier
+        if epoch == crash_at:
+            saved = state
+        at, epoch = at + size, epoch + 1
+    if saved is None:
+        saved = table.state()
+        crash_at = epoch - 1
+    # the run that went on past crash_at wrote frames Bytewax never committed: a restore cuts them off
+    resumed = WindowTable(60_000, 3, mode, 100, saved, summary=summary_mode, changelog=directory)
+    replay = WindowTable(60_000, 3, mode, 100, summary=summary_mode)
+    at, epoch = 0, 1
+    while epoch <= crash_at and at < len(log):
+        size = cuts[epoch % len(cuts)]
+        parsed = SimpleNamespace(partition="p", start=at, epoch=epoch, quiet_s=0.0,
+                                 events=[(*e, at + i, b"raw") for i, e in enumerate(log[at:at + size])])
+        for _, (_, wb) in route_messages(parsed, 1, None):
+            replay.stage(wb)
+        replay.close(epoch)
+        at, epoch = at + size, epoch + 1
+    assert resumed.counts.counts == replay.counts.counts
+    assert resumed.counts.buckets == replay.counts.buckets
+    assert (resumed.counts.first, resumed.counts.last) == (replay.counts.first, replay.counts.last)
+    assert {b: m.state() for b, m in resumed.summaries.items()} == {b: m.state() for b, m in replay.summaries.items()}
+    assert resumed.counts.users == replay.counts.users
