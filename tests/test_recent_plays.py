@@ -311,11 +311,13 @@ def test_window_counts_add_a_count_at_once_as_that_many_adds():
     one, many = WindowCounts(MIN, 2), WindowCounts(MIN, 2)
     for c in (one, many):
         c.move_to(MIN)
+        c.take_dirty()  # the changelog's record starts
     for _ in range(3):
         one.add("s", "", 1)
         one.add("t", "", 3)  # held
     many.add("s", "", 1, 3)
     many.add("t", "", 3, 3)
     assert one.state() == many.state() and many.count("s") == 3 and many.count("t") == 0
+    assert one.take_dirty() == many.take_dirty() == {1: {"s": 3}, 3: {"t": 3}}
     many.move_to(3 * MIN)
     assert many.count("t") == 3 and many.count("s") == 0
