@@ -7,6 +7,12 @@ Contract:
   snapshot. ``k`` defaults to 10 and must be in 1..K_max (``400`` otherwise). While
   Redis has no usable ranking: ``503`` with the reason and, if this process has seen
   one, the last ranking marked ``stale: true`` with its age.
+* ``GET /rankings/recent?k=K`` -> ``{snapshot_id, published_at, age_ms, stale,
+  positions, window_start, window_end, watermark, items: [{rank, song_id, plays}]}``:
+  songs by plays (accepted starts) in the last ``--recent-minutes`` of event time
+  (WINDOWS.md 7), from the same snapshot as ``/rankings`` and with its conventions
+  (``k``, ``400``, ``503`` and ``stale``); ``404`` when the flow publishes no recent
+  plays (``--recent-minutes 0``).
 * ``GET /songs/{song_id}`` -> ``{snapshot_id, song_id, listeners, rank}`` in the latest
   snapshot (the full count table is published with it, atomically, and this process
   follows it in memory); ``404`` when the song has no listeners. While Redis has no
@@ -22,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import orjson
@@ -30,6 +36,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
 from rankflow.api.store import SnapshotCache
+from rankflow.connectors.redis_publish import dumps_document
 
 router = APIRouter()
 
@@ -43,27 +50,32 @@ def _json(body: Any, status: int = 200) -> Response:
 
 
 class BodyCache:
-    """Serialized ranking bodies per (snapshot id, k, stale), minus the per-request age.
+    """Serialized ranking bodies per (snapshot, kind, k, stale), minus the per-request age.
 
     Every request of one snapshot returns the same items; only ``age_ms`` differs, so
-    the JSON is built once per snapshot and k and the age is spliced in.
+    the JSON is built once per snapshot, kind (``ranking_body`` or ``recent_body``) and k,
+    and the age is spliced in.
     """
 
     def __init__(self) -> None:
-        self.snapshot_id: int | None = None
-        self.bodies: dict[tuple[int, bool], tuple[bytes, bytes]] = {}
+        self.snapshot: dict[str, Any] | None = None
+        self.bodies: dict[tuple[Any, int, bool], tuple[bytes, bytes]] = {}
 
-    def render(self, snap: dict[str, Any], k: int, stale: bool, error: str | None = None) -> bytes:
-        if snap["snapshot_id"] != self.snapshot_id:
-            self.snapshot_id, self.bodies = snap["snapshot_id"], {}
-        key = (k, stale)
+    def render(self, snap: dict[str, Any], k: int, stale: bool, error: str | None = None,
+               kind: Callable[[dict[str, Any], int, bool], dict[str, Any]] | None = None) -> bytes:
+        # the snapshot itself, not its id: after Redis lost its data a new run's ids start over,
+        # and a new snapshot with an old id must not be served the old one's bodies
+        if snap is not self.snapshot:
+            self.snapshot, self.bodies = snap, {}
+        kind = kind or ranking_body
+        key = (kind, k, stale)
         parts = self.bodies.get(key) if error is None else None
         if parts is None:
-            body = ranking_body(snap, k, stale)
+            body = kind(snap, k, stale)
             body["age_ms"] = 0
             if error is not None:
                 body = {"error": error, **body}
-            head, _, tail = orjson.dumps(body).partition(b'"age_ms":0')
+            head, _, tail = dumps_document(body).partition(b'"age_ms":0')
             parts = (head + b'"age_ms":', tail)
             if error is None:
                 self.bodies[key] = parts
@@ -80,6 +92,22 @@ def ranking_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
         "positions": snap["positions"],
         "total_listeners": snap["total_listeners"],
         "items": snap["items"][:k],
+    }
+
+
+def recent_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
+    """``GET /rankings/recent``: the snapshot's recent plays, its first ``k`` items."""
+    recent = snap["recent"]
+    return {
+        "snapshot_id": snap["snapshot_id"],
+        "published_at": snap["published_at"],
+        "age_ms": max(0, int(time.time() * 1000) - snap["published_at"]),
+        "stale": stale,
+        "positions": snap["positions"],
+        "window_start": recent["window_start"],
+        "window_end": recent["window_end"],
+        "watermark": recent["watermark"],
+        "items": recent["items"][:k],
     }
 
 
@@ -104,6 +132,29 @@ async def get_rankings(request: Request, k: int = Query(10, description="how man
         return Response(bodies.render(snap, k, True, cache.problem), 503, media_type="application/json")
     too_old = time.time() * 1000 - snap["published_at"] > request.app.state.settings.stale_after_ms
     return Response(bodies.render(snap, k, too_old), media_type="application/json")
+
+
+@router.get("/rankings/recent", summary="The top K songs by plays in the last minutes, of the latest snapshot",
+            responses={400: {"description": "k outside 1..K_max"},
+                       404: {"description": "the flow publishes no recent plays (--recent-minutes 0)"},
+                       503: {"description": "no usable ranking; the last one seen, if any, comes marked stale"}})
+async def get_recent(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
+    cache: SnapshotCache = request.app.state.cache
+    snap = cache.snapshot
+    if snap is None:
+        return _json({"error": cache.problem}, 503)
+    if (problem := _check_k(k, snap)) is not None:
+        return _json({"error": problem}, 400)
+    if snap.get("recent") is None:
+        if not cache.fresh:
+            return _json({"error": cache.problem}, 503)
+        return _json({"error": "no recent plays in the latest snapshot: the flow runs with --recent-minutes 0"}, 404)
+    bodies: BodyCache = request.app.state.bodies
+    if not cache.fresh:
+        return Response(bodies.render(snap, k, True, cache.problem, recent_body), 503,
+                        media_type="application/json")
+    too_old = time.time() * 1000 - snap["published_at"] > request.app.state.settings.stale_after_ms
+    return Response(bodies.render(snap, k, too_old, kind=recent_body), media_type="application/json")
 
 
 @router.get("/songs/{song_id}", summary="One song's listeners and rank in the latest snapshot",

@@ -28,6 +28,7 @@ import redis.asyncio as aioredis
 
 from rankflow.connectors.redis_generations import GenerationMoving
 from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_publish import loads_document
 from rankflow.connectors.redis_scripts import MOVED, MOVES, READ_LUA
 from rankflow.state.ranking_index import SongIndex
 
@@ -170,6 +171,9 @@ class SnapshotCache(Polling):
                     table = SongIndex()  # the publisher sent the whole table (Redis had lost it)
                 table.set_counts(orjson.loads(entry[b"counts"]))
         snapshot = orjson.loads(raw)
+        recent = snapshot.get("recent")
+        if recent is not None and recent["watermark"].__class__ is float:  # event time beyond 64 bits
+            snapshot = loads_document(raw)  # orjson reads such integers as floats; read it exactly
         self.table, self._generation, self._changes_at = table, generation, changes_at
         changed = self.snapshot is None or sid != self.snapshot["snapshot_id"]
         self.snapshot = snapshot

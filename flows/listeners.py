@@ -11,12 +11,18 @@ user_events          ``user_id``       a batch's events, one item per user shard
 users                ``user_id``       the counting rules (SEMANTICS.md 3): song
                      (shard or user)   changes, and conflicts for the dead letters
 net_song_deltas                        sums changes per song, routes them to song
-                                       partitions (and hot songs to partials)
-barrier_ticks        song partition    one per partition per source batch
+                                       partitions (and hot songs to partials); with
+                                       recent plays, accepted starts per song and
+                                       minute to the song's partition
+barrier_ticks        song partition    one per partition per source batch (with
+                                       recent plays: carrying the batch's watermark
+                                       mark, its greatest ``ts``)
 song_counters        song partition    counts + balanced-tree index; a report with
-                                       the local top ``K_max`` per closed epoch
+                                       the local top ``K_max`` per closed epoch (and
+                                       the recent plays' watermark and local top)
 merger               ``"merger"``      P reports of an epoch -> global top ``K_max``,
-                                       positions, totals, invariant; counts dead letters
+                                       positions, totals, invariant; counts dead
+                                       letters; the recent plays' window and top
 publish                                one atomic Redis script per snapshot
 dead_letter_output                     shape errors and conflicts, with reasons
 ===================  ================  ==============================================
@@ -26,6 +32,12 @@ before any item of ``e+1``, on every worker. A song partition closes epoch ``e``
 when its first item of a later epoch (a tick, at least) arrives, so each published
 snapshot is exactly the input before the positions it names; a user's -1 and +1
 always share one epoch, so a switch is never split across snapshots.
+
+Recent plays (``--recent-minutes N``, WINDOWS.md 7; ``operators.recent_plays``) ride
+on the same steps: the user stage's accepted starts and the ticks' watermark marks
+reach the song partitions in the epoch they belong to, so the recent ranking in a
+snapshot is exactly the input before its positions too. With ``N = 0`` nothing of it
+is built.
 """
 
 from __future__ import annotations
@@ -56,6 +68,8 @@ def build_flow(
     user_shards: int = 0,
     recoverable: bool = False,
     user_changelog: Path | None = None,
+    recent_minutes: int = 0,
+    idle_after_s: float | None = None,
     flow_id: str = "listeners",
 ) -> Dataflow:
     """The listener-count dataflow; see the module docstring for its shape.
@@ -64,6 +78,10 @@ def build_flow(
     shards of users (see ``operators.user_stage`` for the trade-off).
     ``recoverable``: Bytewax recovery is on, so stages build their snapshots; user
     shards then keep their records in changelogs in ``user_changelog``.
+    ``recent_minutes``: N > 0 also ranks songs by accepted starts in the last N minutes
+    (WINDOWS.md 7, ``operators.recent_plays``); 0 adds nothing to the flow.
+    ``idle_after_s``: recent plays in a live run leave an input partition out of the
+    watermark once it has had no records this long; None (``--until-eof``) never does.
     """
     if song_partitions < 1:
         raise ValueError("song_partitions must be >= 1")
@@ -71,6 +89,8 @@ def build_flow(
         raise ValueError("k_max must be >= 1")
     if user_shards < 0:
         raise ValueError("user_shards must be >= 0")
+    if recent_minutes < 0:
+        raise ValueError("recent_minutes must be >= 0")
     if recoverable and user_shards and user_changelog is None:
         raise ValueError("recoverable user shards need a user_changelog directory")
     flow = Dataflow(flow_id)
@@ -82,13 +102,20 @@ def build_flow(
     shard_events = op.flat_map("user_events", parsed, route)
     changelog = user_changelog if recoverable and user_shards else None
     whole = recoverable and not user_shards
-    decisions = op.stateful_batch("users", shard_events, UserShardLogic.builder(changelog, user_shards, whole))
+    recent = recent_minutes > 0
+    decisions = op.stateful_batch("users", shard_events,
+                                  UserShardLogic.builder(changelog, user_shards, whole, recent=recent))
     deltas = op.flat_map_batch("net_song_deltas", decisions,
                                partial(combine_song_deltas, partitions=song_partitions))
-    ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=song_partitions))
+    if recent:  # every tick carries its batch's watermark mark
+        ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.marked_ticks, song_partitions=song_partitions,
+                                                             quiet_after_s=idle_after_s))
+    else:
+        ticks = op.flat_map("barrier_ticks", parsed,
+                            partial(ParsedBatch.barrier_ticks, song_partitions=song_partitions))
     counter_in = op.merge("counter_input", deltas, ticks)
     reports = op.stateful_batch(
-        "song_counters", counter_in, SongCounterLogic.builder(k_max, recoverable)
+        "song_counters", counter_in, SongCounterLogic.builder(k_max, recoverable, recent_minutes)
     )
 
     dead_letters = op.merge(
@@ -103,7 +130,8 @@ def build_flow(
         op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
     )
     snapshots = op.stateful_batch(
-        "merger", merger_in, MergerLogic.builder(song_partitions, lambda _: SongRanking(k_max), run_token)
+        "merger", merger_in,
+        MergerLogic.builder(song_partitions, lambda _: SongRanking(k_max, recent_minutes), run_token)
     )
     op.output("publish", snapshots, snapshot_sink)
     op.output("dead_letter_output", dead_letters, dead_letter_sink)

@@ -29,6 +29,7 @@ from typing import Any, NamedTuple, Protocol
 
 from bytewax.operators import StatefulBatchLogic
 
+from rankflow.operators.recent_plays import combine_recent
 from rankflow.state.events import DeadLetter
 from rankflow.state.snapshot import Snapshot, merge_local_tops, snapshot_id
 
@@ -68,6 +69,7 @@ class PartitionReport(NamedTuple):
     changed: dict[str, int]  # ordinary songs whose count changed (every song when ``full``)
     full: bool
     closed_at: float
+    recent: Any = None  # ``operators.recent_plays.RecentReport``; None with recent plays off
 
 
 class MergerState(NamedTuple):
@@ -110,10 +112,10 @@ class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
         return lambda resume: cls(partitions, make_combiner(resume.combiner if resume else None), run_token, resume)
 
     @classmethod
-    def for_songs(cls, song_partitions: int, k_max: int, run_token: int, resume: MergerState | None = None
-                  ) -> "MergerLogic":
+    def for_songs(cls, song_partitions: int, k_max: int, run_token: int, resume: MergerState | None = None,
+                  recent_minutes: int = 0) -> "MergerLogic":
         """The listener flow's merger (what tests build without the runtime)."""
-        return cls(song_partitions, SongRanking(k_max), run_token, resume)
+        return cls(song_partitions, SongRanking(k_max, recent_minutes), run_token, resume)
 
     def on_batch(self, items: list[object]) -> tuple[list[object], bool]:
         out: list[object] = []
@@ -220,10 +222,12 @@ class Combiner(Protocol):
 
 
 class SongRanking:
-    """The listener flow's combiner: the global top ``K_max`` songs and the count changes."""
+    """The listener flow's combiner: the global top ``K_max`` songs and the count changes,
+    and with ``recent_minutes`` the recent plays (``operators.recent_plays``)."""
 
-    def __init__(self, k_max: int) -> None:
+    def __init__(self, k_max: int, recent_minutes: int = 0) -> None:
         self.k_max = k_max
+        self.recent_minutes = recent_minutes
 
     def combine(self, cut: Cut, reports: dict[str, PartitionReport]) -> Snapshot:
         full = all(r.full for r in reports.values())
@@ -242,6 +246,11 @@ class SongRanking:
                   for p, r in sorted(reports.items()) for song, n in r.negative]
         if total != users:
             errors.append(f"invariant violated: total_listeners {total} != counted_users {users}")
+        recent = None
+        if self.recent_minutes:
+            recent, disagree = combine_recent([r.recent for _, r in sorted(reports.items())], self.recent_minutes,
+                                              self.k_max)
+            errors += disagree
         for e in errors:
             log.error("epoch %s: %s", cut.epoch, e)
         return Snapshot(
@@ -260,6 +269,7 @@ class SongRanking:
             counts_full=full,
             partition_lag_ms=lag_ms(cut, reports),
             errors=errors,
+            recent=recent,
         )
 
     def state(self) -> None:

@@ -10,18 +10,24 @@ Stateless steps that run on the worker of the source partition, once per batch:
 * :func:`parse_batch` validates every record once (SEMANTICS.md section 1).
 * :meth:`ParsedBatch.barrier_ticks` and :meth:`ParsedBatch.position_report` feed the
   barrier protocol: every song partition gets a tick for every batch, and the merger
-  learns how far each source partition has been read.
+  learns how far each source partition has been read. With recent plays the ticks
+  carry the batch's watermark mark (:meth:`ParsedBatch.marked_ticks`).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from operator import itemgetter
 
 from rankflow.connectors.source_batch import SourceBatch
 from rankflow.operators.merger import MERGER_KEY, PositionReport
 from rankflow.operators.metrics import METRICS
-from rankflow.operators.routing import tick
+from rankflow.operators.routing import marked_tick, tick
 from rankflow.state.events import DeadLetter, parse_records
+from rankflow.state.window_rules import SourceMark
+
+TS_FIELD = 5
+"""Where a playback event (``state.events.Event``) keeps its ``ts``."""
 
 
 def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> None:
@@ -70,6 +76,22 @@ class ParsedBatch:
         """One tick per song partition, so each can close the previous epoch."""
         t = tick(self.epoch)
         return [(str(p), t) for p in range(song_partitions)]
+
+    def marked_ticks(self, song_partitions: int, quiet_after_s: float | None) -> list[tuple[str, tuple]]:
+        """:meth:`barrier_ticks` that carry the batch's :meth:`source_mark` (the listener flow's
+        recent plays: every song partition advances the same watermark)."""
+        t = marked_tick(self.epoch, self.source_mark(quiet_after_s))
+        return [(str(p), t) for p in range(song_partitions)]
+
+    def source_mark(self, quiet_after_s: float | None) -> SourceMark:
+        """What the batch tells the watermark (WINDOWS.md 2): the greatest ``ts`` of its valid
+        events (None without any), and whether its partition has had nothing to read for
+        ``quiet_after_s`` (a live run; None: never, as with ``--until-eof``). For playback
+        events (``ts`` at :data:`TS_FIELD`)."""
+        events = self.events
+        max_ts = max(map(itemgetter(TS_FIELD), events)) if events else None
+        quiet = quiet_after_s is not None and self.quiet_s >= quiet_after_s
+        return SourceMark(self.partition, self.start, max_ts, quiet)
 
     def position_report(self) -> tuple[str, PositionReport]:
         return MERGER_KEY, PositionReport(self.epoch, self.partition, self.end, self.read_at)

@@ -20,6 +20,14 @@ the combine step sends a salted change it also sends a *split marker* to the son
 ordinary partition, in the same epoch, which from then on reports the song's
 ordinary count as one more partial. Partials never enter local top-K lists; the
 merger adds every partial of a song before ranking it.
+
+**Recent plays** (``operators.recent_plays``, on unless ``--recent-minutes 0``). The
+user stage's accepted starts are counted per ``(song, bucket)`` and epoch and go to
+the song's ordinary partition, split or not (splitting is for listener counts:
+recent counts are added once per epoch, not per change), as one ``RECENT_STARTS``
+entry per partition beside the deltas. Each barrier tick carries its source batch's
+watermark mark as ``(partition, SOURCE_MARK, mark, 0)``. With recent plays off
+neither is sent: the ticks carry nothing, as before.
 """
 
 from __future__ import annotations
@@ -27,13 +35,19 @@ from __future__ import annotations
 import threading
 import time
 import zlib
+from collections import Counter
 from collections.abc import Iterable
+from typing import Any
 
 from rankflow.operators.player_stage import BoardChanges
 from rankflow.state.events import DeadLetter
+from rankflow.state.window_rules import SourceMark
 
-SongDelta = tuple[str, int, int, int]
-"""``(song_id, salt, delta, user_delta)``; ``salt`` is :data:`SPLIT_MARKER` for a split marker."""
+SongDelta = tuple[str, int, Any, int]
+"""``(song_id, salt, delta, user_delta)``; a negative ``salt`` marks another entry:
+:data:`SPLIT_MARKER` ``(song_id, SPLIT_MARKER, 0, 0)``, :data:`RECENT_STARTS`
+``("", RECENT_STARTS, {(song_id, bucket): starts}, 0)`` (the partition's songs),
+:data:`SOURCE_MARK` ``(partition, SOURCE_MARK, SourceMark, 0)``."""
 
 CounterBatch = tuple[int, list[SongDelta] | tuple[()]]
 """``(epoch, deltas)``: what a song partition gets, one item per partition per call of
@@ -41,10 +55,17 @@ the combine step (the runtime's cost is per item: one item per song would be as 
 items as songs changed). A barrier tick is a batch with no deltas."""
 
 SPLIT_MARKER = -1
+RECENT_STARTS = -2
+SOURCE_MARK = -3
 
 
 def tick(epoch: int) -> CounterBatch:
     return (epoch, ())
+
+
+def marked_tick(epoch: int, mark: SourceMark) -> CounterBatch:
+    """A barrier tick that carries its source batch's watermark mark (recent plays)."""
+    return (epoch, [(mark.partition, SOURCE_MARK, mark, 0)])
 
 
 def partition_of(song_id: str, salt: int, partitions: int) -> int:
@@ -118,19 +139,25 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
 
     Sums the user shards' :class:`operators.user_stage.NetChanges` (conflicts go
     their own way) per ``(song, salt)`` and epoch, adds a split marker for every
-    salted song, and groups them by song partition: one :data:`CounterBatch` per
-    partition and epoch.
+    salted song, counts accepted starts per ``(song, bucket)`` (recent plays), and
+    groups them by song partition: one :data:`CounterBatch` per partition and epoch.
     """
     nets: dict[int, dict[tuple[str, int], list[int]]] = {}
+    recent: dict[int, Counter[tuple[str, int]]] = {}  # epoch -> (song, bucket) -> accepted starts
     changes: dict[str, int] = {}
     watch = hot.enabled
     for _, item in items:
         if item.__class__ is DeadLetter:
             continue
-        epoch, counts = item  # type: ignore[misc]
+        epoch, counts, starts = item  # type: ignore[misc]
         net = nets.get(epoch)
         if net is None:
             net = nets[epoch] = {}
+        if starts:  # counted per (song, bucket) in C
+            counted = recent.get(epoch)
+            if counted is None:
+                counted = recent[epoch] = Counter()
+            counted.update(starts)
         for key, (delta, user_delta, n) in counts.items():
             acc = net.get(key)
             if acc is None:
@@ -151,8 +178,43 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
             if salt and song not in marked:
                 marked.add(song)
                 batches.setdefault(partition_of(song, 0, partitions), []).append((song, SPLIT_MARKER, 0, 0))
+        if recent and epoch in recent:
+            for p, starts in _by_partition(recent.pop(epoch), partitions).items():
+                batches.setdefault(p, []).append(("", RECENT_STARTS, starts, 0))
         out.extend((str(p), (epoch, deltas)) for p, deltas in batches.items())
     return out
+
+
+def _by_partition(starts: Counter[tuple[str, int]], partitions: int) -> dict[int, dict[tuple[str, int], int]]:
+    """Counted starts ``(song, bucket) -> n`` grouped by their song's ordinary partition."""
+    out: dict[int, dict[tuple[str, int], int]] = {}
+    where = _song_partitions(partitions)
+    for key, n in starts.items():
+        song = key[0]
+        p = where.get(song)
+        if p is None:
+            p = where[song] = partition_of(song, 0, partitions)
+        mine = out.get(p)
+        if mine is None:
+            out[p] = {key: n}
+        else:
+            mine[key] = n
+    return out
+
+
+_SONG_PARTITIONS: dict[int, dict[str, int]] = {}
+SONG_PARTITIONS_KEPT = 200_000
+
+
+def _song_partitions(partitions: int) -> dict[str, int]:
+    """A cache of songs' ordinary partitions (``partition_of(song, 0, partitions)``): the same
+    songs start again and again. Emptied when it holds :data:`SONG_PARTITIONS_KEPT` songs, so
+    it stays small; shared by the worker threads of a process (a lost update only costs a
+    recomputation)."""
+    cache = _SONG_PARTITIONS.get(partitions)
+    if cache is None or len(cache) >= SONG_PARTITIONS_KEPT:
+        cache = _SONG_PARTITIONS[partitions] = {}
+    return cache
 
 
 BoardBatch = tuple[int, list[tuple[str, tuple]] | tuple[()]]

@@ -3,15 +3,18 @@
 Contract (the counter stage of ``operators.counter``, keyed by song partition ``"0"`` .. ``"P-1"``):
 
 * **Input**: :data:`operators.routing.CounterBatch` items ``(epoch, deltas)``: net
-  deltas and split markers from the combine step, and barrier ticks (no deltas)
-  from every source batch. Bytewax hands a key all items of epoch ``e`` before any item of epoch
+  deltas and split markers from the combine step (with recent plays also accepted
+  starts per song and bucket), and barrier ticks from every source batch (no deltas;
+  with recent plays the batch's watermark mark). Bytewax hands a key all items of epoch ``e`` before any item of epoch
   ``e+1``, so the first item of a newer epoch proves epoch ``e`` is complete here.
 * **State**: a :class:`state.ranking_index.SongIndex` (count map + balanced-tree
   index) of the ordinary songs, the partial counters ``(song, salt)`` of split
   songs, the set of songs known to be split, the open epoch's changes netted per
   counter, the running sum of ``user_delta`` (this partition's share of counted
   users), and the last epoch applied: the identity that makes every epoch's net
-  deltas count once.
+  deltas count once. With recent plays also the partition's
+  :class:`operators.recent_plays.RecentPlays` (the watermark, the window's buckets, and
+  the open epoch's marks and accepted starts), so that it survives a restart too.
 * **Output**: when epoch ``e`` closes (a later item, or end of input), one
   :class:`operators.merger.PartitionReport`: the local top ``K_max`` of ordinary
   songs, every partial count of split songs (summed per song; a song whose partials
@@ -20,18 +23,22 @@ Contract (the counter stage of ``operators.counter``, keyed by song partition ``
   listener total and user tally, any count that went negative, and the ordinary
   songs whose count changed (all of them in the first report of an execution, so
   readers' full count tables can be rebuilt from it). A switch's -1 and +1 always
-  land in the same report, never in two.
+  land in the same report, never in two. With recent plays on, the report also
+  carries the partition's recent plays at the close (``operators.recent_plays``):
+  the watermark every partition computes from the same marks, and the local top
+  ``K_max`` of the songs whose accepted starts are in its window.
 """
 
 from __future__ import annotations
 
 import time
 from collections.abc import Callable
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 from rankflow.operators.counter import CounterLogic, CounterState
 from rankflow.operators.merger import PartitionReport
-from rankflow.operators.routing import SPLIT_MARKER, SongDelta
+from rankflow.operators.recent_plays import RecentPlays
+from rankflow.operators.routing import RECENT_STARTS, SOURCE_MARK, SPLIT_MARKER, SongDelta
 from rankflow.state.ranking_index import SongIndex
 
 Counter = tuple[str, int]  # (song_id, salt)
@@ -45,14 +52,17 @@ class SongState(NamedTuple):
     split: frozenset[str]
     pending: dict[Counter, int]
     counted_users: int
+    recent: dict[str, Any] | None = None  # ``RecentPlays.state()``; None with recent plays off
 
 
 class SongTable:
-    """A song partition: ordinary counts in a :class:`SongIndex`, partials of split songs."""
+    """A song partition: ordinary counts in a :class:`SongIndex`, partials of split songs, and
+    with ``recent_minutes`` its share of recent plays (:class:`operators.recent_plays.RecentPlays`)."""
 
-    def __init__(self, k_max: int, resume: SongState | None = None) -> None:
+    def __init__(self, k_max: int, resume: SongState | None = None, recent_minutes: int = 0) -> None:
         s = resume or SongState({}, {}, frozenset(), {}, 0)
         self.k_max = k_max
+        self.recent = RecentPlays(recent_minutes, k_max, s.recent) if recent_minutes else None
         self.index = SongIndex(s.counts)
         self.partials = dict(s.partials)
         self.split = set(s.split)
@@ -64,13 +74,24 @@ class SongTable:
     def stage(self, deltas: list[SongDelta]) -> None:
         pending, users = self.pending, 0
         for song, salt, delta, user_delta in deltas:
-            if salt == SPLIT_MARKER:
-                self._mark_split(song)
+            if salt < 0:
+                self._marker(song, salt, delta, user_delta)
                 continue
             key = (song, salt)
             pending[key] = pending.get(key, 0) + delta
             users += user_delta
         self.counted_users += users
+
+    def _marker(self, song: str, salt: int, value: Any, n: int) -> None:
+        """An entry that is not a count change (``operators.routing.SongDelta``)."""
+        if salt == SPLIT_MARKER:
+            self._mark_split(song)
+        elif salt == RECENT_STARTS:
+            self.recent.add_starts(value)  # type: ignore[union-attr]
+        elif salt == SOURCE_MARK:
+            self.recent.mark(value)  # type: ignore[union-attr]
+        else:
+            raise ValueError(f"unknown marker {salt} for {song!r}")
 
     def _mark_split(self, song: str) -> None:
         """From now on the song's ordinary count is one of its partials."""
@@ -124,22 +145,24 @@ class SongTable:
             changed=changed,
             full=full,
             closed_at=time.time(),
+            recent=None if self.recent is None else self.recent.close(),
         )
 
     def state(self) -> SongState:
         return SongState(self.index.counts(), dict(self.partials), frozenset(self.split), dict(self.pending),
-                         self.counted_users)
+                         self.counted_users, None if self.recent is None else self.recent.state())
 
 
 class SongCounterLogic(CounterLogic[PartitionReport]):
     """The counter stage with a :class:`SongTable`: one song partition."""
 
-    def __init__(self, k_max: int, resume: CounterState | None, recoverable: bool) -> None:
-        super().__init__(SongTable(k_max, resume.table if resume else None), resume, recoverable)
+    def __init__(self, k_max: int, resume: CounterState | None, recoverable: bool, recent_minutes: int = 0) -> None:
+        super().__init__(SongTable(k_max, resume.table if resume else None, recent_minutes), resume, recoverable)
 
     @classmethod
-    def builder(cls, k_max: int, recoverable: bool) -> Callable[[CounterState | None], "SongCounterLogic"]:
-        return lambda resume: cls(k_max, resume, recoverable)
+    def builder(cls, k_max: int, recoverable: bool, recent_minutes: int = 0
+                ) -> Callable[[CounterState | None], "SongCounterLogic"]:
+        return lambda resume: cls(k_max, resume, recoverable, recent_minutes)
 
     @property
     def index(self) -> SongIndex:

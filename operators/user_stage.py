@@ -25,7 +25,10 @@ Contract:
   with the epoch they belong to, and a ``DeadLetter`` for every conflict. A user's
   contribution leaves the song of its old record (on the recorded salt) and joins
   the song of its new one (on the salt chosen now): ``state.rules.changes``, summed
-  in place here because this loop runs once per event.
+  in place here because this loop runs once per event. With recent plays on, the
+  :class:`NetChanges` also carries the batch's accepted starts ``(song, bucket of ts)``: the
+  ``START`` events that made a new record that plays (SEMANTICS.md 3 rule 5, verdicts
+  ``started`` and ``switched``), for ``operators.recent_plays``.
 """
 
 from __future__ import annotations
@@ -37,6 +40,7 @@ from typing import NamedTuple
 from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardRouter, ShardSnapshot, shard_key, shard_of
 from rankflow.operators.metrics import METRICS
+from rankflow.operators.recent_plays import BUCKET_MS
 from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
 from rankflow.state.events import DeadLetter, Event
 from rankflow.state.rules import CONFLICT_DETAILS, PLAYING, SONG_ID, Verdict, apply_event
@@ -49,10 +53,12 @@ Python-level calls, twice as slow)."""
 
 class NetChanges(NamedTuple):
     """A batch's song changes in ``epoch``: ``(song, salt) -> [delta, user_delta, changes]``
-    (``changes``: how many accepted changes were summed, the load the hot-song rule measures)."""
+    (``changes``: how many accepted changes were summed, the load the hot-song rule measures),
+    and with recent plays on its accepted starts ``(song, bucket)`` (``operators.recent_plays``)."""
 
     epoch: int
     counts: dict[tuple[str, int], list[int]]
+    starts: list[tuple[str, int]] | None = None
 
 
 Decision = NetChanges | DeadLetter
@@ -70,12 +76,14 @@ class UserShardLogic(ShardLogic):
     """One key per user shard: the state maps each of the shard's users to its record
     (recovery, sharding: ``operators.keyed_shards``)."""
 
-    __slots__ = ("salts", "hot", "tally")
+    __slots__ = ("salts", "hot", "tally", "recent")
 
     def __init__(self, resume: Position | ShardSnapshot | Snapshot | None, changelog: Path | None,
-                 shards: int, whole: bool = False, hot: HotSongs = HOT_SONGS) -> None:
+                 shards: int, whole: bool = False, hot: HotSongs = HOT_SONGS, recent: bool = False) -> None:
+        """``recent``: hand on accepted starts for recent plays (``operators.recent_plays``)."""
         self.hot = hot
         self.tally = VERDICTS
+        self.recent = recent
         self.salts: dict[str, int] = {}  # users counted on a partial counter: its salt
         super().__init__(resume, changelog, shards, whole)
 
@@ -102,23 +110,26 @@ class UserShardLogic(ShardLogic):
             self._rename(batches[0][2][0][0])
         out: list[Decision] = []
         net: dict[tuple[str, int], list[int]] = {}
+        starts: list[tuple[str, int]] | None = [] if self.recent else None  # (song, bucket)
         epoch = batches[0][1]
         for partition, batch_epoch, events in batches:
             if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
-                out.append(NetChanges(epoch, net))
+                out.append(NetChanges(epoch, net, starts))
                 net, epoch = {}, batch_epoch
-            self._apply(partition, epoch, events, net, out)
+                starts = [] if self.recent else None
+            self._apply(partition, epoch, events, net, out, starts)
         self._saw_epoch(epoch)
         if net:
-            out.append(NetChanges(epoch, net))
+            out.append(NetChanges(epoch, net, starts))
         return out, not self.records
 
     def _apply(self, partition: str, epoch: int, events: list[Event], net: dict[tuple[str, int], list[int]],
-               out: list[Decision]) -> None:
-        """The rules for every event of a batch, in arrival order; the changes summed per counter into ``net``."""
+               out: list[Decision], starts: list[tuple[str, int]] | None = None) -> None:
+        """The rules for every event of a batch, in arrival order; the changes summed per counter into ``net``,
+        and the accepted starts ``(song, bucket)`` appended to ``starts`` (unless it is None)."""
         users, salts, tally, changed = self.records, self.salts, self.tally, self.changed
         hot, conflicts, get = self.hot.hot, Verdict.CONFLICTS, users.get
-        for uid, playback, song, etype, version, _, offset, raw in events:
+        for uid, playback, song, etype, version, ts, offset, raw in events:
             old = get(uid)
             new, verdict = apply_event(old, playback, song, version, etype)
             tally[verdict] += 1
@@ -141,6 +152,8 @@ class UserShardLogic(ShardLogic):
                     acc[1] -= 0 if playing else 1
                     acc[2] += 1
             if playing:  # ... and joins the new one, on a partial counter if the song is split
+                if starts is not None:  # a new record that plays: a START of a newer playback (rule 5)
+                    starts.append((song, ts // BUCKET_MS))  # its bucket (``state.window_rules.bucket``)
                 salt = 0
                 if song in hot:
                     salt = salts[uid] = user_salt(uid, self.hot.salts)

@@ -15,7 +15,6 @@ from collections.abc import Mapping
 from datetime import datetime, timezone
 from typing import Any
 
-import orjson
 import redis
 from rich.console import Console
 from rich.table import Table
@@ -23,9 +22,11 @@ from rich.table import Table
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
+from rankflow.connectors.redis_publish import dumps_document
 from rankflow.execution import stop_signal, tune_gc
-from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_USER_SHARDS, FLOWS,
-                              SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError, default_redis_url, redacted)
+from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_RECENT_MINUTES,
+                              DEFAULT_USER_SHARDS, FLOWS, SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError,
+                              default_redis_url, redacted)
 from rankflow import cli_activity, cli_boards
 from rankflow.bench import activity as bench_activity
 from rankflow.rebuild import RebuildFailed, rebuild
@@ -108,8 +109,12 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
                    help="activity: rank globally from mergeable summaries of N counters per bucket (bounded memory; "
                         "items carry count_low and count_high); 0 ranks exactly (default: %(default)s)")
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
-                   help="activity, live runs: an input partition with nothing to read this long stops holding "
-                        "the watermark back until its next event (default: %(default)s)")
+                   help="live runs of the activity flow, and the listener flow's recent plays: an input partition "
+                        "with nothing to read this long stops holding the watermark back until its next event "
+                        "(default: %(default)s)")
+    p.add_argument("--recent-minutes", type=_not_negative, default=DEFAULT_RECENT_MINUTES, metavar="N",
+                   help="listeners: also rank songs by plays (accepted starts) in the last N minutes of event "
+                        "time, read with `rankflow top --recent`; 0 turns it off (default: %(default)s)")
     p.add_argument("--split-songs", type=lambda text: [s for s in text.split(",") if s], default=[],
                    metavar="SONG,...", help="split these songs into partial counters at their first change, "
                                             "whatever their rate (songs known to be hot)")
@@ -219,6 +224,8 @@ def build_parser() -> argparse.ArgumentParser:
     bn.add_argument("--parts", type=lambda t: tuple(x for x in t.split(",") if x),
                     default=("throughput", "freshness", "memory"), metavar="PART,...",
                     help="throughput, freshness, memory (default: all)")
+    bn.add_argument("--recent-minutes", type=_not_negative, metavar="N",
+                    help="rankflow runs with --recent-minutes N (default: run's default, 5; 0: recent plays off)")
 
     sw = sub.add_parser("bench-sweep", help="throughput across partitions x users vs the lean baseline")
     sw.add_argument("--events", type=_positive, default=1_000_000, help="events per log (default: %(default)s)")
@@ -267,6 +274,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     t = sub.add_parser("top", help="print the latest published ranking")
     t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
+    t.add_argument("--recent", action="store_true",
+                   help="songs by plays in the last --recent-minutes of event time (default: by current listeners)")
     t.add_argument("--json", action="store_true", help="print one JSON object")
     _add_redis(t)
     return parser
@@ -345,6 +354,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
         bucket_seconds=args.bucket_seconds, window_buckets=args.window_buckets, count=args.count,
         idle_timeout_s=args.idle_timeout, global_summary=args.global_summary,
+        recent_minutes=args.recent_minutes,
     )
 
 
@@ -463,7 +473,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
 
     bench_main(BenchConfig(events=args.events, users=args.users, songs=args.songs, rate=args.rate,
                            steady_s=args.steady_s, memory_users=args.memory_users, out=args.out,
-                           parts=args.parts))
+                           parts=args.parts, recent_minutes=args.recent_minutes))
     return 0
 
 
@@ -499,9 +509,18 @@ def cmd_top(args: argparse.Namespace) -> int:
     if not 1 <= args.k <= k_max:
         print(f"rankflow: --k must be between 1 and K_max ({k_max}), got {args.k}", file=sys.stderr)
         return 2
-    view = top_view(snap, args.k, reading.stale, reading.age_ms)
+    if args.recent:
+        if snap.get("recent") is None:
+            print("rankflow: this ranking has no recent plays: the flow runs with --recent-minutes 0",
+                  file=sys.stderr)
+            return 1
+        view = recent_view(snap, args.k, reading.stale, reading.age_ms)
+    else:
+        view = top_view(snap, args.k, reading.stale, reading.age_ms)
     if args.json:
-        sys.stdout.buffer.write(orjson.dumps(view) + b"\n")
+        sys.stdout.buffer.write(dumps_document(view) + b"\n")
+    elif args.recent:
+        print_recent_table(view)
     else:
         print_table(view)
     if reading.stale:
@@ -515,6 +534,47 @@ def top_view(snap: dict[str, Any], k: int, stale: bool, age_ms: int | None) -> d
     """The reader's view of a snapshot: its metadata and its first ``k`` items."""
     fields = ("snapshot_id", "positions", "published_at", "total_listeners", "counted_users")
     return {**{f: snap[f] for f in fields}, "stale": stale, "age_ms": age_ms, "items": snap["items"][:k]}
+
+
+def recent_view(snap: dict[str, Any], k: int, stale: bool, age_ms: int | None) -> dict[str, Any]:
+    """The reader's view of a snapshot's recent plays (WINDOWS.md 7): the snapshot's metadata,
+    the window, the watermark and the first ``k`` items ``{rank, song_id, plays}``."""
+    recent = snap["recent"]
+    return {**{f: snap[f] for f in ("snapshot_id", "positions", "published_at")}, "stale": stale, "age_ms": age_ms,
+            **{f: recent[f] for f in ("window_start", "window_end", "watermark")}, "items": recent["items"][:k]}
+
+
+def print_recent_table(view: dict[str, Any]) -> None:
+    published = datetime.fromtimestamp(view["published_at"] / 1000, tz=timezone.utc)
+    table = Table()
+    table.add_column("rank", justify="right")
+    table.add_column("song_id")
+    table.add_column("plays", justify="right")
+    for item in view["items"]:
+        table.add_row(str(item["rank"]), item["song_id"], f"{item['plays']:,}")
+    console = Console()
+    if view["stale"]:
+        console.print(f"STALE: this ranking is {view['age_ms'] / 1000:.0f}s old", style="bold red")
+    span = "" if view["watermark"] is None else f" in the last {(view['window_end'] - view['window_start']) // 60_000} " \
+        "minutes"
+    console.print(f"Top {len(view['items'])} songs by plays{span}", style="bold")
+    console.print(table)
+    if view["watermark"] is None:
+        window = "no event time yet"
+    else:
+        window = (f"window {_event_time(view['window_start'])} to {_event_time(view['window_end'])} UTC "
+                  f"(event time), watermark {_event_time(view['watermark'])}")
+    positions = ", ".join(f"{p}: {o:,}" for p, o in sorted(view["positions"].items()))
+    console.print(f"{window}; snapshot {view['snapshot_id']} published {published:%Y-%m-%d %H:%M:%S} UTC; "
+                  f"input through {positions}", soft_wrap=True, highlight=False)
+
+
+def _event_time(ms: int) -> str:
+    """An event time for people: UTC to the second, or the raw ms when it is no date."""
+    try:
+        return f"{datetime.fromtimestamp(ms / 1000, tz=timezone.utc):%Y-%m-%d %H:%M:%S}"
+    except (OverflowError, OSError, ValueError):
+        return f"{ms} ms"
 
 
 def print_table(view: dict[str, Any]) -> None:

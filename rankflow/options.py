@@ -23,6 +23,7 @@ truncate the ones a live run is appending to."""
 DEFAULT_USER_SHARDS = 16
 FLOWS = ("listeners", "boards", "activity")
 DEFAULT_K_MAX = 100
+DEFAULT_RECENT_MINUTES = 5  # WINDOWS.md 7
 BOARDS_K_MAX = 10
 SIGNING_KEY_ENV = "RANKFLOW_SIGNING_KEY"
 
@@ -85,7 +86,9 @@ class RunOptions:
     window_buckets: int = 60  # activity: buckets in the window
     count: str = "messages"  # activity: messages, or distinct users per channel
     global_summary: int = 0  # activity: N > 0 ranks globally from Misra-Gries summaries of N counters
-    idle_timeout_s: float = 5.0  # activity, live runs: a partition quiet this long stops holding the watermark
+    idle_timeout_s: float = 5.0  # live runs: a partition quiet this long stops holding the watermark (activity,
+    # and the listener flow's recent plays)
+    recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
 
     @property
     def top_k(self) -> int:
@@ -121,6 +124,8 @@ class RunOptions:
                 raise UsageError(f"--{flag} must be >= 1")
         if self.count not in ("messages", "users"):
             raise UsageError(f"--count must be messages or users, got {self.count!r}")
+        if self.recent_minutes < 0:
+            raise UsageError("--recent-minutes must be >= 0 (0 turns recent plays off)")
         if self.global_summary < 0:
             raise UsageError("--global-summary must be >= 1 (or 0: exact)")
         if self.global_summary and self.count != "messages":

@@ -14,10 +14,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 import redis
 
 from rankflow.connectors.redis_keys import connect
+from rankflow.connectors.redis_publish import dumps_document, loads_document
 from rankflow.connectors.redis_read import read_latest
 from rankflow.options import redacted
 
@@ -67,7 +67,7 @@ class RankingReader:
             try:
                 self._cache_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = self._cache_path.with_suffix(".tmp")
-                tmp.write_bytes(orjson.dumps(snap))
+                tmp.write_bytes(dumps_document(snap))  # exact: a watermark may pass 64 bits
                 tmp.replace(self._cache_path)
             except OSError:
                 pass  # a cache is a convenience; never fail a read because of it
@@ -76,7 +76,7 @@ class RankingReader:
         last = self._last
         if last is None and self._cache_path is not None:
             try:
-                last = orjson.loads(self._cache_path.read_bytes())
-            except (OSError, orjson.JSONDecodeError):
+                last = loads_document(self._cache_path.read_bytes())
+            except (OSError, ValueError):
                 last = None
         return Reading(last, stale=last is not None, problem=problem)

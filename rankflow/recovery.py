@@ -51,6 +51,8 @@ def recorded(opts: RunOptions) -> dict[str, Any]:
     """
     layout = {"flow": opts.flow, "song_partitions": opts.song_partitions, "user_shards": opts.user_shards,
               "input": input_identity(opts.input), "dead_letter": opts.dead_letter}
+    if opts.flow == "listeners":  # the song partitions' window state is made for its length (0: none)
+        layout["recent_minutes"] = opts.recent_minutes
     if opts.flow == "activity":  # the window's shape and what it counts are in the stored buckets
         layout.update(bucket_seconds=opts.bucket_seconds, window_buckets=opts.window_buckets, count=opts.count,
                       global_summary=opts.global_summary)

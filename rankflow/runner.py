@@ -130,6 +130,8 @@ def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
         run_token=token,
         recoverable=opts.recovery_dir is not None,
         user_changelog=user_changelog(opts.recovery_dir),
+        recent_minutes=opts.recent_minutes,
+        idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
     )
 
 

@@ -14,6 +14,7 @@ reported by :meth:`SongIndex.apply` to the caller.
 
 from __future__ import annotations
 
+import heapq
 from bisect import bisect_left, insort
 from collections.abc import Iterable, Mapping
 
@@ -216,3 +217,65 @@ class BoardTop:
 
     def __len__(self) -> int:
         return len(self._index)
+
+
+class CountTop:
+    """The best ``capacity`` of a table of counts that mostly grow, in ranking order.
+
+    The order is :class:`SongIndex`'s (count descending, then key descending). The table
+    itself lives elsewhere (recent plays: ``state.window_rules.WindowCounts.counts``);
+    this holds only its top, as ascending ``(count, key)`` pairs, so a change below the
+    top costs a comparison, not an update of an index of every key. That is exact as
+    long as counts only grow: a key pushed out of the top comes back with the change that
+    raises it. A count that falls inside the top breaks that argument, so then the top is
+    taken again from the whole table, in O(table). Recent plays' counts fall only when a
+    bucket leaves the window (once a minute of event time).
+
+    >>> counts = {"a": 3, "b": 1, "c": 2}
+    >>> top = CountTop(2, counts)
+    >>> top.top(5)
+    [('a', 3), ('c', 2)]
+    >>> counts.update(b=4); top.update({"b": 4}, counts); top.top(5)
+    [('b', 4), ('a', 3)]
+    >>> counts.update(b=0, a=1); del counts["b"]; top.update({"b": 0, "a": 1}, counts); top.top(5)
+    [('c', 2), ('a', 1)]
+    """
+
+    __slots__ = ("capacity", "_held", "_index")
+
+    def __init__(self, capacity: int, counts: Mapping[str, int] | None = None) -> None:
+        self.capacity = capacity
+        self._held: dict[str, int] = {}  # key -> its count, for the keys in the top
+        self._index: list[tuple[int, str]] = []  # ascending: the first is the floor
+        if counts:
+            self._take_all(counts)
+
+    def update(self, changed: Mapping[str, int], counts: Mapping[str, int]) -> None:
+        """``changed``: keys whose count changed, with their counts now (0: gone); ``counts``:
+        the whole table after those changes."""
+        held, index, capacity = self._held, self._index, self.capacity
+        for key, n in changed.items():
+            old = held.get(key)
+            if old is not None:
+                if n < old:  # a count fell inside the top: a key below may now belong in it
+                    self._take_all(counts)
+                    return
+                del index[bisect_left(index, (old, key))]
+                insort(index, (n, key))
+                held[key] = n
+            elif n > 0 and (len(index) < capacity or (n, key) > index[0]):
+                insort(index, (n, key))
+                held[key] = n
+                if len(index) > capacity:
+                    del held[index.pop(0)[1]]
+
+    def _take_all(self, counts: Mapping[str, int]) -> None:
+        best = heapq.nlargest(self.capacity, ((n, key) for key, n in counts.items() if n > 0))
+        best.reverse()
+        self._index = best
+        self._held = {key: n for n, key in best}
+
+    def top(self, k: int) -> list[tuple[str, int]]:
+        """The first ``k`` keys in ranking order, as ``(key, count)``."""
+        index = self._index
+        return [(key, n) for n, key in reversed(index[max(0, len(index) - k):])]

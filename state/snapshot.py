@@ -34,6 +34,21 @@ def merge_local_tops(local_tops: Iterable[list[tuple[str, int]]], k: int) -> lis
     return [(song, count) for count, song in heapq.nlargest(k, candidates)]
 
 
+class RecentRanking(NamedTuple):
+    """A listener snapshot's recent plays (WINDOWS.md 7): its window, its watermark (ms;
+    all None before the first valid event) and the top ``K_max`` songs by accepted starts
+    in the window, as ``(song_id, plays)`` in ranking order."""
+
+    window_start: int | None
+    window_end: int | None
+    watermark: int | None
+    items: list[tuple[str, int]]
+
+    def to_json_obj(self) -> dict[str, Any]:
+        return {"window_start": self.window_start, "window_end": self.window_end, "watermark": self.watermark,
+                "items": [{"rank": i, "song_id": song, "plays": n} for i, (song, n) in enumerate(self.items, 1)]}
+
+
 class Snapshot(NamedTuple):
     """One consistent cut of the input, ready to publish."""
 
@@ -52,9 +67,10 @@ class Snapshot(NamedTuple):
     split_songs: list[str] = []
     counts: dict[str, int] = {}  # songs whose count changed since the previous snapshot (not in the JSON)
     counts_full: bool = False  # ``counts`` holds every song: readers' count tables start over
+    recent: RecentRanking | None = None  # recent plays; None with ``--recent-minutes 0`` (then not in the JSON)
 
     def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
-        return {
+        obj = {
             "snapshot_id": self.snapshot_id,
             "run": self.run,
             "epoch": self.epoch,
@@ -73,3 +89,6 @@ class Snapshot(NamedTuple):
             "split_songs": self.split_songs,
             "errors": self.errors,
         }
+        if self.recent is not None:
+            obj["recent"] = self.recent.to_json_obj()
+        return obj

@@ -213,22 +213,23 @@ class WindowCounts:
     def in_window(self, b: int) -> bool:
         return self.first is not None and self.first <= b <= self.last  # type: ignore[operator]
 
-    def add(self, key: Hashable, user: str, b: int) -> None:
-        """One event of ``key`` by ``user`` in bucket ``b``, which is not before the window."""
+    def add(self, key: Hashable, user: str, b: int, n: int = 1) -> None:
+        """One event of ``key`` by ``user`` in bucket ``b``, which is not before the window
+        (mode ``messages``: ``n`` such events at once, as ``n`` calls would count them)."""
         keys = self.buckets.get(b)
         if keys is None:
             keys = self.buckets[b] = {}
         live = self.in_window(b)
         dirty = self.dirty
         if not self.distinct:
-            keys[key] = n = keys.get(key, 0) + 1
+            keys[key] = total = keys.get(key, 0) + n
             if live:
-                self._bump(key, 1)
+                self._bump(key, n)
             if dirty is not None:
                 mine = dirty.get(b)
                 if mine is None:
                     mine = dirty[b] = {}
-                mine[key] = n
+                mine[key] = total
             return
         users = keys.get(key)
         if users is None:

@@ -56,13 +56,21 @@ class Model:
     conflicts: int = 0
     lines: int = 0
     dead: list[tuple[int, str]] = field(default_factory=list)  # (line, "shape" or the conflict's reason)
+    # Recent plays (WINDOWS.md 7), for the input partitions interleaved in this arrival order:
+    maxima: dict[str, int] = field(default_factory=dict)  # per partition, its greatest ts of valid events
+    w: int | None = None  # the watermark: the least of those, never going back
+    starts: list[tuple[str, int, int]] = field(default_factory=list)  # accepted starts (song, ts, W after it)
 
-    def apply_line(self, raw: bytes) -> None:
+    def apply_line(self, raw: bytes, partition: str = "") -> None:
         self.lines += 1
         ev = parse(raw)
         if ev is None:
             self._dead("shape")
             return
+        ts = ev["ts"]  # every type valid by shape moves W, conflicts too
+        self.maxima[partition] = max(self.maxima.get(partition, ts), ts)
+        least = min(self.maxima.values())
+        self.w = least if self.w is None else max(self.w, least)
         self.apply(ev)
 
     def _dead(self, reason: str) -> None:
@@ -100,6 +108,7 @@ class Model:
         self.users[ev["user_id"]] = {"version": v, "playback_id": p, "song_id": s, "playing": t == "START"}
         if t == "START":
             self._add(s, 1)
+            self.starts.append((s, ev["ts"], self.w if self.w is not None else ev["ts"]))
 
     def ranking(self, k: int) -> list[tuple[str, int]]:
         ordered = sorted(
@@ -108,6 +117,42 @@ class Model:
             reverse=True,
         )
         return ordered[:k]
+
+    def recent(self, minutes: int, w: int | None = None) -> dict[str, int]:
+        """Accepted starts per song in the window of ``minutes`` one-minute buckets.
+
+        In the arrival order the model was fed (``w`` None): each start is placed when it
+        arrives, by the watermark then (``W`` takes its ``ts`` first): before that window it
+        is left out for good; otherwise (in it, or held) it counts while its bucket is in
+        the window of the current ``W``. For several partitions read in an unknown order,
+        pass the final ``W``: with section 2's proviso every start counts exactly when its
+        bucket is in that window."""
+        final = self.w if w is None else w
+        if final is None:
+            return {}
+        last = final // 60_000
+        out: dict[str, int] = {}
+        for song, ts, at in self.starts:
+            b = ts // 60_000
+            if w is None and b < at // 60_000 - minutes + 1:
+                continue  # before the window when it arrived
+            if last - minutes + 1 <= b <= last:
+                out[song] = out.get(song, 0) + 1
+        return out
+
+    def recent_ranking(self, minutes: int, k: int, w: int | None = None) -> list[tuple[str, int]]:
+        """WINDOWS.md 7's order: plays descending, then song_id descending, byte-wise."""
+        ordered = sorted(self.recent(minutes, w).items(), key=lambda sc: (sc[1], sc[0].encode("utf-8")),
+                         reverse=True)
+        return ordered[:k]
+
+    def recent_window(self, minutes: int, w: int | None = None) -> tuple[int | None, int | None, int | None]:
+        """``(window_start, window_end, watermark)``, all None before the first valid event."""
+        final = self.w if w is None else w
+        if final is None:
+            return None, None, None
+        last = final // 60_000
+        return (last - minutes + 1) * 60_000, (last + 1) * 60_000, final
 
     @property
     def counted_users(self) -> int:

@@ -253,3 +253,43 @@ async def _until(condition, timeout: float = 10.0) -> None:
     while not condition():
         assert time.monotonic() < deadline, "timed out"
         await asyncio.sleep(0.01)
+
+
+def test_recent_plays_fresh_bad_k_and_stale(flow, api, redis_client, namespace):
+    lines = [ev("u1", "p1", "song_a", "START", 1, 60_000), ev("u2", "p2", "song_b", "START", 1, 61_000),
+             ev("u3", "p3", "song_b", "START", 1, 62_000), ev("u3", "p3", "song_b", "STOP", 1, 63_000),
+             ev("u4", "p4", "song_c", "START", 1, 1_000)]  # before the 1-minute window: a listener only
+    path = flow.write_log(lines)
+    assert api.get("/rankings/recent").status_code == 503  # nothing published yet, nothing seen
+    flow.run(path, namespace=namespace, k_max=5, recent_minutes=1)
+    r = eventually(lambda: api.get("/rankings/recent", params={"k": 5}), lambda r: r.status_code == 200)
+    body = r.json()
+    assert body["items"] == [{"rank": 1, "song_id": "song_b", "plays": 2}, {"rank": 2, "song_id": "song_a", "plays": 1}]
+    assert (body["window_start"], body["window_end"], body["watermark"]) == (60_000, 120_000, 63_000)
+    assert body["positions"] == {path: 5} and body["stale"] is False and body["age_ms"] >= 0
+    assert api.get("/rankings", params={"k": 5}).json()["snapshot_id"] == body["snapshot_id"], "one snapshot"
+    assert api.get("/rankings/recent", params={"k": 1}).json()["items"] == body["items"][:1]
+    for bad in (0, 6):
+        r = api.get("/rankings/recent", params={"k": bad})
+        assert r.status_code == 400 and "K_max" in r.json()["error"]
+    assert "/rankings/recent" in api.get("/openapi.json").json()["paths"]
+
+    redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost its data
+    r = eventually(lambda: api.get("/rankings/recent", params={"k": 2}), lambda r: r.status_code == 503)
+    assert r.status_code == 503 and r.json()["stale"] is True and r.json()["items"] == body["items"]
+    assert "no usable ranking" in r.json()["error"]
+
+
+def test_recent_plays_off_is_not_found(flow, api, namespace):
+    flow.run(flow.write_log(LINES), namespace=namespace, recent_minutes=0)
+    r = eventually(lambda: api.get("/rankings/recent"), lambda r: r.status_code != 503)
+    assert r.status_code == 404 and "--recent-minutes 0" in r.json()["error"]
+    assert api.get("/rankings").status_code == 200
+
+
+def test_recent_plays_watermark_beyond_64_bits(flow, api, namespace):
+    huge = 2**70
+    flow.run(flow.write_log([ev("u1", "p1", "song_a", "START", 1, 7).replace(b"7}", b"%d}" % huge)]),
+             namespace=namespace)
+    r = eventually(lambda: api.get("/rankings/recent"), lambda r: r.status_code == 200)
+    assert b'"watermark":%d' % huge in r.content and r.json()["items"][0]["plays"] == 1

@@ -217,3 +217,59 @@ def test_redis_passwords_are_never_printed(tmp_path, command):
     assert r.returncode == 1
     assert "s3cr3t-pw" not in r.stdout + r.stderr
     assert "redis://reader:***@127.0.0.1:1/0" in r.stderr
+
+
+def test_top_recent(tmp_path, redis_url, namespace):
+    from tests.events import ev
+
+    log = tmp_path / "e.jsonl"
+    lines = [ev("u1", "p1", "song_a", "START", 1, 60_000), ev("u2", "p1", "song_b", "START", 1, 61_000),
+             ev("u3", "p1", "song_b", "START", 1, 62_000), ev("u3", "p1", "song_b", "STOP", 1, 63_000),
+             ev("u4", "p1", "song_c", "START", 1, 1_000)]  # bucket 0: before the 1-minute window
+    log.write_bytes(b"".join(line + b"\n" for line in lines))
+    r = cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url, "--namespace", namespace,
+            "--dead-letter", f"jsonl:{tmp_path / 'dl.jsonl'}", "--recent-minutes", "1", "--k-max", "5")
+    assert r.returncode == 0, r.stderr
+    r = cli("top", "--recent", "--k", "1", "--json", "--redis", redis_url, "--namespace", namespace)
+    assert r.returncode == 0, r.stderr
+    view = orjson.loads(r.stdout)
+    assert set(view) == {"snapshot_id", "positions", "published_at", "stale", "age_ms", "window_start", "window_end",
+                         "watermark", "items"}
+    assert view["items"] == [{"rank": 1, "song_id": "song_b", "plays": 2}]
+    assert (view["window_start"], view["window_end"], view["watermark"]) == (60_000, 120_000, 63_000)
+    assert view["positions"] == {str(log): 5} and view["stale"] is False
+    listeners = orjson.loads(cli("top", "--json", "--k", "5", "--redis", redis_url, "--namespace", namespace).stdout)
+    assert listeners["snapshot_id"] == view["snapshot_id"], "one snapshot"
+    assert [i["song_id"] for i in listeners["items"]] == ["song_c", "song_b", "song_a"]
+
+    r = cli("top", "--recent", "--k", "5", "--redis", redis_url, "--namespace", namespace)
+    assert r.returncode == 0 and "plays" in r.stdout and "song_a" in r.stdout and "1970-01-01 00:01:00" in r.stdout
+    for bad in ("0", "6"):
+        r = cli("top", "--recent", "--k", bad, "--redis", redis_url, "--namespace", namespace)
+        assert r.returncode == 2 and "between 1 and K_max (5)" in r.stderr
+
+    r = cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url, "--namespace", namespace,
+            "--dead-letter", f"jsonl:{tmp_path / 'dl.jsonl'}", "--recent-minutes", "0")
+    assert r.returncode == 0, r.stderr
+    r = cli("top", "--recent", "--json", "--redis", redis_url, "--namespace", namespace)
+    assert r.returncode == 1 and "--recent-minutes 0" in r.stderr
+    r = cli("run", "--input", f"jsonl:{log}", "--redis", redis_url, "--recent-minutes", "-1")
+    assert r.returncode == 2 and "--recent-minutes" in r.stderr
+
+
+def test_top_recent_serves_the_last_ranking_marked_stale(tmp_path, redis_client, redis_url, namespace):
+    from tests.events import ev
+
+    log = tmp_path / "e.jsonl"
+    log.write_bytes(ev("u1", "p1", "song_a", "START", 1, 7).replace(b"7}", b"%d}" % 2**70) + b"\n")  # beyond 64 bits
+    assert cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url, "--namespace", namespace,
+               "--dead-letter", f"jsonl:{tmp_path / 'dl.jsonl'}").returncode == 0
+    fresh = orjson.loads(cli("top", "--recent", "--json", "--redis", redis_url, "--namespace", namespace).stdout)
+    assert fresh["watermark"] == 2**70 and fresh["items"] == [{"rank": 1, "song_id": "song_a", "plays": 1}]
+    redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost its data
+    r = cli("top", "--recent", "--json", "--redis", redis_url, "--namespace", namespace)
+    assert r.returncode == 1 and "stale" in r.stderr
+    stale = orjson.loads(r.stdout)
+    assert stale["stale"] is True and stale["watermark"] == 2**70 and stale["items"] == fresh["items"]
+    r = cli("top", "--recent", "--redis", redis_url, "--namespace", namespace)
+    assert r.returncode == 1 and "STALE" in r.stdout and f"{2**70} ms" in r.stdout

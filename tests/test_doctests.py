@@ -10,7 +10,8 @@ import pytest
 MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signatures", "rankflow.state.ranking_index",
            "rankflow.bench.boards_baseline", "rankflow.state.score_events", "rankflow.state.board_rules",
            "rankflow.connectors.board_read", "rankflow.state.board_index", "rankflow.state.window_rules",
-           "rankflow.state.heavy_hitters", "rankflow.connectors.redis_publish", "rankflow.state.message_events"]
+           "rankflow.state.heavy_hitters", "rankflow.connectors.redis_publish", "rankflow.state.message_events",
+           "rankflow.operators.recent_plays"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from rankflow.connectors import changelog
 from tests.model import model_of_lines
-from tests.events import ranking
+from tests.events import ranking, recent, recent_window
 
 USERS = [f"u{i}" for i in range(5)]
 SONGS = ["s_a", "s_b", "s_c", "s_d", "é"]
@@ -48,9 +48,14 @@ SHARDS = st.sampled_from([0, 1, 2, 64])  # user stage keyed per user, or by shar
 log_lines = st.lists(st.one_of(valid_event, valid_event, valid_event, invalid_line), max_size=80)
 
 
-def check_against_model(out: dict, lines: list[bytes], path: str, k_max: int) -> None:
+def check_against_model(out: dict, lines: list[bytes], path: str, k_max: int, recent_minutes: int = 5) -> None:
     model = model_of_lines(lines)
     final = out["final"]
+    if recent_minutes:
+        assert recent(final) == model.recent_ranking(recent_minutes, k_max), "recent plays"
+        assert recent_window(final) == model.recent_window(recent_minutes)
+    else:
+        assert "recent" not in final
     assert out["counts"] == {s: c for s, c in model.counts.items() if c > 0}, "the full count table"
     assert ranking(final) == model.ranking(k_max)
     assert final["total_listeners"] == model.total
@@ -118,3 +123,58 @@ def test_random_logs_resumed_from_recovery_equal_the_model(flow, tmp_path, monke
     flow.write_log(lines, name=f"{recovery.name}.jsonl")  # the rest arrives
     out = flow.run(path, namespace=first["namespace"], **common)
     check_against_model(out, lines, path, 6)
+
+
+# Recent plays (WINDOWS.md 7): a clock that moves a few seconds per event, each event's
+# ts around it (up to 90 s late), so that starts enter, wait in and leave windows of one
+# to a few minutes, and some arrive already before the window.
+@st.composite
+def recent_event(draw, clock: int) -> bytes:
+    """Mostly consistent playbacks (a playback keeps its song and version, so repeated,
+    late, superseded and stopped-first STARTs are frequent), sometimes a conflicting one."""
+    n = draw(st.integers(1, 4))
+    consistent = draw(st.integers(0, 5)) > 0
+    return orjson.dumps({
+        "user_id": draw(st.sampled_from(USERS)),
+        "playback_id": f"p{n}",
+        "song_id": SONGS[n % len(SONGS)] if consistent else draw(st.sampled_from(SONGS)),
+        "type": draw(st.sampled_from(["START", "START", "START", "STOP", "HEARTBEAT"])),
+        "version": n if consistent else draw(st.integers(0, 5)),
+        "ts": max(0, clock + draw(st.integers(-90_000, 5_000))),
+    })
+
+
+@st.composite
+def recent_lines(draw, min_size: int = 0) -> list[bytes]:
+    lines, clock = [], 0
+    for _ in range(draw(st.integers(min_size, 80))):
+        clock += draw(st.integers(0, 15_000))
+        lines.append(draw(st.one_of(recent_event(clock), recent_event(clock), recent_event(clock), invalid_line)))
+    return lines
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=recent_lines(), partitions=st.integers(1, 4), k_max=st.integers(1, 6), shards=SHARDS,
+       minutes=st.integers(0, 4))
+def test_random_logs_recent_plays_equal_the_model(flow, lines, partitions, k_max, shards, minutes):
+    path = flow.write_log(lines)
+    out = flow.run(path, song_partitions=partitions, k_max=k_max, user_shards=shards, recent_minutes=minutes)
+    check_against_model(out, lines, path, k_max, minutes)
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=recent_lines(20), partitions=st.integers(1, 4), shards=SHARDS,
+       minutes=st.integers(1, 3), split=st.booleans())
+def test_every_snapshot_has_the_models_recent_plays_at_its_positions(flow, lines, partitions, shards, minutes, split):
+    """Many small epochs (and every song split into partials, or not): each snapshot's recent
+    plays and window are the model's at its positions."""
+    path = flow.write_log(lines)
+    extra = dict(hot_threshold=0, split_songs=SONGS, hot_salts=3) if split else {}
+    out = flow.run(path, song_partitions=partitions, k_max=10, barrier_ms=1, read_chunk_bytes=64,
+                   user_shards=shards, recent_minutes=minutes, **extra)
+    check_against_model(out, lines, path, 10, minutes)
+    for snap in out["history"]:
+        prefix = model_of_lines(lines[:snap["positions"][path]])
+        assert recent(snap) == prefix.recent_ranking(minutes, 10), f"at line {snap['positions'][path]}"
+        assert recent_window(snap) == prefix.recent_window(minutes)
+        assert ranking(snap) == prefix.ranking(10)

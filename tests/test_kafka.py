@@ -88,3 +88,36 @@ def test_clear_errors_for_kafka(kafka_brokers, redis_url, tmp_path):
     log.write_text("{}\n")
     r = cli("produce", "--input", str(log), "--kafka", "127.0.0.1:1/t", "--no-progress")
     assert r.returncode == 1 and "cannot reach Kafka" in r.stderr
+
+
+def test_recent_plays_from_several_partitions(tmp_path, kafka_brokers, topic, redis_url, namespace):
+    """Three Kafka partitions read by two workers: the final recent plays are section 7's at the
+    final watermark. Every partition ends with the log's greatest ts (heartbeats of many users,
+    so each partition gets some), so none is first heard from after W passed its greatest ts:
+    the proviso under which final counts do not depend on the interleaving."""
+    from tests.events import ev, recent, recent_window
+
+    log = tmp_path / "events.jsonl"
+    generate(users=500, songs=60, events=12_000, seed=8, out=log)
+    lines = read_lines(str(log))
+    top_ts = max(event["ts"] for event in map(parse, lines) if event is not None)
+    lines += [ev(f"tail_{i}", "p", "none", "HEARTBEAT", 1, top_ts) for i in range(30)]
+    log.write_bytes(b"".join(line + b"\n" for line in lines))
+    model = model_of_lines(lines)
+
+    assert cli("produce", "--input", str(log), "--kafka", f"{kafka_brokers}/{topic}", "--partitions", "3",
+               "--no-progress").returncode == 0
+    r = cli("run", "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
+            "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}", "--song-partitions", "4",
+            "--workers", "2", "--recent-minutes", "1", "--barrier-ms", "20")
+    assert r.returncode == 0, r.stderr
+    final = orjson.loads(cli("top", "--json", "--k", "100", "--redis", redis_url, "--namespace", namespace).stdout)
+    view = orjson.loads(cli("top", "--recent", "--json", "--k", "100", "--redis", redis_url,
+                            "--namespace", namespace).stdout)
+    assert view["snapshot_id"] == final["snapshot_id"] and sum(view["positions"].values()) == len(lines)
+    assert len(view["positions"]) == 3
+    assert view["watermark"] == top_ts
+    assert recent({"recent": view}) == model.recent_ranking(1, 100, w=top_ts)
+    assert recent_window({"recent": view}) == model.recent_window(1, w=top_ts)
+    assert len(view["items"]) > 5, "the window holds plays"
+    assert ranking(final) == model.ranking(100)

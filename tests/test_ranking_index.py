@@ -92,3 +92,27 @@ def test_a_bounded_board_top_is_the_top_of_all_entries_while_entries_only_rise(k
         s, a = board[worst]
         if worst in {p for p, _, _ in top.top(k)}:
             assert not top.offer(worst, s - 1, a), "an entry that gets worse is refused"
+
+
+@given(steps=st.lists(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", "é", "song_10", "song_9"]),
+                                         st.integers(-3, 6)), max_size=5), max_size=30),
+       capacity=st.integers(1, 4))
+def test_count_top_is_the_best_of_the_table_after_every_update(steps, capacity):
+    """Counts that mostly grow, sometimes fall or leave: the top is always the reference's."""
+    from rankflow.state.ranking_index import CountTop
+
+    counts: dict[str, int] = {}
+    top = CountTop(capacity)
+    for changes in steps:
+        changed = {}
+        for song, delta in changes:
+            n = max(0, counts.get(song, 0) + delta)
+            if n:
+                counts[song] = n
+            else:
+                counts.pop(song, None)
+            changed[song] = n
+        top.update(changed, counts)
+        assert top.top(capacity) == reference_top(counts, capacity)
+        assert top.top(1) == reference_top(counts, 1)
+    assert CountTop(capacity, counts).top(capacity) == reference_top(counts, capacity)

@@ -167,3 +167,38 @@ def test_run_and_rebuild_write_dead_letters_to_different_files_by_default():
     run_args = parser.parse_args(["run", "--input", "jsonl:x"])
     rebuild_args = parser.parse_args(["rebuild", "--input", "jsonl:x"])
     assert run_args.dead_letter != rebuild_args.dead_letter
+
+
+def test_recent_plays_survive_kill_9(tmp_path, redis_client, redis_url, namespace):
+    """The song partitions' window state (watermark, buckets, open epoch's marks and starts) is in
+    the recovery state: after kills and a resume every published snapshot's recent plays are
+    the model's at its positions, and the last one's are the whole log's."""
+    from tests.events import recent, recent_window
+    from tests.model import Model
+
+    log = tmp_path / "events.jsonl"
+    generate(users=3_000, songs=150, events=150_000, seed=29, out=log,
+             chaos=Chaos(duplicate=0.05, late=0.05, stop_before_start=0.03, old_device=0.02, conflict=0.005))
+    lines = read_lines(str(log))
+    command = [*RANKFLOW, "run", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url,
+               "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}",
+               "--recovery-dir", str(tmp_path / "recovery"), "--barrier-ms", "50", "--song-partitions", "3",
+               "--recent-minutes", "2"]
+    kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(7), 3, 0.3)
+    assert kills >= 2, "the flow finished before it could be killed twice: make the log bigger"
+    done = subprocess.run(command, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert "resuming at line" in done.stderr or "resuming at" in done.stderr, done.stderr[-2000:]
+
+    history = read_history(redis_client, namespace)
+    assert len({s["run"] for s in history}) >= 3, "snapshots of several executions"
+    model, seen = Model(), 0
+    for snap in history:
+        at = snap["positions"][str(log)]
+        assert at >= seen, "a published snapshot went back in time"
+        for line in lines[seen:at]:
+            model.apply_line(line)
+        seen = at
+        assert recent(snap) == model.recent_ranking(2, 100), f"at line {at}"
+        assert recent_window(snap) == model.recent_window(2)
+    assert seen == len(lines) and recent(history[-1]), "the whole log, with plays in the window"

@@ -64,6 +64,7 @@ class Rig:
         self.redis = LocalRedis(free_port(), self.work / "redis")
         self.broker = LocalTansu(free_port(), self.work / "tansu")
         self.client: redis.Redis | None = None
+        self.rankflow_extra: list[str] = []  # options every ``rankflow run`` of the rig gets (e.g. --recent-minutes 0)
 
     def __enter__(self) -> "Rig":
         self.redis.start()
@@ -97,7 +98,7 @@ class Rig:
     def rankflow_cmd(self, topic: str, namespace: str, *extra: str) -> list[str]:
         return [sys.executable, "-m", "rankflow.cli", "run", "--input", f"kafka:{self.broker.url}/{topic}",
                 "--redis", self.redis.url, "--namespace", namespace,
-                "--dead-letter", f"jsonl:{self.work / (namespace + '.dead.jsonl')}", *extra]
+                "--dead-letter", f"jsonl:{self.work / (namespace + '.dead.jsonl')}", *self.rankflow_extra, *extra]
 
     def baseline_cmd(self, topic: str, namespace: str, *extra: str) -> list[str]:
         return [sys.executable, "-m", "rankflow.bench.baseline", "--brokers", self.broker.url, "--topic", topic,

@@ -59,6 +59,7 @@ class BenchConfig:
     out: str = "bench-results"
     seed: int = 1
     parts: tuple[str, ...] = ("throughput", "freshness", "memory")
+    recent_minutes: int | None = None  # rankflow runs with --recent-minutes N (None: the default)
 
 
 @dataclass
@@ -101,6 +102,8 @@ class Bench:
     def __init__(self, cfg: BenchConfig) -> None:
         self.cfg = cfg
         self.rig = Rig(cfg.seed)
+        if cfg.recent_minutes is not None:
+            self.rig.rankflow_extra = ["--recent-minutes", str(cfg.recent_minutes)]
         self.work = self.rig.work
         self.client = None
 

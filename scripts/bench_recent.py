@@ -1,0 +1,92 @@
+"""What recent plays cost the listener flow: one backlog, runs with and without them, alternating.
+
+    .venv/bin/python scripts/bench_recent.py [--events 1000000] [--reps 3] [--durable]
+        [--baseline-python OTHER_CHECKOUT/.venv/bin/python]
+
+Produces the benchmark's log (``rankflow bench``'s, kept in ``data/``) to a topic of a
+local broker (``rankflow.bench.rig.Rig``), then runs ``rankflow run --until-eof`` on it
+with ``--recent-minutes 0`` and ``5`` (and, with ``--baseline-python``, another
+checkout's rankflow, e.g. the commit before recent plays), round-robin and each variant
+first in turn, so that drift of the machine hits every variant alike. Every run's listener ranking must equal the first
+one's. Prints each run, and per variant the median events/s and the median and least
+CPU seconds (on a shared machine the CPU seconds are the steadier measure); writes
+``bench-results/recent.json``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from rankflow.bench.rig import Rig
+
+
+def timed(cmd: list[str]) -> tuple[float, float]:
+    """Run to completion: (wall seconds, CPU seconds of the process). CPU time says what a
+    variant costs even while other work shares the machine's cores; wall time does not."""
+    started = time.perf_counter()
+    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    seconds = time.perf_counter() - started
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f"{' '.join(cmd[:6])} failed: {proc.stderr.read().decode()[-2000:]}")
+    proc.stderr.close()
+    return seconds, usage.ru_utime + usage.ru_stime
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--events", type=int, default=1_000_000)
+    p.add_argument("--users", type=int, default=100_000)
+    p.add_argument("--songs", type=int, default=20_000)
+    p.add_argument("--partitions", type=int, default=4)
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--durable", action="store_true", help="with a fresh --recovery-dir per run")
+    p.add_argument("--baseline-python", help="the interpreter of another checkout's venv: its rankflow too")
+    p.add_argument("--out", default="bench-results")
+    args = p.parse_args()
+
+    variants: dict[str, tuple[str, list[str]]] = {}
+    if args.baseline_python:
+        variants["baseline"] = (args.baseline_python, [])
+    variants["recent_off"] = (sys.executable, ["--recent-minutes", "0"])
+    variants["recent_5"] = (sys.executable, ["--recent-minutes", "5"])
+    runs: dict[str, list[float]] = {name: [] for name in variants}
+    with Rig() as rig:
+        rig.produce(rig.log_file(args.events, args.users, args.songs), "backlog", args.partitions)
+        first_top = None
+        names = list(variants)
+        for rep in range(args.reps):
+            order = names[rep % len(names):] + names[:rep % len(names)]  # each variant first in turn
+            for name in order:
+                python, extra = variants[name]
+                namespace = f"{name}-{rep}"
+                cmd = rig.rankflow_cmd("backlog", namespace, "--until-eof", *extra)
+                cmd[0:1] = [python, "-P"]  # not the working directory's rankflow: the interpreter's own
+                if args.durable:
+                    cmd += ["--recovery-dir", str(rig.work / f"{namespace}.recovery")]
+                seconds, cpu = timed(cmd)
+                top = rig.top("rankflow", namespace, 100)
+                first_top = first_top or top
+                assert top == first_top, f"{name} ranked differently"
+                runs[name].append((args.events / seconds, cpu))
+                rig.log(f"rep {rep} {name}: {args.events / seconds:,.0f} events/s ({seconds:.2f} s, {cpu:.2f} CPU-s)")
+    summary = {name: {"median_events_per_s": statistics.median(e for e, _ in r),
+                      "median_cpu_s": statistics.median(c for _, c in r), "min_cpu_s": min(c for _, c in r),
+                      "runs": [{"events_per_s": e, "cpu_s": c} for e, c in r]} for name, r in runs.items()}
+    for name, s in summary.items():
+        print(f"{name:>12}: median {s['median_events_per_s']:,.0f} events/s; CPU-s median {s['median_cpu_s']:.2f}, "
+              f"min {s['min_cpu_s']:.2f}  ({', '.join(format(r['events_per_s'], ',.0f') for r in s['runs'])})")
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "recent.json").write_text(json.dumps({"config": vars(args), "variants": summary}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
