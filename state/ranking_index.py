@@ -88,54 +88,6 @@ class SongIndex:
         return dict(self._counts)
 
 
-class PairIndex:
-    """The ranking order of ``(workspace_id, channel_id)`` pairs by count (WINDOWS.md 4, global):
-    count descending, then workspace descending, then channel descending, each id whole.
-
-    A :class:`SongIndex` keyed by the pair would hold ``(count, (ws, ch))``; the flat
-    ``(count, ws, ch)`` held here orders the same (a tuple compares its ids one after
-    the other) and costs 9 µs rather than 24 per change on 400k pairs (measured):
-    the nested tuple's comparisons are a second level of calls. O(log N) per change.
-
-    >>> index = PairIndex()
-    >>> index.set_counts({("w", "zz"): 2, ("w!", "a"): 2, ("a", "b"): 5})
-    >>> index.top(3)
-    [(('a', 'b'), 5), (('w!', 'a'), 2), (('w', 'zz'), 2)]
-    >>> index.set_counts({("a", "b"): 0}); index.top(1), len(index)
-    ([(('w!', 'a'), 2)], 2)
-    """
-
-    __slots__ = ("_counts", "_index")
-
-    def __init__(self, counts: Mapping[tuple[str, str], int] | None = None) -> None:
-        self._counts: dict[tuple[str, str], int] = {pair: n for pair, n in (counts or {}).items() if n > 0}
-        self._index = SortedList((n, ws, ch) for (ws, ch), n in self._counts.items())
-
-    def set_counts(self, counts: Mapping[tuple[str, str], int]) -> None:
-        """Make these pairs' counts the given ones (0 removes a pair). O(log N) each."""
-        mine, index = self._counts, self._index
-        for pair, n in counts.items():
-            old = mine.get(pair, 0)
-            if old == n:
-                continue
-            ws, ch = pair
-            if old > 0:
-                index.remove((old, ws, ch))
-            if n > 0:
-                index.add((n, ws, ch))
-                mine[pair] = n
-            else:
-                del mine[pair]
-
-    def top(self, k: int) -> list[tuple[tuple[str, str], int]]:
-        """The first ``k`` pairs in ranking order, as ``((ws, ch), count)``. O(log N + k)."""
-        n = len(self._index)
-        return [((ws, ch), c) for c, ws, ch in self._index.islice(max(0, n - k), n, reverse=True)]
-
-    def __len__(self) -> int:
-        return len(self._index)
-
-
 BoardKey = tuple[int, int, str]
 """``(-score, reached_at, player_id)``: ascending order is a score board's ranking
 order (BOARDS.md section 4: score descending, then ``reached_at`` ascending, then
