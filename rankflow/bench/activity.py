@@ -72,7 +72,7 @@ import redis
 
 from rankflow.bench.activity_baseline import (BUCKET_MS, WINDOW_BUCKETS, BaselineKeys, BaselineReader, read_clock,
                                               read_positions)
-from rankflow.bench.rig import Rig, _cpu_seconds
+from rankflow.bench.rig import Rig, _cpu_seconds, slowlog_by_command, slowlog_reset
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic, reliable_producer
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys, activity_namespace
@@ -1120,30 +1120,17 @@ class ActivityBench:
 
     def _slowlog_reset(self) -> None:
         assert self.client is not None
-        self.client.config_set("slowlog-log-slower-than", 1000)
-        self.client.config_set("slowlog-max-len", 100_000)
-        self.client.slowlog_reset()
+        slowlog_reset(self.client)
 
     def _slowlog(self) -> dict[str, Any]:
         """Commands that kept Redis busy over 1 ms since the reset, by script or command."""
-        import hashlib
-
         from rankflow.bench.activity_baseline import READ_LUA
         from rankflow.connectors.redis_scripts import ACTIVITY_READ_LUA, PUBLISH_ACTIVITY_LUA
 
         assert self.client is not None
-        scripts = {hashlib.sha1(PUBLISH_ACTIVITY_LUA.encode()).hexdigest(): "EVALSHA (flow publish)",
-                   hashlib.sha1(ACTIVITY_READ_LUA.encode()).hexdigest(): "EVALSHA (flow query)",
-                   hashlib.sha1(READ_LUA.encode()).hexdigest(): "EVALSHA (baseline query: ZUNIONSTORE when stale)"}
-        by: dict[str, list[int]] = {}
-        for e in self.client.slowlog_get(100_000):
-            command = e["command"]
-            words = (command.decode(errors="replace") if isinstance(command, bytes) else str(command)).split(" ")
-            name = words[0].upper()
-            if name == "EVALSHA" and len(words) > 1:
-                name = scripts.get(words[1], "EVALSHA (other)")
-            by.setdefault(name, []).append(int(e["duration"]))
-        return {name: {"count": len(d), "max_ms": max(d) / 1000, "total_ms": sum(d) / 1000} for name, d in by.items()}
+        return slowlog_by_command(self.client, {PUBLISH_ACTIVITY_LUA: "EVALSHA (flow publish)",
+                                                ACTIVITY_READ_LUA: "EVALSHA (flow query)",
+                                                READ_LUA: "EVALSHA (baseline query: ZUNIONSTORE when stale)"})
 
     # -- 4. memory --------------------------------------------------------------------
     def memory(self, result: ActivityBenchResult) -> None:

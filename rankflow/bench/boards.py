@@ -62,7 +62,7 @@ import orjson
 import redis
 
 from rankflow.bench.boards_baseline import read_baseline_boards
-from rankflow.bench.rig import Rig, _cpu_seconds
+from rankflow.bench.rig import Rig, _cpu_seconds, slowlog_by_command, slowlog_reset
 from rankflow.connectors.board_read import BoardReader, NotOnBoard, read_boards
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic, reliable_producer
 from rankflow.connectors.redis_keys import Keys, boards_namespace
@@ -867,27 +867,15 @@ class BoardsBench:
 
     def _slowlog_reset(self) -> None:
         assert self.client is not None
-        self.client.config_set("slowlog-log-slower-than", 1000)
-        self.client.config_set("slowlog-max-len", 100_000)
-        self.client.slowlog_reset()
+        slowlog_reset(self.client)
 
     def _slowlog(self) -> dict[str, Any]:
         """Commands that kept Redis busy over 1 ms since the reset (a script blocks every reader meanwhile)."""
         assert self.client is not None
         from rankflow.connectors.redis_scripts import BOARD_READ_LUA, PUBLISH_BOARDS_LUA
 
-        scripts = {hashlib.sha1(PUBLISH_BOARDS_LUA.encode()).hexdigest(): "EVALSHA (publish)",
-                   hashlib.sha1(BOARD_READ_LUA.encode()).hexdigest(): "EVALSHA (board query)"}
-        entries = self.client.slowlog_get(100_000)
-        by: dict[str, list[int]] = {}
-        for e in entries:
-            command = e["command"]
-            words = (command.decode(errors="replace") if isinstance(command, bytes) else str(command)).split(" ")
-            name = words[0].upper()
-            if name == "EVALSHA" and len(words) > 1:
-                name = scripts.get(words[1], "EVALSHA (other)")
-            by.setdefault(name, []).append(int(e["duration"]))
-        return {name: {"count": len(d), "max_ms": max(d) / 1000, "total_ms": sum(d) / 1000} for name, d in by.items()}
+        return slowlog_by_command(self.client, {PUBLISH_BOARDS_LUA: "EVALSHA (publish)",
+                                                BOARD_READ_LUA: "EVALSHA (board query)"})
 
     def _traffic_log(self, path: Path, n: int, players: int) -> None:
         rng = random.Random(self.cfg.seed + 7)

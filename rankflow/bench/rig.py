@@ -18,6 +18,7 @@ of a system that counts wrong measures nothing.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import subprocess
 import sys
@@ -25,6 +26,7 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -145,3 +147,27 @@ class Rig:
             return [(i["song_id"], i["listeners"]) for i in read_latest(self.client, namespace)["items"][:k]]
         pairs = self.client.zrange("{" + namespace + "}:songs", 0, k - 1, desc=True, withscores=True)
         return [(song.decode(), int(count)) for song, count in pairs]
+
+
+def slowlog_reset(client: Any) -> None:
+    """Make Redis log every command that keeps it busy over 1 ms, from now on."""
+    client.config_set("slowlog-log-slower-than", 1000)
+    client.config_set("slowlog-max-len", 100_000)
+    client.slowlog_reset()
+
+
+def slowlog_by_command(client: Any, scripts: dict[str, str]) -> dict[str, Any]:
+    """Commands that kept Redis busy over 1 ms since :func:`slowlog_reset`, by command, and
+    by script for ``EVALSHA`` (``scripts``: Lua source -> name): a script blocks every
+    reader while it runs, which is what a read's p99 under publishing shows."""
+    names = {hashlib.sha1(source.encode()).hexdigest(): name for source, name in scripts.items()}
+    by: dict[str, list[int]] = {}
+    for e in client.slowlog_get(100_000):
+        command = e["command"]
+        words = (command.decode(errors="replace") if isinstance(command, bytes) else str(command)).split(" ")
+        name = words[0].upper()
+        if name == "EVALSHA" and len(words) > 1:
+            name = names.get(words[1], "EVALSHA (other)")
+        by.setdefault(name, []).append(int(e["duration"]))
+    return {name: {"count": len(d), "max_ms": max(d) / 1000, "total_ms": sum(d) / 1000} for name, d in by.items()}
+
