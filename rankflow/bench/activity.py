@@ -72,7 +72,7 @@ import redis
 
 from rankflow.bench.activity_baseline import (BUCKET_MS, WINDOW_BUCKETS, BaselineKeys, BaselineReader, read_clock,
                                               read_positions)
-from rankflow.bench.rig import Rig, _cpu_seconds, slowlog_by_command, slowlog_reset
+from rankflow.bench.rig import Rig, _cpu_seconds, flush_redis, slowlog_by_command, slowlog_reset, used_memory
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic, reliable_producer
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys, activity_namespace
@@ -679,20 +679,12 @@ class ActivityBench:
         return self.flow_cmd(topic, name, *extra)
 
     def flush(self) -> None:
-        """Empty Redis, and wait until its memory is freed."""
         assert self.client is not None
-        self.client.flushall(asynchronous=True)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            info = self.client.info("memory")
-            if int(info.get("lazyfree_pending_objects", 0)) == 0 and self.client.dbsize() == 0:
-                break
-            time.sleep(0.2)
-        time.sleep(0.2)
+        flush_redis(self.client)
 
     def used_memory(self) -> int:
         assert self.client is not None
-        return int(self.client.info("memory")["used_memory"])
+        return used_memory(self.client)
 
     # -- logs -------------------------------------------------------------------------
     def message_log(self, events: int, rate: float, start_ms: int | None = None) -> Path:

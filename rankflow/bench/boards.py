@@ -62,7 +62,7 @@ import orjson
 import redis
 
 from rankflow.bench.boards_baseline import read_baseline_boards
-from rankflow.bench.rig import Rig, _cpu_seconds, slowlog_by_command, slowlog_reset
+from rankflow.bench.rig import Rig, _cpu_seconds, flush_redis, slowlog_by_command, slowlog_reset, used_memory
 from rankflow.connectors.board_read import BoardReader, NotOnBoard, read_boards
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic, reliable_producer
 from rankflow.connectors.redis_keys import Keys, boards_namespace
@@ -555,20 +555,12 @@ class BoardsBench:
         return self.flow_cmd(topic, name, *extra)
 
     def flush(self) -> None:
-        """Empty Redis, and wait until its memory is freed (a big board takes seconds to free)."""
         assert self.client is not None
-        self.client.flushall(asynchronous=True)
-        deadline = time.monotonic() + 600
-        while time.monotonic() < deadline:
-            info = self.client.info("memory")
-            if int(info.get("lazyfree_pending_objects", 0)) == 0 and self.client.dbsize() == 0:
-                break
-            time.sleep(0.2)
-        time.sleep(0.2)
+        flush_redis(self.client)
 
     def used_memory(self) -> int:
         assert self.client is not None
-        return int(self.client.info("memory")["used_memory"])
+        return used_memory(self.client)
 
     def score_log(self, results: int, players: int, games: int) -> Path:
         """A clean signed log of realistic matches, kept in ``data/`` across runs."""

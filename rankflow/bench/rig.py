@@ -171,3 +171,19 @@ def slowlog_by_command(client: Any, scripts: dict[str, str]) -> dict[str, Any]:
         by.setdefault(name, []).append(int(e["duration"]))
     return {name: {"count": len(d), "max_ms": max(d) / 1000, "total_ms": sum(d) / 1000} for name, d in by.items()}
 
+
+def flush_redis(client: Any) -> None:
+    """Empty Redis, and wait until its memory is freed (a big board or window takes seconds)."""
+    client.flushall(asynchronous=True)
+    deadline = time.monotonic() + 600
+    while time.monotonic() < deadline:
+        info = client.info("memory")
+        if int(info.get("lazyfree_pending_objects", 0)) == 0 and client.dbsize() == 0:
+            break
+        time.sleep(0.2)
+    time.sleep(0.2)
+
+
+def used_memory(client: Any) -> int:
+    return int(client.info("memory")["used_memory"])
+
