@@ -2,7 +2,8 @@
 
 Every query is one Lua script (``redis_scripts.ACTIVITY_READ_LUA``), so the snapshot
 id, the window and every item of an answer come from one state: the publish script
-changes the workspaces' sorted sets and the snapshot id in one atomic step. A
+changes the workspaces' sorted sets (or switches them to the slots a large snapshot
+was staged in, ``connectors.activity_staging``) and the snapshot id in one atomic step. A
 channel's rank is ``ZREVRANK`` + 1 in its workspace's sorted set: exact for every
 channel, not only the top ``K_max``.
 
@@ -109,8 +110,9 @@ class ActivityQuery:
         self._generation, self._sent = h.generation, h.current_doc()
         keys = h.keys.of_generation(self._generation)
         sent_id = str(self._sent["snapshot_id"]) if self._sent else ""
-        return ([keys.generation, keys.snapshot_id, keys.snapshot, keys.workspace(self.workspace)],
-                [self._generation, sent_id, self.query, self.k, self.channel])
+        return ([keys.generation, keys.snapshot_id, keys.snapshot, keys.workspace_slots,
+                 *keys.workspace_both(self.workspace)],
+                [self._generation, sent_id, self.query, self.k, self.channel, self.workspace])
 
     def settle(self, reply: list[Any]) -> bool:
         tag = reply[0]

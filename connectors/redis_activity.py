@@ -2,8 +2,9 @@
 
 :class:`ActivityState` is the activity flow's :class:`connectors.redis_publish.ProductState`:
 it turns an :class:`state.activity_snapshot.ActivitySnapshot` into the arguments of
-``PUBLISH_ACTIVITY_LUA`` (layout in ``redis_keys``). Changes not yet in Redis wait for
-the next snapshot Redis stores, newest count per channel.
+``PUBLISH_ACTIVITY_LUA`` (layout in ``redis_keys``), staging a large one first
+(``activity_staging``). Changes not yet in Redis wait for the next snapshot Redis
+stores, newest count per channel.
 
 Every execution's first snapshot is ``full`` (the counters send every count), so a
 run resumed after Redis lost its data heals it at once. Redis losing its data *during*
@@ -18,6 +19,8 @@ from typing import Any
 import orjson
 import redis
 
+from rankflow.connectors.activity_staging import STAGE_BUDGET, Staged, drop, stage
+from rankflow.connectors.redis_generations import Fence
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_scripts import PUBLISH_ACTIVITY_LUA
 from rankflow.state.activity_snapshot import ActivitySnapshot
@@ -28,14 +31,24 @@ class RedisLostActivity(RuntimeError):
 
 
 class ActivityState:
-    """Workspace count changes of the snapshots Redis has not stored yet."""
+    """Workspace count changes of the snapshots Redis has not stored yet.
+
+    ``stage_at``: a snapshot changing more channels than this is staged
+    (``connectors.activity_staging``: written where readers do not look, in calls of
+    about that many members, then switched by the publish script in one short step);
+    a smaller one is applied by the publish script itself. 0 applies every snapshot
+    in one script (readers wait while a large one is written).
+    """
 
     script = PUBLISH_ACTIVITY_LUA
 
-    def __init__(self) -> None:
+    def __init__(self, stage_at: int = STAGE_BUDGET) -> None:
         self._pending: dict[str, dict[str, int]] = {}
         self._full = False
         self._stale: list[str] = []  # full: the workspaces Redis holds that the snapshot does not name
+        self._stage_at = stage_at
+        self._staged: Staged | None = None
+        self._drop: list[str] = []  # staged workspaces whose other slot is to be freed
 
     def remember(self, snapshot: ActivitySnapshot) -> None:
         if snapshot.full:
@@ -59,21 +72,45 @@ class ActivityState:
     def stored(self) -> None:
         self._pending, self._full, self._stale = {}, False, []
 
-    def prepare(self, client: redis.Redis, k: Keys) -> None:
-        """Before a ``full`` call: the workspaces Redis holds, so that the script can name them
-        to remove them (a script must declare every key it touches). Only the generation's
-        owner writes it, so nothing changes them between this read and the script."""
+    def prepare(self, client: redis.Redis, k: Keys, fence: Fence) -> None:
+        """Before each call of the publish script: free what an earlier call left staged;
+        for a ``full`` call, the workspaces Redis holds (or a crash left staged), so that
+        the script can name them to remove them (a script must declare every key it touches; only the
+        generation's owner writes them, so nothing changes them before the script); and
+        stage a large snapshot."""
+        self.finish(client, k, fence)
+        self._staged = None
         if self._full:
-            held = (ws.decode("utf-8", "surrogateescape") for ws in client.smembers(k.workspaces))
-            self._stale = [ws for ws in held if ws not in self._pending]
+            def named(key: str) -> set[str]:
+                return {w.decode("utf-8", "surrogateescape") for w in client.smembers(key)}
+            left = named(k.workspaces_staged)  # by a run that stopped before freeing them
+            self._stale = [ws for ws in named(k.workspaces) | left if ws not in self._pending]
+            self._drop = sorted(left | set(self._stale))  # freed after the script, and out of the set
+        if self._stage_at and sum(map(len, self._pending.values())) > self._stage_at:
+            self._drop += self._pending  # whatever the script answers, the other slots are freed next
+            self._staged = stage(client, k, fence, self._pending, self._full, self._stage_at)
+
+    def finish(self, client: redis.Redis, k: Keys, fence: Fence) -> None:
+        """After the publish script: free the slots it switched away from (or, if it did
+        not store the snapshot, the staged ones; the next call stages again)."""
+        if self._drop:
+            drop(client, k, fence, self._drop)
+            self._drop = []
 
     def keys(self, k: Keys) -> list[str]:
-        stale = self._stale if self._full else []
-        return [k.workspaces, *(k.workspace(ws) for ws in self._pending), *(k.workspace(ws) for ws in stale)]
+        both = k.workspace_both
+        stale = [key for ws in self._stale for key in both(ws)] if self._full else []
+        if self._staged is None:
+            return [k.workspaces, k.workspace_slots, *(key for ws in self._pending for key in both(ws)), *stale]
+        return [k.workspaces, k.workspace_slots, *(key for ws in self._staged.gone for key in both(ws)), *stale]
 
     def args(self) -> list[Any]:
-        args: list[Any] = ["full" if self._full else "delta", len(self._pending)]
-        dumps = orjson.dumps
-        for ws, channels in self._pending.items():
-            args += (ws, dumps(channels))
-        return args
+        args: list[Any] = ["full" if self._full else "delta"]
+        if self._staged is None:
+            args.append(len(self._pending))
+            dumps = orjson.dumps
+            for ws, channels in self._pending.items():
+                args += (ws, dumps(channels))
+            return [*args, 0, 0]
+        present, gone = self._staged
+        return [*args, 0, len(present), *(x for pair in present for x in pair), len(gone), *gone]

@@ -10,6 +10,8 @@ see the old ranking or the new one, never a half-built one.
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import orjson
 import redis
 
@@ -24,6 +26,20 @@ class FencedError(RuntimeError):
 
 class GenerationSwitched(RuntimeError):
     """A rebuild replaced this run's generation; restart the run to follow it."""
+
+
+class Fence(NamedTuple):
+    """What a script writing for a run checks before anything else (the publish scripts'
+    prelude, ``redis_scripts.ACTIVITY_FENCE``): the run's token, the generation it
+    writes, and ``live`` (a run: the generation must stay current) or ``build`` (a
+    rebuild's generation)."""
+
+    token: int
+    generation: int
+    mode: str
+
+    def args(self) -> list[int | str]:
+        return [self.token, self.generation, self.mode]
 
 
 class RunAlreadyPublished(RuntimeError):

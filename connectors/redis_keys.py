@@ -42,8 +42,16 @@ generation holds, besides the shared keys (without counts and changes):
 =====================================  ===========================================
 ``{ns:activity}:g<G>:w:<workspace>``   the workspace's channels with a count in the
                                        snapshot's window (sorted set, score = count:
-                                       ``ZREVRANGE`` is WINDOWS.md 4's order)
+                                       ``ZREVRANGE`` is WINDOWS.md 4's order): its slot
+                                       ``a``
+``{ns:activity}:g<G>:v:<workspace>``   the same, slot ``b``: a large snapshot is written
+                                       into the slot readers do not read, then one
+                                       small script switches them (``redis_activity``)
+``{ns:activity}:g<G>:slots``           the workspaces whose readers read slot ``b``
+                                       (hash: workspace -> ``b``; absent: ``a``)
 ``{ns:activity}:g<G>:workspaces``      every workspace with a count (set)
+``{ns:activity}:g<G>:staged``          the workspaces with a slot written but not yet
+                                       freed after the switch (set)
 =====================================  ===========================================
 """
 
@@ -89,14 +97,24 @@ class Keys:
         g = f"{self.tag}:g{self.generation_no}"
         return f"{g}:b:{game}:{board}", f"{g}:r:{game}:{board}"
 
-    def workspace(self, workspace: str) -> str:
-        """A workspace's channels ranked (activity flow): the key prefix :attr:`workspace_prefix`
-        and the id, which is last, so any characters may follow the prefix."""
-        return self.workspace_prefix + workspace
+    def workspace(self, workspace: str, slot: str = "a") -> str:
+        """A workspace's channels ranked (activity flow) in one of its two slots (``a``,
+        ``b``; :attr:`workspace_slots` says which one readers read): a fixed prefix and the
+        id, which is last, so any characters may follow the prefix."""
+        return f"{self.tag}:g{self.generation_no}:{'w' if slot == 'a' else 'v'}:{workspace}"
+
+    def workspace_both(self, workspace: str) -> tuple[str, str]:
+        """Both slots of a workspace: a script that picks one by :attr:`workspace_slots`
+        must declare both (Redis Cluster)."""
+        return self.workspace(workspace, "a"), self.workspace(workspace, "b")
 
     @property
-    def workspace_prefix(self) -> str:
-        return f"{self.tag}:g{self.generation_no}:w:"
+    def workspaces_staged(self) -> str:
+        return f"{self.tag}:g{self.generation_no}:staged"
+
+    @property
+    def workspace_slots(self) -> str:
+        return f"{self.tag}:g{self.generation_no}:slots"
 
     @property
     def workspaces(self) -> str:

@@ -25,7 +25,7 @@ import orjson
 import redis
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
-from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
+from rankflow.connectors.redis_generations import Fence, FencedError, GenerationSwitched
 from rankflow.connectors.redis_keys import Keys, connect
 from rankflow.connectors.redis_scripts import PUBLISH_LUA, Published
 from rankflow.operators.metrics import METRICS
@@ -145,8 +145,10 @@ class ProductState(Protocol):
     def args(self) -> list[Any]:
         """The script's arguments after the positions: ``full`` or ``delta`` first."""
 
-    # Optional: ``prepare(client, keys)``, called before every call, for a state that must
-    # read Redis to name its keys (``redis_activity.ActivityState``).
+    # Optional: ``prepare(client, keys, fence)``, called before every call of the script, and
+    # ``finish(client, keys, fence)`` after each call that returned, for a state that reads
+    # Redis to name its keys or writes in several calls (``redis_activity.ActivityState``).
+    # Their scripts raise the publish script's FENCED and SWITCHED errors.
 
 
 class Publisher:
@@ -166,6 +168,7 @@ class Publisher:
         self._token = run_token
         self._generation = generation
         self._mode = "live" if live else "build"
+        self._fence = Fence(run_token, generation, self._mode)
         self._retry_for_s = retry_for_s
 
     def publish(self, snapshot: Any) -> Published:
@@ -209,18 +212,21 @@ class Publisher:
         return outcome
 
     def _call(self, snapshot: Any, body: bytes) -> Any:
-        k = self._keys
-        prepare = getattr(self._state, "prepare", None)
-        if prepare is not None:
-            prepare(self._client, k)
+        k, state = self._keys, self._state
+        prepare, finish = getattr(state, "prepare", None), getattr(state, "finish", None)
         positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
         try:
-            return self._script(
+            if prepare is not None:
+                prepare(self._client, k, self._fence)
+            reply = self._script(
                 keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.runs,
-                      *self._state.keys(k)],
+                      *state.keys(k)],
                 args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN, self._mode,
-                      len(positions) // 2, *positions, *self._state.args()],
+                      len(positions) // 2, *positions, *state.args()],
             )
+            if finish is not None:
+                finish(self._client, k, self._fence)
+            return reply
         except redis.ResponseError as exc:
             message = str(exc)
             if message.startswith("FENCED"):

@@ -221,47 +221,201 @@ reloads rather than replays it.
 """
 
 
-PUBLISH_ACTIVITY_LUA = PUBLISH_PRELUDE + """
-local changed = tonumber(ARGV[P + 1])
-if ARGV[P] == 'full' then
-  redis.call('DEL', KEYS[8])
-  for k = 9, #KEYS do
-    redis.call('DEL', KEYS[k])
+ACTIVITY_SLOT = """
+local function slot_of(ws)
+  if redis.call('HGET', KEYS[SLOTS], ws) == 'b' then
+    return 'b'
   end
+  return 'a'
 end
-local a = P + 2
-for w = 1, changed do
-  local z = KEYS[8 + w]
-  for channel, count in pairs(cjson.decode(ARGV[a + 1])) do
+local function apply(z, changes)
+  for channel, count in pairs(cjson.decode(changes)) do
     if count > 0 then
       redis.call('ZADD', z, count, channel)
     else
       redis.call('ZREM', z, channel)
     end
   end
-  if redis.call('EXISTS', z) == 1 then
-    redis.call('SADD', KEYS[8], ARGV[a])
-  else
-    redis.call('SREM', KEYS[8], ARGV[a])
-  end
-  a = a + 2
 end
+local function in_batches(command, key, list)
+  for i = 1, #list, 4000 do
+    redis.call(command, key, unpack(list, i, math.min(i + 3999, #list)))
+  end
+end
+"""
+"""Lua shared by the activity scripts: a workspace's slot (``SLOTS`` is the index of
+the slots hash in ``KEYS``), applying one workspace's changes (a JSON object
+``{channel: count}``, 0 removes the channel) to a sorted set, and a command over a
+long list in pieces (Lua's ``unpack`` stops at about 8,000 values)."""
+
+PUBLISH_ACTIVITY_LUA = PUBLISH_PRELUDE + "local SLOTS = 9\n" + ACTIVITY_SLOT + """
+local full = ARGV[P] == 'full'
+if full then
+  redis.call('DEL', KEYS[8], KEYS[9])
+  for k = 10, #KEYS do
+    redis.call('UNLINK', KEYS[k])
+  end
+end
+local a = P + 1
+local W = tonumber(ARGV[a])
+for w = 1, W do
+  local ws = ARGV[a + 2 * w - 1]
+  local za, zb = KEYS[8 + 2 * w], KEYS[9 + 2 * w]
+  local z = za
+  if slot_of(ws) == 'b' then
+    z = zb
+  end
+  apply(z, ARGV[a + 2 * w])
+  if redis.call('EXISTS', z) == 1 then
+    redis.call('SADD', KEYS[8], ws)
+  else
+    redis.call('SREM', KEYS[8], ws)
+    redis.call('HDEL', KEYS[9], ws)
+    redis.call('UNLINK', za, zb)
+  end
+end
+local s = a + 2 * W + 1
+local present, to_b, to_a = {}, {}, {}
+for i = 1, tonumber(ARGV[s]) do
+  local ws = ARGV[s + 2 * i - 1]
+  present[#present + 1] = ws
+  if ARGV[s + 2 * i] == 'b' then
+    to_b[#to_b + 1] = ws
+    to_b[#to_b + 1] = 'b'
+  else
+    to_a[#to_a + 1] = ws
+  end
+end
+local g = s + 2 * tonumber(ARGV[s]) + 1
+local gone = {}
+for i = g + 1, g + tonumber(ARGV[g]) do
+  gone[#gone + 1] = ARGV[i]
+end
+if not full then
+  for k = 10 + 2 * W, #KEYS do
+    redis.call('UNLINK', KEYS[k])
+  end
+end
+in_batches('SADD', KEYS[8], present)
+in_batches('HSET', KEYS[9], to_b)
+in_batches('HDEL', KEYS[9], to_a)
+in_batches('SREM', KEYS[8], gone)
+in_batches('HDEL', KEYS[9], gone)
 return 1
 """
 """Stores one snapshot of the activity flow, atomically (see ``redis_activity.ActivityState``).
 
-:data:`PUBLISH_PRELUDE`, then ``KEYS``: 8 the set of workspaces with a count, then
-per changed workspace its sorted set, then (``full`` only) the sorted sets of the
-other workspaces Redis holds. ``ARGV`` after ``ARGV[P]``: the number of changed
-workspaces W, then W pairs (workspace id, its changed channels as one JSON object
-``{channel: count}``; 0 removes the channel).
+:data:`PUBLISH_PRELUDE`, then ``KEYS`` 8: the set of workspaces with a count, 9: the
+slots hash (``redis_keys``: which of its two sorted sets a workspace's readers read).
+A snapshot's changed workspaces come in two ways, and ``ARGV`` after ``ARGV[P]``
+holds three lists, each its length first:
+
+* W workspaces whose changes the script applies to the slot readers read (all of a
+  small snapshot's): pairs (workspace id, its changed channels as one JSON object
+  ``{channel: count}``; 0 removes the channel);
+* S workspaces ``STAGE_ACTIVITY_LUA`` already wrote into the slot readers do not read
+  (a large snapshot's, in calls short enough not to hold readers up), still with a
+  count: pairs (workspace id, the slot it was written in); the script switches them;
+* G workspaces staged that are left without a count: their ids.
+
+``KEYS`` from 10: both slots of the W workspaces, then of the G ones and (``full``
+only) of the workspaces Redis holds that the snapshot does not name, all of which it
+removes (``UNLINK``: Redis frees them off its main thread). A ``full`` snapshot (an
+execution's first: every count) starts from no workspaces and no slots.
 
 A workspace's sorted set holds its channels with a positive count, score = count:
 ``ZREVRANGE`` then orders them count descending, then channel id descending
 byte-wise (Redis orders equal scores by the member's bytes), which is WINDOWS.md 4,
-and ``ZREVRANK`` is the rank - 1. A ``full`` snapshot (an execution's first: every
-count) first removes every workspace it names or Redis holds.
+and ``ZREVRANK`` is the rank - 1.
 """
+
+ACTIVITY_FENCE = """
+if ARGV[3] == 'live' then
+  local gen = redis.call('GET', KEYS[1])
+  if gen and gen ~= ARGV[2] then
+    return redis.error_reply('SWITCHED generation ' .. ARGV[2] .. ' was replaced by generation ' .. gen)
+  end
+end
+local owner = tonumber(redis.call('GET', KEYS[2]) or '0')
+if tonumber(ARGV[1]) < owner then
+  return redis.error_reply('FENCED run ' .. ARGV[1] .. ' is not the owner; current owner is run ' .. owner)
+end
+"""
+"""The checks of :data:`PUBLISH_PRELUDE` that concern a writer, for the activity scripts
+that write only what readers do not read: ``KEYS`` 1 the generation pointer, 2 the
+generation's owner; ``ARGV`` 1 run token, 2 generation, 3 ``live`` or ``build``. They
+claim nothing: the publish script that follows does."""
+
+STAGE_ACTIVITY_LUA = "local SLOTS = 3\n" + ACTIVITY_SLOT + ACTIVITY_FENCE + """
+local budget, spent, reply = tonumber(ARGV[4]), 0, {0}
+for i = 1, (#ARGV - 4) / 3 do
+  local ws, how, changes = ARGV[2 + 3 * i], ARGV[3 + 3 * i], cjson.decode(ARGV[4 + 3 * i])
+  local src, dst, slot = KEYS[3 + 2 * i], KEYS[4 + 2 * i], 'b'
+  if slot_of(ws) == 'b' then
+    src, dst, slot = dst, src, 'a'
+  end
+  local cost = 0
+  for _ in pairs(changes) do
+    cost = cost + 1
+  end
+  if how == 'copy' then
+    cost = cost + redis.call('ZCARD', src)
+  end
+  if i > 1 and spent + cost > budget then
+    break
+  end
+  spent = spent + cost
+  redis.call('SADD', KEYS[4], ws)
+  if how == 'copy' then
+    if redis.call('COPY', src, dst, 'REPLACE') == 0 then
+      redis.call('DEL', dst)
+    end
+  elseif how == 'fresh' then
+    redis.call('DEL', dst)
+  end
+  for channel, count in pairs(changes) do
+    if count > 0 then
+      redis.call('ZADD', dst, count, channel)
+    else
+      redis.call('ZREM', dst, channel)
+    end
+  end
+  reply[1] = i
+  reply[i + 1] = {slot, redis.call('EXISTS', dst)}
+end
+return reply
+"""
+"""Writes part of a large activity snapshot where readers do not look (``redis_activity``).
+
+:data:`ACTIVITY_FENCE`, then ``KEYS`` 3: the slots hash, 4: the set of workspaces
+with a staged slot (so that a crash before the switch leaks nothing: the next full
+snapshot removes them), then both slots of each item's workspace. ``ARGV`` after the
+fence's: a budget, then items of three
+(workspace id, how, changes): ``copy`` starts the slot readers do not read from the
+one they read, ``fresh`` from nothing (a ``full`` snapshot), ``more`` goes on with a
+workspace an earlier item started (a workspace with many changes comes in several
+items); then its changes, as in ``PUBLISH_ACTIVITY_LUA``. Items are done in order
+while the members copied and changed stay within the budget (the first always), so
+one call holds Redis about as long as the budget's worth of ``ZADD``. Replies the
+number of items done, then per item done the slot it wrote and whether that sorted
+set has members (1) or not (0): the caller sends the rest in another call. Nothing
+here is visible to a reader until ``PUBLISH_ACTIVITY_LUA`` switches the slots."""
+
+DROP_ACTIVITY_LUA = "local SLOTS = 3\n" + ACTIVITY_SLOT + ACTIVITY_FENCE + """
+for i = 4, #ARGV do
+  if slot_of(ARGV[i]) == 'b' then
+    redis.call('UNLINK', KEYS[2 * i - 3])
+  else
+    redis.call('UNLINK', KEYS[2 * i - 2])
+  end
+  redis.call('SREM', KEYS[4], ARGV[i])
+end
+return 1
+"""
+"""Frees the slot readers do not read of each workspace (the previous ranking after a
+switch, or a staged one a refused snapshot left). :data:`ACTIVITY_FENCE`, then
+``KEYS`` 3: the slots hash, 4: the set of staged workspaces, then both slots of each
+workspace; ``ARGV`` after the fence's: the workspace ids."""
 
 
 class Published(IntEnum):
@@ -446,22 +600,26 @@ local doc = false
 if sid ~= ARGV[2] then
   doc = redis.call('GET', KEYS[3])
 end
+if ARGV[3] == 'global' then
+  return {'snapshot', sid, doc}
+end
+local z = KEYS[5]
+if redis.call('HGET', KEYS[4], ARGV[6]) == 'b' then
+  z = KEYS[6]
+end
 if ARGV[3] == 'top' then
-  return {'snapshot', sid, doc, redis.call('ZREVRANGE', KEYS[4], 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')}
+  return {'snapshot', sid, doc, redis.call('ZREVRANGE', z, 0, tonumber(ARGV[4]) - 1, 'WITHSCORES')}
 end
-if ARGV[3] == 'channel' then
-  local count = redis.call('ZSCORE', KEYS[4], ARGV[5])
-  if not count then
-    return {'snapshot', sid, doc, false}
-  end
-  return {'snapshot', sid, doc, {count, redis.call('ZREVRANK', KEYS[4], ARGV[5])}}
+local count = redis.call('ZSCORE', z, ARGV[5])
+if not count then
+  return {'snapshot', sid, doc, false}
 end
-return {'snapshot', sid, doc}
+return {'snapshot', sid, doc, {count, redis.call('ZREVRANK', z, ARGV[5])}}
 """
 """One activity query, atomically. ``KEYS``: the generation pointer, then of generation G:
-snapshot_id, snapshot, and the workspace's sorted set (any key for ``global``).
-``ARGV``: G, the snapshot id whose document the reader holds ('' for none), the
-query (``top``, ``channel``, ``global``), k, the channel. Replies ``{'moved',
+snapshot_id, snapshot, the slots hash and both slots of the workspace (any keys for
+``global``). ``ARGV``: G, the snapshot id whose document the reader holds ('' for
+none), the query (``top``, ``channel``, ``global``), k, the channel, the workspace. Replies ``{'moved',
 current}``, ``{'none'}`` (nothing published yet) or ``{'snapshot', id, document or
 false (the reader holds it), answer}``: for ``top`` the first k ``channel, count``
 pairs, for ``channel`` ``{count, rank - 1}`` or false."""

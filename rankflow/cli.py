@@ -19,6 +19,7 @@ import redis
 from rich.console import Console
 from rich.table import Table
 
+from rankflow.connectors.activity_staging import STAGE_BUDGET
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
@@ -108,6 +109,11 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
     p.add_argument("--global-summary", type=int, default=0, metavar="N",
                    help="activity: rank globally from mergeable summaries of N counters per bucket (bounded memory; "
                         "items carry count_low and count_high); 0 ranks exactly (default: %(default)s)")
+    p.add_argument("--publish-stage", type=_not_negative, default=STAGE_BUDGET, metavar="N",
+                   help="activity: a snapshot changing more than N channels (a bucket leaving the window, a "
+                        "backlog) is written where readers do not look, in Redis calls of about N members, then "
+                        "switched in one short step, so queries never wait long for it; 0 writes every snapshot "
+                        "in one call (default: %(default)s)")
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="live runs of the activity flow, and the listener flow's recent plays: an input partition "
                         "with nothing to read this long stops holding the watermark back until its next event "
@@ -353,7 +359,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
         split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
         bucket_seconds=args.bucket_seconds, window_buckets=args.window_buckets, count=args.count,
-        idle_timeout_s=args.idle_timeout, global_summary=args.global_summary,
+        idle_timeout_s=args.idle_timeout, global_summary=args.global_summary, publish_stage=args.publish_stage,
         recent_minutes=args.recent_minutes,
     )
 

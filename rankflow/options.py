@@ -12,6 +12,7 @@ import os
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit, urlunsplit
 
+from rankflow.connectors.activity_staging import STAGE_BUDGET
 from rankflow.connectors.jsonl import CHUNK_BYTES
 from rankflow.connectors.redis_keys import (DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys, activity_namespace,
                                             boards_namespace)
@@ -86,6 +87,7 @@ class RunOptions:
     window_buckets: int = 60  # activity: buckets in the window
     count: str = "messages"  # activity: messages, or distinct users per channel
     global_summary: int = 0  # activity: N > 0 ranks globally from Misra-Gries summaries of N counters
+    publish_stage: int = STAGE_BUDGET  # activity: a snapshot changing more channels is staged in calls this big
     idle_timeout_s: float = 5.0  # live runs: a partition quiet this long stops holding the watermark (activity,
     # and the listener flow's recent plays)
     recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
@@ -131,6 +133,8 @@ class RunOptions:
         if self.global_summary and self.count != "messages":
             raise UsageError("--global-summary counts messages: with --count users distinct users do not add up "
                              "across buckets (WINDOWS.md 5)")
+        if self.publish_stage < 0:
+            raise UsageError("--publish-stage must be >= 0 (0: every snapshot in one script)")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")
         if self.hot_threshold < 0:

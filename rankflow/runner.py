@@ -20,6 +20,7 @@ import sys
 import time
 import uuid
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 import redis
@@ -104,7 +105,8 @@ def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
     return build_activity_flow(
         source,
         make_dead_letter_sink(opts.dead_letter),
-        RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, state=ActivityState),
+        RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live,
+                          state=partial(ActivityState, opts.publish_stage)),
         partitions=opts.song_partitions,
         k_max=opts.top_k,
         run_token=token,

@@ -151,7 +151,8 @@ def test_every_snapshot_is_the_model_of_its_input(redis_url, redis_client, tmp_p
     rnd = random.Random(7)
     log = [("w%d" % rnd.randrange(3), "c%d" % rnd.randrange(5), "u%d" % rnd.randrange(4),
             rnd.randrange(0, 40) * 20_000) for _ in range(300)]
-    out = follow_in_chunks(redis_url, tmp_path, [line(*e) for e in log], 7, window_buckets=4, song_partitions=3)
+    out = follow_in_chunks(redis_url, tmp_path, [line(*e) for e in log], 7, window_buckets=4, song_partitions=3,
+                           publish_stage=1)  # most snapshots staged (those changing 2 channels or more)
     history = read_history(redis_client, activity_namespace(out["namespace"]))
     assert len(history) > 20
     for snap in history:
@@ -174,10 +175,11 @@ ids = st.sampled_from(["a", "b", "é", "a!", "🎉"])
 @settings(max_examples=12, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(log=st.lists(st.tuples(ids, ids, st.sampled_from(["u1", "u2"]), st.integers(0, 30).map(lambda m: m * 30_000)),
                     min_size=1, max_size=60),
-       count=st.sampled_from(["messages", "users"]), partitions=st.integers(1, 3))
-def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, log, count, partitions):
+       count=st.sampled_from(["messages", "users"]), partitions=st.integers(1, 3),
+       stage=st.sampled_from([0, 1, 3, 2000]))
+def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, log, count, partitions, stage):
     out = run_activity(redis_url, tmp_path, [line(*e) for e in log], bucket_seconds=60, window_buckets=3,
-                       count=count, song_partitions=partitions, read_chunk_bytes=256)
+                       count=count, song_partitions=partitions, read_chunk_bytes=256, publish_stage=stage)
     model = run_model((("p", off, e) for off, e in enumerate(log)), 60_000, 3, count == "users")
     assert sorted(d["position"]["offset"] for d in out["dead"]) == [off for _, off in model.expired]
     reader = ActivityReader(redis_client, out["namespace"])

@@ -22,7 +22,8 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from rankflow.connectors.activity_read import ActivityReader
 from rankflow.connectors.kafka import KafkaEndpoint, topic_partitions
-from rankflow.connectors.redis_keys import activity_namespace
+from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_keys import Keys, activity_namespace
 from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.produce import produce_file
 from rankflow.state.message_events import parse_message
@@ -89,13 +90,13 @@ def model_of(parts: dict[int, list[bytes]], topic: str, window_buckets: int, use
     return run_model(valid, 60_000, window_buckets, users), shape
 
 
-@pytest.mark.parametrize("count,summary,compact_bytes", [
-    ("messages", 0, None),
-    ("users", 0, "3000"),  # the buckets' changelogs compact into new generations all the time
-    ("messages", 16, "3000"),  # and the per-bucket summaries survive too
+@pytest.mark.parametrize("count,summary,compact_bytes,stage", [
+    ("messages", 0, None, "2000"),
+    ("users", 0, "3000", "40"),  # changelogs compact into new generations all the time; snapshots are staged
+    ("messages", 16, "3000", "0"),  # the per-bucket summaries survive too; every snapshot in one script
 ])
 def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, topic, redis_url, redis_client,
-                                                      namespace, count, summary, compact_bytes, monkeypatch):
+                                                      namespace, count, summary, compact_bytes, stage, monkeypatch):
     log = tmp_path / "messages.jsonl"
     log.write_bytes(b"".join(line + b"\n" for line in message_log(40_000, 3)))
     produce_file(str(log), KafkaEndpoint(kafka_brokers, topic), partitions=3, progress=False, key_field="workspace_id")
@@ -108,7 +109,8 @@ def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, t
     command = [*RANKFLOW, "run", "--flow", "activity", "--window-buckets", "5",
                "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
                "--namespace", namespace, "--dead-letter", f"jsonl:{dead}", "--recovery-dir", str(tmp_path / "rec"),
-               "--barrier-ms", "50", "--partitions", "4", "--count", count, "--global-summary", str(summary)]
+               "--barrier-ms", "50", "--partitions", "4", "--count", count, "--global-summary", str(summary),
+               "--publish-stage", stage]
     if compact_bytes is not None:
         monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
 
@@ -125,6 +127,8 @@ def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, t
     assert sum(final["positions"].values()) == sum(len(v) for v in parts.values())
     assert final["watermark"] == model.w
     check_rankings(redis_client, namespace, model, summary)
+    assert not redis_client.exists(Keys(ns, current_generation(redis_client, ns)).workspaces_staged), \
+        "every staged slot was switched or freed, whatever the kills interrupted"
     if compact_bytes is not None:
         logs = list((tmp_path / "rec" / "window-changelog").glob("*.log"))
         assert max(int(p.name.rsplit(".g", 1)[1][:-4]) for p in logs) >= 2, "changelogs moved to new generations"
@@ -146,7 +150,8 @@ def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, t
     rebuilt = subprocess.run([*RANKFLOW, "rebuild", "--flow", "activity", "--window-buckets", "5",
                               "--input", f"kafka:{kafka_brokers}/{topic}", "--redis", redis_url,
                               "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'rebuild-dead.jsonl'}",
-                              "--partitions", "3", "--count", count, "--global-summary", str(summary)],
+                              "--partitions", "3", "--count", count, "--global-summary", str(summary),
+                              "--publish-stage", stage],
                              capture_output=True, text=True, timeout=300)
     assert rebuilt.returncode == 0, rebuilt.stderr
     assert read_latest(redis_client, ns)["run"] != final["run"]

@@ -225,3 +225,13 @@ def activity_publish_and_read(client: redis.Redis, url: str, namespace: str) -> 
     assert reader.channel("A", "x")["rank"] == 1
     assert reader.global_top(5)["snapshot_id"] == snapshot_id(token, 4)
     assert {m.decode() for m in client.smembers(Keys(ns, generation).workspaces)} == {"A"}
+
+    staged = Publisher(url, ns, token, generation, state=ActivityState(stage_at=1))  # every snapshot staged
+    try:
+        assert staged.publish(activity_snap(token, 5, {"A": {"x": 4}, "D": {"d": 1, "e": 2}}, full=True)) == 1
+        assert staged.publish(activity_snap(token, 6, {"A": {"x": 0}, "D": {"f": 3}})) == 1  # A left empty
+    finally:
+        staged.close()
+    assert reader.top("D", 5)["items"][0] == {"rank": 1, "channel_id": "f", "count": 3}
+    assert reader.top("A", 5)["items"] == []
+    assert {m.decode() for m in client.smembers(Keys(ns, generation).workspaces)} == {"D"}

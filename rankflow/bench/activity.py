@@ -741,9 +741,10 @@ class ActivityBench:
     def flow_counts(self, namespace: str, workspaces: list[str]) -> dict[str, dict[str, int]]:
         assert self.client is not None
         keys = self.flow_keys(namespace)
+        slots = {ws.decode(): slot.decode() for ws, slot in self.client.hgetall(keys.workspace_slots).items()}
         pipe = self.client.pipeline(transaction=False)
         for ws in workspaces:
-            pipe.zrange(keys.workspace(ws), 0, -1, withscores=True)
+            pipe.zrange(keys.workspace(ws, slots.get(ws, "a")), 0, -1, withscores=True)
         return {ws: {ch.decode(): int(n) for ch, n in entries} for ws, entries in zip(workspaces, pipe.execute())}
 
     def flow_all_counts(self, namespace: str) -> dict[tuple[str, str], int]:
