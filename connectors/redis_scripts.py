@@ -228,25 +228,31 @@ local function slot_of(ws)
   end
   return 'a'
 end
-local function apply(z, changes)
-  for channel, count in pairs(cjson.decode(changes)) do
-    if count > 0 then
-      redis.call('ZADD', z, count, channel)
-    else
-      redis.call('ZREM', z, channel)
-    end
-  end
-end
 local function in_batches(command, key, list)
   for i = 1, #list, 4000 do
     redis.call(command, key, unpack(list, i, math.min(i + 3999, #list)))
   end
 end
+local function apply(z, changes)
+  local adds, removes = {}, {}
+  for channel, count in pairs(changes) do
+    if count > 0 then
+      adds[#adds + 1] = count
+      adds[#adds + 1] = channel
+    else
+      removes[#removes + 1] = channel
+    end
+  end
+  in_batches('ZADD', z, adds)
+  in_batches('ZREM', z, removes)
+end
 """
 """Lua shared by the activity scripts: a workspace's slot (``SLOTS`` is the index of
-the slots hash in ``KEYS``), applying one workspace's changes (a JSON object
-``{channel: count}``, 0 removes the channel) to a sorted set, and a command over a
-long list in pieces (Lua's ``unpack`` stops at about 8,000 values)."""
+the slots hash in ``KEYS``), a command over a long list in pieces (Lua's ``unpack``
+stops at about 8,000 values), and applying one workspace's changes (a decoded JSON
+object ``{channel: count}``, 0 removes the channel) to a sorted set: one ``ZADD`` and
+one ``ZREM`` for many channels, not one call each (a call from Lua costs about as
+much as the command itself)."""
 
 PUBLISH_ACTIVITY_LUA = PUBLISH_PRELUDE + "local SLOTS = 9\n" + ACTIVITY_SLOT + """
 local full = ARGV[P] == 'full'
@@ -265,7 +271,7 @@ for w = 1, W do
   if slot_of(ws) == 'b' then
     z = zb
   end
-  apply(z, ARGV[a + 2 * w])
+  apply(z, cjson.decode(ARGV[a + 2 * w]))
   if redis.call('EXISTS', z) == 1 then
     redis.call('SADD', KEYS[8], ws)
   else
@@ -373,13 +379,7 @@ for i = 1, (#ARGV - 4) / 3 do
   elseif how == 'fresh' then
     redis.call('DEL', dst)
   end
-  for channel, count in pairs(changes) do
-    if count > 0 then
-      redis.call('ZADD', dst, count, channel)
-    else
-      redis.call('ZREM', dst, channel)
-    end
-  end
+  apply(dst, changes)
   reply[1] = i
   reply[i + 1] = {slot, redis.call('EXISTS', dst)}
 end

@@ -72,6 +72,7 @@ import redis
 
 from rankflow.bench.activity_baseline import (BUCKET_MS, WINDOW_BUCKETS, BaselineKeys, BaselineReader, read_clock,
                                               read_positions)
+from rankflow.connectors.activity_staging import STAGE_BUDGET
 from rankflow.bench.rig import Rig, _cpu_seconds, flush_redis, slowlog_by_command, slowlog_reset, used_memory
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic, reliable_producer
 from rankflow.connectors.redis_generations import current_generation
@@ -107,6 +108,7 @@ class ActivityBenchConfig:
     queries_rate: int = 1_000
     queries_s: float = 10.0
     queries_traffic: int = 2_000
+    publish_stage: int = STAGE_BUDGET  # the flow's --publish-stage
     memory_pairs: int = 1_000_000
     memory_workspaces: int = 1_000
     memory_churn: int = 3
@@ -197,6 +199,7 @@ class Queries:
     rate: int = 0
     seconds: float = 0.0
     traffic_rate: int = 0
+    publish_stage: int = 0  # the flow's --publish-stage
     workspaces_asked: int = 0
     phases: dict[str, dict[str, Latency]] = field(default_factory=dict)  # phase -> query -> latency
     cpu_cores: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -662,7 +665,8 @@ class ActivityBench:
     def flow_cmd(self, topic: str, namespace: str, *extra: str) -> list[str]:
         return [sys.executable, "-m", "rankflow.cli", "run", "--flow", "activity",
                 "--input", f"kafka:{self.brokers}/{topic}", "--redis", self.redis_url, "--namespace", namespace,
-                "--dead-letter", f"jsonl:{self.work / (namespace + '.dead.jsonl')}", *extra]
+                "--dead-letter", f"jsonl:{self.work / (namespace + '.dead.jsonl')}",
+                "--publish-stage", str(self.cfg.publish_stage), *extra]
 
     def baseline_cmd(self, topic: str, prefix: str, *extra: str) -> list[str]:
         return [sys.executable, "-m", "rankflow.bench.activity_baseline", "--brokers", self.brokers, "--topic", topic,
@@ -974,7 +978,8 @@ class ActivityBench:
         from rankflow.connectors.activity_read import ActivityReader, NoCount
 
         cfg = self.cfg
-        out = result.queries = Queries(rate=cfg.queries_rate, seconds=cfg.queries_s, traffic_rate=cfg.queries_traffic)
+        out = result.queries = Queries(rate=cfg.queries_rate, seconds=cfg.queries_s, traffic_rate=cfg.queries_traffic,
+                                       publish_stage=cfg.publish_stage)
         topic = self.backlog_topic()
         index = self.index()
         self.flush()
@@ -1118,10 +1123,13 @@ class ActivityBench:
     def _slowlog(self) -> dict[str, Any]:
         """Commands that kept Redis busy over 1 ms since the reset, by script or command."""
         from rankflow.bench.activity_baseline import READ_LUA
-        from rankflow.connectors.redis_scripts import ACTIVITY_READ_LUA, PUBLISH_ACTIVITY_LUA
+        from rankflow.connectors.redis_scripts import (ACTIVITY_READ_LUA, DROP_ACTIVITY_LUA, PUBLISH_ACTIVITY_LUA,
+                                                       STAGE_ACTIVITY_LUA)
 
         assert self.client is not None
         return slowlog_by_command(self.client, {PUBLISH_ACTIVITY_LUA: "EVALSHA (flow publish)",
+                                                STAGE_ACTIVITY_LUA: "EVALSHA (flow staging)",
+                                                DROP_ACTIVITY_LUA: "EVALSHA (flow freeing staged slots)",
                                                 ACTIVITY_READ_LUA: "EVALSHA (flow query)",
                                                 READ_LUA: "EVALSHA (baseline query: ZUNIONSTORE when stale)"})
 
@@ -1844,6 +1852,8 @@ def add_parser(sub: Any) -> None:
                    help="seconds of each query's load (default: %(default)s)")
     p.add_argument("--queries-traffic", type=int, default=d.queries_traffic,
                    help="events/s flowing in during the first phase (default: %(default)s)")
+    p.add_argument("--publish-stage", type=int, default=d.publish_stage,
+                   help="the flow's --publish-stage (0: every snapshot in one Redis call; default: %(default)s)")
     p.add_argument("--memory-pairs", type=int, default=d.memory_pairs,
                    help="active (workspace, channel) pairs (default: %(default)s)")
     p.add_argument("--memory-workspaces", type=int, default=d.memory_workspaces,
