@@ -245,6 +245,10 @@ local function apply(z, changes)
   end
   in_batches('ZADD', z, adds)
   in_batches('ZREM', z, removes)
+  if #removes == 0 and #adds > 0 then
+    return true
+  end
+  return redis.call('EXISTS', z) == 1
 end
 """
 """Lua shared by the activity scripts: a workspace's slot (``SLOTS`` is the index of
@@ -252,7 +256,7 @@ the slots hash in ``KEYS``), a command over a long list in pieces (Lua's ``unpac
 stops at about 8,000 values), and applying one workspace's changes (a decoded JSON
 object ``{channel: count}``, 0 removes the channel) to a sorted set: one ``ZADD`` and
 one ``ZREM`` for many channels, not one call each (a call from Lua costs about as
-much as the command itself)."""
+much as the command itself); it returns whether the sorted set has members."""
 
 PUBLISH_ACTIVITY_LUA = PUBLISH_PRELUDE + "local SLOTS = 9\n" + ACTIVITY_SLOT + """
 local full = ARGV[P] == 'full'
@@ -264,22 +268,34 @@ if full then
 end
 local a = P + 1
 local W = tonumber(ARGV[a])
+local names, slots, kept, emptied = {}, {}, {}, {}
 for w = 1, W do
-  local ws = ARGV[a + 2 * w - 1]
+  names[w] = ARGV[a + 2 * w - 1]
+end
+if not full then
+  for i = 1, W, 4000 do
+    local got = redis.call('HMGET', KEYS[9], unpack(names, i, math.min(i + 3999, W)))
+    for j = 1, #got do
+      slots[i + j - 1] = got[j]
+    end
+  end
+end
+for w = 1, W do
   local za, zb = KEYS[8 + 2 * w], KEYS[9 + 2 * w]
   local z = za
-  if slot_of(ws) == 'b' then
+  if slots[w] == 'b' then
     z = zb
   end
-  apply(z, cjson.decode(ARGV[a + 2 * w]))
-  if redis.call('EXISTS', z) == 1 then
-    redis.call('SADD', KEYS[8], ws)
+  if apply(z, cjson.decode(ARGV[a + 2 * w])) then
+    kept[#kept + 1] = names[w]
   else
-    redis.call('SREM', KEYS[8], ws)
-    redis.call('HDEL', KEYS[9], ws)
+    emptied[#emptied + 1] = names[w]
     redis.call('UNLINK', za, zb)
   end
 end
+in_batches('SADD', KEYS[8], kept)
+in_batches('SREM', KEYS[8], emptied)
+in_batches('HDEL', KEYS[9], emptied)
 local s = a + 2 * W + 1
 local present, to_b, to_a = {}, {}, {}
 for i = 1, tonumber(ARGV[s]) do
@@ -353,14 +369,14 @@ generation's owner; ``ARGV`` 1 run token, 2 generation, 3 ``live`` or ``build``.
 claim nothing: the publish script that follows does."""
 
 STAGE_ACTIVITY_LUA = "local SLOTS = 3\n" + ACTIVITY_SLOT + ACTIVITY_FENCE + """
-local budget, spent, reply = tonumber(ARGV[4]), 0, {0}
+local budget, spent, reply, staged = tonumber(ARGV[4]), 0, {0}, {}
 for i = 1, (#ARGV - 4) / 3 do
   local ws, how, changes = ARGV[2 + 3 * i], ARGV[3 + 3 * i], cjson.decode(ARGV[4 + 3 * i])
   local src, dst, slot = KEYS[3 + 2 * i], KEYS[4 + 2 * i], 'b'
   if slot_of(ws) == 'b' then
     src, dst, slot = dst, src, 'a'
   end
-  local cost = 0
+  local cost = 16
   for _ in pairs(changes) do
     cost = cost + 1
   end
@@ -371,7 +387,7 @@ for i = 1, (#ARGV - 4) / 3 do
     break
   end
   spent = spent + cost
-  redis.call('SADD', KEYS[4], ws)
+  staged[#staged + 1] = ws
   if how == 'copy' then
     if redis.call('COPY', src, dst, 'REPLACE') == 0 then
       redis.call('DEL', dst)
@@ -379,10 +395,10 @@ for i = 1, (#ARGV - 4) / 3 do
   elseif how == 'fresh' then
     redis.call('DEL', dst)
   end
-  apply(dst, changes)
   reply[1] = i
-  reply[i + 1] = {slot, redis.call('EXISTS', dst)}
+  reply[i + 1] = {slot, apply(dst, changes) and 1 or 0}
 end
+in_batches('SADD', KEYS[4], staged)
 return reply
 """
 """Writes part of a large activity snapshot where readers do not look (``redis_activity``).
@@ -395,8 +411,9 @@ fence's: a budget, then items of three
 one they read, ``fresh`` from nothing (a ``full`` snapshot), ``more`` goes on with a
 workspace an earlier item started (a workspace with many changes comes in several
 items); then its changes, as in ``PUBLISH_ACTIVITY_LUA``. Items are done in order
-while the members copied and changed stay within the budget (the first always), so
-one call holds Redis about as long as the budget's worth of ``ZADD``. Replies the
+while the members copied and changed, and 16 for each item (its own calls), stay
+within the budget (the first always), so one call holds Redis about as long as the
+budget's worth of ``ZADD``. Replies the
 number of items done, then per item done the slot it wrote and whether that sorted
 set has members (1) or not (0): the caller sends the rest in another call. Nothing
 here is visible to a reader until ``PUBLISH_ACTIVITY_LUA`` switches the slots."""
