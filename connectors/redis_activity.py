@@ -35,9 +35,10 @@ class ActivityState:
 
     ``stage_at``: a snapshot changing more channels than this is staged
     (``connectors.activity_staging``: written where readers do not look, in calls of
-    about that many members, then switched by the publish script in one short step);
-    a smaller one is applied by the publish script itself. 0 applies every snapshot
-    in one script (readers wait while a large one is written).
+    about that many members, then switched by the publish script in one short step)
+    unless the publisher is behind; a smaller one is applied by the publish script
+    itself. 0 applies every snapshot in one script (readers wait while a large one is
+    written).
     """
 
     script = PUBLISH_ACTIVITY_LUA
@@ -72,12 +73,15 @@ class ActivityState:
     def stored(self) -> None:
         self._pending, self._full, self._stale = {}, False, []
 
-    def prepare(self, client: redis.Redis, k: Keys, fence: Fence) -> None:
+    def prepare(self, client: redis.Redis, k: Keys, fence: Fence, hurry: bool = False) -> None:
         """Before each call of the publish script: free what an earlier call left staged;
-        for a ``full`` call, the workspaces Redis holds (or a crash left staged), so that
-        the script can name them to remove them (a script must declare every key it touches; only the
-        generation's owner writes them, so nothing changes them before the script); and
-        stage a large snapshot."""
+        for a ``full`` call, read the workspaces Redis holds (or a crash left staged), so
+        that the script can name them to remove them (a script must declare every key
+        it touches; only the generation's owner writes them, so nothing changes them
+        before the script); and stage a large snapshot, unless in a ``hurry``: staging
+        costs Redis several times the work of one script (it copies the workspaces), and
+        when snapshots queue up (a backlog's catch-up) storing them soonest matters more
+        than short calls."""
         self.finish(client, k, fence)
         self._staged = None
         if self._full:
@@ -86,7 +90,7 @@ class ActivityState:
             left = named(k.workspaces_staged)  # by a run that stopped before freeing them
             self._stale = [ws for ws in named(k.workspaces) | left if ws not in self._pending]
             self._drop = sorted(left | set(self._stale))  # freed after the script, and out of the set
-        if self._stage_at and sum(map(len, self._pending.values())) > self._stage_at:
+        if self._stage_at and not hurry and sum(map(len, self._pending.values())) > self._stage_at:
             self._drop += self._pending  # whatever the script answers, the other slots are freed next
             self._staged = stage(client, k, fence, self._pending, self._full, self._stage_at)
 
@@ -107,10 +111,7 @@ class ActivityState:
     def args(self) -> list[Any]:
         args: list[Any] = ["full" if self._full else "delta"]
         if self._staged is None:
-            args.append(len(self._pending))
-            dumps = orjson.dumps
-            for ws, channels in self._pending.items():
-                args += (ws, dumps(channels))
-            return [*args, 0, 0]
+            pending = self._pending
+            return [*args, len(pending), *pending, orjson.dumps(pending) if pending else b"{}", 0, 0]
         present, gone = self._staged
-        return [*args, 0, len(present), *(x for pair in present for x in pair), len(gone), *gone]
+        return [*args, 0, b"{}", len(present), *(x for pair in present for x in pair), len(gone), *gone]

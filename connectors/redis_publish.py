@@ -145,7 +145,7 @@ class ProductState(Protocol):
     def args(self) -> list[Any]:
         """The script's arguments after the positions: ``full`` or ``delta`` first."""
 
-    # Optional: ``prepare(client, keys, fence)``, called before every call of the script, and
+    # Optional: ``prepare(client, keys, fence, hurry)``, called before every call of the script, and
     # ``finish(client, keys, fence)`` after each call that returned, for a state that reads
     # Redis to name its keys or writes in several calls (``redis_activity.ActivityState``).
     # Their scripts raise the publish script's FENCED and SWITCHED errors.
@@ -169,9 +169,10 @@ class Publisher:
         self._generation = generation
         self._mode = "live" if live else "build"
         self._fence = Fence(run_token, generation, self._mode)
+        self._hurry = False
         self._retry_for_s = retry_for_s
 
-    def publish(self, snapshot: Any) -> Published:
+    def publish(self, snapshot: Any, hurry: bool = False) -> Published:
         """Store ``snapshot``, or keep its changes until Redis stores a snapshot.
 
         A snapshot Redis does not store (``OLDER``, ``BEHIND``) leaves its changes
@@ -179,8 +180,12 @@ class Publisher:
         other cuts) and go with the next snapshot stored. When Redis has nothing for
         the generation (it is new, or Redis lost its data) the script says so and the
         publisher sends the whole state, which it mirrors for that case.
+
+        ``hurry``: more snapshots wait behind this one (a backlog): the state should
+        store it the quickest way, not the way that least delays readers.
         """
         self._state.remember(snapshot)
+        self._hurry = hurry
         deadline = time.monotonic() + self._retry_for_s
         delay = 0.1
         while True:
@@ -217,7 +222,7 @@ class Publisher:
         positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
         try:
             if prepare is not None:
-                prepare(self._client, k, self._fence)
+                prepare(self._client, k, self._fence, self._hurry)
             reply = self._script(
                 keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.runs,
                       *state.keys(k)],
@@ -268,7 +273,7 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
         while (snapshot := self._queue.get()) is not None:
             if self._failure is None:
                 try:
-                    self._publisher.publish(snapshot)
+                    self._publisher.publish(snapshot, hurry=not self._queue.empty())
                 except BaseException as exc:  # noqa: BLE001 - handed to the flow's thread
                     self._failure = exc
 
