@@ -36,7 +36,7 @@ class ActivityState:
     ``stage_at``: a snapshot changing more channels than this is staged
     (``connectors.activity_staging``: written where readers do not look, in calls of
     about that many members, then switched by the publish script in one short step)
-    unless the publisher is behind; a smaller one is applied by the publish script
+    unless the flow is waiting for the publisher; a smaller one is applied by the publish script
     itself. 0 applies every snapshot in one script (readers wait while a large one is
     written).
     """
@@ -80,8 +80,8 @@ class ActivityState:
         it touches; only the generation's owner writes them, so nothing changes them
         before the script); and stage a large snapshot, unless in a ``hurry``: staging
         costs Redis several times the work of one script (it copies the workspaces), and
-        when snapshots queue up (a backlog's catch-up) storing them soonest matters more
-        than short calls."""
+        when the flow waits for the publisher (a backlog's catch-up) storing snapshots
+        soonest matters more than short calls."""
         self.finish(client, k, fence)
         self._staged = None
         if self._full:

@@ -181,8 +181,9 @@ class Publisher:
         the generation (it is new, or Redis lost its data) the script says so and the
         publisher sends the whole state, which it mirrors for that case.
 
-        ``hurry``: more snapshots wait behind this one (a backlog): the state should
-        store it the quickest way, not the way that least delays readers.
+        ``hurry``: the flow is waiting for the publisher (a backlog's catch-up: every
+        snapshot it may hand over is queued): the state should store this one the
+        quickest way, not the way that least delays readers.
         """
         self._state.remember(snapshot)
         self._hurry = hurry
@@ -273,7 +274,7 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
         while (snapshot := self._queue.get()) is not None:
             if self._failure is None:
                 try:
-                    self._publisher.publish(snapshot, hurry=not self._queue.empty())
+                    self._publisher.publish(snapshot, hurry=self._queue.full())  # the flow waits for us
                 except BaseException as exc:  # noqa: BLE001 - handed to the flow's thread
                     self._failure = exc
 
