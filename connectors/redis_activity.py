@@ -14,6 +14,8 @@ partitions, and a restart (with the same ``--recovery-dir``) sends them all.
 
 from __future__ import annotations
 
+import logging
+import time
 from typing import Any
 
 import orjson
@@ -23,7 +25,10 @@ from rankflow.connectors.activity_staging import STAGE_BUDGET, Staged, drop, sta
 from rankflow.connectors.redis_generations import Fence
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_scripts import PUBLISH_ACTIVITY_LUA
+from rankflow.operators.metrics import METRICS
 from rankflow.state.activity_snapshot import ActivitySnapshot
+
+log = logging.getLogger("rankflow.publisher")
 
 
 class RedisLostActivity(RuntimeError):
@@ -50,6 +55,7 @@ class ActivityState:
         self._stage_at = stage_at
         self._staged: Staged | None = None
         self._drop: list[str] = []  # staged workspaces whose other slot is to be freed
+        self._hurried = False  # the last large snapshot went in one script: the flow waited
 
     def remember(self, snapshot: ActivitySnapshot) -> None:
         if snapshot.full:
@@ -90,9 +96,25 @@ class ActivityState:
             left = named(k.workspaces_staged)  # by a run that stopped before freeing them
             self._stale = [ws for ws in named(k.workspaces) | left if ws not in self._pending]
             self._drop = sorted(left | set(self._stale))  # freed after the script, and out of the set
-        if self._stage_at and not hurry and sum(map(len, self._pending.values())) > self._stage_at:
+        changes = sum(map(len, self._pending.values()))
+        if not hurry and self._hurried:
+            log.info("the publisher keeps up again: large snapshots are staged")
+            self._hurried = False
+        if not self._stage_at or changes <= self._stage_at:
+            METRICS.publishes["direct"] += 1
+        elif hurry:
+            METRICS.publishes["hurried"] += 1
+            if not self._hurried:  # once per spell: a backlog's catch-up hurries every snapshot
+                log.info("storing large snapshots in one script while the flow waits for the publisher (first: "
+                         "%d channel changes)", changes)
+            self._hurried = True
+        else:
+            METRICS.publishes["staged"] += 1
+            started = time.perf_counter()
             self._drop += self._pending  # whatever the script answers, the other slots are freed next
             self._staged = stage(client, k, fence, self._pending, self._full, self._stage_at)
+            log.info("staged %d channel changes of %d workspaces in %.0f ms", changes, len(self._pending),
+                     (time.perf_counter() - started) * 1000)
 
     def finish(self, client: redis.Redis, k: Keys, fence: Fence) -> None:
         """After the publish script: free the slots it switched away from (or, if it did

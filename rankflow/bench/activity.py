@@ -22,13 +22,14 @@ stops itself (:class:`rankflow.bench.rig.Rig`); each part can be chosen with ``-
    (its positions, written after the increments) and, for the messages of the busiest
    workspaces, which a reader queries continuously, to the first refresh of the workspace's
    cached union (5 s) that includes it: the seed's "counted in a published ranking".
-3. **queries**: the backlog loaded by the flow and by the baseline, both following the
-   topic; per workspace top 100 and channel lookups (workspaces and channels drawn from the
+3. **queries**: each system in turn, alone: it loads the backlog and follows the topic;
+   per workspace top 100 and channel lookups (workspaces and channels drawn from the
    window's messages, so busy ones are asked more), each open-loop at ``--queries-rate``
    requests/s for ``--queries-s``: ``ActivityReader.top``/``.channel`` on the flow's Redis,
    and the baseline's read path (``BaselineReader``: the cached ``ZUNIONSTORE`` of 60 buckets,
    ``ZREVRANGE``/``ZSCORE`` + ``ZREVRANK``); first while ``--queries-traffic`` messages/s
-   flow in (both systems ingest them), then with the traffic stopped.
+   flow in, then with the traffic stopped; a ``GET`` of one key as the control of what
+   the machine gives any read meanwhile.
 4. **memory**: ``--memory-pairs`` (workspace, channel) pairs active in one hour, one message
    each: bytes per active pair of the flow's peak RSS above an empty run's, of Redis
    ``used_memory``, of the durable run's recovery directory; exact and ``--global-summary
@@ -204,6 +205,7 @@ class Queries:
     phases: dict[str, dict[str, Latency]] = field(default_factory=dict)  # phase -> query -> latency
     cpu_cores: dict[str, dict[str, float]] = field(default_factory=dict)
     redis_slow: dict[str, dict[str, Any]] = field(default_factory=dict)
+    flow_publishes: dict[str, list[str]] = field(default_factory=dict)  # phase -> the publisher's log of staging
     wall_s: float = 0.0
 
 
@@ -729,6 +731,19 @@ class ActivityBench:
         self.produce(self.backlog_log(), "backlog")
         return "backlog"
 
+    def topic_messages(self, topic: str) -> int:
+        """What the topic holds now: the sum of its partitions' end offsets."""
+        from confluent_kafka import Consumer, TopicPartition
+
+        from rankflow.connectors.kafka import topic_partitions
+
+        consumer = Consumer({"bootstrap.servers": self.brokers, "group.id": "bench-ends"})
+        try:
+            return sum(consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=10)[1]
+                       for p in topic_partitions(self.brokers, topic))
+        finally:
+            consumer.close()
+
     # -- reading the flow -------------------------------------------------------------
     def flow_keys(self, namespace: str) -> Keys:
         assert self.client is not None
@@ -973,49 +988,69 @@ class ActivityBench:
 
     # -- 3. queries -------------------------------------------------------------------
     def queries(self, result: ActivityBenchResult) -> None:
-        import multiprocessing
-
-        from rankflow.connectors.activity_read import ActivityReader, NoCount
-
+        """Each system in turn, alone on the machine with its own traffic (two systems
+        following the topic at once would measure each one's reads under the other's
+        load): it loads the backlog, then answers while messages flow in, then idle."""
         cfg = self.cfg
         out = result.queries = Queries(rate=cfg.queries_rate, seconds=cfg.queries_s, traffic_rate=cfg.queries_traffic,
                                        publish_stage=cfg.publish_stage)
         topic = self.backlog_topic()
         index = self.index()
+        for system in ("flow", "baseline"):
+            self.flush()
+            self._queries_of(system, topic, index, out)
         self.flush()
+
+    def _queries_of(self, system: str, topic: str, index: LogIndex, out: Queries) -> None:
+        import multiprocessing
+
+        from rankflow.connectors.activity_read import ActivityReader, NoCount
+
+        cfg = self.cfg
         ns, prefix = "queries", "queries-baseline"
-        flow = subprocess.Popen(self.flow_cmd(topic, ns), stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        base = subprocess.Popen(self.baseline_cmd(topic, prefix, "--follow", "--expire", "per-batch"),
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        flow_log = self.work / "queries-flow.log"
+        if system == "flow":
+            proc = subprocess.Popen(self.flow_cmd(topic, ns), stdout=subprocess.DEVNULL, stderr=flow_log.open("wb"))
+        else:
+            proc = subprocess.Popen(self.baseline_cmd(topic, prefix, "--follow", "--expire", "per-batch"),
+                                    stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         feeder = None
         stop_clock = threading.Event()
         try:
             assert self.client is not None
+            total = self.topic_messages(topic)
             deadline = time.monotonic() + 900
             while True:
-                flow_at = sum(int(v) for v in self.client.hvals(Keys(activity_namespace(ns)).positions))
-                base_at = sum(read_positions(self.client, prefix).values())
-                if flow_at >= index.events and base_at >= index.events:
+                if system == "flow":
+                    at = sum(int(v) for v in self.client.hvals(Keys(activity_namespace(ns)).positions))
+                else:
+                    at = sum(read_positions(self.client, prefix).values())
+                if at >= total:
                     break
-                for p in (flow, base):
-                    if p.poll() is not None:
-                        raise RuntimeError(f"a system stopped while loading: {p.stderr.read().decode()[-2000:]}")
+                if proc.poll() is not None:
+                    err = flow_log.read_text()[-2000:] if system == "flow" else proc.stderr.read().decode()[-2000:]
+                    raise RuntimeError(f"the {system} stopped while loading: {err}")
                 if time.monotonic() > deadline:
                     raise RuntimeError("the backlog did not load in 15 minutes")
                 time.sleep(0.5)
             time.sleep(1.0)
-            snap = self.flow_snapshot(ns)
-            start_ms, end_ms = snap["window_start"], snap["window_end"]
-            self.log(f"backlog loaded by both ({index.events:,} messages); window [{start_ms}, {end_ms})")
+            if system == "flow":
+                snap = self.flow_snapshot(ns)
+                start_ms, end_ms = snap["window_start"], snap["window_end"]
+                clock = snap["watermark"]
+            else:
+                clock = read_clock(self.client, prefix) or 0
+                end_ms = (clock // BUCKET_MS + 1) * BUCKET_MS
+                start_ms = end_ms - 60 * BUCKET_MS
+            self.log(f"{system}: backlog loaded ({total:,} messages); window [{start_ms}, {end_ms})")
             # what readers ask for: the workspaces and channels of the window's messages (busy ones more often)
             rng = random.Random(cfg.seed)
             asked = [(ws, ch) for ws, chs in index.by_workspace.items() for (ch, b), n in chs.items()
                      if start_ms // BUCKET_MS <= b < end_ms // BUCKET_MS for _ in range(n)]
             asked = rng.sample(asked, min(20_000, len(asked)))
             out.workspaces_asked = len({ws for ws, _ in asked})
-            # traffic: the same kind of log, after the backlog, event time at the wall clock's pace
-            clock = read_clock(self.client, prefix) or 0
-            traffic_n = int(cfg.queries_traffic * (cfg.queries_s * 4 + 30))
+            # traffic: the same kind of log, after what the topic holds, event time at the wall clock's pace
+            traffic_n = int(cfg.queries_traffic * (cfg.queries_s * 3 + 30))
             traffic = self.message_log(traffic_n, float(cfg.queries_traffic), start_ms=clock + 1)
             holder = {"clock": clock}
 
@@ -1025,57 +1060,55 @@ class ActivityBench:
                     holder["clock"] = read_clock(c, prefix) or holder["clock"]
                 c.close()
 
-            threading.Thread(target=follow_clock, daemon=True).start()
-
-            def flow_reader(query: str):
+            def reader(query: str):
                 def make():
                     client = redis.Redis.from_url(self.redis_url)
-                    reader = ActivityReader(client, ns)
+                    if system == "flow":
+                        flow = ActivityReader(client, ns)
+
+                        def call(i: int) -> bool:
+                            ws, ch = asked[i % len(asked)]
+                            if query == "top":
+                                return bool(flow.top(ws, 100)["items"])
+                            try:
+                                flow.channel(ws, ch)
+                                return True
+                            except NoCount:
+                                return False
+                        return call, client.close
+                    base = BaselineReader(client, prefix, now_ms=lambda: holder["clock"])
 
                     def call(i: int) -> bool:
                         ws, ch = asked[i % len(asked)]
                         if query == "top":
-                            return bool(reader.top(ws, 100)["items"])
-                        try:
-                            reader.channel(ws, ch)
-                            return True
-                        except NoCount:
-                            return False
-                    return call, client.close
-                return make
-
-            def baseline_reader(query: str):
-                def make():
-                    client = redis.Redis.from_url(self.redis_url)
-                    reader = BaselineReader(client, prefix, now_ms=lambda: holder["clock"])
-
-                    def call(i: int) -> bool:
-                        ws, ch = asked[i % len(asked)]
-                        if query == "top":
-                            return bool(reader.top(ws, 100))
-                        return reader.channel(ws, ch) is not None
+                            return bool(base.top(ws, 100))
+                        return base.channel(ws, ch) is not None
                     return call, client.close
                 return make
 
             def control_reader():  # what any read gets from this Redis on this machine meanwhile
                 client = redis.Redis.from_url(self.redis_url)
-                key = BaselineKeys(prefix).clock
+                key = Keys(activity_namespace(ns)).snapshot_id
 
                 def call(i: int) -> bool:
                     return client.get(key) is not None
                 return call, client.close
 
+            if system == "baseline":
+                threading.Thread(target=follow_clock, daemon=True).start()
             # The readers share this process with the log's index (millions of objects): a full
             # collection of those would stall every reader, which measures this process, not Redis.
             gc.collect()
             gc.freeze()
             ctx = multiprocessing.get_context("spawn")
             feeder = ctx.Process(target=_feed, args=(self.brokers, topic, str(traffic), cfg.queries_traffic,
-                                                     time.time() + cfg.queries_s * 4 + 25), daemon=True)
+                                                     time.time() + cfg.queries_s * 3 + 25), daemon=True)
             feeder.start()
             time.sleep(3.0)
-            pids = {"flow": flow.pid, "baseline": base.pid, "broker": self.rig.broker.pid(),
-                    "redis": self.rig.redis.pid(), "feeder": feeder.pid, "bench (readers)": os.getpid()}
+            pids = {system: proc.pid, "broker": self.rig.broker.pid(), "redis": self.rig.redis.pid(),
+                    "feeder": feeder.pid, "bench (readers)": os.getpid()}
+            control = "control GET" if system == "flow" else "control GET, baseline's turn"
+            seen = len(flow_log.read_text().splitlines()) if system == "flow" else 0
             for phase in ("traffic", "idle"):
                 if phase == "idle":
                     feeder.terminate()
@@ -1086,35 +1119,38 @@ class ActivityBench:
                 cpu0 = {k: _cpu_seconds(p) for k, p in pids.items() if p is not None}
                 busy0 = busy_cpu_seconds()
                 wall0 = time.perf_counter()
-                got = out.phases[phase] = {}
-                for name, make in (("flow top", flow_reader("top")), ("flow channel", flow_reader("channel")),
-                                   ("baseline top", baseline_reader("top")),
-                                   ("baseline channel", baseline_reader("channel")),
-                                   ("control GET", control_reader)):
+                got = out.phases.setdefault(phase, {})
+                for name, make in ((f"{system} top", reader("top")), (f"{system} channel", reader("channel")),
+                                   (control, control_reader)):
                     got[name] = latency = paced_load(make, cfg.queries_rate, cfg.queries_s)
                     self.log(f"{phase}, {name}: {latency.achieved_rps:,.0f} req/s, p50 {_fmt(latency.p50_ms, '.2f')} "
                              f"ms, p99 {_fmt(latency.p99_ms, '.2f')} ms, max {_fmt(latency.max_ms, '.1f')} ms, "
                              f"{latency.errors} errors, {latency.not_found} found nothing")
                 wall = time.perf_counter() - wall0
-                out.cpu_cores[phase] = {k: round((_cpu_seconds(p) - cpu0[k]) / wall, 3)
-                                        for k, p in pids.items() if k in cpu0}
-                out.cpu_cores[phase]["machine (every process, others' too)"] = round(
+                key = phase if system == "flow" else f"{phase}, baseline's turn"
+                out.cpu_cores[key] = {k: round((_cpu_seconds(p) - cpu0[k]) / wall, 3)
+                                      for k, p in pids.items() if k in cpu0}
+                out.cpu_cores[key]["machine (every process, others' too)"] = round(
                     (busy_cpu_seconds() - busy0) / wall, 3)
-                out.redis_slow[phase] = self._slowlog()
-                self.log(f"{phase}: CPU cores {out.cpu_cores[phase]}; Redis commands over 1 ms {out.redis_slow[phase]}")
+                out.redis_slow[key] = self._slowlog()
+                self.log(f"{key}: CPU cores {out.cpu_cores[key]}; Redis commands over 1 ms {out.redis_slow[key]}")
+                if system == "flow":  # what the publisher did meanwhile (its log: staged, or in a hurry)
+                    lines = flow_log.read_text().splitlines()
+                    out.flow_publishes[phase] = [ln.split("] ", 1)[-1] for ln in lines[seen:]
+                                                 if "rankflow.publisher" in ln]
+                    seen = len(lines)
+                    self.log(f"{phase}: the flow's publisher: {out.flow_publishes[phase] or 'nothing staged'}")
         finally:
             gc.unfreeze()
             stop_clock.set()
             if feeder is not None and feeder.is_alive():
                 feeder.terminate()
                 feeder.join(10)
-            for p in (flow, base):
-                p.send_signal(signal.SIGINT)
-                try:
-                    p.wait(timeout=60)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-        self.flush()
+            proc.send_signal(signal.SIGINT)
+            try:
+                proc.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                proc.kill()
 
     def _slowlog_reset(self) -> None:
         assert self.client is not None
