@@ -107,7 +107,7 @@ class ActivityBenchConfig:
     steady_s: float = 30.0
     fresh_read_workspaces: int = 10
     queries_rate: int = 1_000
-    queries_s: float = 10.0
+    queries_s: float = 60.0  # a minute with traffic: one bucket leaves the window during each query's load
     queries_traffic: int = 2_000
     publish_stage: int = STAGE_BUDGET  # the flow's --publish-stage
     memory_pairs: int = 1_000_000
@@ -495,6 +495,10 @@ def produce_lines(brokers: str, topic: str, lines: list[bytes]) -> None:
             producer.poll(0)
     if producer.flush(120) or errors:
         raise RuntimeError(f"producing to {topic} failed: {errors[:3]}")
+
+
+IDLE_QUERIES_S = 10.0
+"""Seconds of each query's load once the traffic stopped (nothing changes then)."""
 
 
 def _feed(brokers: str, topic: str, path: str, rate: int, stop_at: float) -> None:
@@ -1120,9 +1124,10 @@ class ActivityBench:
                 busy0 = busy_cpu_seconds()
                 wall0 = time.perf_counter()
                 got = out.phases.setdefault(phase, {})
+                seconds = cfg.queries_s if phase == "traffic" else min(cfg.queries_s, IDLE_QUERIES_S)
                 for name, make in ((f"{system} top", reader("top")), (f"{system} channel", reader("channel")),
                                    (control, control_reader)):
-                    got[name] = latency = paced_load(make, cfg.queries_rate, cfg.queries_s)
+                    got[name] = latency = paced_load(make, cfg.queries_rate, seconds)
                     self.log(f"{phase}, {name}: {latency.achieved_rps:,.0f} req/s, p50 {_fmt(latency.p50_ms, '.2f')} "
                              f"ms, p99 {_fmt(latency.p99_ms, '.2f')} ms, max {_fmt(latency.max_ms, '.1f')} ms, "
                              f"{latency.errors} errors, {latency.not_found} found nothing")
@@ -1885,7 +1890,9 @@ def add_parser(sub: Any) -> None:
     p.add_argument("--queries-rate", type=int, default=d.queries_rate,
                    help="requests/s of each query (default: %(default)s)")
     p.add_argument("--queries-s", type=float, default=d.queries_s,
-                   help="seconds of each query's load (default: %(default)s)")
+                   help="seconds of each query's load while traffic flows (at most 10 once it stopped); a "
+                        "minute or more sees a bucket leave the window, as every minute of a live run does "
+                        "(default: %(default)s)")
     p.add_argument("--queries-traffic", type=int, default=d.queries_traffic,
                    help="events/s flowing in during the first phase (default: %(default)s)")
     p.add_argument("--publish-stage", type=int, default=d.publish_stage,
