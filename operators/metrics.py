@@ -16,7 +16,10 @@ metric                                      meaning
 ``rankflow_events_per_second``               input rate between the last two snapshots
 ``rankflow_events_total{verdict}``           what valid events did: ``repeated`` counts
                                              duplicates, ``superseded`` old devices and
-                                             late retries, ``conflict_*`` invalid ones
+                                             late retries, ``conflict_*`` invalid ones;
+                                             ``timed_out`` playbacks a ``TIMEOUT`` removed,
+                                             ``stale_timeout`` / ``early_timeout`` timers
+                                             that changed nothing (SEMANTICS.md 6)
 ``rankflow_dead_letters_total{reason}``      invalid events by reason (shape errors)
 ``rankflow_counted_users``                   users counted as listening (last snapshot)
 ``rankflow_total_listeners``                 sum of song counts (last snapshot)

@@ -17,9 +17,13 @@ Contract:
   contribution sits on a partial counter of a split song the salt of that counter
   (``operators.routing``; most users have none). The salt alone names the partial
   counter ``(song, salt)``, so the later -1 finds it whatever the routing is by
-  then. A user whose events never created a record (only heartbeats) is not kept;
-  records are otherwise kept forever, as SEMANTICS.md section 2 requires. Recovery
-  state stores a user as its record, with its salt as a fifth field when it has one.
+  then. A user whose events never created a record (only heartbeats, timers) is not
+  kept; records are otherwise kept forever, as SEMANTICS.md section 2 requires.
+  Recovery state stores a user as its record, with its salt as a sixth field when it
+  has one; records stored before section 6 (no ``last_active``) still load
+  (``state.rules.from_stored``). A heartbeat that moves ``last_active`` changes the
+  record but not the counts: it is stored (and written to the changelog) with
+  nothing sent downstream.
 * **Output**, keyed like the input: one :class:`NetChanges` per call (the runtime's
   cost is per item): the batch's song changes summed per counter ``(song, salt)``,
   with the epoch they belong to, and a ``DeadLetter`` for every conflict. A user's
@@ -28,7 +32,9 @@ Contract:
   in place here because this loop runs once per event. With recent plays on, the
   :class:`NetChanges` also carries the batch's accepted starts ``(song, bucket of ts)``: the
   ``START`` events that made a new record that plays (SEMANTICS.md 3 rule 5, verdicts
-  ``started`` and ``switched``), for ``operators.recent_plays``.
+  ``started`` and ``switched``), for ``operators.recent_plays``. A ``TIMEOUT`` that removes
+  a playback (``timed_out``) leaves its song like a ``STOP``; one that does not is no
+  dead letter (``state.rules.apply_timeout``).
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from rankflow.operators.metrics import METRICS
 from rankflow.operators.recent_plays import BUCKET_MS
 from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
 from rankflow.state.events import DeadLetter, Event
-from rankflow.state.rules import CONFLICT_DETAILS, PLAYING, SONG_ID, Verdict, apply_event
+from rankflow.state.rules import CONFLICT_DETAILS, PLAYING, SONG_ID, Verdict, apply_event, from_stored
 
 EventBatch = tuple[str, int, list[Event]]
 """``(source partition, epoch, events)``: plain tuples and lists, so an item that
@@ -67,7 +73,7 @@ VERDICTS: dict[str, int] = dict.fromkeys(Verdict.ALL, 0)
 """Per-process tally of what events did (duplicates, superseded, ...), for metrics."""
 METRICS.verdicts = VERDICTS
 
-Snapshot = tuple  # a stored user: (version, playback_id, song_id, playing[, salt]); older state: 5 or 6 fields
+Snapshot = tuple  # a stored user: its record [+ salt]; older forms: state.rules.from_stored
 
 __all__ = ["EventBatch", "NetChanges", "ShardRouter", "UserShardLogic", "select_conflicts", "shard_key", "shard_of"]
 
@@ -88,13 +94,13 @@ class UserShardLogic(ShardLogic):
         super().__init__(resume, changelog, shards, whole)
 
     def _load(self, flat: dict[str, Snapshot | list]) -> None:
-        """Records as stored: ``(version, playback_id, song_id, playing)`` and the salt if it
-        is not 0 (changelogs store lists; older state a fifth field always, or a sixth)."""
+        """Records as stored (changelogs store lists), in any form recovery state ever
+        held them (``state.rules.from_stored``), and their salts."""
         users, salts = self.records, self.salts
         for user, snap in flat.items():
-            users[user] = tuple(snap[:4])  # type: ignore[assignment]
-            if len(snap) > 4 and snap[4]:
-                salts[user] = snap[4]
+            users[user], salt = from_stored(snap)
+            if salt:
+                salts[user] = salt
 
     def _flat(self, users: Iterable[str]) -> dict[str, tuple]:
         """The records of ``users``, each with its salt when it has one (rare: split songs)."""
@@ -128,10 +134,10 @@ class UserShardLogic(ShardLogic):
         """The rules for every event of a batch, in arrival order; the changes summed per counter into ``net``,
         and the accepted starts ``(song, bucket)`` appended to ``starts`` (unless it is None)."""
         users, salts, tally, changed = self.records, self.salts, self.tally, self.changed
-        hot, conflicts, get = self.hot.hot, Verdict.CONFLICTS, users.get
-        for uid, playback, song, etype, version, ts, offset, raw in events:
+        hot, conflicts, get, heartbeat = self.hot.hot, Verdict.CONFLICTS, users.get, Verdict.HEARTBEAT
+        for uid, playback, song, etype, version, ts, offset, raw, idle_ms in events:
             old = get(uid)
-            new, verdict = apply_event(old, playback, song, version, etype)
+            new, verdict = apply_event(old, playback, song, version, etype, ts, idle_ms)
             tally[verdict] += 1
             if new is old:
                 if verdict in conflicts:
@@ -140,6 +146,8 @@ class UserShardLogic(ShardLogic):
             users[uid] = new  # type: ignore[assignment]
             if changed is not None:
                 changed.add(uid)
+            if verdict == heartbeat:  # last_active moved: the same contribution, nothing to count
+                continue
             was = old is not None and old[PLAYING]
             playing = new[PLAYING]  # type: ignore[index]
             if was:  # the contribution leaves the old song, from the counter it was added to

@@ -32,7 +32,7 @@ from rankflow import cli_activity, cli_boards
 from rankflow.bench import activity as bench_activity
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
-from rankflow.generate import generate
+from rankflow.generate import Chaos, generate
 from rankflow.generate_scores import DEFAULT_DAYS, DEFAULT_START_MS, ScoreChaos, generate_scores
 from rankflow import generate_messages as gm
 from rankflow.produce import produce_file
@@ -51,6 +51,17 @@ def _positive(text: str) -> int:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value < 1:
         raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
+    return value
+
+
+def _rate(text: str) -> float:
+    """A probability per event: 0 to 1."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be 0 to 1, got {value}")
     return value
 
 
@@ -165,6 +176,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="messages: ts of the first event, ms since the Unix epoch (default: %(default)s, "
                         "2026-01-01T00:00Z)")
     g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field)")
+    g.add_argument("--timeouts", type=_rate, default=0.0, metavar="RATE",
+                   help="playback: also write, at this rate per event, what the idle-playback sweeper writes "
+                        "(SEMANTICS.md 6): TIMEOUT events for playbacks idle for --idle-ms, and stale, early and "
+                        "malformed ones (default: 0, none)")
+    g.add_argument("--idle-ms", type=_positive, default=Chaos.idle_ms, metavar="MS",
+                   help="playback, with --timeouts: the sweeper's idle timeout, the idle_ms of its TIMEOUT events "
+                        "(default: %(default)s)")
 
     r = sub.add_parser("run", help="run a flow (--flow listeners, boards or activity) and publish its snapshots to Redis")
     _add_flow_options(r, DEFAULT_DEAD_LETTER)
@@ -306,7 +324,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         return _generate_messages(args, started)
     if args.users is None or args.songs is None:
         raise UsageError("generate --kind playback needs --users and --songs")
-    stats = generate(args.users, args.songs, args.events, args.seed, args.out)
+    chaos = Chaos(timeout=args.timeouts, idle_ms=args.idle_ms)
+    stats = generate(args.users, args.songs, args.events, args.seed, args.out, chaos=chaos)
     took = time.perf_counter() - started
     print(f"wrote {stats.lines} events to {args.out} in {took:.1f}s", file=sys.stderr)
     return 0

@@ -7,6 +7,13 @@ arrives before its START, a START from an old device whose playback version was
 already superseded, conflicting events, and lines that are not valid events at all.
 All events of a user stay in file order relative to each other only as far as the
 chaos allows: that is the point.
+
+With :attr:`Chaos.timeout` above 0 the log also carries what the sweeper of
+SEMANTICS.md section 6 writes (:meth:`LogGenerator._timeout`): ``TIMEOUT`` events for
+playbacks idle for :attr:`Chaos.idle_ms`, and the ones that lose a race (a timer of a
+playback already closed or superseded, one that a heartbeat beat, one that fired
+early), plus malformed ones. Off by default, so that a seed's log stays the log it
+always was.
 """
 
 from __future__ import annotations
@@ -35,6 +42,8 @@ class Chaos:
     conflict: float = 0.002
     invalid: float = 0.004
     max_delay: int = 200  # how many later events a late or duplicated one may trail
+    timeout: float = 0.0  # a sweeper's timer (SEMANTICS.md 6), per event step; 0: none, the log of old
+    idle_ms: int = 45_000  # the sweeper's idle timeout T: the idle_ms of its TIMEOUT events
 
 
 @dataclass
@@ -44,6 +53,8 @@ class _User:
     playbacks: int = 0
     current: tuple[str, str, int] | None = None  # (playback_id, song_id, version)
     playing: bool = False
+    last_active: int = 0  # ts of the current playback's START or latest HEARTBEAT (what a sweeper watches)
+    previous: tuple[str, str, int] | None = None  # the playback before the current one
 
 
 @dataclass
@@ -109,7 +120,8 @@ class LogGenerator:
     def _start(self, user: _User, kind: str) -> None:
         old = user.current if user.playing else None
         pid, song, version = self._new_playback(user)
-        user.current, user.playing = (pid, song, version), True
+        user.previous = user.current
+        user.current, user.playing, user.last_active = (pid, song, version), True, self.ts
         if self.rng.random() < self.chaos.stop_before_start:
             self._event(user, pid, song, version, "STOP", "stop_before_start")
             self._event(user, pid, song, version, "START", "start_after_stop", delay=self.rng.randint(1, 50))
@@ -127,6 +139,7 @@ class LogGenerator:
         r = self.rng.random()
         if r < 0.3:
             self._event(user, pid, song, version, "HEARTBEAT", "heartbeat")
+            user.last_active = self.ts
         elif r < 0.55:
             self._event(user, pid, song, version, "STOP", "stop")
             user.playing = False
@@ -160,7 +173,58 @@ class LogGenerator:
             lambda: orjson.dumps({**good, "playback_id": "p" * 300}),
             lambda: orjson.dumps({**good, "version": 2.5}),
         ]
+        if self.chaos.timeout > 0:  # only then: the choice among more variants would change old logs
+            timer = {**good, "type": "TIMEOUT", "idle_ms": self.chaos.idle_ms}
+            variants += [
+                lambda: orjson.dumps({k: v for k, v in timer.items() if k != "idle_ms"}),
+                lambda: orjson.dumps({**timer, "idle_ms": 0}),
+                lambda: orjson.dumps({**timer, "idle_ms": True}),
+                lambda: orjson.dumps({**timer, "idle_ms": str(self.chaos.idle_ms)}),
+                lambda: orjson.dumps({**timer, "idle_ms": 1.5}),
+            ]
         self._schedule(self.rng.choice(variants)(), "invalid")
+
+    # -- the sweeper (SEMANTICS.md 6) -------------------------------------------
+    def _timer(self, user: _User, playback: tuple[str, str, int], kind: str) -> None:
+        """A ``TIMEOUT`` of ``playback``, fired now with the sweeper's idle timeout."""
+        pid, song, version = playback
+        ev = {"user_id": user.name, "playback_id": pid, "song_id": song, "type": "TIMEOUT",
+              "version": version, "ts": self.ts, "idle_ms": self.chaos.idle_ms}
+        self._schedule(orjson.dumps(ev), kind)
+
+    def _timeout(self) -> None:
+        """What a sweeper writes for a random user, as the generator sees that user now:
+
+        * playing, idle for ``idle_ms`` or more: the timer fires (``timeout``) and the
+          playback is closed; sometimes the player comes back and sends a late
+          ``HEARTBEAT`` or repeats the ``START`` of it (``after_timeout``: no change);
+        * playing and active within ``idle_ms``: a timer that loses (``timeout_early``),
+          either to a heartbeat that arrives just before it, or because it fired early;
+        * not playing: the timer of the playback it stopped, or of the one before it
+          (``timeout_stale``).
+
+        Late delivery and redelivery apply to timers like to any event (a timer that
+        fires twice changes nothing the second time), so the flow sees every case in
+        every order; the reference model decides what each one did.
+        """
+        rng, chaos = self.rng, self.chaos
+        user = rng.choice(self.users)
+        if user.playing:
+            assert user.current is not None
+            if self.ts - user.last_active >= chaos.idle_ms:
+                self._timer(user, user.current, "timeout")
+                user.playing = False
+                if rng.random() < 0.2:
+                    etype = "HEARTBEAT" if rng.random() < 0.5 else "START"
+                    self._event(user, *user.current, etype, "after_timeout", delay=rng.randint(1, chaos.max_delay))
+                return
+            if rng.random() < 0.5:
+                self._event(user, *user.current, "HEARTBEAT", "heartbeat")
+                user.last_active = self.ts
+            self._timer(user, user.current, "timeout_early")
+        elif user.current is not None:
+            older = user.previous if user.previous is not None and rng.random() < 0.5 else user.current
+            self._timer(user, older, "timeout_stale")
 
     def step_once(self) -> None:
         self.step += 1
@@ -170,6 +234,8 @@ class LogGenerator:
             self._invalid()
         elif r < self.chaos.invalid + self.chaos.conflict:
             self._conflict(self.rng.choice(self.users))
+        elif r < self.chaos.invalid + self.chaos.conflict + self.chaos.timeout:
+            self._timeout()
         else:
             self._act(self.rng.choice(self.users))
 

@@ -16,11 +16,19 @@ import orjson
 START = "START"
 STOP = "STOP"
 HEARTBEAT = "HEARTBEAT"
-EVENT_TYPES = frozenset((START, STOP, HEARTBEAT))
+TIMEOUT = "TIMEOUT"
+"""Written by the sweeper of SEMANTICS.md section 6, not by players; it also carries ``idle_ms``."""
+PLAYER_TYPES = frozenset((START, STOP, HEARTBEAT))
+"""The types whose events have no field beyond section 1's common ones: the only ones
+the fast path of :func:`parse_records` accepts by itself."""
+EVENT_TYPES = PLAYER_TYPES | {TIMEOUT}
 
 MAX_ID_CHARS = 256
 ID_FIELDS = ("user_id", "playback_id", "song_id")
 INT_FIELDS = ("version", "ts")
+IDLE_MS = "idle_ms"
+"""The timeout a ``TIMEOUT`` was fired with: required on ``TIMEOUT`` only (an integer >= 1,
+not a boolean), ignored like any other extra field on the other types."""
 
 # Reason codes of invalid events. "shape" reasons come from this module, "conflict"
 # reasons from the counting rules (state.rules).
@@ -39,6 +47,10 @@ class PlaybackEvent(NamedTuple):
     conflict found later can still be dead-lettered with the original text. The
     hot path builds plain tuples in this field order (:data:`Event`): they are
     cheaper to build and to pickle, and unpack the same way.
+
+    ``idle_ms`` is a ``TIMEOUT``'s (SEMANTICS.md 6) and 0 on every other type. It
+    comes last, with a default, so that the positions of the other fields (``ts`` at
+    5, read by the recent plays' watermark) stay where they were.
     """
 
     user_id: str
@@ -49,9 +61,10 @@ class PlaybackEvent(NamedTuple):
     ts: int
     offset: int
     raw: bytes
+    idle_ms: int = 0
 
 
-Event = tuple[str, str, str, str, int, int, int, bytes]
+Event = tuple[str, str, str, str, int, int, int, bytes, int]
 """A :class:`PlaybackEvent`'s fields as a plain tuple, in the same order."""
 
 
@@ -101,8 +114,26 @@ def _exact_integer(raw: bytes, field: str) -> Any:
     return json.loads(raw).get(field)
 
 
-def validate(obj: Any, raw: bytes) -> tuple[str, str, str, str, int, int]:
-    """Check the fields SEMANTICS.md section 1 requires; other fields are ignored."""
+def _integer(obj: dict, raw: bytes, field: str, least: int) -> int:
+    """A required integer field, not a boolean, at least ``least``."""
+    if field not in obj:
+        raise InvalidEvent(MISSING_FIELD, f"{field} is missing")
+    value = obj[field]
+    if type(value) is float:
+        value = _exact_integer(raw, field)
+    if type(value) is not int:  # also rejects bool, a subclass of int
+        raise InvalidEvent(WRONG_TYPE, f"{field} must be an integer")
+    if value < least:
+        raise InvalidEvent(OUT_OF_RANGE, f"{field} must be >= {least}")
+    return value
+
+
+def validate(obj: Any, raw: bytes) -> tuple[str, str, str, str, int, int, int]:
+    """Check the fields SEMANTICS.md section 1 requires; other fields are ignored.
+
+    ``(user_id, playback_id, song_id, type, version, ts, idle_ms)``: ``idle_ms`` is
+    checked and returned on a ``TIMEOUT`` only, 0 on the other types (where a field of
+    that name is one more ignored field)."""
     if not isinstance(obj, dict):
         raise InvalidEvent(NOT_AN_OBJECT, f"expected a JSON object, got {type(obj).__name__}")
     ids = []
@@ -121,20 +152,10 @@ def validate(obj: Any, raw: bytes) -> tuple[str, str, str, str, int, int]:
     if type(etype) is not str:
         raise InvalidEvent(WRONG_TYPE, "type must be a string")
     if etype not in EVENT_TYPES:
-        raise InvalidEvent(UNKNOWN_TYPE, f"type must be START, STOP or HEARTBEAT, got {etype[:40]!r}")
-    ints = []
-    for field in INT_FIELDS:
-        if field not in obj:
-            raise InvalidEvent(MISSING_FIELD, f"{field} is missing")
-        value = obj[field]
-        if type(value) is float:
-            value = _exact_integer(raw, field)
-        if type(value) is not int:  # also rejects bool, a subclass of int
-            raise InvalidEvent(WRONG_TYPE, f"{field} must be an integer")
-        if value < 0:
-            raise InvalidEvent(OUT_OF_RANGE, f"{field} must be >= 0")
-        ints.append(value)
-    return ids[0], ids[1], ids[2], etype, ints[0], ints[1]
+        raise InvalidEvent(UNKNOWN_TYPE, f"type must be START, STOP, HEARTBEAT or TIMEOUT, got {etype[:40]!r}")
+    version, ts = (_integer(obj, raw, field, 0) for field in INT_FIELDS)
+    idle_ms = _integer(obj, raw, IDLE_MS, 1) if etype == TIMEOUT else 0
+    return ids[0], ids[1], ids[2], etype, version, ts, idle_ms
 
 
 def parse_event(
@@ -142,10 +163,10 @@ def parse_event(
 ) -> PlaybackEvent | DeadLetter:
     """Turn one input record into an event, or into a dead letter saying why not."""
     try:
-        user, playback, song, etype, version, ts = validate(_loads(raw), raw)
+        user, playback, song, etype, version, ts, idle_ms = validate(_loads(raw), raw)
     except InvalidEvent as exc:
         return DeadLetter(exc.reason, exc.detail, partition, offset, raw, epoch)
-    return PlaybackEvent(user, playback, song, etype, version, ts, offset, raw)
+    return PlaybackEvent(user, playback, song, etype, version, ts, offset, raw, idle_ms)
 
 
 def parse_records(
@@ -156,11 +177,14 @@ def parse_records(
     The hot path of the whole flow. A valid event takes the inlined checks below;
     anything they do not accept outright goes through :func:`parse_event`, which
     applies the same rules in full and says why an event is invalid. So the fast
-    path may only ever accept what :func:`validate` accepts.
+    path may only ever accept what :func:`validate` accepts. It accepts the players'
+    types only (:data:`PLAYER_TYPES`): a ``TIMEOUT`` (one per idle playback, a small
+    share of a log) takes the full path, which checks its ``idle_ms``, so the players'
+    events pay nothing for it but one more field in their tuples.
     """
     events: list[Event] = []
     dead: list[tuple[str, DeadLetter]] = []
-    loads, types, most = orjson.loads, EVENT_TYPES, MAX_ID_CHARS
+    loads, types, most = orjson.loads, PLAYER_TYPES, MAX_ID_CHARS
     for offset, raw in zip(offsets, records):
         try:
             obj = loads(raw)
@@ -169,7 +193,7 @@ def parse_records(
             if (type(u) is str and type(p) is str and type(s) is str
                     and 0 < len(u) <= most and 0 < len(p) <= most and 0 < len(s) <= most
                     and t in types and type(v) is int and v >= 0 and type(ts) is int and ts >= 0):
-                events.append((u, p, s, t, v, ts, offset, raw))
+                events.append((u, p, s, t, v, ts, offset, raw, 0))
                 continue
         except Exception:  # noqa: BLE001 - not JSON, not an object, a field missing: the full rules decide
             pass

@@ -22,11 +22,15 @@ def _is_event(obj: object) -> bool:
         v = obj.get(f)
         if not isinstance(v, str) or not 1 <= len(v) <= 256:
             return False
-    if obj.get("type") not in ("START", "STOP", "HEARTBEAT"):
+    if obj.get("type") not in ("START", "STOP", "HEARTBEAT", "TIMEOUT"):
         return False
     for f in ("version", "ts"):
         v = obj.get(f)
         if isinstance(v, bool) or not isinstance(v, int) or v < 0:
+            return False
+    if obj["type"] == "TIMEOUT":  # section 6: the sweeper's timers carry their timeout
+        v = obj.get("idle_ms")
+        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
             return False
     return True
 
@@ -54,6 +58,7 @@ class Model:
     counts: dict[str, int] = field(default_factory=dict)
     dead_letters: int = 0
     conflicts: int = 0
+    timed_out: int = 0  # TIMEOUT events that removed a playback (SEMANTICS.md 6)
     lines: int = 0
     dead: list[tuple[int, str]] = field(default_factory=list)  # (line, "shape" or the conflict's reason)
     # Recent plays (WINDOWS.md 7), for the input partitions interleaved in this arrival order:
@@ -87,6 +92,9 @@ class Model:
     def apply(self, ev: dict) -> None:
         u = self.users.get(ev["user_id"])
         p, s, v, t = ev["playback_id"], ev["song_id"], ev["version"], ev["type"]
+        if t == "TIMEOUT":
+            self.timeout(u, ev)
+            return
         if u is not None and p == u["playback_id"]:
             if s != u["song_id"]:
                 self._dead("conflict_song")
@@ -95,6 +103,8 @@ class Model:
             elif t == "STOP" and u["playing"]:
                 self._add(s, -1)
                 u["playing"] = False
+            elif t == "HEARTBEAT" and u["playing"]:
+                u["last_active"] = max(u["last_active"], ev["ts"])
             return
         if u is not None and v == u["version"]:
             self._dead("version_reused")
@@ -105,10 +115,22 @@ class Model:
             return
         if u is not None and u["playing"]:
             self._add(u["song_id"], -1)
-        self.users[ev["user_id"]] = {"version": v, "playback_id": p, "song_id": s, "playing": t == "START"}
+        self.users[ev["user_id"]] = {"version": v, "playback_id": p, "song_id": s, "playing": t == "START",
+                                     "last_active": ev["ts"]}
         if t == "START":
             self._add(s, 1)
             self.starts.append((s, ev["ts"], self.w if self.w is not None else ev["ts"]))
+
+    def timeout(self, u: dict | None, ev: dict) -> None:
+        """Section 6: the timer removes the counted playback it names once it was idle for
+        ``idle_ms``; anything else (and a song that is not the record's) changes nothing,
+        and is never a dead letter."""
+        if (u is not None and u["playing"] and (ev["playback_id"], ev["version"], ev["song_id"])
+                == (u["playback_id"], u["version"], u["song_id"])
+                and u["last_active"] + ev["idle_ms"] <= ev["ts"]):
+            self._add(u["song_id"], -1)
+            u["playing"] = False
+            self.timed_out += 1
 
     def ranking(self, k: int) -> list[tuple[str, int]]:
         ordered = sorted(

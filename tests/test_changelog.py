@@ -104,7 +104,33 @@ def test_a_shard_resumed_from_a_whole_snapshot_writes_it_to_its_changelog(tmp_pa
     logic.on_batch([("f", 7, [PlaybackEvent("u1", "p3", "song", "STOP", 3, 0, 0, b"")])])
     position = logic.snapshot()
     restored = UserShardLogic.builder(tmp_path, shards=4)(position)
-    assert restored.records == {"u1": (3, "p3", "song", False), "u2": (1, "p1", "other", False)}
+    assert restored.records == {"u1": (3, "p3", "song", 0, False), "u2": (1, "p1", "other", 0, False)}
+
+
+def test_a_changelog_written_before_last_active_resumes(tmp_path):
+    """Changelogs written before SEMANTICS.md 6 hold ``[version, playback_id, song_id, playing]``
+    (a salt as a fifth field): they resume with ``last_active`` 0, "no activity known", so the
+    first heartbeat after the resume sets it, and a timer is judged by what came after."""
+    log = ShardChangelog(tmp_path, "users-0")
+    log.restore(None)
+    old = {"idle": [3, "p3", "song", True], "split": [2, "p2", "hit", True, 1], "beats": [5, "p5", "song", True],
+           "stopped": [1, "p1", "song", False]}
+    position = log.append(old, everything(old), 1)
+    log.close()
+    logic = UserShardLogic.builder(tmp_path, shards=1)(position)
+    assert logic.records == {"idle": (3, "p3", "song", 0, True), "split": (2, "p2", "hit", 0, True),
+                             "beats": (5, "p5", "song", 0, True), "stopped": (1, "p1", "song", 0, False)}
+    assert logic.salts == {"split": 1}
+    timers = [PlaybackEvent("beats", "p5", "song", "HEARTBEAT", 5, 50_000, 0, b""),
+              PlaybackEvent("idle", "p3", "song", "TIMEOUT", 3, 45_000, 1, b"", 45_000),
+              PlaybackEvent("split", "p2", "hit", "TIMEOUT", 2, 45_000, 2, b"", 45_000),
+              PlaybackEvent("beats", "p5", "song", "TIMEOUT", 5, 60_000, 3, b"", 45_000)]
+    [net], _ = logic.on_batch([("f", 2, timers)])
+    assert net.counts == {("song", 0): [-1, -1, 1], ("hit", 1): [-1, -1, 1]}, "from the counters they were on"
+    again = UserShardLogic.builder(tmp_path, shards=1)(logic.snapshot())
+    assert again.records == {"idle": (3, "p3", "song", 0, False), "split": (2, "p2", "hit", 0, False),
+                             "beats": (5, "p5", "song", 50_000, True), "stopped": (1, "p1", "song", 0, False)}
+    assert again.salts == {}
 
 
 def test_versions_beyond_64_bits_round_trip(tmp_path):

@@ -41,7 +41,25 @@ def test_generate_is_reproducible(tmp_path):
     model = model_of_lines(lines)
     assert model.dead_letters > 0 and model.conflicts > 0, "the log should carry invalid events"
     types = {ev["type"] for ev in map(parse, lines) if ev is not None}
-    assert {"START", "STOP", "HEARTBEAT"} <= types
+    assert types == {"START", "STOP", "HEARTBEAT"}, "no timers unless asked for"
+
+
+def test_generate_with_the_sweepers_timers(tmp_path):
+    """``--timeouts RATE``: what the sweeper of SEMANTICS.md 6 writes, mixed into the log;
+    the same seed without it gives the log it always gave."""
+    plain, timed = tmp_path / "plain.jsonl", tmp_path / "timed.jsonl"
+    common = ["generate", "--users", "100", "--songs", "20", "--events", "4000", "--seed", "5"]
+    assert cli(*common, "--out", str(plain)).returncode == 0
+    r = cli(*common, "--timeouts", "0.05", "--idle-ms", "1000", "--out", str(timed))
+    assert r.returncode == 0, r.stderr
+    assert plain.read_bytes() != timed.read_bytes()
+    events = [ev for ev in map(parse, read_lines(str(timed))) if ev is not None]
+    timers = [ev for ev in events if ev["type"] == "TIMEOUT"]
+    assert len(timers) > 100 and {ev["idle_ms"] for ev in timers} == {1000}
+    model = model_of_lines(read_lines(str(timed)))
+    assert 0 < model.timed_out < len(timers), "some fire, some lose their race"
+    r = cli(*common, "--timeouts", "2", "--out", str(timed))
+    assert r.returncode == 2 and "--timeouts: must be 0 to 1" in r.stderr
 
 
 def test_run_then_top(tmp_path, redis_url, namespace):

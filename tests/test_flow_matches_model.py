@@ -2,7 +2,9 @@
 
 The logs come from a small universe (few users, playbacks, songs, versions) so that
 duplicates, reorderings, superseded and conflicting events are frequent, mixed with
-invalid lines. Tiny read chunks and a 1 ms barrier make the flow cut the log into
+invalid lines and with the sweeper's ``TIMEOUT`` events (SEMANTICS.md 6): copies of an
+earlier event's playback fired around its deadline (idle, early, stale by the time they
+arrive), and malformed ones. Tiny read chunks and a 1 ms barrier make the flow cut the log into
 many epochs, and every published snapshot must equal the model at its positions.
 """
 
@@ -16,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rankflow.connectors import changelog
-from tests.model import model_of_lines
+from tests.model import model_of_lines, parse
 from tests.events import ranking, recent, recent_window
 
 USERS = [f"u{i}" for i in range(5)]
@@ -31,7 +33,16 @@ valid_event = st.fixed_dictionaries({
     "ts": st.integers(0, 10**13),
 }).map(orjson.dumps)
 
+TIMER_IDLE_MS = st.one_of(st.integers(1, 100), st.integers(1, 10**12))
+
+invalid_timer = st.fixed_dictionaries({
+    "user_id": st.sampled_from(USERS), "playback_id": st.just("p1"), "song_id": st.sampled_from(SONGS),
+    "type": st.just("TIMEOUT"), "version": st.integers(0, 5), "ts": st.integers(0, 10**13),
+}, optional={"idle_ms": st.one_of(st.integers(-3, 0), st.booleans(), st.just("5"), st.just(1.5), st.none())}
+).map(orjson.dumps)
+
 invalid_line = st.one_of(
+    invalid_timer,
     st.sampled_from([b"", b"{", b"[]", b"null", b'"x"', b"NaN", b"\xff\xfe"]),
     st.fixed_dictionaries({
         "user_id": st.one_of(st.sampled_from(USERS), st.just(""), st.integers()),
@@ -45,7 +56,29 @@ invalid_line = st.one_of(
 
 SHARDS = st.sampled_from([0, 1, 2, 64])  # user stage keyed per user, or by shards of users
 
-log_lines = st.lists(st.one_of(valid_event, valid_event, valid_event, invalid_line), max_size=80)
+
+
+@st.composite
+def with_timers(draw, lines: list[bytes], idle_ms: st.SearchStrategy[int] = TIMER_IDLE_MS) -> list[bytes]:
+    """``lines`` with ``TIMEOUT`` events inserted after some valid events (or, once other
+    timers went in before them, around them): each names that event's playback (so that
+    it can match), with a ``ts`` around its deadline."""
+    out = list(lines)
+    valid = {i: obj for i, obj in enumerate(map(parse, lines)) if obj is not None}
+    sources = [i for i in sorted(valid) if valid[i]["type"] == "START"] or sorted(valid)  # STARTs: timers that can fire
+    for _ in range(draw(st.integers(0, len(sources) // 3 + 1)) if sources else 0):
+        i = draw(st.sampled_from(sources))
+        obj = valid[i]
+        idle = draw(idle_ms)
+        ts = max(0, obj["ts"] + idle + draw(st.sampled_from([-1, 0, 0, 1, idle, -idle, 10**4])))
+        at = draw(st.integers(i + 1, len(out)))
+        out.insert(at, json.dumps({**obj, "type": "TIMEOUT", "ts": ts, "idle_ms": idle}).encode())  # any version
+    return out
+
+
+def log_lines(min_size: int = 0) -> st.SearchStrategy[list[bytes]]:
+    return st.lists(st.one_of(valid_event, valid_event, valid_event, invalid_line), min_size=min_size,
+                    max_size=80).flatmap(with_timers)
 
 
 def check_against_model(out: dict, lines: list[bytes], path: str, k_max: int, recent_minutes: int = 5) -> None:
@@ -66,7 +99,7 @@ def check_against_model(out: dict, lines: list[bytes], path: str, k_max: int, re
 
 
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=log_lines, partitions=st.integers(1, 5), k_max=st.integers(1, 6), shards=SHARDS)
+@given(lines=log_lines(), partitions=st.integers(1, 5), k_max=st.integers(1, 6), shards=SHARDS)
 def test_random_logs_equal_the_model(flow, lines, partitions, k_max, shards):
     path = flow.write_log(lines)
     out = flow.run(path, song_partitions=partitions, k_max=k_max, user_shards=shards)
@@ -74,7 +107,7 @@ def test_random_logs_equal_the_model(flow, lines, partitions, k_max, shards):
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=log_lines.filter(lambda ls: len(ls) > 20), partitions=st.integers(1, 4), shards=SHARDS)
+@given(lines=log_lines(21), partitions=st.integers(1, 4), shards=SHARDS)
 def test_every_snapshot_is_the_model_at_its_positions(flow, lines, partitions, shards):
     path = flow.write_log(lines)
     out = flow.run(path, song_partitions=partitions, k_max=10, barrier_ms=1, read_chunk_bytes=64,
@@ -93,7 +126,7 @@ def test_every_snapshot_is_the_model_at_its_positions(flow, lines, partitions, s
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=log_lines.filter(lambda ls: len(ls) > 20), partitions=st.integers(1, 4), shards=SHARDS)
+@given(lines=log_lines(21), partitions=st.integers(1, 4), shards=SHARDS)
 def test_every_snapshot_with_every_song_split_is_the_model_at_its_positions(flow, lines, partitions, shards):
     """Split songs' partials coming and going (a song's last listener leaving included):
     the ranking and the whole count table of every snapshot."""
@@ -108,7 +141,7 @@ def test_every_snapshot_with_every_song_split_is_the_model_at_its_positions(flow
 
 
 @settings(max_examples=10, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=log_lines, cut=st.floats(0, 1), shards=st.sampled_from([0, 1, 3]), compact=st.booleans())
+@given(lines=log_lines(), cut=st.floats(0, 1), shards=st.sampled_from([0, 1, 3]), compact=st.booleans())
 def test_random_logs_resumed_from_recovery_equal_the_model(flow, tmp_path, monkeypatch, lines, cut, shards,
                                                            compact):
     """A run stopped part-way and resumed from its recovery directory (user shards from
@@ -150,7 +183,7 @@ def recent_lines(draw, min_size: int = 0) -> list[bytes]:
     for _ in range(draw(st.integers(min_size, 80))):
         clock += draw(st.integers(0, 15_000))
         lines.append(draw(st.one_of(recent_event(clock), recent_event(clock), recent_event(clock), invalid_line)))
-    return lines
+    return draw(with_timers(lines, st.sampled_from([15_000, 45_000, 90_000])))
 
 
 @settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])

@@ -61,7 +61,7 @@ def test_a_song_with_half_the_traffic_is_split_and_exact(flow, shards):
 
 
 @settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
-@given(lines=log_lines, shards=SHARDS)
+@given(lines=log_lines(), shards=SHARDS)
 def test_random_logs_with_every_song_split_equal_the_model(flow, lines, shards):
     path = flow.write_log(lines)
     out = flow.run(path, song_partitions=3, k_max=6, barrier_ms=1, read_chunk_bytes=64,

@@ -14,7 +14,7 @@ import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
 from rankflow.connectors.redis_read import read_latest
-from rankflow.generate import generate
+from rankflow.generate import Chaos, generate
 from rankflow.services import free_port
 from tests.events import ranking
 from tests.model import model_of_lines, read_lines
@@ -76,7 +76,7 @@ def test_metrics_listen_on_loopback_unless_told_otherwise(tmp_path, redis_url, n
 
 def test_metrics_of_a_live_run(tmp_path, redis_url, redis_client, namespace):
     log = tmp_path / "events.jsonl"
-    generate(users=300, songs=40, events=5_000, seed=9, out=log)
+    generate(users=300, songs=40, events=5_000, seed=9, out=log, chaos=Chaos(timeout=0.03, idle_ms=2_000))
     lines = read_lines(str(log))
     model = model_of_lines(lines)
     port = free_port()
@@ -106,6 +106,9 @@ def test_metrics_of_a_live_run(tmp_path, redis_url, redis_client, namespace):
     assert dead == model.dead_letters
     assert m[("rankflow_events_total", (("verdict", "repeated"),))] > 0, "duplicates are counted"
     assert m[("rankflow_events_total", (("verdict", "superseded"),))] > 0
+    assert m[("rankflow_events_total", (("verdict", "timed_out"),))] == model.timed_out > 0, "SEMANTICS.md 6"
+    assert m[("rankflow_events_total", (("verdict", "stale_timeout"),))] > 0
+    assert m[("rankflow_events_total", (("verdict", "early_timeout"),))] > 0
     age = m[("rankflow_snapshot_age_seconds", ())]
     assert 0 <= age <= time.monotonic() - started, "the age of a snapshot of this run"
     assert m[("rankflow_publish_latency_seconds_count", ())] > 0

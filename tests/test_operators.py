@@ -104,8 +104,8 @@ def test_a_batch_without_its_epoch_is_refused():
 
 def test_user_snapshots_name_their_users_and_older_unnamed_ones_still_resume():
     logic = UserShardLogic.builder(whole=True)(None)
-    logic.on_batch([("f", 1, [("u", "p", "s", "START", 1, 0, 0, b"")])])
-    assert logic.snapshot() == {"u": (1, "p", "s", True)}
+    logic.on_batch([("f", 1, [("u", "p", "s", "START", 1, 0, 0, b"", 0)])])
+    assert logic.snapshot() == {"u": (1, "p", "s", 0, True)}
     older = UserShardLogic.builder(whole=True)((1, "p", "s", True, 2, 4))  # before: no user id, a sixth field
-    older.on_batch([("f", 2, [("u", "p", "s", "HEARTBEAT", 1, 5, 1, b"")])])
-    assert older.snapshot() == {"u": (1, "p", "s", True, 2)}, "the salt of a partial counter is kept"
+    older.on_batch([("f", 2, [("u", "p", "s", "HEARTBEAT", 1, 5, 1, b"", 0)])])
+    assert older.snapshot() == {"u": (1, "p", "s", 5, True, 2)}, "the salt of a partial counter is kept"

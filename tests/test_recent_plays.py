@@ -284,13 +284,14 @@ def test_a_resume_with_other_recent_minutes_is_refused(flow, tmp_path, minutes):
 
 
 def test_generated_log_every_snapshot(flow):
-    """A generated log with chaos (duplicates, late events, stop-first, old devices, conflicts)
-    cut into many barriers: every snapshot's recent plays equal the model's at its position."""
-    from rankflow.generate import generate
+    """A generated log with chaos (duplicates, late events, stop-first, old devices, conflicts,
+    the sweeper's timers) cut into many barriers: every snapshot's recent plays equal the
+    model's at its position."""
+    from rankflow.generate import Chaos, generate
     from tests.model import read_lines
 
     log = Path(flow.tmp) / "gen.jsonl"
-    generate(users=300, songs=40, events=20_000, seed=11, out=log)
+    generate(users=300, songs=40, events=20_000, seed=11, out=log, chaos=Chaos(timeout=0.02, idle_ms=2_000))
     lines = read_lines(str(log))
     out = flow.run(str(log), recent_minutes=1, barrier_ms=5, read_chunk_bytes=4096, song_partitions=3, k_max=20)
     model, seen = Model(), 0

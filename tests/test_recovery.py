@@ -37,18 +37,20 @@ def progress(client: redis.Redis, namespace: str) -> int:
     return sum(snap["positions"].values()) if snap else -1
 
 
-@pytest.mark.parametrize("shards,compact_bytes", [
-    ("0", None),  # one key per user: Bytewax stores every touched user
-    ("8", None),  # user shards with changelogs
-    ("8", "20000"),  # ... compacting into new generations all the time
+@pytest.mark.parametrize("shards,compact_bytes,timeouts", [
+    ("0", None, 0.0),  # one key per user: Bytewax stores every touched user
+    ("8", None, 0.01),  # user shards with changelogs (heartbeats write last_active to them), the sweeper's timers
+    ("8", "20000", 0.0),  # ... compacting into new generations all the time
 ])
 def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, redis_url, redis_client, namespace,
-                                              shards, compact_bytes, monkeypatch):
+                                              shards, compact_bytes, timeouts, monkeypatch):
     log = tmp_path / "events.jsonl"
     generate(users=5_000, songs=200, events=120_000, seed=23, out=log,
-             chaos=Chaos(duplicate=0.05, late=0.05, stop_before_start=0.03, old_device=0.02, conflict=0.005))
+             chaos=Chaos(duplicate=0.05, late=0.05, stop_before_start=0.03, old_device=0.02, conflict=0.005,
+                         timeout=timeouts))
     lines = read_lines(str(log))
     model = model_of_lines(lines)
+    assert (model.timed_out > 100) == (timeouts > 0)
     produce_file(str(log), KafkaEndpoint(kafka_brokers, topic), partitions=3, progress=False)
 
     dead = tmp_path / "dead.jsonl"

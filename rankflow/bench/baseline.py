@@ -1,7 +1,8 @@
 """The baseline: the seed's first design, done competently, in two forms.
 
 One consumer reads the topic and applies every event with one Redis Lua script that
-reads the user record, decides by the same rules as rankflow (SEMANTICS.md 3),
+reads the user record, decides by the same rules as rankflow (SEMANTICS.md 3, and 6:
+the record's ``last_active``, which a heartbeat moves forward, and ``TIMEOUT``),
 writes the user record and changes the song's score in a sorted set (ZINCRBY, ZREM
 at zero), atomically. Events are validated in Python and sent pipelined. Its
 ranking is the sorted set: exact, and comparable with rankflow's.
@@ -33,13 +34,21 @@ from rankflow.state.events import InvalidEvent, validate
 
 APPLY_LUA = """
 -- KEYS[1] user record, KEYS[2] playback record, KEYS[3] sorted set of songs
--- ARGV: playback_id, song_id, version, type, user_id
-local u = redis.call('HMGET', KEYS[1], 'v', 'p', 's', 'on')
+-- ARGV: playback_id, song_id, version, type, user_id, ts, idle_ms (0 unless TIMEOUT)
+local u = redis.call('HMGET', KEYS[1], 'v', 'p', 's', 'on', 'a')
 local p, s, v, t = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local function add(song, n)
   local c = tonumber(redis.call('ZINCRBY', KEYS[3], n, song))
   if c <= 0 then redis.call('ZREM', KEYS[3], song) end
   if c < 0 then return redis.error_reply('negative count for ' .. song) end
+end
+if t == 'TIMEOUT' then
+  if not u[1] or p ~= u[2] or s ~= u[3] or v ~= tonumber(u[1]) or u[4] ~= '1' then return 'stale_timeout' end
+  if tonumber(u[5] or '0') + tonumber(ARGV[7]) > tonumber(ARGV[6]) then return 'early_timeout' end
+  add(s, -1)
+  redis.call('HSET', KEYS[1], 'on', '0')
+  redis.call('HSET', KEYS[2], 'status', 'CLOSED')
+  return 'timed_out'
 end
 if u[1] then
   local uv = tonumber(u[1])
@@ -51,6 +60,10 @@ if u[1] then
       redis.call('HSET', KEYS[2], 'status', 'CLOSED')
       return 'stopped'
     end
+    if u[4] == '1' and t == 'HEARTBEAT' then
+      if tonumber(ARGV[6]) > tonumber(u[5] or '0') then redis.call('HSET', KEYS[1], 'a', ARGV[6]) end
+      return 'heartbeat'
+    end
     return 'repeated'
   end
   if v == uv then return 'conflict' end
@@ -60,18 +73,25 @@ if t == 'HEARTBEAT' then return 'heartbeat' end
 if u[1] and u[4] == '1' then add(u[3], -1) end
 local on = '0'
 if t == 'START' then on = '1'; add(s, 1) end
-redis.call('HSET', KEYS[1], 'v', ARGV[3], 'p', p, 's', s, 'on', on)
+redis.call('HSET', KEYS[1], 'v', ARGV[3], 'p', p, 's', s, 'on', on, 'a', ARGV[6])
 redis.call('HSET', KEYS[2], 'user', ARGV[5], 'song', s, 'status', on == '1' and 'PLAYING' or 'CLOSED')
 return 'applied'
 """
 
 
 LEAN_LUA = """
--- KEYS[1] user record, KEYS[2] sorted set of songs; ARGV: playback_id, song_id, version, type
-local u = redis.call('HMGET', KEYS[1], 'v', 'p', 's', 'on')
+-- KEYS[1] user record, KEYS[2] sorted set of songs; ARGV: playback_id, song_id, version, type, ts, idle_ms
+local u = redis.call('HMGET', KEYS[1], 'v', 'p', 's', 'on', 'a')
 local p, s, v, t = ARGV[1], ARGV[2], tonumber(ARGV[3]), ARGV[4]
 local function add(song, n)
   if tonumber(redis.call('ZINCRBY', KEYS[2], n, song)) <= 0 then redis.call('ZREM', KEYS[2], song) end
+end
+if t == 'TIMEOUT' then
+  if not u[1] or p ~= u[2] or s ~= u[3] or v ~= tonumber(u[1]) or u[4] ~= '1' then return 'stale_timeout' end
+  if tonumber(u[5] or '0') + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return 'early_timeout' end
+  add(s, -1)
+  redis.call('HSET', KEYS[1], 'on', '0')
+  return 'timed_out'
 end
 if u[1] then
   local uv = tonumber(u[1])
@@ -80,6 +100,8 @@ if u[1] then
     if u[4] == '1' and t == 'STOP' then
       add(s, -1)
       redis.call('HSET', KEYS[1], 'on', '0')
+    elseif u[4] == '1' and t == 'HEARTBEAT' and tonumber(ARGV[5]) > tonumber(u[5] or '0') then
+      redis.call('HSET', KEYS[1], 'a', ARGV[5])
     end
     return 'same'
   end
@@ -90,7 +112,7 @@ if t == 'HEARTBEAT' then return 'heartbeat' end
 if u[1] and u[4] == '1' then add(u[3], -1) end
 local on = '0'
 if t == 'START' then on = '1'; add(s, 1) end
-redis.call('HSET', KEYS[1], 'v', ARGV[3], 'p', p, 's', s, 'on', on)
+redis.call('HSET', KEYS[1], 'v', ARGV[3], 'p', p, 's', s, 'on', on, 'a', ARGV[5])
 return 'applied'
 """
 
@@ -125,15 +147,15 @@ class Baseline:
         tag, songs, sha = self.tag, self.songs, self.script_sha
         for raw in values:
             try:
-                user, playback, song, etype, version, _ = validate(orjson.loads(raw), raw)
+                user, playback, song, etype, version, ts, idle_ms = validate(orjson.loads(raw), raw)
             except (InvalidEvent, orjson.JSONDecodeError):
                 result.invalid += 1
                 continue
             if self.lean:
-                pipe.evalsha(sha, 2, f"{tag}:u:{user}", songs, playback, song, version, etype)
+                pipe.evalsha(sha, 2, f"{tag}:u:{user}", songs, playback, song, version, etype, ts, idle_ms)
             else:
                 pipe.evalsha(sha, 3, f"{tag}:u:{user}", f"{tag}:pb:{user}:{playback}", songs,
-                             playback, song, version, etype, user)
+                             playback, song, version, etype, user, ts, idle_ms)
         for outcome in pipe.execute():
             if outcome == b"conflict":
                 result.conflicts += 1
