@@ -155,18 +155,17 @@ def apply_timeout(record: UserRecord | None, playback_id: str, song_id: str, ver
     playback has been idle for ``idle_ms`` at the timer's ``ts``; otherwise it changes nothing.
 
     It removes the contribution only if the record is the playback the timer names
-    (same ``playback_id``, ``version`` and ``song_id``), still ``playing``, and
-    ``last_active + idle_ms <= ts``. Everything else is a timer that lost a race, and
-    the flow cannot tell a race from a mistake: a timer of an older, closed or unknown
-    playback (``stale_timeout``), or one the playback outlived by a heartbeat, or that
-    fired early (``early_timeout``). So a ``TIMEOUT`` valid by shape is never a
-    conflict and never a dead letter, not even when its ``song_id`` or ``version``
-    differs from the record of the same ``playback_id`` (which section 3.1 calls a
-    conflict for the players' events): the sweeper writes what the user stage told
-    it, so such a timer names a playback this record is not, and it must not remove
-    (section 6 lists ``playback_id`` and ``version``; requiring the ``song_id`` too keeps
-    its "song ``s`` loses one listener" the song the user counts on). A ``TIMEOUT``
-    never creates a record either.
+    (same ``playback_id`` and ``version``: the conditions section 6 lists), still
+    ``playing``, and ``last_active + idle_ms <= ts``; the listener leaves the song the
+    record counts on (one playback has one song, so a sweeper's timer names that song;
+    the timer's own ``song_id`` is not read, so a record and its count never disagree).
+    Everything else is a timer that lost a race, and the flow cannot tell a race from a
+    mistake: a timer of an older, closed or unknown playback (``stale_timeout``), or one
+    the playback outlived by a heartbeat, or that fired early (``early_timeout``). So a
+    ``TIMEOUT`` valid by shape is never a conflict and never a dead letter, not even
+    when its ``version`` differs from the record of the same ``playback_id`` (which
+    section 3.1 calls a conflict for the players' events). A ``TIMEOUT`` never creates
+    a record either.
 
     >>> playing = (4, "pb4", "s", 10_000, True)
     >>> apply_timeout(playing, "pb4", "s", 4, 55_000, 45_000)
@@ -174,13 +173,12 @@ def apply_timeout(record: UserRecord | None, playback_id: str, song_id: str, ver
     >>> apply_timeout(playing, "pb4", "s", 4, 54_999, 45_000)[1], apply_timeout(playing, "pb3", "s", 3, 99_000, 1)[1]
     ('early_timeout', 'stale_timeout')
     """
-    if (record is None or playback_id != record[PLAYBACK_ID] or version != record[VERSION]
-            or song_id != record[SONG_ID] or not record[PLAYING]):
+    if record is None or playback_id != record[PLAYBACK_ID] or version != record[VERSION] or not record[PLAYING]:
         return record, Verdict.STALE_TIMEOUT
     last = record[LAST_ACTIVE]
     if last + idle_ms > ts:
         return record, Verdict.EARLY_TIMEOUT
-    return (version, playback_id, song_id, last, False), Verdict.TIMED_OUT
+    return (version, playback_id, record[SONG_ID], last, False), Verdict.TIMED_OUT
 
 
 def contribution(record: UserRecord | None) -> str | None:

@@ -122,11 +122,11 @@ class Model:
             self.starts.append((s, ev["ts"], self.w if self.w is not None else ev["ts"]))
 
     def timeout(self, u: dict | None, ev: dict) -> None:
-        """Section 6: the timer removes the counted playback it names once it was idle for
-        ``idle_ms``; anything else (and a song that is not the record's) changes nothing,
-        and is never a dead letter."""
-        if (u is not None and u["playing"] and (ev["playback_id"], ev["version"], ev["song_id"])
-                == (u["playback_id"], u["version"], u["song_id"])
+        """Section 6: the timer removes the counted playback it names (``playback_id`` and
+        ``version``) once it was idle for ``idle_ms``, from the song the user counts on;
+        anything else changes nothing, and is never a dead letter."""
+        if (u is not None and u["playing"] and (ev["playback_id"], ev["version"])
+                == (u["playback_id"], u["version"])
                 and u["last_active"] + ev["idle_ms"] <= ev["ts"]):
             self._add(u["song_id"], -1)
             u["playing"] = False

@@ -147,11 +147,11 @@ def test_a_timer_of_an_unknown_newer_playback_creates_nothing():
 
 
 def test_a_timer_that_does_not_match_its_playback_is_never_a_conflict():
-    """Same playback_id, another song or version (3.1 would call a player's event a conflict),
-    or a version reused by another playback (3.2): the timer names a playback this record is
+    """Same playback_id, another version (3.1 would call a player's event a conflict), or a
+    version reused by another playback (3.2): the timer names a playback this record is
     not, so it changes nothing and is no dead letter (state.rules.apply_timeout)."""
     rec = started()
-    for playback, song, version in [("pb1", "other", 1), ("pb1", "s", 0), ("pb1", "s", 2), ("pb_other", "s", 1)]:
+    for playback, song, version in [("pb1", "s", 0), ("pb1", "other", 2), ("pb_other", "s", 1)]:
         new, changes, verdict = timeout(rec, 10**13, playback, song, version)
         assert (new, changes, verdict) == (rec, (), Verdict.STALE_TIMEOUT)
         assert verdict not in Verdict.CONFLICTS
@@ -182,3 +182,11 @@ def test_a_record_stored_before_last_active_loads_with_no_activity_known():
     assert from_stored((1, "pb1", "s", False, 0, 4)) == (UserRecord(1, "pb1", "s", False), 0)
     assert from_stored([1, "pb1", "s", 0, True]) == (UserRecord(1, "pb1", "s", True), 0), "last_active 0 is an int"
     assert from_stored([1, "pb1", "s", 7, False, 2]) == (UserRecord(1, "pb1", "s", False, last_active=7), 2)
+
+
+def test_a_timer_naming_another_song_removes_the_playback_from_its_own_song():
+    """Section 6 lists playback_id and version: a timer of the counted playback whose song_id
+    differs still removes it, from the song the record counts on (never a negative count)."""
+    rec = started()
+    new, changes, verdict = timeout(rec, 10**13, "pb1", "other", 1)
+    assert verdict == Verdict.TIMED_OUT and changes == (("s", -1, -1),)

@@ -48,7 +48,7 @@ def test_timers_that_lose_their_race_change_nothing(flow):
         ev("u3", "p1", "song_d", "HEARTBEAT", 1, 40_000),  # a heartbeat after the timer was set at 0 + T
         timer("u3", "p1", "song_d", 1, T),
         timer("u4", "p1", "song_d", 1, T),  # a user never seen: no record is made
-        timer("u3", "p1", "other_song", 1, 10**9),  # not this playback's song: no conflict, no change
+        timer("u3", "p1", "song_d", 2, 10**9),  # not this playback's version: no conflict, no change
     ]
     out = flow.run(flow.write_log(lines))
     assert ranking(out["final"]) == [("song_d", 1), ("song_c", 1), ("song_b", 1)]

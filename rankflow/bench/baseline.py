@@ -43,9 +43,9 @@ local function add(song, n)
   if c < 0 then return redis.error_reply('negative count for ' .. song) end
 end
 if t == 'TIMEOUT' then
-  if not u[1] or p ~= u[2] or s ~= u[3] or v ~= tonumber(u[1]) or u[4] ~= '1' then return 'stale_timeout' end
+  if not u[1] or p ~= u[2] or v ~= tonumber(u[1]) or u[4] ~= '1' then return 'stale_timeout' end
   if tonumber(u[5] or '0') + tonumber(ARGV[7]) > tonumber(ARGV[6]) then return 'early_timeout' end
-  add(s, -1)
+  add(u[3], -1)
   redis.call('HSET', KEYS[1], 'on', '0')
   redis.call('HSET', KEYS[2], 'status', 'CLOSED')
   return 'timed_out'
@@ -87,9 +87,9 @@ local function add(song, n)
   if tonumber(redis.call('ZINCRBY', KEYS[2], n, song)) <= 0 then redis.call('ZREM', KEYS[2], song) end
 end
 if t == 'TIMEOUT' then
-  if not u[1] or p ~= u[2] or s ~= u[3] or v ~= tonumber(u[1]) or u[4] ~= '1' then return 'stale_timeout' end
+  if not u[1] or p ~= u[2] or v ~= tonumber(u[1]) or u[4] ~= '1' then return 'stale_timeout' end
   if tonumber(u[5] or '0') + tonumber(ARGV[6]) > tonumber(ARGV[5]) then return 'early_timeout' end
-  add(s, -1)
+  add(u[3], -1)
   redis.call('HSET', KEYS[1], 'on', '0')
   return 'timed_out'
 end
