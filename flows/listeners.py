@@ -54,7 +54,8 @@ from rankflow.operators.merger import MERGER_KEY, MergerLogic, SongRanking
 from rankflow.operators.parse import ParsedBatch, parse_batch, stamp_epoch
 from rankflow.operators.routing import combine_song_deltas
 from rankflow.operators.song_counter import SongCounterLogic
-from rankflow.operators.user_stage import ShardRouter, UserShardLogic, select_conflicts
+from rankflow.operators.keyed_shards import MarkingShardRouter
+from rankflow.operators.user_stage import ShardRouter, SweeperConfig, SweepingShardLogic, UserShardLogic, select_conflicts
 
 
 def build_flow(
@@ -71,6 +72,7 @@ def build_flow(
     recent_minutes: int = 0,
     idle_after_s: float | None = None,
     flow_id: str = "listeners",
+    sweeper: SweeperConfig | None = None,
 ) -> Dataflow:
     """The listener-count dataflow; see the module docstring for its shape.
 
@@ -82,6 +84,9 @@ def build_flow(
     (WINDOWS.md 7, ``operators.recent_plays``); 0 adds nothing to the flow.
     ``idle_after_s``: recent plays in a live run leave an input partition out of the
     watermark once it has had no records this long; None (``--until-eof``) never does.
+    ``sweeper``: the idle-playback sweeper of SEMANTICS.md 6 in the user shards (needs
+    ``user_shards >= 1``): every batch's source mark reaches every shard, and due
+    playbacks get a ``TIMEOUT`` written to the input (``operators.user_stage``).
     """
     if song_partitions < 1:
         raise ValueError("song_partitions must be >= 1")
@@ -98,13 +103,18 @@ def build_flow(
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
     parsed = op.map("parse", stamped, parse_batch)
 
-    route = ShardRouter(user_shards)
-    shard_events = op.flat_map("user_events", parsed, route)
+    if sweeper is not None and user_shards < 1:
+        raise ValueError("the sweeper needs user_shards >= 1")
     changelog = user_changelog if recoverable and user_shards else None
     whole = recoverable and not user_shards
     recent = recent_minutes > 0
-    decisions = op.stateful_batch("users", shard_events,
-                                  UserShardLogic.builder(changelog, user_shards, whole, recent=recent))
+    if sweeper is None:
+        shard_events = op.flat_map("user_events", parsed, ShardRouter(user_shards))
+        logic = UserShardLogic.builder(changelog, user_shards, whole, recent=recent)
+    else:
+        shard_events = op.flat_map("user_events", parsed, MarkingShardRouter(user_shards, idle_after_s))
+        logic = SweepingShardLogic.builder(changelog, user_shards, whole, recent=recent, sweeper=sweeper)
+    decisions = op.stateful_batch("users", shard_events, logic)
     deltas = op.flat_map_batch("net_song_deltas", decisions,
                                partial(combine_song_deltas, partitions=song_partitions))
     if recent:  # every tick carries its batch's watermark mark

@@ -168,3 +168,27 @@ class ShardRouter:
                 groups.setdefault(key, [])
         partition, epoch = batch.partition, batch.epoch
         return [(key, (partition, epoch, group)) for key, group in groups.items()]
+
+
+class MarkingShardRouter(ShardRouter):
+    """:class:`ShardRouter` for the sweeper (SEMANTICS.md 6, ``operators.user_stage``): every
+    batch reaches every shard, as ``(partition, epoch, items, mark)`` with the batch's
+    ``source_mark`` (an empty list for a shard it has no items for), so each shard learns
+    how far every input partition has been processed after it has applied that
+    partition's items up to there (one partition's items reach a shard in order)."""
+
+    __slots__ = ("quiet_after_s",)
+
+    def __init__(self, shards: int, quiet_after_s: float | None, id_field: int = 0) -> None:
+        if shards < 1:
+            raise ValueError("the sweeper needs user shards (>= 1): keys of single entities cannot be listed")
+        super().__init__(shards, id_field)
+        self.quiet_after_s = quiet_after_s
+
+    def __call__(self, batch: Any) -> list[tuple[str, tuple[str, int, list, Any]]]:
+        keys, crc32, f, n = self.keys, zlib.crc32, self.id_field, self.shards
+        groups: list[list] = [[] for _ in keys]
+        for ev in batch.events:
+            groups[crc32(ev[f].encode()) % n].append(ev)
+        partition, epoch, mark = batch.partition, batch.epoch, batch.source_mark(self.quiet_after_s)
+        return [(key, (partition, epoch, group, mark)) for key, group in zip(keys, groups)]

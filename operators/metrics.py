@@ -31,6 +31,13 @@ metric                                      meaning
                                              trailed the input in the last snapshot
                                              (its ``partition_lag_ms``)
 ``rankflow_split_songs``                     songs split into partial counters
+``rankflow_timeouts_fired_total``            ``TIMEOUT`` events the sweeper wrote
+                                             (``--idle-timeout-ms``, SEMANTICS.md 6; the
+                                             playbacks they removed are ``timed_out``)
+``rankflow_timers_pending``                  sweeper timers armed (candidates, some
+                                             stale: a heartbeat moves no timer)
+``rankflow_timer_lag_seconds``               wall clock now - the oldest armed
+                                             deadline (>= 0): how late the sweeper is
 ==========================================  ===========================================
 """
 
@@ -38,6 +45,7 @@ from __future__ import annotations
 
 import threading
 import time
+import weakref
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -59,6 +67,8 @@ class RunMetrics:
         self.last_published: float | None = None
         self.events_per_second = 0.0
         self.publishes: dict[str, int] = defaultdict(int)  # activity: "direct", "staged", "hurried"
+        self.timeouts_fired = 0  # the sweeper's TIMEOUT events (SEMANTICS.md 6)
+        self.timer_wheels: weakref.WeakSet[Any] = weakref.WeakSet()  # the user shards' state.timers.Timers
         self.registry = CollectorRegistry()
         self.publish_latency = Histogram(
             "rankflow_publish_latency_seconds", "Time of the Redis publish script",
@@ -115,7 +125,22 @@ class _Collector(Collector):
         for how, n in list(m.publishes.items()):
             publishes.add_metric([how], n)
         yield publishes
+        yield from self._sweeper_metrics()
         yield from self._snapshot_metrics()
+
+    def _sweeper_metrics(self) -> Iterator[Any]:
+        m = self.m
+        wheels = list(m.timer_wheels)
+        if not wheels and not m.timeouts_fired:
+            return
+        yield CounterMetricFamily("rankflow_timeouts_fired", "TIMEOUT events written by the sweeper",
+                                  value=m.timeouts_fired)
+        yield GaugeMetricFamily("rankflow_timers_pending", "Sweeper timers armed",
+                                value=sum(len(w) for w in wheels))
+        oldest = [o for o in (w.oldest() for w in wheels) if o is not None]
+        lag = max(0.0, time.time() - min(oldest) / 1000) if oldest else 0.0
+        yield GaugeMetricFamily("rankflow_timer_lag_seconds", "Wall clock now - the oldest armed deadline",
+                                value=lag)
 
     def _snapshot_metrics(self) -> Iterator[Any]:
         snap, at = self.m.last_snapshot, self.m.last_published

@@ -41,15 +41,21 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from pathlib import Path
+import time
 from typing import NamedTuple
 
 from rankflow.connectors.changelog import Position
+from rankflow.connectors.kafka import KafkaEndpoint
+from rankflow.connectors.timeout_producer import producer_for
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardRouter, ShardSnapshot, shard_key, shard_of
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.recent_plays import BUCKET_MS
 from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
 from rankflow.state.events import DeadLetter, Event
-from rankflow.state.rules import CONFLICT_DETAILS, PLAYING, SONG_ID, Verdict, apply_event, from_stored
+from rankflow.state.events import START
+from rankflow.state.rules import (CONFLICT_DETAILS, LAST_ACTIVE, PLAYBACK_ID, PLAYING, SONG_ID, VERSION, Verdict,
+                                  apply_event, from_stored)
+from rankflow.state.timers import Progress, Timers
 
 EventBatch = tuple[str, int, list[Event]]
 """``(source partition, epoch, events)``: plain tuples and lists, so an item that
@@ -75,7 +81,7 @@ METRICS.verdicts = VERDICTS
 
 Snapshot = tuple  # a stored user: its record [+ salt]; older forms: state.rules.from_stored
 
-__all__ = ["EventBatch", "NetChanges", "ShardRouter", "UserShardLogic", "select_conflicts", "shard_key", "shard_of"]
+__all__ = ["EventBatch", "NetChanges", "ShardRouter", "SweeperConfig", "SweepingShardLogic", "UserShardLogic", "select_conflicts", "shard_key", "shard_of"]
 
 
 class UserShardLogic(ShardLogic):
@@ -177,6 +183,102 @@ class UserShardLogic(ShardLogic):
         self._rename_resumed(uid)
         if RESUMED in self.salts:
             self.salts[uid] = self.salts.pop(RESUMED)
+
+
+class SweeperConfig(NamedTuple):
+    """The sweeper of SEMANTICS.md 6 (``rankflow run --idle-timeout-ms``)."""
+
+    idle_ms: int  # T: a counted playback idle this long is timed out
+    quiet_ms: int  # --idle-timeout: a partition with nothing to read this long counts as processed up to now - this
+    endpoint: KafkaEndpoint  # the input topic, where TIMEOUT events go
+
+
+class SweepingShardLogic(UserShardLogic):
+    """A user shard with the sweeper of SEMANTICS.md 6.
+
+    Its items are ``(partition, epoch, events, mark)`` and every batch of every input
+    partition reaches it (``operators.keyed_shards.MarkingShardRouter``), so after
+    applying a call's events it knows how far the input is processed
+    (``state.timers.Progress``). A playback is armed (``state.timers.Timers``) at
+    ``last_active + T`` when a ``START`` makes it the counted one, and every playing
+    record a resumed shard restores is armed (timers are not stored: the records are).
+    Heartbeats arm nothing: a due candidate is re-checked against its record and
+    re-armed at its new deadline. A due playback gets a ``TIMEOUT`` with ``ts`` = the
+    progress value (>= its deadline) written to the input, and is armed again at
+    ``ts + T``: if that ``TIMEOUT`` were lost it fires again, and a second one changes
+    nothing (``state.rules.apply_timeout``).
+    """
+
+    __slots__ = ("sweeper", "progress", "timers", "producer")
+
+    def __init__(self, resume: Position | ShardSnapshot | Snapshot | None, changelog: Path | None,
+                 shards: int, whole: bool = False, hot: HotSongs = HOT_SONGS, recent: bool = False,
+                 sweeper: SweeperConfig | None = None) -> None:
+        if sweeper is None:
+            raise ValueError("SweepingShardLogic needs a SweeperConfig")
+        self.sweeper = sweeper
+        self.progress = Progress(sweeper.quiet_ms)
+        self.timers = Timers()
+        self.producer = producer_for(sweeper.endpoint)
+        super().__init__(resume, changelog, shards, whole, hot, recent)
+        T = sweeper.idle_ms
+        self.timers.arm_all((u, r[LAST_ACTIVE] + T) for u, r in self.records.items() if r[PLAYING] and u != RESUMED)
+        METRICS.timer_wheels.add(self.timers)
+
+    def on_batch(self, batches: list) -> tuple[list[Decision], bool]:  # type: ignore[override]
+        out: list[Decision] = []
+        net: dict[tuple[str, int], list[int]] = {}
+        starts: list[tuple[str, int]] | None = [] if self.recent else None
+        epoch = batches[0][1]
+        records, arm, mark, T = self.records, self.timers.arm, self.progress.mark, self.sweeper.idle_ms
+        for partition, batch_epoch, events, source_mark in batches:
+            if batch_epoch != epoch:
+                if net:
+                    out.append(NetChanges(epoch, net, starts))
+                net, epoch = {}, batch_epoch
+                starts = [] if self.recent else None
+            if events:
+                if RESUMED in records:
+                    self._rename(events[0][0])
+                self._apply(partition, epoch, events, net, out, starts)
+                for ev in events:  # arm the playbacks a START made the counted one
+                    if ev[3] == START:
+                        rec = records.get(ev[0])
+                        if rec is not None and rec[PLAYING] and rec[PLAYBACK_ID] == ev[1]:
+                            arm(ev[0], rec[LAST_ACTIVE] + T)
+            mark(source_mark)
+        self._saw_epoch(epoch)
+        self._fire()
+        if net:
+            out.append(NetChanges(epoch, net, starts))
+        return out, False
+
+    def _fire(self) -> None:
+        """Write a ``TIMEOUT`` for every due playback (SEMANTICS.md 6)."""
+        producer = self.producer
+        upto = self.progress.value(int(time.time() * 1000))
+        due = self.timers.due(upto) if upto is not None else None
+        if not due:
+            producer.poll()
+            return
+        records, arm, T = self.records, self.timers.arm, self.sweeper.idle_ms
+        fired: set[str] = set()
+        for uid in due:
+            rec = records.get(uid)
+            if rec is None or not rec[PLAYING] or uid in fired:
+                continue
+            deadline = rec[LAST_ACTIVE] + T
+            if deadline > upto:  # a heartbeat moved it (or its slot's second is not over): later
+                arm(uid, deadline)
+                continue
+            fired.add(uid)
+            producer.send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T)  # type: ignore[arg-type]
+            arm(uid, upto + T)  # type: ignore[operator]
+        METRICS.timeouts_fired += len(fired)
+
+    def on_eof(self) -> tuple[list[Decision], bool]:
+        self.producer.flush()
+        return [], False
 
 
 def select_conflicts(items: list[tuple[str, Decision]]) -> list[tuple[str, DeadLetter]]:

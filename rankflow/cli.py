@@ -198,6 +198,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on PORT (process i of --processes on PORT + i)")
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="the address the metrics listen on (default: %(default)s; 0.0.0.0 for every interface)")
+    r.add_argument("--idle-timeout-ms", type=_not_negative, default=0, metavar="T",
+                   help="listeners, live Kafka input: the idle-playback sweeper (SEMANTICS.md 6) writes a TIMEOUT "
+                        "into the input for a counted playback with no HEARTBEAT for T ms, once the flow has "
+                        "processed its input up to that deadline; needs --user-shards >= 1; 0: off (default)")
 
     b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it")
     _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER)
@@ -379,7 +383,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
         bucket_seconds=args.bucket_seconds, window_buckets=args.window_buckets, count=args.count,
         idle_timeout_s=args.idle_timeout, global_summary=args.global_summary, publish_stage=args.publish_stage,
-        recent_minutes=args.recent_minutes,
+        recent_minutes=args.recent_minutes, idle_timeout_ms=getattr(args, "idle_timeout_ms", 0),
     )
 
 

@@ -91,6 +91,7 @@ class RunOptions:
     idle_timeout_s: float = 5.0  # live runs: a partition quiet this long stops holding the watermark (activity,
     # and the listener flow's recent plays)
     recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
+    idle_timeout_ms: int = 0  # listeners, live Kafka runs: the sweeper's T (SEMANTICS.md 6); 0: no sweeper
 
     @property
     def top_k(self) -> int:
@@ -137,6 +138,8 @@ class RunOptions:
             raise UsageError("--publish-stage must be >= 0 (0: every snapshot in one script)")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")
+        if self.idle_timeout_ms:
+            self._check_sweeper()
         if self.hot_threshold < 0:
             raise UsageError("--hot-threshold must be >= 0")
         if self.processes < 1:
@@ -152,3 +155,20 @@ class RunOptions:
             Keys(self.namespace)
         except ValueError as exc:
             raise UsageError(str(exc)) from None
+
+    def _check_sweeper(self) -> None:
+        """``--idle-timeout-ms``: the sweeper of SEMANTICS.md 6 writes ``TIMEOUT`` events into the input."""
+        if self.idle_timeout_ms < 0:
+            raise UsageError("--idle-timeout-ms must be >= 1 (or 0: no sweeper)")
+        if self.flow != "listeners":
+            raise UsageError("--idle-timeout-ms is the listener flow's sweeper (SEMANTICS.md 6)")
+        if self.until_eof:
+            raise UsageError("--idle-timeout-ms cannot be used with --until-eof: a replay reads its log, it must "
+                             "not write to it")
+        if not self.input.startswith("kafka:"):
+            raise UsageError("--idle-timeout-ms needs a Kafka input (kafka:HOST:PORT/TOPIC): the sweeper writes its "
+                             "TIMEOUT events into the input, and a JSONL log carries them only if something else "
+                             "wrote them")
+        if self.user_shards < 1:
+            raise UsageError("--idle-timeout-ms needs --user-shards >= 1: the sweeper lives in the user shards "
+                             "(with --user-shards 0 it could not list a shard's users)")

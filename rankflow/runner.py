@@ -27,6 +27,7 @@ import redis
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 
+from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.connectors.redis_generations import join_run
 from rankflow.connectors.redis_keys import Keys, connect
 from rankflow.connectors.redis_activity import ActivityState
@@ -40,6 +41,7 @@ from rankflow.flows.boards import build_flow as build_boards_flow
 from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS
+from rankflow.operators.user_stage import SweeperConfig
 from rankflow.options import RunOptions, ServiceError, redacted
 from rankflow.recovery import recovery_config, resumes_from_recovery, user_changelog, window_changelog
 from rankflow.services import free_port
@@ -120,6 +122,14 @@ def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
     )
 
 
+def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
+    """The sweeper of SEMANTICS.md 6, when ``--idle-timeout-ms`` asks for it (a live run of a Kafka input)."""
+    if not opts.idle_timeout_ms:
+        return None
+    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000),
+                         KafkaEndpoint.parse(opts.input.removeprefix("kafka:")))
+
+
 def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
     HOT_SONGS.configure(opts.hot_threshold, opts.hot_salts, opts.hot_window_s, frozenset(opts.split_songs))
     return build_flow(
@@ -134,6 +144,7 @@ def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
         user_changelog=user_changelog(opts.recovery_dir),
         recent_minutes=opts.recent_minutes,
         idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
+        sweeper=sweeper_config(opts),
     )
 
 
