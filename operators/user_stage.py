@@ -55,7 +55,7 @@ from rankflow.state.events import DeadLetter, Event
 from rankflow.state.events import START
 from rankflow.state.rules import (CONFLICT_DETAILS, LAST_ACTIVE, PLAYBACK_ID, PLAYING, SONG_ID, VERSION, Verdict,
                                   apply_event, from_stored)
-from rankflow.state.timers import Progress, Timers
+from rankflow.state.timers import Progress, Timers, sweep
 
 EventBatch = tuple[str, int, list[Event]]
 """``(source partition, epoch, events)``: plain tuples and lists, so an item that
@@ -257,23 +257,13 @@ class SweepingShardLogic(UserShardLogic):
         """Write a ``TIMEOUT`` for every due playback (SEMANTICS.md 6)."""
         producer = self.producer
         upto = self.progress.value(int(time.time() * 1000))
-        due = self.timers.due(upto) if upto is not None else None
-        if not due:
-            producer.poll()
+        producer.poll()  # delivery reports, also when nothing fires
+        if upto is None:
             return
-        records, arm, T = self.records, self.timers.arm, self.sweeper.idle_ms
-        fired: set[str] = set()
-        for uid in due:
-            rec = records.get(uid)
-            if rec is None or not rec[PLAYING] or uid in fired:
-                continue
-            deadline = rec[LAST_ACTIVE] + T
-            if deadline > upto:  # a heartbeat moved it (or its slot's second is not over): later
-                arm(uid, deadline)
-                continue
-            fired.add(uid)
+        T = self.sweeper.idle_ms
+        fired = sweep(self.timers, self.records, T, upto)  # type: ignore[arg-type]
+        for uid, rec in fired:
             producer.send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T)  # type: ignore[arg-type]
-            arm(uid, upto + T)  # type: ignore[operator]
         METRICS.timeouts_fired += len(fired)
 
     def on_eof(self) -> tuple[list[Decision], bool]:

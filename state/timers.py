@@ -27,6 +27,7 @@ from __future__ import annotations
 import heapq
 from collections.abc import Iterable
 
+from rankflow.state.rules import LAST_ACTIVE, PLAYING, UserRecord
 from rankflow.state.window_rules import SourceMark
 
 BUCKET_MS = 1000
@@ -92,11 +93,11 @@ class Timers:
     >>> t = Timers()
     >>> t.arm("ann", 10_500); t.arm("bob", 12_000); t.arm("ann", 11_200)
     >>> len(t), t.oldest()
-    (3, 10000)
-    >>> list(t.due(11_000))  # every slot that starts by 11 000: the caller re-checks
-    ['ann', 'ann']
-    >>> len(t), list(t.due(11_999)), list(t.due(12_000))
-    (1, [], ['bob'])
+    (3, 10500)
+    >>> t.due(11_000)  # every entry armed for 11 000 or earlier: the caller re-checks
+    ['ann']
+    >>> len(t), t.due(11_999), t.due(12_000)
+    (2, ['ann'], ['bob'])
     >>> t.oldest() is None
     True
     """
@@ -104,18 +105,18 @@ class Timers:
     __slots__ = ("slots", "order", "pending", "__weakref__")
 
     def __init__(self) -> None:
-        self.slots: dict[int, list[str]] = {}
-        self.order: list[int] = []  # heap of the slots in use
+        self.slots: dict[int, list[tuple[int, str]]] = {}  # second -> [(deadline, user)]
+        self.order: list[int] = []  # heap of the seconds in use
         self.pending = 0
 
     def arm(self, user: str, deadline: int) -> None:
         slot = deadline // BUCKET_MS
-        users = self.slots.get(slot)
-        if users is None:
-            self.slots[slot] = [user]
+        entries = self.slots.get(slot)
+        if entries is None:
+            self.slots[slot] = [(deadline, user)]
             heapq.heappush(self.order, slot)
         else:
-            users.append(user)
+            entries.append((deadline, user))
         self.pending += 1
 
     def arm_all(self, armed: Iterable[tuple[str, int]]) -> None:
@@ -123,20 +124,61 @@ class Timers:
             self.arm(user, deadline)
 
     def due(self, upto: int) -> list[str]:
-        """Pop every slot whose second starts at or before ``upto`` and return its users
-        (candidates: a deadline in the last slot may still lie after ``upto``, and an
-        entry may be stale; the caller re-checks and re-arms)."""
+        """The users of every entry armed for ``upto`` or earlier, removed (candidates:
+        an entry may be stale; the caller re-checks and re-arms)."""
         order, slots = self.order, self.slots
         last = upto // BUCKET_MS
         out: list[str] = []
-        while order and order[0] <= last:
-            out.extend(slots.pop(heapq.heappop(order)))
+        while order and order[0] < last:
+            out.extend(u for _, u in slots.pop(heapq.heappop(order)))
+        if order and order[0] == last:  # the current second: only what is due by now
+            entries = slots[last]
+            out.extend(u for d, u in entries if d <= upto)
+            later = [e for e in entries if e[0] > upto]
+            if later:
+                slots[last] = later
+            else:
+                del slots[heapq.heappop(order)]
         self.pending -= len(out)
         return out
 
     def oldest(self) -> int | None:
-        """The start of the earliest slot in use (ms), None without any."""
-        return self.order[0] * BUCKET_MS if self.order else None
+        """The earliest armed deadline (ms), None without any."""
+        return min(self.slots[self.order[0]])[0] if self.order else None
 
     def __len__(self) -> int:
         return self.pending
+
+
+def sweep(timers: Timers, records: dict[str, UserRecord], idle_ms: int, upto: int) -> list[tuple[str, UserRecord]]:
+    """The playbacks to time out once the input is processed up to ``upto``: each due
+    candidate re-checked against its record. One not playing (any more) is dropped;
+    one whose deadline ``last_active + idle_ms`` a heartbeat moved past ``upto`` is
+    re-armed there; one that is due is returned (once, however many entries it had)
+    and re-armed at ``upto + idle_ms``, so that a ``TIMEOUT`` lost on its way fires again.
+
+    >>> t, records = Timers(), {"ann": (1, "p1", "s", 1_000, True), "bob": (1, "p2", "s", 1_000, True)}
+    >>> t.arm("ann", 4_000); t.arm("bob", 4_000)
+    >>> records["bob"] = (1, "p2", "s", 3_000, True)  # a heartbeat: no timer moved
+    >>> sweep(t, records, 3_000, 5_000)
+    [('ann', (1, 'p1', 's', 1000, True))]
+    >>> sorted(t.slots.items())  # bob re-armed at his deadline, ann at 5 000 + T in case it is lost
+    [(6, [(6000, 'bob')]), (8, [(8000, 'ann')])]
+    """
+    due = timers.due(upto)
+    fired: list[tuple[str, UserRecord]] = []
+    if not due:
+        return fired
+    arm, get, seen = timers.arm, records.get, set()
+    for uid in due:
+        rec = get(uid)
+        if rec is None or not rec[PLAYING] or uid in seen:
+            continue
+        deadline = rec[LAST_ACTIVE] + idle_ms
+        if deadline > upto:
+            arm(uid, deadline)
+            continue
+        seen.add(uid)
+        fired.append((uid, rec))
+        arm(uid, upto + idle_ms)
+    return fired
