@@ -12,12 +12,14 @@ import signal
 import subprocess
 import sys
 import time
+import urllib.request
 
 import orjson
 import pytest
 
 from rankflow.connectors.kafka import ensure_topic, reliable_producer
 from rankflow.connectors.redis_read import read_counts, read_latest
+from rankflow.services import free_port
 from tests.events import ev
 from tests.kafka_helpers import read_topic
 from tests.model import model_of_lines
@@ -67,6 +69,13 @@ def rebuild(kafka: str, redis_url: str, namespace: str, tmp_path) -> dict[str, i
     return r
 
 
+def scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as answer:
+        text = answer.read().decode()
+    return {name: float(value) for name, _, value in (line.rpartition(" ") for line in text.splitlines())
+            if name.startswith(("rankflow_time", 'rankflow_events_total{verdict="timed_out"}'))}
+
+
 def timeouts(brokers: str, topic: str) -> list[dict]:
     return [e for e in (orjson.loads(v) for _, v in read_topic(brokers, topic)) if e["type"] == "TIMEOUT"]
 
@@ -88,7 +97,8 @@ def test_idle_players_are_timed_out_and_a_rebuild_agrees(tmp_path, kafka_brokers
     users = [f"u{i}" for i in range(10)]
     song = {u: f"s{i % 3}" for i, u in enumerate(users)}
     beating = users[::2]  # the others stop after their START
-    proc = subprocess.Popen(run_command(kafka, redis_url, namespace, tmp_path),
+    port = free_port()
+    proc = subprocess.Popen(run_command(kafka, redis_url, namespace, tmp_path, "--metrics-port", str(port)),
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
         wait_until(lambda: read_latest(redis_client, namespace) is not None, what="the first snapshot", proc=proc)
@@ -112,6 +122,13 @@ def test_idle_players_are_timed_out_and_a_rebuild_agrees(tmp_path, kafka_brokers
         took = left_at - started
         assert T_MS <= took <= T_MS + 4000, f"the idle players left {took} ms after their last activity"
         assert read_counts(redis_client, namespace) == expected, "heart-beating players stay"
+        metrics = scrape(port)
+        idle = len(users) - len(beating)
+        assert metrics["rankflow_timeouts_fired_total"] >= idle
+        assert metrics['rankflow_events_total{verdict="timed_out"}'] == idle
+        assert metrics["rankflow_timers_pending"] >= len(beating)  # every counted playback is armed
+        assert 0 <= metrics["rankflow_timer_lag_seconds"] <= 10
+        print(f"idle players left {took} ms after their last activity (T = {T_MS} ms); metrics {metrics}")
     finally:
         interrupt(proc)
     fired = timeouts(kafka_brokers, topic)
