@@ -26,6 +26,7 @@ from tests.model import model_of_lines
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
 T_MS = 3000
+T_LONG = 8000  # room for a run's start-up before its players are idle
 
 
 def now_ms() -> int:
@@ -55,9 +56,9 @@ class Players:
         assert self.producer.flush(30) == 0
 
 
-def run_command(kafka: str, redis_url: str, namespace: str, tmp_path, *extra: str) -> list[str]:
+def run_command(kafka: str, redis_url: str, namespace: str, tmp_path, *extra: str, t_ms: int = T_MS) -> list[str]:
     return [*RANKFLOW, "run", "--input", kafka, "--redis", redis_url, "--namespace", namespace,
-            "--barrier-ms", "100", "--idle-timeout", "1", "--idle-timeout-ms", str(T_MS), "--user-shards", "4",
+            "--barrier-ms", "100", "--idle-timeout", "1", "--idle-timeout-ms", str(t_ms), "--user-shards", "4",
             "--song-partitions", "2", "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}", *extra]
 
 
@@ -210,3 +211,34 @@ def test_sweeper_refuses_a_jsonl_input_and_rebuild_has_none(tmp_path, redis_url,
                         "--namespace", namespace, "--idle-timeout-ms", "45000"], capture_output=True, text=True,
                        timeout=60)
     assert r.returncode == 2 and "unrecognized arguments: --idle-timeout-ms" in r.stderr, r.stderr
+
+
+def test_a_backlog_of_heartbeats_times_nobody_out(tmp_path, kafka_brokers, topic, redis_url, redis_client,
+                                                 namespace):
+    """30 s of retained heartbeats (1 s apart, T = 8 s) read in one go: the sweeper fires
+    only for deadlines the input has been processed up to, so nobody is timed out while
+    the flow catches up; once the players are idle for T they are."""
+    ensure_topic(kafka_brokers, topic, 2)
+    kafka = f"kafka:{kafka_brokers}/{topic}"
+    players = Players(kafka_brokers, topic)
+    users = [f"w{i}" for i in range(6)]
+    first = now_ms() - 30_000
+    backlog = [ev(u, f"{u}-p1", "song", "START", 1, first) for u in users]
+    for t in range(first + 1000, now_ms(), 1000):
+        backlog.extend(ev(u, f"{u}-p1", "song", "HEARTBEAT", 1, t) for u in users)
+    players.send(*backlog)
+    last = max(orjson.loads(e)["ts"] for e in backlog)
+    proc = subprocess.Popen(run_command(kafka, redis_url, namespace, tmp_path, "--barrier-ms", "20", t_ms=T_LONG),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    try:
+        wait_until(lambda: (s := read_latest(redis_client, namespace)) is not None
+                   and sum(s["positions"].values()) >= len(backlog), what="the backlog read", proc=proc)
+        assert read_counts(redis_client, namespace) == {"song": len(users)}
+        assert now_ms() < last + T_LONG, "the test was too slow: the players are idle already"
+        assert timeouts(kafka_brokers, topic) == [], "a backlog timed players out"
+        wait_until(lambda: read_counts(redis_client, namespace) == {}, what="the idle players timed out",
+                   timeout=T_LONG / 1000 + 10, proc=proc)
+    finally:
+        interrupt(proc)
+    assert {e["user_id"] for e in timeouts(kafka_brokers, topic)} == set(users)
+    assert all(e["ts"] >= last + T_LONG for e in timeouts(kafka_brokers, topic))
