@@ -13,9 +13,10 @@ timer it fires, and a second ``TIMEOUT`` of a closed playback changes nothing.
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
+
+import orjson
 
 from rankflow.connectors.kafka import KafkaEndpoint, reliable_producer
 
@@ -41,19 +42,18 @@ class TimeoutProducer:
             with self._lock:
                 if self._producer is None:
                     self._producer = reliable_producer(self.endpoint.brokers)
-        value = json.dumps({"type": "TIMEOUT", "user_id": user_id, "playback_id": playback_id, "song_id": song_id,
-                            "version": version, "ts": ts, "idle_ms": idle_ms}, separators=(",", ":"))
-        producer = self._producer
-        try:
-            producer.produce(self.endpoint.topic, key=user_id.encode(), value=value.encode(),
-                             on_delivery=self._delivered)
-        except BufferError:  # the local queue is full: serve it, then once more
-            producer.poll(1.0)
-            producer.produce(self.endpoint.topic, key=user_id.encode(), value=value.encode(),
-                             on_delivery=self._delivered)
-        producer.poll(0)
+        payload = orjson.dumps({"type": "TIMEOUT", "user_id": user_id, "playback_id": playback_id,
+                                "song_id": song_id, "version": version, "ts": ts, "idle_ms": idle_ms})
+        producer, key = self._producer, user_id.encode()
+        while True:
+            try:
+                producer.produce(self.endpoint.topic, key=key, value=payload, on_delivery=self._delivered)
+                break
+            except BufferError:  # the local queue is full (a backlog firing many timers): let it drain
+                producer.poll(0.1)
 
     def poll(self) -> None:
+        """Serve delivery reports (the user shards call it once per call, not per ``TIMEOUT``)."""
         if self._producer is not None:
             self._producer.poll(0)
 

@@ -257,14 +257,14 @@ class SweepingShardLogic(UserShardLogic):
         """Write a ``TIMEOUT`` for every due playback (SEMANTICS.md 6)."""
         producer = self.producer
         upto = self.progress.value(int(time.time() * 1000))
+        if upto is not None:
+            T = self.sweeper.idle_ms
+            fired = sweep(self.timers, self.records, T, upto)  # type: ignore[arg-type]
+            send = producer.send
+            for uid, rec in fired:
+                send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T)  # type: ignore[arg-type]
+            METRICS.timeouts_fired += len(fired)
         producer.poll()  # delivery reports, also when nothing fires
-        if upto is None:
-            return
-        T = self.sweeper.idle_ms
-        fired = sweep(self.timers, self.records, T, upto)  # type: ignore[arg-type]
-        for uid, rec in fired:
-            producer.send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T)  # type: ignore[arg-type]
-        METRICS.timeouts_fired += len(fired)
 
     def on_eof(self) -> tuple[list[Decision], bool]:
         self.producer.flush()
