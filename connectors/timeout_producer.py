@@ -7,14 +7,17 @@ default partitioner, so a ``TIMEOUT`` keyed by ``user_id`` lands in the partitio
 that user's other events and is applied in arrival order with them. Delivery
 reports are served by :meth:`TimeoutProducer.poll` on every call of the user
 shards, and everything pending is flushed at the end of the input. A ``TIMEOUT``
-that is lost (a crash before delivery) is written again: the shard re-arms every
-timer it fires, and a second ``TIMEOUT`` of a closed playback changes nothing.
+that Kafka does not take is written again (the shard arms its playback again from
+the delivery report), and after a crash a resumed shard arms every playing record;
+a second ``TIMEOUT`` of a closed playback changes nothing.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Callable
+from typing import Any
 
 import orjson
 
@@ -37,7 +40,10 @@ class TimeoutProducer:
             self.failed += 1
             log.warning("a TIMEOUT was not delivered (it fires again after its idle time): %s", err)
 
-    def send(self, user_id: str, playback_id: str, song_id: str, version: int, ts: int, idle_ms: int) -> None:
+    def send(self, user_id: str, playback_id: str, song_id: str, version: int, ts: int, idle_ms: int,
+             on_delivery: Callable[[Any, Any], None] | None = None) -> None:
+        """Queue one ``TIMEOUT``; ``on_delivery(err, msg)`` gets its delivery report (the
+        sender arms the playback again when ``err`` is set)."""
         if self._producer is None:
             with self._lock:
                 if self._producer is None:
@@ -47,7 +53,7 @@ class TimeoutProducer:
         producer, key = self._producer, user_id.encode()
         while True:
             try:
-                producer.produce(self.endpoint.topic, key=key, value=payload, on_delivery=self._delivered)
+                producer.produce(self.endpoint.topic, key=key, value=payload, on_delivery=on_delivery or self._delivered)
                 break
             except BufferError:  # the local queue is full (a backlog firing many timers): let it drain
                 producer.poll(0.1)

@@ -42,7 +42,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from pathlib import Path
 import time
-from typing import NamedTuple
+from collections import deque
+from typing import Any, NamedTuple
 
 from rankflow.connectors.changelog import Position
 from rankflow.connectors.kafka import KafkaEndpoint
@@ -52,7 +53,7 @@ from rankflow.operators.metrics import METRICS
 from rankflow.operators.recent_plays import BUCKET_MS
 from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
 from rankflow.state.events import DeadLetter, Event
-from rankflow.state.events import START
+from rankflow.state.events import START, TIMEOUT
 from rankflow.state.rules import (CONFLICT_DETAILS, LAST_ACTIVE, PLAYBACK_ID, PLAYING, SONG_ID, VERSION, Verdict,
                                   apply_event, from_stored)
 from rankflow.state.timers import Progress, Timers, sweep
@@ -193,6 +194,10 @@ class SweeperConfig(NamedTuple):
     endpoint: KafkaEndpoint  # the input topic, where TIMEOUT events go
 
 
+ARMING = frozenset((START, TIMEOUT))
+"""Events after which a playing record of the same playback is armed (``SweepingShardLogic``)."""
+
+
 class SweepingShardLogic(UserShardLogic):
     """A user shard with the sweeper of SEMANTICS.md 6.
 
@@ -204,12 +209,13 @@ class SweepingShardLogic(UserShardLogic):
     record a resumed shard restores is armed (timers are not stored: the records are).
     Heartbeats arm nothing: a due candidate is re-checked against its record and
     re-armed at its new deadline. A due playback gets a ``TIMEOUT`` with ``ts`` = the
-    progress value (>= its deadline) written to the input, and is armed again at
-    ``ts + T``: if that ``TIMEOUT`` were lost it fires again, and a second one changes
-    nothing (``state.rules.apply_timeout``).
+    progress value (>= its deadline) written to the input and is not armed until its
+    ``TIMEOUT`` is read back: if that one leaves it playing (a heartbeat came first),
+    or Kafka did not take it, it is armed again; after a crash every playing record is.
+    A second ``TIMEOUT`` of a closed playback changes nothing (``state.rules.apply_timeout``).
     """
 
-    __slots__ = ("sweeper", "progress", "timers", "producer")
+    __slots__ = ("sweeper", "progress", "timers", "producer", "undelivered")
 
     def __init__(self, resume: Position | ShardSnapshot | Snapshot | None, changelog: Path | None,
                  shards: int, whole: bool = False, hot: HotSongs = HOT_SONGS, recent: bool = False,
@@ -220,6 +226,7 @@ class SweepingShardLogic(UserShardLogic):
         self.progress = Progress(sweeper.quiet_ms)
         self.timers = Timers()
         self.producer = producer_for(sweeper.endpoint)
+        self.undelivered: deque[str] = deque()  # users whose TIMEOUT Kafka did not take (filled by callbacks)
         super().__init__(resume, changelog, shards, whole, hot, recent)
         T = sweeper.idle_ms
         self.timers.arm_all((u, r[LAST_ACTIVE] + T) for u, r in self.records.items() if r[PLAYING] and u != RESUMED)
@@ -241,8 +248,8 @@ class SweepingShardLogic(UserShardLogic):
                 if RESUMED in records:
                     self._rename(events[0][0])
                 self._apply(partition, epoch, events, net, out, starts)
-                for ev in events:  # arm the playbacks a START made the counted one
-                    if ev[3] == START:
+                for ev in events:  # arm the playbacks a START made the counted one, and those a TIMEOUT left
+                    if ev[3] in ARMING:  # playing (it lost a race to a heartbeat: it fired, nothing is armed)
                         rec = records.get(ev[0])
                         if rec is not None and rec[PLAYING] and rec[PLAYBACK_ID] == ev[1]:
                             arm(ev[0], rec[LAST_ACTIVE] + T)
@@ -257,14 +264,22 @@ class SweepingShardLogic(UserShardLogic):
         """Write a ``TIMEOUT`` for every due playback (SEMANTICS.md 6)."""
         producer = self.producer
         upto = self.progress.value(int(time.time() * 1000))
+        undelivered, T = self.undelivered, self.sweeper.idle_ms
+        while undelivered:  # due again at once (re-checked like any candidate)
+            self.timers.arm(undelivered.popleft(), 0)
         if upto is not None:
-            T = self.sweeper.idle_ms
             fired = sweep(self.timers, self.records, T, upto)  # type: ignore[arg-type]
-            send = producer.send
+            send, delivered = producer.send, self._delivered
             for uid, rec in fired:
-                send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T)  # type: ignore[arg-type]
+                send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T, delivered)  # type: ignore[arg-type]
             METRICS.timeouts_fired += len(fired)
         producer.poll()  # delivery reports, also when nothing fires
+
+    def _delivered(self, err: object, msg: Any) -> None:
+        """Delivery report of one of this shard's ``TIMEOUT`` events (any worker's thread may call it)."""
+        if err is not None:
+            self.producer.failed += 1
+            self.undelivered.append(msg.key().decode())
 
     def on_eof(self) -> tuple[list[Decision], bool]:
         self.producer.flush()

@@ -16,8 +16,8 @@ heartbeats, so a backlog never times anyone out. Two small pieces make that:
 * :class:`Timers`: a lazy timing wheel of candidate users per second of deadline.
   Arming appends to a list; a heartbeat that moves a deadline costs nothing here.
   The caller re-checks every candidate :meth:`Timers.due` hands back against the
-  record (still playing, same playback, deadline passed) and re-arms it at its new
-  deadline if a heartbeat moved it, or drops it.
+  record (still playing, deadline passed) and re-arms it at its new deadline if a
+  heartbeat moved it, or drops it (:func:`sweep`).
 
 Nothing here is stored: a resumed shard arms every playing record it restores.
 """
@@ -155,15 +155,21 @@ def sweep(timers: Timers, records: dict[str, UserRecord], idle_ms: int, upto: in
     candidate re-checked against its record. One not playing (any more) is dropped;
     one whose deadline ``last_active + idle_ms`` a heartbeat moved past ``upto`` is
     re-armed there; one that is due is returned (once, however many entries it had)
-    and re-armed at ``upto + idle_ms``, so that a ``TIMEOUT`` lost on its way fires again.
+    and not armed again: its ``TIMEOUT`` closes it when the flow reads it back, and
+    the caller arms it again if it does not (an ``early_timeout``: a heartbeat came
+    first), if the ``TIMEOUT`` was not delivered, or after a restart.
+
+    Not re-armed at ``upto + idle_ms``: in a backlog ``upto`` moves ``idle_ms`` of event
+    time in a few milliseconds, long before the ``TIMEOUT`` (written at the end of the
+    input) is read, and every idle playback would fire again and again.
 
     >>> t, records = Timers(), {"ann": (1, "p1", "s", 1_000, True), "bob": (1, "p2", "s", 1_000, True)}
     >>> t.arm("ann", 4_000); t.arm("bob", 4_000)
     >>> records["bob"] = (1, "p2", "s", 3_000, True)  # a heartbeat: no timer moved
     >>> sweep(t, records, 3_000, 5_000)
     [('ann', (1, 'p1', 's', 1000, True))]
-    >>> sorted(t.slots.items())  # bob re-armed at his deadline, ann at 5 000 + T in case it is lost
-    [(6, [(6000, 'bob')]), (8, [(8000, 'ann')])]
+    >>> sorted(t.slots.items())  # bob re-armed at his deadline
+    [(6, [(6000, 'bob')])]
     """
     due = timers.due(upto)
     fired: list[tuple[str, UserRecord]] = []
@@ -180,5 +186,4 @@ def sweep(timers: Timers, records: dict[str, UserRecord], idle_ms: int, upto: in
             continue
         seen.add(uid)
         fired.append((uid, rec))
-        arm(uid, upto + idle_ms)
     return fired
