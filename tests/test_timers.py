@@ -122,3 +122,62 @@ def test_fired_and_stale_entries_are_dropped():
     assert [u for u, _ in sweep(t, records, 3_000, 3_500)] == ["a"]
     assert len(t) == 0  # a is not armed again until its TIMEOUT comes back (or is not delivered)
     assert sweep(t, records, 3_000, 1_000_000) == []
+
+
+race_ops = st.lists(st.tuples(st.sampled_from((START, HEARTBEAT, HEARTBEAT, STOP, "tick", "deliver")),
+                              st.sampled_from("abc"), st.integers(0, 3_000)), max_size=100)
+
+
+@settings(max_examples=300)
+@given(race_ops, st.integers(1_000, 5_000))
+def test_timeouts_in_flight_never_leave_a_playback_unarmed(steps, idle_ms):
+    """TIMEOUTs come back through the input later, after heartbeats that may beat them (the
+    user shard's arming: a START, and a TIMEOUT that leaves its playback playing). At every
+    tick a due playback fires unless a TIMEOUT of it is in flight, and once everything in
+    flight is read, every playing record fires when its deadline passes: none is forgotten."""
+    records: dict = {}
+    versions: dict[str, int] = {}
+    timers = Timers()
+    inflight: list[tuple[str, str, int, int]] = []
+    clock = 0
+
+    def deliver() -> None:
+        uid, pb, v, ts = inflight.pop(0)
+        rec = records[uid]
+        records[uid], _ = apply_event(rec, pb, "s", v, "TIMEOUT", ts, idle_ms)
+        new = records[uid]
+        if new[PLAYING] and new[1] == pb:  # ARMING: the TIMEOUT left it playing
+            timers.arm(uid, new[LAST_ACTIVE] + idle_ms)
+
+    for kind, user, step in steps:
+        clock += step
+        if kind == "deliver":
+            if inflight:
+                deliver()
+            continue
+        if kind == "tick":
+            fired = dict(sweep(timers, records, idle_ms, clock))
+            flying = {(u, pb) for u, pb, _, _ in inflight}
+            due = {u for u, r in records.items() if r[PLAYING] and r[LAST_ACTIVE] + idle_ms <= clock
+                   and (u, r[1]) not in flying}
+            assert due <= set(fired) and all(r[LAST_ACTIVE] + idle_ms <= clock for r in fired.values())
+            inflight.extend((u, r[1], r[0], clock) for u, r in fired.items())
+            continue
+        rec = records.get(user)
+        if kind == START:
+            versions[user] = versions.get(user, 0) + 1
+            v, pb = versions[user], f"{user}{versions[user]}"
+        elif rec is None:
+            continue
+        else:
+            v, pb = rec[0], rec[1]
+        new, _ = apply_event(rec, pb, "s", v, kind, clock)
+        if new is not None:
+            records[user] = new
+            if kind == START and new[PLAYING] and new is not rec:
+                timers.arm(user, new[LAST_ACTIVE] + idle_ms)
+    while inflight:
+        deliver()
+    clock += 10 * idle_ms
+    fired = dict(sweep(timers, records, idle_ms, clock))
+    assert set(fired) == {u for u, r in records.items() if r[PLAYING]}
