@@ -58,7 +58,7 @@ class RunMetrics:
         self.last_snapshot: dict[str, Any] | None = None
         self.last_published: float | None = None
         self.events_per_second = 0.0
-        self.publishes: dict[str, int] = defaultdict(int)  # activity: "direct", "staged", "hurried"
+        self.publishes: dict[str, int] = defaultdict(int)  # activity: "direct", "staged", "hurried", "spaced"
         self.registry = CollectorRegistry()
         self.publish_latency = Histogram(
             "rankflow_publish_latency_seconds", "Time of the Redis publish script",
@@ -109,8 +109,9 @@ class _Collector(Collector):
         for reason, n in list(m.dead_letters.items()):
             dead.add_metric([reason], n)
         yield dead
-        publishes = CounterMetricFamily("rankflow_publishes", "Snapshots stored, by how: one script (direct), "
-                                        "staged in short calls, or one script because the flow waited (hurried)",
+        publishes = CounterMetricFamily("rankflow_publishes", "Activity snapshots stored, by how: small in one "
+                                        "script (direct), staged in short calls, or large in one script because "
+                                        "the publisher was behind (hurried) or staged less than 10 s ago (spaced)",
                                         labels=["how"])
         for how, n in list(m.publishes.items()):
             publishes.add_metric([how], n)
