@@ -178,3 +178,12 @@ def test_a_fenced_run_cannot_stage(redis_client, redis_url, namespace):
     finally:
         old.close()
     assert held(redis_client, ns, generation) == {"A": {"x": 1}}
+
+
+def test_a_bounded_replay_stores_each_snapshot_in_one_script_unless_told():
+    """Staging is for readers of a live run; ``--until-eof`` only catches up (``RunOptions.stage_at``)."""
+    from rankflow.options import RunOptions
+
+    assert RunOptions(input="jsonl:x", flow="activity").stage_at == 2_000
+    assert RunOptions(input="jsonl:x", flow="activity", until_eof=True).stage_at == 0
+    assert RunOptions(input="jsonl:x", flow="activity", until_eof=True, publish_stage=5).stage_at == 5
