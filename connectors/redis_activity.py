@@ -15,6 +15,7 @@ partitions, and a restart (with the same ``--recovery-dir``) sends them all.
 from __future__ import annotations
 
 import logging
+import os
 import time
 from typing import Any
 
@@ -35,27 +36,36 @@ class RedisLostActivity(RuntimeError):
     """Redis has no snapshot of the run's generation, and this process does not hold every count."""
 
 
+STAGE_EVERY_S = float(os.environ.get("RANKFLOW_STAGE_EVERY_S", 10.0))
+"""At most one staged snapshot in this many seconds: a live run has a large snapshot once
+a minute (a bucket leaving the window), a backlog's catch-up one at every barrier, where
+staging them all would triple Redis's work and hold the flow back. (Tests set 0 through
+``RANKFLOW_STAGE_EVERY_S`` to stage every large snapshot.)"""
+
+
 class ActivityState:
     """Workspace count changes of the snapshots Redis has not stored yet.
 
     ``stage_at``: a snapshot changing more channels than this is staged
     (``connectors.activity_staging``: written where readers do not look, in calls of
     about that many members, then switched by the publish script in one short step)
-    unless the flow is waiting for the publisher; a smaller one is applied by the publish script
+    unless the publisher is behind; a smaller one is applied by the publish script
     itself. 0 applies every snapshot in one script (readers wait while a large one is
     written).
     """
 
     script = PUBLISH_ACTIVITY_LUA
 
-    def __init__(self, stage_at: int = STAGE_BUDGET) -> None:
+    def __init__(self, stage_at: int = STAGE_BUDGET, stage_every_s: float | None = None) -> None:
         self._pending: dict[str, dict[str, int]] = {}
         self._full = False
         self._stale: list[str] = []  # full: the workspaces Redis holds that the snapshot does not name
         self._stage_at = stage_at
         self._staged: Staged | None = None
         self._drop: list[str] = []  # staged workspaces whose other slot is to be freed
-        self._hurried = False  # the last large snapshot went in one script: the flow waited
+        self._hurried = False  # the last large snapshot went in one script: the publisher was behind
+        self._stage_every_s = STAGE_EVERY_S if stage_every_s is None else stage_every_s
+        self._last_staged = -float("inf")
 
     def remember(self, snapshot: ActivitySnapshot) -> None:
         if snapshot.full:
@@ -86,8 +96,8 @@ class ActivityState:
         it touches; only the generation's owner writes them, so nothing changes them
         before the script); and stage a large snapshot, unless in a ``hurry``: staging
         costs Redis several times the work of one script (it copies the workspaces), and
-        when the flow waits for the publisher (a backlog's catch-up) storing snapshots
-        soonest matters more than short calls."""
+        when the publisher is behind (a backlog's catch-up) storing snapshots soonest
+        matters more than short calls; nor more often than every :data:`STAGE_EVERY_S`."""
         self.finish(client, k, fence)
         self._staged = None
         if self._full:
@@ -97,24 +107,32 @@ class ActivityState:
             self._stale = [ws for ws in named(k.workspaces) | left if ws not in self._pending]
             self._drop = sorted(left | set(self._stale))  # freed after the script, and out of the set
         changes = sum(map(len, self._pending.values()))
-        if not hurry and self._hurried:
-            log.info("the publisher keeps up again: large snapshots are staged")
-            self._hurried = False
-        if not self._stage_at or changes <= self._stage_at:
-            METRICS.publishes["direct"] += 1
-        elif hurry:
-            METRICS.publishes["hurried"] += 1
-            if not self._hurried:  # once per spell: a backlog's catch-up hurries every snapshot
-                log.info("storing large snapshots in one script while the flow waits for the publisher (first: "
-                         "%d channel changes)", changes)
-            self._hurried = True
-        else:
-            METRICS.publishes["staged"] += 1
+        how = self._how(changes, hurry)
+        METRICS.publishes[how] += 1
+        if how == "staged":
             started = time.perf_counter()
             self._drop += self._pending  # whatever the script answers, the other slots are freed next
             self._staged = stage(client, k, fence, self._pending, self._full, self._stage_at)
+            self._last_staged = time.monotonic()
             log.info("staged %d channel changes of %d workspaces in %.0f ms", changes, len(self._pending),
                      (time.perf_counter() - started) * 1000)
+
+    def _how(self, changes: int, hurry: bool) -> str:
+        """``direct`` (small), ``staged``, or one script because the publisher is behind
+        (``hurried``) or staged one less than :data:`STAGE_EVERY_S` ago (``spaced``)."""
+        if not self._stage_at or changes <= self._stage_at:
+            return "direct"
+        if hurry and not self._hurried:  # once per spell: a backlog's catch-up hurries every snapshot
+            log.info("storing large snapshots in one script while the publisher is behind (first: %d channel "
+                     "changes)", changes)
+        elif self._hurried and not hurry:
+            log.info("the publisher keeps up again: large snapshots are staged")
+        self._hurried = hurry
+        if hurry:
+            return "hurried"
+        if time.monotonic() - self._last_staged < self._stage_every_s:
+            return "spaced"
+        return "staged"
 
     def finish(self, client: redis.Redis, k: Keys, fence: Fence) -> None:
         """After the publish script: free the slots it switched away from (or, if it did

@@ -181,9 +181,9 @@ class Publisher:
         the generation (it is new, or Redis lost its data) the script says so and the
         publisher sends the whole state, which it mirrors for that case.
 
-        ``hurry``: the flow is waiting for the publisher (a backlog's catch-up: every
-        snapshot it may hand over is queued): the state should store this one the
-        quickest way, not the way that least delays readers.
+        ``hurry``: the publisher is behind (a backlog's catch-up: snapshots keep
+        waiting to be stored): the state should store this one the quickest way, not
+        the way that least delays readers.
         """
         self._state.remember(snapshot)
         self._hurry = hurry
@@ -261,6 +261,10 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
     """
 
     IN_FLIGHT = 2
+    PRESSED = 2
+    """Snapshots in a row that found another waiting behind them: from then on the publisher
+    is behind (a backlog's catch-up) and asks for the quickest store (``hurry``); one
+    waiting snapshot alone (after a slow store, a bucket leaving the window) is not."""
 
     def __init__(self, publisher: Publisher) -> None:
         self._publisher = publisher
@@ -271,10 +275,13 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
         self._thread.start()
 
     def _publish_all(self) -> None:
+        pressed = 0  # snapshots in a row that found another one waiting behind them
         while (snapshot := self._queue.get()) is not None:
+            pressed = pressed + 1 if not self._queue.empty() else 0
             if self._failure is None:
                 try:
-                    self._publisher.publish(snapshot, hurry=self._queue.full())  # the flow waits for us
+                    # a backlog: the flow keeps handing snapshots over faster than they are stored
+                    self._publisher.publish(snapshot, hurry=pressed >= self.PRESSED)
                 except BaseException as exc:  # noqa: BLE001 - handed to the flow's thread
                     self._failure = exc
 

@@ -66,7 +66,7 @@ class RunMetrics:
         self.last_snapshot: dict[str, Any] | None = None
         self.last_published: float | None = None
         self.events_per_second = 0.0
-        self.publishes: dict[str, int] = defaultdict(int)  # activity: "direct", "staged", "hurried"
+        self.publishes: dict[str, int] = defaultdict(int)  # activity: "direct", "staged", "hurried", "spaced"
         self.timeouts_fired = 0  # the sweeper's TIMEOUT events (SEMANTICS.md 6)
         self.timer_wheels: weakref.WeakSet[Any] = weakref.WeakSet()  # the user shards' state.timers.Timers
         self.registry = CollectorRegistry()
@@ -119,8 +119,9 @@ class _Collector(Collector):
         for reason, n in list(m.dead_letters.items()):
             dead.add_metric([reason], n)
         yield dead
-        publishes = CounterMetricFamily("rankflow_publishes", "Snapshots stored, by how: one script (direct), "
-                                        "staged in short calls, or one script because the flow waited (hurried)",
+        publishes = CounterMetricFamily("rankflow_publishes", "Activity snapshots stored, by how: small in one "
+                                        "script (direct), staged in short calls, or large in one script because "
+                                        "the publisher was behind (hurried) or staged less than 10 s ago (spaced)",
                                         labels=["how"])
         for how, n in list(m.publishes.items()):
             publishes.add_metric([how], n)

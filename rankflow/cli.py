@@ -120,11 +120,11 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
     p.add_argument("--global-summary", type=int, default=0, metavar="N",
                    help="activity: rank globally from mergeable summaries of N counters per bucket (bounded memory; "
                         "items carry count_low and count_high); 0 ranks exactly (default: %(default)s)")
-    p.add_argument("--publish-stage", type=_not_negative, default=STAGE_BUDGET, metavar="N",
-                   help="activity: a snapshot changing more than N channels (a bucket leaving the window, a "
-                        "backlog) is written where readers do not look, in Redis calls of about N members, then "
-                        "switched in one short step, so queries never wait long for it; 0 writes every snapshot "
-                        "in one call (default: %(default)s)")
+    p.add_argument("--publish-stage", type=_not_negative, default=None, metavar="N",
+                   help="activity: a snapshot changing more than N channels (a bucket leaving the window) is "
+                        "written where readers do not look, in Redis calls of about N members, then switched in "
+                        f"one short step, so queries never wait long for it; 0 writes every snapshot in one call "
+                        f"(default: {STAGE_BUDGET} in a live run, 0 with --until-eof)")
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="live runs of the activity flow, and the listener flow's recent plays: an input partition "
                         "with nothing to read this long stops holding the watermark back until its next event "

@@ -87,7 +87,8 @@ class RunOptions:
     window_buckets: int = 60  # activity: buckets in the window
     count: str = "messages"  # activity: messages, or distinct users per channel
     global_summary: int = 0  # activity: N > 0 ranks globally from Misra-Gries summaries of N counters
-    publish_stage: int = STAGE_BUDGET  # activity: a snapshot changing more channels is staged in calls this big
+    publish_stage: int | None = None  # activity: a snapshot changing more channels is staged in calls this big;
+    # None: STAGE_BUDGET in a live run, 0 with --until-eof (see stage_at)
     idle_timeout_s: float = 5.0  # live runs: a partition quiet this long stops holding the watermark (activity,
     # and the listener flow's recent plays)
     recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
@@ -102,6 +103,15 @@ class RunOptions:
         if self.k_max is not None:
             return self.k_max
         return BOARDS_K_MAX if self.flow == "boards" else DEFAULT_K_MAX
+
+    @property
+    def stage_at(self) -> int:
+        """``--publish-stage``, or its default: staging keeps a live run's readers from waiting
+        for a large snapshot, at several times Redis's work, so a bounded replay
+        (``--until-eof``), which only catches up, stores every snapshot in one script."""
+        if self.publish_stage is not None:
+            return self.publish_stage
+        return 0 if self.until_eof else STAGE_BUDGET
 
     @property
     def redis_namespace(self) -> str:
@@ -134,7 +144,7 @@ class RunOptions:
         if self.global_summary and self.count != "messages":
             raise UsageError("--global-summary counts messages: with --count users distinct users do not add up "
                              "across buckets (WINDOWS.md 5)")
-        if self.publish_stage < 0:
+        if self.publish_stage is not None and self.publish_stage < 0:
             raise UsageError("--publish-stage must be >= 0 (0: every snapshot in one script)")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")

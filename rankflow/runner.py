@@ -108,7 +108,7 @@ def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
         source,
         make_dead_letter_sink(opts.dead_letter),
         RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live,
-                          state=partial(ActivityState, opts.publish_stage)),
+                          state=partial(ActivityState, opts.stage_at)),
         partitions=opts.song_partitions,
         k_max=opts.top_k,
         run_token=token,

@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rankflow.cli import main
+from rankflow.connectors import redis_activity
 from rankflow.connectors.activity_read import ActivityReader, NoCount, NoSnapshot
 from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.connectors.source_batch import STOP
@@ -145,9 +146,10 @@ def _catch(fn: Any, opts: RunOptions, failure: list[BaseException]) -> None:
         failure.append(exc)
 
 
-def test_every_snapshot_is_the_model_of_its_input(redis_url, redis_client, tmp_path):
+def test_every_snapshot_is_the_model_of_its_input(redis_url, redis_client, tmp_path, monkeypatch):
     """Per snapshot: the published watermark and global top are the model's over the input before
     its positions (WINDOWS.md 6), however the barriers cut it."""
+    monkeypatch.setattr(redis_activity, "STAGE_EVERY_S", 0.0)  # stage every large snapshot
     rnd = random.Random(7)
     log = [("w%d" % rnd.randrange(3), "c%d" % rnd.randrange(5), "u%d" % rnd.randrange(4),
             rnd.randrange(0, 40) * 20_000) for _ in range(300)]
@@ -177,7 +179,8 @@ ids = st.sampled_from(["a", "b", "é", "a!", "🎉"])
                     min_size=1, max_size=60),
        count=st.sampled_from(["messages", "users"]), partitions=st.integers(1, 3),
        stage=st.sampled_from([0, 1, 3, 2000]))
-def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, log, count, partitions, stage):
+def test_random_logs_match_the_model(redis_url, redis_client, tmp_path, log, count, partitions, stage, monkeypatch):
+    monkeypatch.setattr(redis_activity, "STAGE_EVERY_S", 0.0)  # stage every large snapshot
     out = run_activity(redis_url, tmp_path, [line(*e) for e in log], bucket_seconds=60, window_buckets=3,
                        count=count, song_partitions=partitions, read_chunk_bytes=256, publish_stage=stage)
     model = run_model((("p", off, e) for off, e in enumerate(log)), 60_000, 3, count == "users")

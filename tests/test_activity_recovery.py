@@ -113,6 +113,7 @@ def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, t
                "--publish-stage", stage]
     if compact_bytes is not None:
         monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
+    monkeypatch.setenv("RANKFLOW_STAGE_EVERY_S", "0")  # with --publish-stage 40: every large snapshot staged
 
     def progress() -> int:
         snap = read_latest(redis_client, ns)

@@ -87,7 +87,7 @@ def test_staged_publishes_store_what_one_script_would(redis_client, redis_url, s
     read exist (nothing staged is left)."""
     ns, token, generation = start(redis_client, "t-" + uuid.uuid4().hex[:12])
     model: Counts = {}
-    pub = Publisher(redis_url, ns, token, generation, state=ActivityState(stage_at=stage_at))
+    pub = Publisher(redis_url, ns, token, generation, state=ActivityState(stage_at=stage_at, stage_every_s=0))
     try:
         for epoch, (full, changed) in enumerate(steps, 1):
             full = full or epoch == 1
@@ -127,7 +127,7 @@ def test_readers_see_whole_snapshots_while_large_ones_are_staged(redis_client, r
         reader.client.close()
 
     thread = threading.Thread(target=read)
-    pub = Publisher(redis_url, ns, token, generation, state=ActivityState(stage_at=7))
+    pub = Publisher(redis_url, ns, token, generation, state=ActivityState(stage_at=7, stage_every_s=0))
     try:
         thread.start()
         for epoch in range(1, epochs + 1):
@@ -144,7 +144,7 @@ def test_readers_see_whole_snapshots_while_large_ones_are_staged(redis_client, r
 def test_a_staging_cut_short_is_invisible_and_the_next_execution_clears_it(redis_client, redis_url, namespace):
     ns, token, generation = start(redis_client, namespace)
     k = Keys(ns, generation)
-    first = Publisher(redis_url, ns, token, generation, state=ActivityState(stage_at=1))
+    first = Publisher(redis_url, ns, token, generation, state=ActivityState(stage_at=1, stage_every_s=0))
     try:
         assert first.publish(snap(token, 1, {"A": {"x": 1, "y": 2}}, full=True)) == 1
     finally:
@@ -168,7 +168,7 @@ def test_a_staging_cut_short_is_invisible_and_the_next_execution_clears_it(redis
 
 def test_a_fenced_run_cannot_stage(redis_client, redis_url, namespace):
     ns, token, generation = start(redis_client, namespace)
-    old = Publisher(redis_url, ns, token, generation, state=ActivityState(stage_at=1))
+    old = Publisher(redis_url, ns, token, generation, state=ActivityState(stage_at=1, stage_every_s=0))
     try:
         assert old.publish(snap(token, 1, {"A": {"x": 1}}, full=True)) == 1
         newer = new_run_token(redis_client, ns)
@@ -178,3 +178,12 @@ def test_a_fenced_run_cannot_stage(redis_client, redis_url, namespace):
     finally:
         old.close()
     assert held(redis_client, ns, generation) == {"A": {"x": 1}}
+
+
+def test_a_bounded_replay_stores_each_snapshot_in_one_script_unless_told():
+    """Staging is for readers of a live run; ``--until-eof`` only catches up (``RunOptions.stage_at``)."""
+    from rankflow.options import RunOptions
+
+    assert RunOptions(input="jsonl:x", flow="activity").stage_at == 2_000
+    assert RunOptions(input="jsonl:x", flow="activity", until_eof=True).stage_at == 0
+    assert RunOptions(input="jsonl:x", flow="activity", until_eof=True, publish_stage=5).stage_at == 5

@@ -226,7 +226,7 @@ def activity_publish_and_read(client: redis.Redis, url: str, namespace: str) -> 
     assert reader.global_top(5)["snapshot_id"] == snapshot_id(token, 4)
     assert {m.decode() for m in client.smembers(Keys(ns, generation).workspaces)} == {"A"}
 
-    staged = Publisher(url, ns, token, generation, state=ActivityState(stage_at=1))  # every snapshot staged
+    staged = Publisher(url, ns, token, generation, state=ActivityState(stage_at=1, stage_every_s=0))  # every snapshot staged
     try:
         assert staged.publish(activity_snap(token, 5, {"A": {"x": 4}, "D": {"d": 1, "e": 2}}, full=True)) == 1
         assert staged.publish(activity_snap(token, 6, {"A": {"x": 0}, "D": {"f": 3}})) == 1  # A left empty

@@ -73,7 +73,6 @@ import redis
 
 from rankflow.bench.activity_baseline import (BUCKET_MS, WINDOW_BUCKETS, BaselineKeys, BaselineReader, read_clock,
                                               read_positions)
-from rankflow.connectors.activity_staging import STAGE_BUDGET
 from rankflow.bench.rig import Rig, _cpu_seconds, flush_redis, slowlog_by_command, slowlog_reset, used_memory
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic, reliable_producer
 from rankflow.connectors.redis_generations import current_generation
@@ -109,7 +108,7 @@ class ActivityBenchConfig:
     queries_rate: int = 1_000
     queries_s: float = 60.0  # a minute with traffic: one bucket leaves the window during each query's load
     queries_traffic: int = 2_000
-    publish_stage: int = STAGE_BUDGET  # the flow's --publish-stage
+    publish_stage: int | None = None  # the flow's --publish-stage (None: its default)
     memory_pairs: int = 1_000_000
     memory_workspaces: int = 1_000
     memory_churn: int = 3
@@ -200,7 +199,7 @@ class Queries:
     rate: int = 0
     seconds: float = 0.0
     traffic_rate: int = 0
-    publish_stage: int = 0  # the flow's --publish-stage
+    publish_stage: int | None = None  # the flow's --publish-stage (None: its default, 2000 live)
     workspaces_asked: int = 0
     phases: dict[str, dict[str, Latency]] = field(default_factory=dict)  # phase -> query -> latency
     cpu_cores: dict[str, dict[str, float]] = field(default_factory=dict)
@@ -672,7 +671,8 @@ class ActivityBench:
         return [sys.executable, "-m", "rankflow.cli", "run", "--flow", "activity",
                 "--input", f"kafka:{self.brokers}/{topic}", "--redis", self.redis_url, "--namespace", namespace,
                 "--dead-letter", f"jsonl:{self.work / (namespace + '.dead.jsonl')}",
-                "--publish-stage", str(self.cfg.publish_stage), *extra]
+                *(("--publish-stage", str(self.cfg.publish_stage)) if self.cfg.publish_stage is not None else ()),
+                *extra]
 
     def baseline_cmd(self, topic: str, prefix: str, *extra: str) -> list[str]:
         return [sys.executable, "-m", "rankflow.bench.activity_baseline", "--brokers", self.brokers, "--topic", topic,
@@ -1895,8 +1895,9 @@ def add_parser(sub: Any) -> None:
                         "(default: %(default)s)")
     p.add_argument("--queries-traffic", type=int, default=d.queries_traffic,
                    help="events/s flowing in during the first phase (default: %(default)s)")
-    p.add_argument("--publish-stage", type=int, default=d.publish_stage,
-                   help="the flow's --publish-stage (0: every snapshot in one Redis call; default: %(default)s)")
+    p.add_argument("--publish-stage", type=int, default=None,
+                   help="the flow's --publish-stage (0: every snapshot in one Redis call; default: the flow's, "
+                        "2000 in a live run, 0 with --until-eof)")
     p.add_argument("--memory-pairs", type=int, default=d.memory_pairs,
                    help="active (workspace, channel) pairs (default: %(default)s)")
     p.add_argument("--memory-workspaces", type=int, default=d.memory_workspaces,
