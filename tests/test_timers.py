@@ -96,20 +96,7 @@ def test_lazy_timers_fire_exactly_the_idle_playbacks(steps, idle_ms):
                 records[u], verdict = apply_event(r, r[1], r[2], r[0], "TIMEOUT", clock, idle_ms)
                 assert verdict == "timed_out"
             continue
-        rec = records.get(user)
-        if kind == START:
-            versions[user] = versions.get(user, 0) + 1
-            v = versions[user]
-            pb = f"{user}{v}"
-        elif rec is None:
-            continue
-        else:
-            v, pb = rec[0], rec[1]
-        new, _ = apply_event(rec, pb, "s", v, kind, clock)
-        if new is not None:
-            records[user] = new
-            if kind == START and new[PLAYING] and new is not rec:
-                timers.arm(user, new[LAST_ACTIVE] + idle_ms)
+        play(records, versions, timers, user, kind, clock, idle_ms)
 
 
 def test_fired_and_stale_entries_are_dropped():
@@ -163,21 +150,28 @@ def test_timeouts_in_flight_never_leave_a_playback_unarmed(steps, idle_ms):
             assert due <= set(fired) and all(r[LAST_ACTIVE] + idle_ms <= clock for r in fired.values())
             inflight.extend((u, r[1], r[0], clock) for u, r in fired.items())
             continue
-        rec = records.get(user)
-        if kind == START:
-            versions[user] = versions.get(user, 0) + 1
-            v, pb = versions[user], f"{user}{versions[user]}"
-        elif rec is None:
-            continue
-        else:
-            v, pb = rec[0], rec[1]
-        new, _ = apply_event(rec, pb, "s", v, kind, clock)
-        if new is not None:
-            records[user] = new
-            if kind == START and new[PLAYING] and new is not rec:
-                timers.arm(user, new[LAST_ACTIVE] + idle_ms)
+        play(records, versions, timers, user, kind, clock, idle_ms)
     while inflight:
         deliver()
     clock += 10 * idle_ms
     fired = dict(sweep(timers, records, idle_ms, clock))
     assert set(fired) == {u for u, r in records.items() if r[PLAYING]}
+
+
+def play(records: dict, versions: dict[str, int], timers: Timers, user: str, kind: str, clock: int,
+         idle_ms: int) -> None:
+    """A player's event as the user stage applies it: a START begins the user's next playback
+    (and arms its timer when it counts), other events go to the current one."""
+    rec = records.get(user)
+    if kind == START:
+        versions[user] = versions.get(user, 0) + 1
+        v, pb = versions[user], f"{user}{versions[user]}"
+    elif rec is None:
+        return
+    else:
+        v, pb = rec[0], rec[1]
+    new, _ = apply_event(rec, pb, "s", v, kind, clock)
+    if new is not None:
+        records[user] = new
+        if kind == START and new[PLAYING] and new is not rec:
+            timers.arm(user, new[LAST_ACTIVE] + idle_ms)
