@@ -174,7 +174,8 @@ def create_app(settings: Settings) -> FastAPI:
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             boards.drop_422(default_openapi(), [*boards.router.routes, *board_stream.router.routes,
-                                                *activity.router.routes])  # and caches it
+                                                *activity.router.routes, *rankings.router.routes,
+                                                *match_results.router.routes])  # and caches it
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]
