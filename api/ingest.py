@@ -5,15 +5,20 @@ Contract:
 * With an ingest token (``rankflow serve --ingest-token``), a request without
   ``Authorization: Bearer TOKEN`` is refused with ``401`` before its body is read.
   Without one, anyone who can reach the port can write events.
-* The body is one event (a JSON object) or a JSON array of events. A request is
-  checked in this order, and stops at the first failure: size (``413`` as soon as
-  the declared ``Content-Length`` or the bytes read pass the body limit, so at most
-  the limit plus one chunk is ever held), parse, count (at most
-  ``MAX_EVENTS_PER_REQUEST`` events, ``400 too_many``), then every event. Parsing
-  is bounded by the size limit; the count is checked before any event is validated.
-* Every event is validated by the same rules as the flow (SEMANTICS.md section 1).
-  If any is invalid, the answer is ``400`` with a reason per invalid event, and
-  nothing of the request is produced: a client fixes the request and sends it again.
+* The body is one event (a JSON object) or a JSON array of events, declared
+  ``Content-Type: application/json`` (else ``415``: a web page cannot make a browser
+  send that without the service's consent, which it never gives). A request is
+  checked in this order, and stops at the first failure: media type, size (``413``
+  as soon as the declared ``Content-Length`` or the bytes read pass the body limit,
+  so at most the limit plus one chunk is ever held), the array's structure, count (at
+  most ``MAX_EVENTS_PER_REQUEST`` events, ``400 too_many``), then every event. The
+  count is checked before any event is validated.
+* Every event is judged by the flow's own check (``state.events.check_event``, SEMANTICS.md
+  section 1) on its bytes as the client wrote them, which are what is produced: never
+  re-encoded (that would round an integer beyond 64 bits and fail on deep nesting), so
+  ingest accepts an event exactly when the flow would. If any is invalid, the answer is
+  ``400`` with a reason per invalid event, and nothing of the request is produced: a
+  client fixes the request and sends it again.
 * Valid events are produced keyed by ``user_id`` with ``acks=all`` and idempotence.
   The answer is ``202`` only once the broker acknowledged every one of them, with
   the partition and offset of each; a player that gets no ``202`` retries the same

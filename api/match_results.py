@@ -4,14 +4,18 @@ Contract (BOARDS.md section 1; the seed's API table):
 
 * The body is one result ``{game_id, player_id, points, played_at, sig}`` or a JSON
   array of them (the players of one match, at most ``MAX_RESULTS_PER_REQUEST``). The
-  path names the match: each result gets ``match_id`` from it, and one whose body
-  holds another ``match_id`` is refused (``match_id_mismatch``). Every result is
-  stamped with ``received_at``, the server's clock in ms when the request was
-  checked (one value for the whole request; a ``received_at`` in the body is
-  replaced). Other fields are kept and ignored, as the flow does.
-* Each result passes BOARDS.md checks 1 to 6 (``invalid_json``, ``not_an_object``,
-  ``missing_field``, ``wrong_type``, ``out_of_range``, ``bad_signature`` when the
-  service has a signing key: ``--signing-key`` / ``$RANKFLOW_SIGNING_KEY``), and
+  path names the match, any id of 1 to 64 characters (``/`` too, as is or ``%2F``:
+  the route takes the whole path up to its last ``/result``): each result gets
+  ``match_id`` from it, and one whose body holds another ``match_id`` is refused
+  (``match_id_mismatch``). Every result is stamped with ``received_at``, the server's
+  clock in ms when the request was checked (one value for the whole request; a
+  ``received_at`` in the body is replaced). The stamps are spliced into the result as
+  written (:func:`with_stamps`): other fields reach the topic as sent, and are ignored, as the flow does.
+* Each result, stamped, passes the flow's own checks 1 to 6 (``state.score_events.check_score``
+  on the very bytes produced: ``invalid_json``, ``not_an_object``, ``missing_field``,
+  ``wrong_type``, ``out_of_range``, ``bad_signature`` when the service has a signing
+  key: ``--signing-key`` / ``$RANKFLOW_SIGNING_KEY``), so ingest accepts a result
+  exactly when the flow's checks would, and
   check 8 (``in_future``: played more than 60 s after this receipt), which needs
   nothing but the stamp: a result the flow would dead-letter for sure is refused
   while the match server can still hear about it. Check 7 and duplicates need the
@@ -19,7 +23,7 @@ Contract (BOARDS.md section 1; the seed's API table):
 * ``400 {error, index, reason, detail}`` names the first bad result (``index`` null
   when the body as a whole is wrong: not JSON, empty, too many) and nothing of the
   request is produced. ``401``, ``413``, ``503`` and the ``202`` after the broker
-  acknowledged every result are those of ``POST /events`` (``api.ingest``), with
+  acknowledged every result are those of ``POST /events`` (``api.ingest``, ``415`` too), with
   the score topic of ``--score-kafka``, keyed by ``player_id``.
 """
 
