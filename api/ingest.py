@@ -240,7 +240,7 @@ def refuse_media_type(content_type: str | None) -> JSONResponse | None:
     ask the service (a CORS preflight), which it never grants. So no page can post
     events through a visitor's browser, token or not."""
     media, _, params = (content_type or "").partition(";")
-    charset = params.strip().lower().replace('"', "")
+    charset = params.lower().replace('"', "").replace(" ", "")
     if media.strip().lower() == "application/json" and charset in ("", "charset=utf-8"):
         return None
     return JSONResponse({"error": f"the body must be sent as 'Content-Type: application/json', "

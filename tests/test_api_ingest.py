@@ -215,10 +215,11 @@ def test_ingest_takes_application_json_only(ingest, kafka_brokers):
         del request.headers["Content-Type"]  # none at all
         r = client.send(request)
         assert r.status_code == 415, r.text
-        for accepted in ("application/json; charset=utf-8", "Application/JSON", 'application/json;charset="UTF-8"'):
+        for accepted in ("application/json; charset=utf-8", "Application/JSON", 'application/json;charset="UTF-8"',
+                         "application/json ; charset = utf-8"):
             r = client.post(route, content=body, headers={"Content-Type": accepted})
             assert r.status_code == 202, (route, accepted, r.text)
-    assert len(read_topic(kafka_brokers, topic)) == 3 and len(read_topic(kafka_brokers, scores)) == 3
+    assert len(read_topic(kafka_brokers, topic)) == 4 and len(read_topic(kafka_brokers, scores)) == 4
 
 
 # -- match ids of any characters ---------------------------------------------------------------
