@@ -529,7 +529,7 @@ def cmd_bench_boards(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.namespace)).read()
+    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.redis, args.namespace)).read()
     snap = reading.snapshot
     if snap is None:
         print(f"rankflow: {reading.problem}; no earlier ranking cached", file=sys.stderr)
