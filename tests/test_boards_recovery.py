@@ -152,7 +152,8 @@ def test_a_resume_must_keep_its_signing_key(tmp_path, redis_url, redis_client, n
 
     other = bytes.fromhex("cd" * 32)
     for how, extra, env in (("dropped", [], {}), ("changed", ["--signing-key", other.hex()], {}),
-                            ("changed", [], {"RANKFLOW_SIGNING_KEY": other.hex()})):
+                            ("changed", [], {"RANKFLOW_SIGNING_KEY": other.hex()}),
+                            ("dropped", ["--processes", "2"], {})):  # refused before the processes start
         r = subprocess.run([*command, *extra], capture_output=True, text=True, timeout=120, env={**os.environ, **env})
         assert r.returncode == 2, (how, r.stderr)
         assert r.stderr.count("\n") == 1 and "signing key" in r.stderr and how in r.stderr, r.stderr
