@@ -18,11 +18,10 @@ from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.generate import Chaos, generate
-from rankflow.generate_messages import generate_messages
-from rankflow.generate_scores import generate_scores
 from rankflow.options import FLOWS, RunOptions
 from rankflow.services import free_port
 from tests.events import ranking
+from tests.flow_logs import LOGS
 from tests.model import model_of_lines, read_lines
 
 
@@ -122,13 +121,6 @@ def test_metrics_of_a_live_run(tmp_path, redis_url, redis_client, namespace):
     assert m[("rankflow_publish_latency_seconds_count", ())] > 0
     assert len([k for k in m if k[0] == "rankflow_partition_lag_seconds"]) == 16
 
-
-LOGS = {
-    "listeners": lambda out: generate(users=300, songs=40, events=3_000, seed=9, out=out),
-    "boards": lambda out: generate_scores(players=200, games=2, events=2_000, seed=9, out=out),
-    "activity": lambda out: generate_messages(2_000, seed=9, out=out),
-}
-"""A small log of each flow."""
 
 GAUGES = {
     "listeners": {"rankflow_counted_users": lambda d, _: d["counted_users"],
