@@ -1,7 +1,7 @@
 """``rankflow rebuild``: replay the input into a new generation, check it, switch readers.
 
-Readers keep the current generation until the switch, which is one atomic script
-that also removes the old generation. A live run still publishing into the old
+Readers keep the current generation until the switch, which is one atomic script;
+every key of the old generation is removed after it (``redis_generations``). A live run still publishing into the old
 generation stops at its next publish (``GenerationSwitched``).
 
 A rebuild switches only a ranking that is complete and sound:
