@@ -459,6 +459,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     took = time.perf_counter() - started
     print(f"produced {result.messages} messages to {endpoint} ({result.partitions} partitions) in {took:.1f}s, "
           f"{result.messages / max(took, 1e-9):,.0f}/s, all acknowledged", file=sys.stderr)
+    if result.unkeyed:
+        print(f"rankflow: {result.unkeyed} of {result.messages} lines had no string {args.key_field}: produced "
+              "unkeyed (the empty key)", file=sys.stderr)
     return 0
 
 
@@ -541,7 +544,7 @@ def cmd_bench_boards(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.namespace)).read()
+    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.redis, args.namespace)).read()
     snap = reading.snapshot
     if snap is None:
         print(f"rankflow: {reading.problem}; no earlier ranking cached", file=sys.stderr)

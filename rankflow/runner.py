@@ -42,8 +42,9 @@ from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS
 from rankflow.operators.user_stage import SweeperConfig
-from rankflow.options import RunOptions, ServiceError, redacted
-from rankflow.recovery import recovery_config, resumes_from_recovery, user_changelog, window_changelog
+from rankflow.options import SIGNING_KEY_ENV, RunOptions, ServiceError, redacted
+from rankflow.recovery import (check_resumable, recovery_config, resumes_from_recovery, user_changelog,
+                               window_changelog)
 from rankflow.services import free_port
 
 log = logging.getLogger("rankflow.run")
@@ -69,6 +70,14 @@ def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, so
     if opts.flow == "activity":
         return activity_flow(opts, token, generation, live, source)
     return listener_flow(opts, token, generation, live, source)
+
+
+def warn_unchecked(opts: RunOptions) -> None:
+    """A boards run without a signing key counts every result as its match server sent it:
+    say so once at start, as ``serve`` does for an ingest without a token."""
+    if opts.flow == "boards" and opts.signing_key is None:
+        log.warning("no signing key: results' signatures are not checked, anyone who can write to the input can "
+                    "post scores; set --signing-key or $%s", SIGNING_KEY_ENV)
 
 
 def must_republish(client: redis.Redis, opts: RunOptions, generation: int, fresh: bool) -> bool:
@@ -151,8 +160,11 @@ def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
 def run(opts: RunOptions) -> dict[str, Any] | None:
     """Run the flow live; with ``until_eof`` return the final published snapshot."""
     opts.check()
+    check_resumable(opts)  # before any process starts: another input, layout or key is a usage error
     if opts.processes > 1:
         return _run_local_processes(opts)
+    if opts.process_id in (None, 0):  # one line per run, not per process
+        warn_unchecked(opts)
     tune_gc()
     fresh = not resumes_from_recovery(opts.recovery_dir)
     recovery = recovery_config(opts)  # first: a directory of another input or layout is a usage error
