@@ -29,6 +29,7 @@ _FLAT = re.compile(rb'[ \t\n\r]*\{(?:[^"\[\]{}]++|' + _STRING + rb')*+\}', re.S)
 """An object holding no container, the common event: skipped in one match."""
 _KEY = re.compile(rb'[ \t\n\r]*(' + _STRING + rb')[ \t\n\r]*:', re.S)
 _CLOSE = {ord("["): ord("]"), ord("{"): ord("}")}
+_BRACKETS = re.compile(rb'(?:[^"\[\]{}]++|' + _STRING + rb')*+(.)', re.S)
 
 
 def value_end(text: bytes, pos: int) -> int:
@@ -140,3 +141,24 @@ def member_value(text: bytes, field: str) -> bytes | None:
     if found is None:
         return None
     return found[_KEY.match(found).end():].strip(WHITESPACE)
+
+
+def nesting_depth(text: bytes) -> int:
+    """How deep containers nest in ``text`` (strings skipped; exact for valid JSON).
+
+    >>> nesting_depth(b'{"a": [1, {"b": "[[["}]}'), nesting_depth(b'7')
+    (3, 0)
+    """
+    depth = deepest = pos = 0
+    end = len(text)
+    while pos < end:
+        found = _BRACKETS.match(text, pos)
+        if found is None:
+            return deepest
+        c = text[found.end() - 1]
+        if c == 0x22:  # a string that never ends: nothing more to count
+            return deepest
+        depth += 1 if c in _CLOSE else -1
+        deepest = max(deepest, depth)
+        pos = found.end()
+    return deepest

@@ -242,3 +242,27 @@ def test_match_ids_of_any_characters_can_be_posted(ingest, kafka_brokers):
     assert (r.status_code, r.json()["reason"]) == (400, "out_of_range"), "an empty id is one too short"
     got = {json.loads(value)["player_id"]: json.loads(value)["match_id"] for _, value in read_topic(kafka_brokers, scores)}
     assert got == {f"p{n}": match for n, match in enumerate(ids.values())}
+
+
+def at_stack_depth(frames: int, call):
+    """``call()`` from ``frames`` Python frames deeper: as from inside the HTTP service."""
+    return call() if frames == 0 else at_stack_depth(frames - 1, call)
+
+
+def test_the_exact_readings_verdict_does_not_depend_on_the_callers_stack():
+    """A number only the standard library reads (``1e400``, beyond a double) or an integer
+    orjson rounds, beside deep nesting: accepted up to orjson's depth (1024), refused
+    beyond it, by the flows and by ingest, however deep the caller's stack is."""
+    now = time.time_ns() // 1_000_000
+    for depth, accepted in ((900, True), (1023, True), (1024, False)):  # the object adds one level
+        result = b'{"game_id": "g1", "player_id": "ana", "points": 5, "played_at": 1, "x": 1e400, "d": %s' % (
+            nested(depth))
+        event = EVENT.replace(b'"version": 1', b'"version": 18446744073709551617') + b', "d": ' + nested(depth)
+        for frames in (0, 300, 600):
+            stamped = result + b', "match_id": "m1", "received_at": %d}' % now
+            assert at_stack_depth(frames, lambda: score_flow_accepts(stamped)) == accepted, (depth, frames)
+            records, refusal = at_stack_depth(frames, lambda: check_results(result + b"}", "m1", None, now))
+            assert (refusal is None) == accepted, (depth, frames, refusal)
+            if depth < 1024:  # orjson reads the event; its version is read exactly
+                assert at_stack_depth(frames, lambda: flow_accepts(event + b"}")), (depth, frames)
+                assert not at_stack_depth(frames, lambda: check_events(event + b"}"))[1], (depth, frames)
