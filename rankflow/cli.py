@@ -29,6 +29,7 @@ from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, 
                               DEFAULT_USER_SHARDS, FLOWS, SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError,
                               default_redis_url, redacted)
 from rankflow import cli_activity, cli_boards
+from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
 from rankflow.bench import activity as bench_activity
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
@@ -239,6 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--ingest-token", metavar="TOKEN",
                     help=f"POST /events and /matches need 'Authorization: Bearer TOKEN' (default: "
                          f"${INGEST_TOKEN_ENV}; without either, ingest is open)")
+    sv.add_argument("--header-timeout-ms", type=_positive, default=DEFAULT_HEADER_TIMEOUT_MS, metavar="MS",
+                    help="a request head (request line and headers) must arrive within MS of the connection's "
+                         "start or the previous answer, else 408 and the connection closes (default: %(default)s)")
+    sv.add_argument("--body-timeout-ms", type=_positive, default=DEFAULT_BODY_TIMEOUT_MS, metavar="MS",
+                    help="a request body must arrive within MS of its head, else 408 and the connection closes "
+                         "(default: %(default)s)")
+    sv.add_argument("--max-connections", type=_positive, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+                    help="connections served at once (event streams too); a request on one more is answered 503 "
+                         "(default: %(default)s)")
     _add_redis(sv)
 
     bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
@@ -477,13 +487,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from rankflow.api.app import Settings, create_app
     from rankflow.api.ingest import DEFAULT_MAX_BODY_BYTES
+    from rankflow.api.server import server_config
 
     settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=_endpoint("--kafka", args.kafka),
                         score_kafka=_endpoint("--score-kafka", args.score_kafka),
                         signing_key=signing_key(args.signing_key, os.environ),
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-                        ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index)
+                        ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index,
+                        body_timeout_ms=args.body_timeout_ms)
     tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
     app = create_app(settings)
 
@@ -495,8 +507,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             app.state.stopping.set()
             super().handle_exit(sig, frame)
 
-    Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=args.access_log,
-                          timeout_graceful_shutdown=5)).run()
+    Server(server_config(app, args.host, args.port, args.header_timeout_ms, args.max_connections, log_level="info",
+                         access_log=args.access_log, timeout_graceful_shutdown=5)).run()
     return 0
 
 
