@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import abstractmethod
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Generic, TypeVar
 
@@ -56,10 +57,13 @@ class SourceBatch:
     ``epoch`` is filled in by the flow's epoch-stamping step right after the input
     (see ``operators.parse.stamp_epoch``); sources leave it at 0. ``read_at`` (Unix
     seconds) is when the records were read: snapshots report how far behind it
-    each song partition was.
+    each song partition was. ``refused`` are records the source could not read at all, as
+    ``(offset, detail, raw)``: a JSON Lines line over ``--max-line-bytes``, which the parser
+    dead-letters as ``invalid_json``; their offsets are among ``[start, end)`` but not in
+    :meth:`offsets`.
     """
 
-    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "read_at", "quiet_s")
+    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "read_at", "quiet_s", "refused")
 
     def __init__(
         self,
@@ -77,6 +81,7 @@ class SourceBatch:
         self.epoch = 0
         self.read_at = time.time()
         self.quiet_s = 0.0  # how long the partition has had no records (set by BarrierPartition; 0 with records)
+        self.refused: Sequence[tuple[int, str, bytes]] = ()
 
     def offsets(self) -> range | list[int]:
         """Offset of each record: contiguous unless the source gave them (Kafka gaps)."""
