@@ -21,7 +21,7 @@ from typing import NamedTuple
 from bytewax.inputs import FixedPartitionedSource
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
 
-from rankflow.connectors.source_batch import BarrierPartition, PositionOutOfRange, SourceBatch
+from rankflow.connectors.source_batch import BarrierPartition, InputChanged, PositionOutOfRange, SourceBatch
 from rankflow.operators.metrics import METRICS
 from rankflow.state.events import DeadLetter
 
@@ -90,9 +90,10 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
         """The bytes held of the incomplete last line: at most the cap (between reads)."""
         return sum(map(len, self._parts))
 
-    def _truncated_or_replaced(self, where: str, found: str, advice: str) -> PositionOutOfRange:
+    def _truncated_or_replaced(self, where: str, found: str, advice: str,
+                               error: type[PositionOutOfRange] = InputChanged) -> PositionOutOfRange:
         """The one error for a file that is no longer the one its position was read from."""
-        return PositionOutOfRange(f"jsonl {self._path}: {where} line {self._pos.line} (byte {self._pos.byte}), but "
+        return error(f"jsonl {self._path}: {where} line {self._pos.line} (byte {self._pos.byte}), but "
                                   f"{found} (was it truncated or replaced?): {advice}")
 
     def _check_resume(self) -> None:
@@ -108,7 +109,7 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
         self._file.close()
         raise self._truncated_or_replaced(
             "the recovery state resumes at", f"the file has {size} bytes{'' if byte > size else ' and no line ends there'}",
-            "start over with an empty --recovery-dir, or give the file the state came from")
+            "start over with an empty --recovery-dir, or give the file the state came from", PositionOutOfRange)
 
     def _check_unchanged(self) -> None:
         """What was read is still the file's beginning, and (followed) the path still names this file.

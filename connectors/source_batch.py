@@ -51,6 +51,21 @@ class PositionOutOfRange(RuntimeError):
     """
 
 
+class InputChanged(PositionOutOfRange):
+    """The input is no longer what the run read: a followed file truncated, replaced or removed.
+
+    Raised by a partition's :meth:`~BarrierPartition.read`, it does not leave the source:
+    an exception out of a source panics in Bytewax's runtime (a Rust backtrace on stderr).
+    The partition ends instead and stops the run as a graceful stop does (:data:`STOP`: the
+    last barrier of what was read is published, nothing after the change is counted), and
+    the run then fails with this error (:data:`FAILED`, raised by ``execution.execute``).
+    """
+
+
+FAILED: list[InputChanged] = []
+"""The :class:`InputChanged` errors that ended partitions of this execution, cleared at every start."""
+
+
 class SourceBatch:
     """Raw records ``[start, end)`` of one source partition.
 
@@ -136,6 +151,10 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
                 here = self.empty_batch()
                 ENDS[here.partition] = here.end
                 raise
+            except InputChanged as exc:  # not the end of the input (no ENDS): the run stops, then fails
+                FAILED.append(exc)
+                STOP.set()
+                raise StopIteration from None
         except StopIteration:
             if not self._epoch_open:
                 raise
