@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rankflow.connectors.activity_staging import STAGE_BUDGET
+from rankflow.connectors.jsonl import MAX_LINE_BYTES
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
@@ -102,6 +103,9 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
     p.add_argument("--workers", type=_positive, default=1, metavar="N")
     p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
                    help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
+    p.add_argument("--max-line-bytes", type=_positive, default=MAX_LINE_BYTES, metavar="N",
+                   help="JSON Lines input: a longer line is not read but dead-lettered as invalid_json "
+                        "(default: %(default)s, 1 MiB)")
     p.add_argument("--recovery-dir", metavar="DIR",
                    help="keep state and input positions here at every barrier and resume from them")
     p.add_argument("--user-shards", type=int, default=DEFAULT_USER_SHARDS, metavar="N",
@@ -389,6 +393,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
+        max_line_bytes=args.max_line_bytes,
         hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
         split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
         bucket_seconds=args.bucket_seconds, window_buckets=args.window_buckets, count=args.count,

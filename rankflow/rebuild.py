@@ -63,7 +63,7 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
     client = connect_redis(opts.redis_url)
     try:
         source = make_source(opts.input, follow=False, chunk_bytes=opts.read_chunk_bytes,
-                             whole_history=from_start)
+                             whole_history=from_start, max_line_bytes=opts.max_line_bytes)
         token = new_run_token(client, opts.redis_namespace)
         old, new = current_generation(client, opts.redis_namespace), token  # tokens are unique, so generations are
         flow = build_dataflow(opts, token, new, live=False, source=source, fresh=from_start,

@@ -170,7 +170,8 @@ def run(opts: RunOptions) -> dict[str, Any] | None:
     recovery = recovery_config(opts)  # first: a directory of another input or layout is a usage error
     if opts.metrics_port is not None:
         METRICS.serve(opts.metrics_port + (opts.process_id or 0), opts.metrics_host)
-    source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
+    source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes,
+                         max_line_bytes=opts.max_line_bytes)
     client = connect_redis(opts.redis_url)
     try:
         token, generation = join_run(client, opts.redis_namespace, opts.run_id or uuid.uuid4().hex, fresh=fresh)
