@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import logging
 import os
+import signal
 import sys
 import time
 from collections.abc import Mapping
@@ -508,13 +509,28 @@ def cmd_serve(args: argparse.Namespace) -> int:
         """Tells the app at Ctrl-C, so open event streams (the dashboard) end at once
         instead of keeping the shutdown waiting for every browser to go away."""
 
+        stopped_by: int | None = None
+
         def handle_exit(self, sig: int, frame: Any) -> None:
+            self.stopped_by = self.stopped_by or sig
             app.state.stopping.set()
             super().handle_exit(sig, frame)
 
-    Server(server_config(app, args.host, args.port, args.header_timeout_ms, args.max_connections, log_level="info",
-                         access_log=args.access_log, timeout_graceful_shutdown=5)).run()
-    return 0
+    server = Server(server_config(app, args.host, args.port, args.header_timeout_ms, args.max_connections,
+                                  log_level="info", access_log=args.access_log, timeout_graceful_shutdown=5))
+    previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # what uvicorn raises again at the end
+    try:
+        server.run()
+    except KeyboardInterrupt:  # uvicorn raises the signal it stopped for again, once it has shut down ...
+        pass
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    if server.stopped_by is None:
+        return 0
+    # ... but whether that reaches us depends on the handler it restores (asyncio's, or an ignored
+    # SIGINT inherited from the parent): the status comes from the signal itself, 130 for Ctrl-C.
+    print("rankflow: interrupted", file=sys.stderr)
+    return 128 + server.stopped_by
 
 
 def cmd_bench(args: argparse.Namespace) -> int:

@@ -188,12 +188,22 @@ def test_the_service_follows_the_count_table_through_changes_gaps_and_loss(redis
     asyncio.run(scenario())
 
 
-def test_ctrl_c_stops_the_service_while_a_stream_is_open(redis_url, namespace):
-    """An open event stream (a dashboard left open) must not hold the shutdown."""
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+@pytest.mark.parametrize("stop, status, inherited", [
+    (signal.SIGINT, 130, None),
+    (signal.SIGINT, 130, _ignore_sigint),  # started as `rankflow serve &` from a script: SIGINT ignored at exec
+    (signal.SIGTERM, 143, None),
+], ids=["ctrl-c", "ctrl-c-of-a-background-job", "sigterm"])
+def test_ctrl_c_stops_the_service_while_a_stream_is_open(redis_url, namespace, stop, status, inherited):
+    """An open event stream (a dashboard left open) must not hold the shutdown, and the exit
+    status says which signal stopped the service, whatever the signal's inherited disposition."""
     port = free_port()
     server = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--port", str(port),
                                "--redis", redis_url, "--namespace", namespace],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, preexec_fn=inherited)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 30
@@ -214,9 +224,10 @@ def test_ctrl_c_stops_the_service_while_a_stream_is_open(redis_url, namespace):
 
         threading.Thread(target=listen, daemon=True).start()
         assert opened.wait(10)
-        server.send_signal(signal.SIGINT)
+        server.send_signal(stop)
         _, stderr = server.communicate(timeout=15)
-        assert server.returncode == 130, stderr.decode()  # Ctrl-C, as for `rankflow run`
+        assert server.returncode == status, stderr.decode()  # as for `rankflow run`
+        assert stderr.decode().splitlines()[-1] == "rankflow: interrupted"
         assert b"Exception in ASGI application" not in stderr
     finally:
         if server.poll() is None:
