@@ -7,6 +7,7 @@
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 from bytewax.inputs import Source
@@ -14,7 +15,9 @@ from bytewax.outputs import Sink
 
 from rankflow.connectors.jsonl import CHUNK_BYTES, JsonlDeadLetterSink, JsonlSource
 from rankflow.connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
-from rankflow.options import ServiceError, UsageError
+from rankflow.options import ServiceError, UsageError, check_input_file, check_output_file
+
+ENDPOINT_KINDS = "use jsonl:PATH or kafka:HOST:PORT/TOPIC"
 
 
 def split_endpoint(uri: str, option: str) -> tuple[str, str]:
@@ -24,22 +27,60 @@ def split_endpoint(uri: str, option: str) -> tuple[str, str]:
     return kind, rest
 
 
+def check_input(uri: str) -> tuple[str, str]:
+    """``--input``'s kind and target, once the target is usable: a readable file, or a topic address."""
+    kind, target = split_endpoint(uri, "--input")
+    if kind == "jsonl":
+        check_input_file(target, "--input")
+    elif kind == "kafka":
+        _kafka_endpoint(target, "--input")
+    else:
+        raise UsageError(f"unknown input kind {kind!r}: {ENDPOINT_KINDS}")
+    return kind, target
+
+
+def check_dead_letter(uri: str) -> tuple[str, str]:
+    """``--dead-letter``'s kind and target, once the target is usable: a file that can be
+    written, or a topic address (whether the broker answers is known when the sink is made)."""
+    kind, target = split_endpoint(uri, "--dead-letter")
+    if kind == "jsonl":
+        check_output_file(target, "--dead-letter")
+    elif kind == "kafka":
+        _kafka_endpoint(target, "--dead-letter")
+    else:
+        raise UsageError(f"unknown dead-letter kind {kind!r}: {ENDPOINT_KINDS}")
+    return kind, target
+
+
+def check_endpoints(input_uri: str, dead_letter_uri: str) -> None:
+    """Both endpoints of a run are usable, and the dead letters would not overwrite the input.
+
+    A run or a rebuild checks this before it touches Redis: a mistaken second command on
+    a namespace must fail on its own, not after claiming the namespace from a healthy run.
+    """
+    kind, target = check_input(input_uri)
+    dead_kind, dead_target = check_dead_letter(dead_letter_uri)
+    if kind == dead_kind == "jsonl" and os.path.exists(dead_target) and os.path.samefile(target, dead_target):
+        raise UsageError(f"--dead-letter {dead_letter_uri} is the input file: the run would overwrite its input")
+
+
+def _kafka_endpoint(target: str, option: str) -> KafkaEndpoint:
+    try:
+        return KafkaEndpoint.parse(target)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
 def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES, whole_history: bool = False) -> Source:
     """The input's source. ``whole_history``: a fresh Kafka partition must still start at
     offset 0 (a rebuild from the beginning refuses a log that retention cut)."""
-    kind, target = split_endpoint(uri, "--input")
+    kind, target = check_input(uri)
+    if kind == "jsonl":
+        return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes)
     try:
-        if kind == "jsonl":
-            return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes)
-        if kind == "kafka":
-            return KafkaSource(KafkaEndpoint.parse(target), until_eof=not follow, whole_history=whole_history)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
-    except ValueError as exc:
-        raise UsageError(f"--input: {exc}") from None
+        return KafkaSource(KafkaEndpoint.parse(target), until_eof=not follow, whole_history=whole_history)
     except KafkaUnavailable as exc:
         raise ServiceError(str(exc)) from None
-    raise UsageError(f"unknown input kind {kind!r}: use jsonl:PATH or kafka:HOST:PORT/TOPIC")
 
 
 def input_identity(uri: str) -> dict[str, Any]:
@@ -54,14 +95,10 @@ def input_identity(uri: str) -> dict[str, Any]:
 
 
 def make_dead_letter_sink(uri: str) -> Sink:
-    kind, target = split_endpoint(uri, "--dead-letter")
+    kind, target = check_dead_letter(uri)
+    if kind == "jsonl":
+        return JsonlDeadLetterSink(target)
     try:
-        if kind == "jsonl":
-            return JsonlDeadLetterSink(target)
-        if kind == "kafka":
-            return KafkaDeadLetterSink(KafkaEndpoint.parse(target))
-    except ValueError as exc:
-        raise UsageError(f"--dead-letter: {exc}") from None
+        return KafkaDeadLetterSink(KafkaEndpoint.parse(target))
     except KafkaUnavailable as exc:
         raise ServiceError(str(exc)) from None
-    raise UsageError(f"unknown dead-letter kind {kind!r}: use jsonl:PATH or kafka:HOST:PORT/TOPIC")

@@ -64,7 +64,10 @@ def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
     if opts.recovery_dir is None:
         return None
     path = Path(opts.recovery_dir)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, or no permission: before the run claims anything
+        raise UsageError(f"--recovery-dir: cannot use {path} as a directory: {exc.strerror}") from None
     wanted = recorded(opts)
     layout_file = path / LAYOUT_FILE
     if not any(path.glob("part-*.sqlite3")):
