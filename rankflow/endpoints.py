@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 import os
-from typing import Any
+from typing import Any, Callable
 
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
@@ -29,26 +29,23 @@ def split_endpoint(uri: str, option: str) -> tuple[str, str]:
 
 def check_input(uri: str) -> tuple[str, str]:
     """``--input``'s kind and target, once the target is usable: a readable file, or a topic address."""
-    kind, target = split_endpoint(uri, "--input")
-    if kind == "jsonl":
-        check_input_file(target, "--input")
-    elif kind == "kafka":
-        _kafka_endpoint(target, "--input")
-    else:
-        raise UsageError(f"unknown input kind {kind!r}: {ENDPOINT_KINDS}")
-    return kind, target
+    return _check_endpoint(uri, "--input", "input", check_input_file)
 
 
 def check_dead_letter(uri: str) -> tuple[str, str]:
     """``--dead-letter``'s kind and target, once the target is usable: a file that can be
     written, or a topic address (whether the broker answers is known when the sink is made)."""
-    kind, target = split_endpoint(uri, "--dead-letter")
+    return _check_endpoint(uri, "--dead-letter", "dead-letter", check_output_file)
+
+
+def _check_endpoint(uri: str, option: str, what: str, check_file: Callable[[str, str], None]) -> tuple[str, str]:
+    kind, target = split_endpoint(uri, option)
     if kind == "jsonl":
-        check_output_file(target, "--dead-letter")
+        check_file(target, option)
     elif kind == "kafka":
-        _kafka_endpoint(target, "--dead-letter")
+        _kafka_endpoint(target, option)
     else:
-        raise UsageError(f"unknown dead-letter kind {kind!r}: {ENDPOINT_KINDS}")
+        raise UsageError(f"unknown {what} kind {kind!r}: {ENDPOINT_KINDS}")
     return kind, target
 
 

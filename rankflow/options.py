@@ -84,15 +84,10 @@ def check_input_file(path: str, option: str) -> None:
         raise UsageError(f"input file not found: {path}") from None
     except OSError as exc:
         raise UsageError(f"{option}: cannot read {path}: {exc.strerror}") from None
-    if stat.S_ISDIR(mode):
-        raise UsageError(f"{option}: {path} is a directory, not a file")
+    _refuse_directory(mode, path, option)
     if not stat.S_ISREG(mode):
         raise UsageError(f"{option}: {path} is not a regular file")
-    try:
-        with open(path, "rb"):
-            pass
-    except OSError as exc:
-        raise UsageError(f"{option}: cannot read {path}: {exc.strerror}") from None
+    _try_open(path, "rb", option, "read")
 
 
 def check_output_file(path: str, option: str) -> None:
@@ -106,17 +101,24 @@ def check_output_file(path: str, option: str) -> None:
         return
     except OSError as exc:
         raise UsageError(f"{option}: cannot write {path}: {exc.strerror}") from None
+    _refuse_directory(mode, path, option)
+    if stat.S_ISREG(mode):
+        _try_open(path, "ab", option, "write")  # appending nothing changes nothing
+    elif not os.access(path, os.W_OK):  # /dev/null, say: opening a FIFO here would wait for a reader
+        raise UsageError(f"{option}: cannot write {path}: Permission denied")
+
+
+def _refuse_directory(mode: int, path: str, option: str) -> None:
     if stat.S_ISDIR(mode):
         raise UsageError(f"{option}: {path} is a directory, not a file")
-    if not stat.S_ISREG(mode):  # /dev/null, say: opening a FIFO here would wait for a reader
-        if not os.access(path, os.W_OK):
-            raise UsageError(f"{option}: cannot write {path}: Permission denied")
-        return
+
+
+def _try_open(path: str, how: str, option: str, verb: str) -> None:
     try:
-        with open(path, "ab"):
+        with open(path, how):
             pass
     except OSError as exc:
-        raise UsageError(f"{option}: cannot write {path}: {exc.strerror}") from None
+        raise UsageError(f"{option}: cannot {verb} {path}: {exc.strerror}") from None
 
 
 def _check_creatable(path: str, option: str) -> None:
