@@ -3,14 +3,18 @@ SHELL := /bin/bash
 PYTHON ?= $(shell command -v python3.11 || command -v python3.12)
 VENV := .venv
 BIN := $(VENV)/bin
-LOCAL := .local
+LOCAL ?= .local
 SERVICES := $(BIN)/python -m rankflow.services
 REDIS_PORT ?= 6399
 KAFKA_PORT ?= 19092
 REDIS_URL := redis://127.0.0.1:$(REDIS_PORT)/0
 KAFKA := 127.0.0.1:$(KAFKA_PORT)
 
-# make run: the generated log
+# make run: the generated log (in DATA); its own Redis and broker on free ports, in a private
+# folder under LOCAL (removed after a run that succeeded; a failed one keeps the services' logs),
+# so that it gives the same answer every time and leaves alone (never reads, never stops) the
+# services that `make services-start` left running.
+DATA ?= data
 USERS ?= 20000
 SONGS ?= 5000
 EVENTS ?= 200000
@@ -40,14 +44,17 @@ services-stop:
 	@-$(SERVICES) stop redis --dir $(LOCAL)/redis
 
 run: setup
-	@mkdir -p data
-	$(BIN)/rankflow generate --users $(USERS) --songs $(SONGS) --events $(EVENTS) --seed $(SEED) --out data/events.jsonl
-	@trap '$(MAKE) --no-print-directory services-stop' EXIT; \
-	  $(MAKE) --no-print-directory services-start && \
-	  $(BIN)/rankflow produce --input data/events.jsonl --kafka $(KAFKA)/$(TOPIC) --partitions 4 && \
-	  $(BIN)/rankflow run --input kafka:$(KAFKA)/$(TOPIC) --until-eof --redis $(REDIS_URL) \
-	    --dead-letter jsonl:data/dead-letters.jsonl && \
-	  $(BIN)/rankflow top --k 10 --redis $(REDIS_URL)
+	@mkdir -p $(DATA) $(LOCAL)
+	$(BIN)/rankflow generate --users $(USERS) --songs $(SONGS) --events $(EVENTS) --seed $(SEED) --out $(DATA)/events.jsonl
+	@own=$$(mktemp -d $(LOCAL)/run.XXXXXX) && \
+	  trap 'rc=$$?; $(SERVICES) stop tansu --dir "$$own/tansu"; $(SERVICES) stop redis --dir "$$own/redis"; \
+	    [ $$rc -ne 0 ] || rm -rf "$$own"' EXIT && \
+	  redis=$$($(SERVICES) start redis --port 0 --dir "$$own/redis") && \
+	  kafka=$$($(SERVICES) start tansu --port 0 --dir "$$own/tansu") && \
+	  $(BIN)/rankflow produce --input $(DATA)/events.jsonl --kafka $$kafka/$(TOPIC) --partitions 4 && \
+	  $(BIN)/rankflow run --input kafka:$$kafka/$(TOPIC) --until-eof --redis $$redis \
+	    --dead-letter jsonl:$(DATA)/dead-letters.jsonl && \
+	  $(BIN)/rankflow top --k 10 --redis $$redis
 
 test: setup
 	$(BIN)/pytest -q
@@ -89,4 +96,4 @@ bench-recovery: setup
 	$(BIN)/python scripts/measure_recovery.py
 
 clean: services-stop
-	rm -rf $(LOCAL) data .pytest_cache .hypothesis
+	rm -rf $(LOCAL) $(DATA) .pytest_cache .hypothesis

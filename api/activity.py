@@ -26,7 +26,9 @@ gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id
   watermark`` (null without a watermark). The dashboard's activity view reads it.
 
 ``k`` defaults to 10 and must be in 1..K_max (the snapshot's ``k_max``): otherwise, or
-when it is not an integer, ``400 {"error"}``, never clamped. Before the first snapshot
+when it is not an integer, ``400 {"error"}``, never clamped. It is checked before Redis
+does any work for it, against the snapshot the reader holds
+(``connectors.activity_read.check_k_known``): a k out of range reads no channel. Before the first snapshot
 (or while Redis cannot be reached): ``503 {"error"}`` saying which.
 
 **Addressing.** Ids may hold any characters. In a path a workspace id may hold ``/`` (as

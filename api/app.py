@@ -27,7 +27,7 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from rankflow.api import activity, board_stream, boards, dashboard, ingest, match_results, rankings
+from rankflow.api import activity, board_stream, boards, dashboard, ingest, match_results, rankings, server
 from rankflow.api.board_mirror import BoardMirror, MirroredBoards
 from rankflow.api.board_watch import BoardWatch, TopCache
 from rankflow.api.store import SnapshotCache
@@ -53,6 +53,7 @@ class Settings:
     poll_ms: int = 100  # how often the service asks Redis for a newer snapshot
     board_index: str = "redis"  # board queries: "redis" (a script per query) or "memory" (api.board_mirror)
     stale_after_ms: int = 10_000  # a ranking older than this is marked stale
+    body_timeout_ms: int = server.DEFAULT_BODY_TIMEOUT_MS  # a request body must arrive within this of its head (408)
 
 
 class ApiMetrics:
@@ -168,13 +169,15 @@ def create_app(settings: Settings) -> FastAPI:
     app.include_router(board_stream.router)
     app.include_router(activity.router)
     app.include_router(dashboard.router)
-    app.add_middleware(MeasureRequests, metrics=metrics)
+    app.add_middleware(server.BoundedBodies, timeout_s=settings.body_timeout_ms / 1000)
+    app.add_middleware(MeasureRequests, metrics=metrics)  # outside: it counts the 408 of a late body
     default_openapi = app.openapi
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
             boards.drop_422(default_openapi(), [*boards.router.routes, *board_stream.router.routes,
-                                                *activity.router.routes])  # and caches it
+                                                *activity.router.routes, *rankings.router.routes,
+                                                *match_results.router.routes])  # and caches it
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -5,15 +5,20 @@ Contract:
 * With an ingest token (``rankflow serve --ingest-token``), a request without
   ``Authorization: Bearer TOKEN`` is refused with ``401`` before its body is read.
   Without one, anyone who can reach the port can write events.
-* The body is one event (a JSON object) or a JSON array of events. A request is
-  checked in this order, and stops at the first failure: size (``413`` as soon as
-  the declared ``Content-Length`` or the bytes read pass the body limit, so at most
-  the limit plus one chunk is ever held), parse, count (at most
-  ``MAX_EVENTS_PER_REQUEST`` events, ``400 too_many``), then every event. Parsing
-  is bounded by the size limit; the count is checked before any event is validated.
-* Every event is validated by the same rules as the flow (SEMANTICS.md section 1).
-  If any is invalid, the answer is ``400`` with a reason per invalid event, and
-  nothing of the request is produced: a client fixes the request and sends it again.
+* The body is one event (a JSON object) or a JSON array of events, declared
+  ``Content-Type: application/json`` (else ``415``: a web page cannot make a browser
+  send that without the service's consent, which it never gives). A request is
+  checked in this order, and stops at the first failure: media type, size (``413``
+  as soon as the declared ``Content-Length`` or the bytes read pass the body limit,
+  so at most the limit plus one chunk is ever held), the array's structure, count (at
+  most ``MAX_EVENTS_PER_REQUEST`` events, ``400 too_many``), then every event. The
+  count is checked before any event is validated.
+* Every event is judged by the flow's own check (``state.events.check_event``, SEMANTICS.md
+  section 1) on its bytes as the client wrote them, which are what is produced: never
+  re-encoded (that would round an integer beyond 64 bits and fail on deep nesting), so
+  ingest accepts an event exactly when the flow would. If any is invalid, the answer is
+  ``400`` with a reason per invalid event, and nothing of the request is produced: a
+  client fixes the request and sends it again.
 * Valid events are produced keyed by ``user_id`` with ``acks=all`` and idempotence.
   The answer is ``202`` only once the broker acknowledged every one of them, with
   the partition and offset of each; a player that gets no ``202`` retries the same
@@ -34,16 +39,16 @@ import asyncio
 import hmac
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
-import orjson
 from confluent_kafka import KafkaError, Message
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 
 from rankflow.connectors.kafka import KafkaEndpoint, reliable_producer
-from rankflow.state.events import InvalidEvent, validate
+from rankflow.state.events import INVALID_JSON, InvalidEvent, check_event
+from rankflow.state.json_spans import WHITESPACE, array_items
 
 MAX_EVENTS_PER_REQUEST = 10_000
 DEFAULT_MAX_BODY_BYTES = 1 << 20
@@ -168,32 +173,53 @@ Checked = tuple[Records, "dict[str, Any] | None"]
 """What a request's check gives: the records to produce, or the body of its ``400`` (then none)."""
 
 
-def as_batch(parsed: Any, limit: int) -> tuple[list[Any], dict[str, Any] | None]:
-    """A body's items (one, or an array of them), or the problem with their count."""
-    items = parsed if isinstance(parsed, list) else [parsed]
+class Items(NamedTuple):
+    """A body's items, each as the client wrote it; ``single`` when the body is one item
+    (not an array), whose being no JSON is then the body's problem (``index`` null)."""
+
+    items: list[bytes]
+    single: bool
+    problem: dict[str, Any] | None  # the body's as a whole: not an array of values, empty, too many
+
+    def index(self, i: int, reason: str) -> int | None:
+        return None if self.single and reason == INVALID_JSON else i
+
+
+def body_items(body: bytes, limit: int) -> Items:
+    """A body's items (one value, or an array of them), or the problem with the body as a whole.
+
+    Only the array's own structure is read (``state.json_spans``): whether an item is
+    JSON is for the flow's parser to say, item by item, so no depth or number an item
+    may hold is judged here otherwise than by the flow.
+    """
+    try:
+        items = array_items(body)
+    except ValueError as exc:
+        return Items([], False, {"index": None, "reason": INVALID_JSON, "detail": f"not a JSON array: {exc}"})
+    single = items is None
+    if items is None:
+        items = [body.strip(WHITESPACE)] if body.strip(WHITESPACE) else []
     if not items:
-        return [], {"index": None, "reason": "empty", "detail": "nothing in the request"}
+        return Items([], single, {"index": None, "reason": "empty", "detail": "nothing in the request"})
     if len(items) > limit:
-        return [], {"index": None, "reason": "too_many", "detail": f"at most {limit} in one request"}
-    return items, None
+        return Items([], single, {"index": None, "reason": "too_many", "detail": f"at most {limit} in one request"})
+    return Items(items, single, None)
 
 
 def check_events(body: bytes) -> tuple[Records, list[dict[str, Any]]]:
-    """Valid records to produce, and the reasons of the invalid events (with their index)."""
-    try:
-        parsed = orjson.loads(body)
-    except orjson.JSONDecodeError as exc:
-        return [], [{"index": None, "reason": "invalid_json", "detail": str(exc)}]
-    events, problem = as_batch(parsed, MAX_EVENTS_PER_REQUEST)
-    if problem is not None:
-        return [], [problem]
+    """Valid records to produce, and the reasons of the invalid events (with their index).
+
+    Each event is judged by the flow's own check (``state.events.check_event``) on the
+    very bytes that are produced: ingest accepts an event exactly when the flow would."""
+    events = body_items(body, MAX_EVENTS_PER_REQUEST)
+    if events.problem is not None:
+        return [], [events.problem]
     records, problems = [], []
-    for i, event in enumerate(events):
-        raw = orjson.dumps(event)
+    for i, raw in enumerate(events.items):
         try:
-            user_id = validate(event, raw)[0]
+            user_id = check_event(raw)[0]
         except InvalidEvent as exc:
-            problems.append({"index": i, "reason": exc.reason, "detail": exc.detail})
+            problems.append({"index": events.index(i, exc.reason), "reason": exc.reason, "detail": exc.detail})
             continue
         records.append((user_id.encode(), raw))
     return records, problems
@@ -204,6 +230,21 @@ def events_to_produce(body: bytes) -> Checked:
     if problems:
         return [], {"error": "invalid events; nothing was produced", "invalid": problems}
     return records, None
+
+
+def refuse_media_type(content_type: str | None) -> JSONResponse | None:
+    """The ``415`` for a body that is not declared ``application/json`` (UTF-8).
+
+    A web page can make a browser post a "simple" request (``text/plain``, a form)
+    to any address without asking first; ``application/json`` needs the browser to
+    ask the service (a CORS preflight), which it never grants. So no page can post
+    events through a visitor's browser, token or not."""
+    media, _, params = (content_type or "").partition(";")
+    charset = params.lower().replace('"', "").replace(" ", "")
+    if media.strip().lower() == "application/json" and charset in ("", "charset=utf-8"):
+        return None
+    return JSONResponse({"error": f"the body must be sent as 'Content-Type: application/json', "
+                                  f"got {content_type!r}"}, status_code=415)
 
 
 def refuse_credentials(expected: str | None, given: HTTPAuthorizationCredentials | None) -> JSONResponse | None:
@@ -228,13 +269,14 @@ router = APIRouter()
 async def produce_request(request: Request, credentials: HTTPAuthorizationCredentials | None,
                           producer: EventProducer | None, check: Callable[[bytes], Checked],
                           unconfigured: str) -> JSONResponse:
-    """The answer of an ingest route: token (401), size (413), ``check`` (400), then
+    """The answer of an ingest route: token (401), media type (415), size (413), ``check`` (400), then
     ``202`` once the broker acknowledged every record, or ``503``. Shared by ``POST
     /events`` and ``POST /matches/{match_id}/result``, which differ only in ``check``."""
     if producer is None:
         return JSONResponse({"error": f"ingest is not configured: {unconfigured}"}, status_code=503)
     settings = request.app.state.settings
-    refused = refuse_credentials(settings.ingest_token, credentials)
+    refused = refuse_credentials(settings.ingest_token, credentials) or \
+        refuse_media_type(request.headers.get("content-type"))
     if refused is not None:
         return refused
     body = await read_body(request, settings.max_body_bytes)
@@ -256,6 +298,7 @@ def ingest_responses(what: str) -> dict[int | str, dict[str, Any]]:
     """The OpenAPI answers of an ingest route."""
     return {400: {"description": what},
             401: {"description": "the service has an ingest token and the request lacks it"},
+            415: {"description": "the body is not declared 'Content-Type: application/json'"},
             413: {"description": "the body is longer than the service's limit (--max-body-bytes)"},
             503: {"description": "the broker did not acknowledge, or the producer's queue stayed "
                                  "full, within the delivery timeout"}}

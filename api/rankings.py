@@ -35,10 +35,11 @@ import orjson
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 
+from rankflow.api.boards import UsageErrorsAre400
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.redis_publish import dumps_document
 
-router = APIRouter()
+router = APIRouter(route_class=UsageErrorsAre400)  # k=ten is a 400, as on the other routes, never a 422
 
 STREAM_MIN_INTERVAL_S = 1.0
 KEEPALIVE_S = 15.0
@@ -111,8 +112,12 @@ def recent_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
     }
 
 
-def _check_k(k: int, snap: dict[str, Any]) -> str | None:
-    if not 1 <= k <= snap["k_max"]:
+def _check_k(k: int, snap: dict[str, Any] | None) -> str | None:
+    """The usage error of ``k``, if any: below 1 whatever there is, above the K_max of the
+    snapshot when there is one (as the activity routes: ``connectors.activity_read``)."""
+    if k < 1:
+        return f"k must be between 1 and K_max, got {k}"
+    if snap is not None and k > snap["k_max"]:
         return f"k must be between 1 and {snap['k_max']} (K_max), got {k}"
     return None
 
@@ -123,10 +128,10 @@ def _check_k(k: int, snap: dict[str, Any]) -> str | None:
 async def get_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
     cache: SnapshotCache = request.app.state.cache
     snap = cache.snapshot
-    if snap is None:
-        return _json({"error": cache.problem}, 503)
     if (problem := _check_k(k, snap)) is not None:
         return _json({"error": problem}, 400)
+    if snap is None:
+        return _json({"error": cache.problem}, 503)
     bodies: BodyCache = request.app.state.bodies
     if not cache.fresh:
         return Response(bodies.render(snap, k, True, cache.problem), 503, media_type="application/json")
@@ -141,10 +146,10 @@ async def get_rankings(request: Request, k: int = Query(10, description="how man
 async def get_recent(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
     cache: SnapshotCache = request.app.state.cache
     snap = cache.snapshot
-    if snap is None:
-        return _json({"error": cache.problem}, 503)
     if (problem := _check_k(k, snap)) is not None:
         return _json({"error": problem}, 400)
+    if snap is None:
+        return _json({"error": cache.problem}, 503)
     if snap.get("recent") is None:
         if not cache.fresh:
             return _json({"error": cache.problem}, 503)
@@ -216,7 +221,7 @@ async def ranking_events(request: Request, cache: SnapshotCache, k: int) -> Asyn
             response_class=StreamingResponse, responses={400: {"description": "k outside 1..K_max"}})
 async def stream_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
     cache: SnapshotCache = request.app.state.cache
-    if cache.snapshot is not None and (problem := _check_k(k, cache.snapshot)) is not None:
+    if (problem := _check_k(k, cache.snapshot)) is not None:
         return JSONResponse({"error": problem}, status_code=400)
     return StreamingResponse(ranking_events(request, cache, k), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

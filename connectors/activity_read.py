@@ -135,20 +135,28 @@ class ActivityQuery:
         return ActivityMoving("the generation changed at every read: a rebuild switching in a loop?")
 
 
-def check_k_positive(k: int) -> None:
-    """The half of :func:`check_k` known before any read (K_max is the snapshot's): a k
-    below 1 is a usage error even when nothing is published."""
+def check_k_known(k: int, held: Held) -> bool:
+    """:func:`check_k` before any read, with the K_max of the snapshot the reader holds;
+    ``False`` when it holds none (then the caller learns it first, :meth:`ActivityReader.top`).
+    A k below 1 is a usage error even when nothing is published. So a k out of range
+    never makes Redis read a workspace's channels (``ZREVRANGE`` of k items), nor
+    reaches it at all (a k beyond 64 bits would be a Redis error, not a usage error)."""
     if k < 1:
         raise ValueError(f"k must be between 1 and K_max, got {k}")
+    doc = held.current_doc()
+    if doc is None:
+        return False
+    check_k(k, doc["k_max"])
+    return True
 
 
 def top_query(held: Held, workspace: str, k: int) -> ActivityQuery:
-    check_k_positive(k)
+    """Only once :func:`check_k_known` passed: the script reads the first k channels."""
     return ActivityQuery(held, "top", workspace, k)
 
 
 def global_query(held: Held, k: int) -> ActivityQuery:
-    check_k_positive(k)
+    check_k_known(k, held)  # the answer is in the snapshot document: no read grows with k
     return ActivityQuery(held, "global")
 
 
@@ -201,7 +209,11 @@ class ActivityReader:
         self._script = client.register_script(ACTIVITY_READ_LUA)
 
     def top(self, workspace: str, k: int) -> dict[str, Any]:
-        """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (WINDOWS.md 6)."""
+        """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (WINDOWS.md 6).
+
+        A reader holding no snapshot reads it first (one small call) to learn K_max."""
+        if not check_k_known(k, self.held):
+            check_k(k, self.snapshot()["k_max"])
         return top_answer(self._query(top_query(self.held, workspace, k)))
 
     def global_top(self, k: int) -> dict[str, Any]:
@@ -234,6 +246,8 @@ class AsyncActivityReader:
         self._script = client.register_script(ACTIVITY_READ_LUA)
 
     async def top(self, workspace: str, k: int) -> dict[str, Any]:
+        if not check_k_known(k, self.held):
+            check_k(k, (await self.snapshot())["k_max"])
         return top_answer(await self._query(top_query(self.held, workspace, k)))
 
     async def global_top(self, k: int) -> dict[str, Any]:

@@ -4,15 +4,18 @@ Every run takes a token (``INCR {ns}:runs``) and claims a generation with it; th
 publish script refuses a run whose token is older than the generation's owner, so
 two runs never interleave their rankings. A live run publishes into the current
 generation. ``rankflow rebuild`` builds a new generation beside it, checks it, then
-switches ``{ns}:generation`` and removes the old generation in one script: readers
-see the old ranking or the new one, never a half-built one.
+switches ``{ns}:generation`` in one script: readers see the old ranking or the new
+one, never a half-built one. The old generation's keys are removed after the switch,
+by their common prefix (``Keys.prefix``) in batches, so Redis never holds one long
+call whatever the flow keeps, and a flow's new keys need no list here.
 """
 
 from __future__ import annotations
 
+import re
+from itertools import islice
 from typing import NamedTuple
 
-import orjson
 import redis
 
 from rankflow.connectors.redis_keys import Keys
@@ -104,26 +107,51 @@ def join_run(client: redis.Redis, namespace: str, run_id: str, fresh: bool = Fal
 
 
 def switch_generation(client: redis.Redis, namespace: str, old: int, new: int) -> None:
-    """Point readers at ``new`` and remove ``old``, atomically."""
+    """Point readers at ``new`` (atomically: the switch script), then remove ``old``.
+
+    The script also records ``old`` as retired, and the removal forgets it only once done:
+    a switch interrupted before the end leaves its old generation for the next switch to remove.
+    A live run of ``old`` writes nothing more: its scripts find it replaced (``SWITCHED``)."""
     keys = Keys(namespace)
-    old_keys = all_keys(client, keys.of_generation(old))
     try:
-        client.eval(SWITCH_LUA, 1 + len(old_keys), keys.generation, *old_keys, old, new)
+        client.eval(SWITCH_LUA, 2, keys.generation, keys.retired, old, new)
     except redis.ResponseError as exc:
         raise GenerationSwitched(str(exc).replace("SWITCHED ", "")) from None
+    remove_retired(client, namespace, new)
+
+
+def remove_retired(client: redis.Redis, namespace: str, current: int) -> None:
+    """Remove every retired generation but ``current``: the one a switch just replaced, and any
+    an interrupted switch left."""
+    keys = Keys(namespace)
+    for member in client.smembers(keys.retired):
+        if int(member) != current:
+            drop_generation(client, namespace, int(member))
+        client.srem(keys.retired, member)
+
+
+DROP_BATCH = 1_000
+"""Keys one ``SCAN`` step reads and one ``UNLINK`` frees (off Redis's main thread): short calls."""
 
 
 def drop_generation(client: redis.Redis, namespace: str, generation: int) -> None:
-    client.unlink(*all_keys(client, Keys(namespace, generation)))
+    """Remove every key of ``generation``, whatever flow wrote it: all start with its prefix.
+
+    ``SCAN`` returns every key that exists during the whole scan, and nothing creates keys in a
+    generation being dropped (a rebuild's own, after its run; a replaced one, whose writers are
+    refused), so none is missed. One namespace is one hash tag, so each batch is in one
+    Redis Cluster slot."""
+    pattern = glob_escape(Keys(namespace, generation).prefix) + "*"
+    keys = client.scan_iter(match=pattern, count=DROP_BATCH)
+    while batch := list(islice(keys, DROP_BATCH)):
+        client.unlink(*batch)
 
 
-def all_keys(client: redis.Redis, keys: Keys) -> list[str]:
-    """Every key of a generation: the fixed ones, and each board's two (boards flow).
+def glob_escape(text: str) -> str:
+    """``text`` as a Redis ``MATCH`` pattern that matches only itself: a namespace may hold
+    ``*``, ``?``, ``[`` or ``\\``.
 
-    Boards are listed from the generation's set of boards; a board a live run adds
-    between this read and the switch is left behind (a leak, never a wrong answer:
-    no reader looks at a generation that is not current).
+    >>> glob_escape("{a*b}:g1:")
+    '{a\\\\*b}:g1:'
     """
-    boards = [orjson.loads(name) for name in client.smembers(keys.boards)]
-    extra = [key for game, board in boards for key in keys.board(game, board)]
-    return [*keys.generation_keys(), keys.aliases, keys.boards, keys.board_changes, *extra]
+    return re.sub(r"([\\*?\[\]])", r"\\\1", text)

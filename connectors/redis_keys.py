@@ -7,6 +7,8 @@ namespace in one Redis Cluster slot, so one script may touch them all:
 ``{ns}:runs``                   run tokens: ``INCR``-ed by every run and rebuild
 ``{ns}:run:<run id>``           ``token:generation`` of a run's processes (a day)
 ``{ns}:generation``             the generation readers use (absent means 0)
+``{ns}:retired``                generations a switch replaced and whose keys are not
+                                all removed yet (set; ``redis_generations``)
 ``{ns}:g<G>:owner``             the token of the run that owns generation G
 ``{ns}:g<G>:snapshot``          G's latest snapshot (JSON)
 ``{ns}:g<G>:snapshot_id``       its id
@@ -18,6 +20,11 @@ namespace in one Redis Cluster slot, so one script may touch them all:
                                 (stream, capped): readers keep their own copy of
                                 the count table with it (see ``api.store``)
 ==============================  ==================================================
+
+Every key of generation G, whatever the flow, starts with ``{ns}:g<G>:``
+(:attr:`Keys.prefix`; a flow's new keys must be built from it): removing a
+generation removes that prefix (``redis_generations.drop_generation``), so it never
+needs a list of what a flow keeps.
 
 The boards flow publishes into the namespace ``<ns>:boards`` (:func:`boards_namespace`),
 so one ``--namespace`` serves both products without their runs fencing each other.
@@ -71,17 +78,19 @@ class Keys:
             raise ValueError(f"invalid namespace {namespace!r}: non-empty, without braces")
         self.namespace = namespace
         self.tag = "{" + namespace + "}"
-        self.generation_no = generation
         self.runs = f"{self.tag}:runs"
         self.generation = f"{self.tag}:generation"
-        g = f"{self.tag}:g{generation}"
-        self.owner = f"{g}:owner"
-        self.snapshot = f"{g}:snapshot"
-        self.snapshot_id = f"{g}:snapshot_id"
-        self.positions = f"{g}:positions"
-        self.stream = f"{g}:snapshots"
-        self.counts = f"{g}:counts"
-        self.changes = f"{g}:changes"
+        self.retired = f"{self.tag}:retired"
+        self.prefix = f"{self.tag}:g{generation}:"
+        """What every key of the generation starts with, and no key of another one."""
+        g = self.prefix
+        self.owner = f"{g}owner"
+        self.snapshot = f"{g}snapshot"
+        self.snapshot_id = f"{g}snapshot_id"
+        self.positions = f"{g}positions"
+        self.stream = f"{g}snapshots"
+        self.counts = f"{g}counts"
+        self.changes = f"{g}changes"
 
     def of_generation(self, generation: int) -> "Keys":
         return Keys(self.namespace, generation)
@@ -94,14 +103,13 @@ class Keys:
         """A board's sorted set and its ``reached_at`` hash. Board names have a fixed
         form (``all``, ``best``, ``daily:D``, ``weekly:W``), so ``<game>:<board>`` names
         one board whatever characters the game id holds."""
-        g = f"{self.tag}:g{self.generation_no}"
-        return f"{g}:b:{game}:{board}", f"{g}:r:{game}:{board}"
+        return f"{self.prefix}b:{game}:{board}", f"{self.prefix}r:{game}:{board}"
 
     def workspace(self, workspace: str, slot: str = "a") -> str:
         """A workspace's channels ranked (activity flow) in one of its two slots (``a``,
         ``b``; :attr:`workspace_slots` says which one readers read): a fixed prefix and the
         id, which is last, so any characters may follow the prefix."""
-        return f"{self.tag}:g{self.generation_no}:{'w' if slot == 'a' else 'v'}:{workspace}"
+        return f"{self.prefix}{'w' if slot == 'a' else 'v'}:{workspace}"
 
     def workspace_both(self, workspace: str) -> tuple[str, str]:
         """Both slots of a workspace: a script that picks one by :attr:`workspace_slots`
@@ -110,27 +118,27 @@ class Keys:
 
     @property
     def workspaces_staged(self) -> str:
-        return f"{self.tag}:g{self.generation_no}:staged"
+        return f"{self.prefix}staged"
 
     @property
     def workspace_slots(self) -> str:
-        return f"{self.tag}:g{self.generation_no}:slots"
+        return f"{self.prefix}slots"
 
     @property
     def workspaces(self) -> str:
-        return f"{self.tag}:g{self.generation_no}:workspaces"
+        return f"{self.prefix}workspaces"
 
     @property
     def aliases(self) -> str:
-        return f"{self.tag}:g{self.generation_no}:aliases"
+        return f"{self.prefix}aliases"
 
     @property
     def boards(self) -> str:
-        return f"{self.tag}:g{self.generation_no}:boards"
+        return f"{self.prefix}boards"
 
     @property
     def board_changes(self) -> str:
-        return f"{self.tag}:g{self.generation_no}:board_changes"
+        return f"{self.prefix}board_changes"
 
     def generation_keys(self) -> list[str]:
         return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts, self.changes]

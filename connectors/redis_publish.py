@@ -212,7 +212,7 @@ class Publisher:
             self._state.resend_all()
             outcome = Published(self._call(snapshot, body))
         if outcome is Published.STORED:
-            METRICS.published(obj, time.perf_counter() - started)
+            METRICS.published(snapshot.positions, snapshot.gauges(), time.perf_counter() - started)
         if outcome in (Published.STORED, Published.ALREADY_STORED):  # the pending changes are in Redis
             self._state.stored()
         return outcome

@@ -546,16 +546,15 @@ if gen ~= ARGV[1] then
   return redis.error_reply('SWITCHED expected generation ' .. ARGV[1] .. ', found ' .. gen)
 end
 redis.call('SET', KEYS[1], ARGV[2])
-for i = 2, #KEYS do
-  redis.call('UNLINK', KEYS[i])
-end
+redis.call('SADD', KEYS[2], ARGV[1])
 return 1
 """
-"""Points readers at a new generation and removes the old one, atomically.
+"""Points readers at a new generation and retires the old one, atomically.
 
-``KEYS``: the generation pointer, then every key of the old generation. ``ARGV``: the
-old and the new generation. Errors ``SWITCHED ...`` if the pointer is not the old
-generation (someone switched already); else replies 1.
+``KEYS``: the generation pointer, the set of retired generations. ``ARGV``: the old and
+the new generation. Errors ``SWITCHED ...`` if the pointer is not the old generation
+(someone switched already); else replies 1. The caller then removes the retired
+generation's keys by their prefix (``redis_generations.drop_generation``).
 """
 
 BOARD_READ_LUA = """

@@ -19,6 +19,7 @@ from __future__ import annotations
 import threading
 import time
 from abc import abstractmethod
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
 from typing import Generic, TypeVar
 
@@ -50,16 +51,34 @@ class PositionOutOfRange(RuntimeError):
     """
 
 
+class InputChanged(PositionOutOfRange):
+    """The input is no longer what the run read: a followed file truncated, replaced or removed.
+
+    Raised by a partition's :meth:`~BarrierPartition.read`, it does not leave the source:
+    an exception out of a source panics in Bytewax's runtime (a Rust backtrace on stderr).
+    The partition ends instead and stops the run as a graceful stop does (:data:`STOP`: the
+    last barrier of what was read is published, nothing after the change is counted), and
+    the run then fails with this error (:data:`FAILED`, raised by ``execution.execute``).
+    """
+
+
+FAILED: list[InputChanged] = []
+"""The :class:`InputChanged` errors that ended partitions of this execution, cleared at every start."""
+
+
 class SourceBatch:
     """Raw records ``[start, end)`` of one source partition.
 
     ``epoch`` is filled in by the flow's epoch-stamping step right after the input
     (see ``operators.parse.stamp_epoch``); sources leave it at 0. ``read_at`` (Unix
     seconds) is when the records were read: snapshots report how far behind it
-    each song partition was.
+    each song partition was. ``refused`` are records the source could not read at all, as
+    ``(offset, detail, raw)``: a JSON Lines line over ``--max-line-bytes``, which the parser
+    dead-letters as ``invalid_json``; their offsets are among ``[start, end)`` but not in
+    :meth:`offsets`.
     """
 
-    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "read_at", "quiet_s")
+    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "read_at", "quiet_s", "refused")
 
     def __init__(
         self,
@@ -77,6 +96,7 @@ class SourceBatch:
         self.epoch = 0
         self.read_at = time.time()
         self.quiet_s = 0.0  # how long the partition has had no records (set by BarrierPartition; 0 with records)
+        self.refused: Sequence[tuple[int, str, bytes]] = ()
 
     def offsets(self) -> range | list[int]:
         """Offset of each record: contiguous unless the source gave them (Kafka gaps)."""
@@ -131,6 +151,10 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
                 here = self.empty_batch()
                 ENDS[here.partition] = here.end
                 raise
+            except InputChanged as exc:  # not the end of the input (no ENDS): the run stops, then fails
+                FAILED.append(exc)
+                STOP.set()
+                raise StopIteration from None
         except StopIteration:
             if not self._epoch_open:
                 raise

@@ -79,7 +79,7 @@ class BoardRanking:
             dead_letters=cut.dead_letters, counts=cut.counts, k_max=self.k_max,
             boards={bid: self._merged(bid) for bid in sorted(kept)},
             entries=entries, dropped=sorted(dropped), aliases=aliases,
-            partition_lag_ms=lag_ms(cut, reports), errors=errors,
+            partition_lag_ms=lag_ms(cut, reports), errors=errors, total_boards=len(self.local),
         )
 
     def _merged(self, bid: BoardId) -> tuple[int, list[tuple[str, int, int]]]:

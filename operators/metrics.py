@@ -21,16 +21,8 @@ metric                                      meaning
                                              ``stale_timeout`` / ``early_timeout`` timers
                                              that changed nothing (SEMANTICS.md 6)
 ``rankflow_dead_letters_total{reason}``      invalid events by reason (shape errors)
-``rankflow_counted_users``                   users counted as listening (last snapshot)
-``rankflow_total_listeners``                 sum of song counts (last snapshot)
-``rankflow_active_songs``                    songs with listeners (last snapshot)
-``rankflow_snapshot_id``                     id of the last published snapshot
 ``rankflow_snapshot_age_seconds``            time since the last snapshot was published
 ``rankflow_publish_latency_seconds``         time of the Redis publish script (histogram)
-``rankflow_partition_lag_seconds{partition}``  how far each song partition's counts
-                                             trailed the input in the last snapshot
-                                             (its ``partition_lag_ms``)
-``rankflow_split_songs``                     songs split into partial counters
 ``rankflow_timeouts_fired_total``            ``TIMEOUT`` events the sweeper wrote
                                              (``--idle-timeout-ms``, SEMANTICS.md 6; the
                                              playbacks they removed are ``timed_out``)
@@ -39,6 +31,12 @@ metric                                      meaning
 ``rankflow_timer_lag_seconds``               wall clock now - the oldest armed
                                              deadline (>= 0): how late the sweeper is
 ==========================================  ===========================================
+
+The gauges of the last published snapshot are the flow's own: its snapshot type lists
+them (``gauges()`` of ``state.snapshot.Snapshot``, ``state.board_snapshot.BoardsSnapshot``,
+``state.activity_snapshot.ActivitySnapshot``) and this module exports what it is given.
+Every flow has ``rankflow_snapshot_id`` and ``rankflow_partition_lag_seconds{partition}``
+(how far each partition's counts trailed the input: the snapshot's ``partition_lag_ms``).
 """
 
 from __future__ import annotations
@@ -47,12 +45,14 @@ import threading
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from prometheus_client import CollectorRegistry, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
+
+from rankflow.state.snapshot import Gauge
 
 
 class RunMetrics:
@@ -63,8 +63,9 @@ class RunMetrics:
         self.input_lag: dict[str, int] = {}
         self.dead_letters: dict[str, int] = defaultdict(int)
         self.verdicts: dict[str, int] | None = None
-        self.last_snapshot: dict[str, Any] | None = None
-        self.last_published: float | None = None
+        self.last: tuple[dict[str, int], list[Gauge], float] | None = None
+        """The last published snapshot's positions and gauges, and when (one attribute: a
+        scrape reads them together)."""
         self.events_per_second = 0.0
         self.publishes: dict[str, int] = defaultdict(int)  # activity: "direct", "staged", "hurried", "spaced"
         self.timeouts_fired = 0  # the sweeper's TIMEOUT events (SEMANTICS.md 6)
@@ -78,14 +79,14 @@ class RunMetrics:
         self._server_started = False
         self._lock = threading.Lock()
 
-    def published(self, snapshot: dict[str, Any], seconds: float) -> None:
+    def published(self, positions: dict[str, int], gauges: list[Gauge], seconds: float) -> None:
+        """A snapshot at ``positions`` was stored in ``seconds``; ``gauges``: its own (its type's ``gauges()``)."""
         self.publish_latency.observe(seconds)
         now = time.time()
-        previous, previous_at = self.last_snapshot, self.last_published
-        if previous is not None and previous_at is not None and now > previous_at:
-            read = sum(snapshot["positions"].values()) - sum(previous["positions"].values())
-            self.events_per_second = max(0, read) / (now - previous_at)
-        self.last_snapshot, self.last_published = snapshot, now
+        if self.last is not None and now > self.last[2]:
+            read = sum(positions.values()) - sum(self.last[0].values())
+            self.events_per_second = max(0, read) / (now - self.last[2])
+        self.last = positions, gauges, now
 
     def serve(self, port: int, host: str) -> None:
         with self._lock:
@@ -144,24 +145,22 @@ class _Collector(Collector):
                                 value=lag)
 
     def _snapshot_metrics(self) -> Iterator[Any]:
-        snap, at = self.m.last_snapshot, self.m.last_published
-        if snap is None or at is None:
+        if self.m.last is None:
             return
-        for name, key, doc in (("counted_users", "counted_users", "Users counted as listening"),
-                               ("total_listeners", "total_listeners", "Sum of song counts"),
-                               ("active_songs", "active_songs", "Songs with listeners"),
-                               ("snapshot_id", "snapshot_id", "Id of the last published snapshot")):
-            yield GaugeMetricFamily(f"rankflow_{name}", doc, value=snap[key])
-        yield GaugeMetricFamily("rankflow_split_songs", "Songs split into partial counters",
-                                value=len(snap.get("split_songs", [])))
+        _, gauges, at = self.m.last
+        yield from (_family(g) for g in gauges)
         yield GaugeMetricFamily("rankflow_snapshot_age_seconds", "Time since the last publish",
                                 value=time.time() - at)
-        ages = GaugeMetricFamily("rankflow_partition_lag_seconds",
-                                 "How far each song partition's counts trailed the input in the last snapshot",
-                                 labels=["partition"])
-        for part, ms in snap["partition_lag_ms"].items():
-            ages.add_metric([part], ms / 1000)
-        yield ages
+
+
+def _family(gauge: Gauge) -> GaugeMetricFamily:
+    name = f"rankflow_{gauge.name}"
+    if not isinstance(gauge.value, Mapping):
+        return GaugeMetricFamily(name, gauge.doc, value=gauge.value)
+    family = GaugeMetricFamily(name, gauge.doc, labels=[gauge.label])
+    for label, value in gauge.value.items():
+        family.add_metric([label], value)
+    return family
 
 
 METRICS = RunMetrics()

@@ -23,7 +23,7 @@ from rankflow.connectors.source_batch import SourceBatch
 from rankflow.operators.merger import MERGER_KEY, PositionReport
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import marked_tick, tick
-from rankflow.state.events import DeadLetter, parse_records
+from rankflow.state.events import INVALID_JSON, DeadLetter, parse_records
 from rankflow.state.window_rules import SourceMark
 
 TS_FIELD = 5
@@ -65,7 +65,10 @@ class ParsedBatch:
         self.read_at = batch.read_at
         self.quiet_s = batch.quiet_s
         self.events, self.dead_letters = parse(batch.records, batch.offsets(), batch.partition, batch.epoch)
-        METRICS.input_records[batch.partition] += len(batch.records)
+        if batch.refused:
+            self.dead_letters += [(batch.partition, DeadLetter(INVALID_JSON, detail, batch.partition, offset, raw,
+                                                               batch.epoch)) for offset, detail, raw in batch.refused]
+        METRICS.input_records[batch.partition] += len(batch.records) + len(batch.refused)
         for _, dead in self.dead_letters:
             METRICS.dead_letters[dead.reason] += 1
 

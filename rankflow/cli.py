@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from rankflow.connectors.activity_staging import STAGE_BUDGET
+from rankflow.connectors.jsonl import MAX_LINE_BYTES
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
@@ -29,6 +30,7 @@ from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, 
                               DEFAULT_USER_SHARDS, FLOWS, SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError,
                               check_input_file, check_output_file, check_redis_url, default_redis_url, redacted)
 from rankflow import cli_activity, cli_boards
+from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
 from rankflow.bench import activity as bench_activity
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
@@ -118,6 +120,9 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
     p.add_argument("--workers", type=_positive, default=1, metavar="N")
     p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
                    help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
+    p.add_argument("--max-line-bytes", type=_positive, default=MAX_LINE_BYTES, metavar="N",
+                   help="JSON Lines input: a longer line is not read but dead-lettered as invalid_json "
+                        "(default: %(default)s, 1 MiB)")
     p.add_argument("--recovery-dir", metavar="DIR",
                    help="keep state and input positions here at every barrier and resume from them")
     p.add_argument("--user-shards", type=int, default=DEFAULT_USER_SHARDS, metavar="N",
@@ -256,6 +261,15 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--ingest-token", metavar="TOKEN",
                     help=f"POST /events and /matches need 'Authorization: Bearer TOKEN' (default: "
                          f"${INGEST_TOKEN_ENV}; without either, ingest is open)")
+    sv.add_argument("--header-timeout-ms", type=_positive, default=DEFAULT_HEADER_TIMEOUT_MS, metavar="MS",
+                    help="a request head (request line and headers) must arrive within MS of the connection's "
+                         "start or the previous answer, else 408 and the connection closes (default: %(default)s)")
+    sv.add_argument("--body-timeout-ms", type=_positive, default=DEFAULT_BODY_TIMEOUT_MS, metavar="MS",
+                    help="a request body must arrive within MS of its head, else 408 and the connection closes "
+                         "(default: %(default)s)")
+    sv.add_argument("--max-connections", type=_positive, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
+                    help="connections served at once (event streams too); a request on one more is answered 503 "
+                         "(default: %(default)s)")
     _add_redis(sv)
 
     bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
@@ -397,6 +411,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
+        max_line_bytes=args.max_line_bytes,
         hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
         split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
         bucket_seconds=args.bucket_seconds, window_buckets=args.window_buckets, count=args.count,
@@ -466,6 +481,9 @@ def cmd_produce(args: argparse.Namespace) -> int:
     took = time.perf_counter() - started
     print(f"produced {result.messages} messages to {endpoint} ({result.partitions} partitions) in {took:.1f}s, "
           f"{result.messages / max(took, 1e-9):,.0f}/s, all acknowledged", file=sys.stderr)
+    if result.unkeyed:
+        print(f"rankflow: {result.unkeyed} of {result.messages} lines had no string {args.key_field}: produced "
+              "unkeyed (the empty key)", file=sys.stderr)
     return 0
 
 
@@ -491,13 +509,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     from rankflow.api.app import Settings, create_app
     from rankflow.api.ingest import DEFAULT_MAX_BODY_BYTES
+    from rankflow.api.server import server_config
 
     settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=_endpoint("--kafka", args.kafka),
                         score_kafka=_endpoint("--score-kafka", args.score_kafka),
                         signing_key=signing_key(args.signing_key, os.environ),
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-                        ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index)
+                        ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index,
+                        body_timeout_ms=args.body_timeout_ms)
     problem = cannot_listen(args.host, args.port)
     if problem is not None:  # else uvicorn logs a traceback-sized error, or listens on another port
         raise UsageError(f"--host/--port: {problem}")
@@ -512,8 +532,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             app.state.stopping.set()
             super().handle_exit(sig, frame)
 
-    Server(uvicorn.Config(app, host=args.host, port=args.port, log_level="info", access_log=args.access_log,
-                          timeout_graceful_shutdown=5)).run()
+    Server(server_config(app, args.host, args.port, args.header_timeout_ms, args.max_connections, log_level="info",
+                         access_log=args.access_log, timeout_graceful_shutdown=5)).run()
     return 0
 
 
@@ -549,7 +569,7 @@ def cmd_bench_boards(args: argparse.Namespace) -> int:
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.namespace)).read()
+    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.redis, args.namespace)).read()
     snap = reading.snapshot
     if snap is None:
         print(f"rankflow: {reading.problem}; no earlier ranking cached", file=sys.stderr)

@@ -13,7 +13,7 @@ from typing import Any, Callable
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
-from rankflow.connectors.jsonl import CHUNK_BYTES, JsonlDeadLetterSink, JsonlSource
+from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES, JsonlDeadLetterSink, JsonlSource
 from rankflow.connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
 from rankflow.options import ServiceError, UsageError, check_input_file, check_output_file
 
@@ -68,12 +68,14 @@ def _kafka_endpoint(target: str, option: str) -> KafkaEndpoint:
         raise UsageError(f"{option}: {exc}") from None
 
 
-def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES, whole_history: bool = False) -> Source:
+def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES, whole_history: bool = False,
+                max_line_bytes: int = MAX_LINE_BYTES) -> Source:
     """The input's source. ``whole_history``: a fresh Kafka partition must still start at
-    offset 0 (a rebuild from the beginning refuses a log that retention cut)."""
+    offset 0 (a rebuild from the beginning refuses a log that retention cut). ``max_line_bytes``
+    caps a JSON Lines line (a Kafka message is capped by the broker)."""
     kind, target = check_input(uri)
     if kind == "jsonl":
-        return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes)
+        return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
     try:
         return KafkaSource(KafkaEndpoint.parse(target), until_eof=not follow, whole_history=whole_history)
     except KafkaUnavailable as exc:

@@ -5,7 +5,9 @@ source at its next read; the flow then finishes as at the end of its input: the
 last barrier closes, its snapshot is published, dead letters are flushed and
 recovery state is written. A second signal aborts at once. The caller learns which
 signal stopped the run from :func:`stop_signal`: a run exits 128 + its number, and
-a rebuild knows it did not reach the end of its input.
+a rebuild knows it did not reach the end of its input. A source whose input changed
+under it (a followed file truncated or replaced: ``source_batch.InputChanged``) stops
+the run the same way, and :func:`execute` then raises its error.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from rankflow.connectors.redis_boards import RedisLostBoards
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
 from rankflow.connectors.redis_publish import is_transient
-from rankflow.connectors.source_batch import ENDS, STOP, PositionOutOfRange
+from rankflow.connectors.source_batch import ENDS, FAILED, STOP, PositionOutOfRange
 from rankflow.options import RunOptions, ServiceError
 
 log = logging.getLogger("rankflow.run")
@@ -93,6 +95,7 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
     STOP.clear()  # a stop of an earlier run in this process must not end this one
     _stopped_by.clear()
     ENDS.clear()
+    FAILED.clear()
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, _stop_gracefully) for s in GRACEFUL} if in_main_thread else {}
     try:
@@ -107,6 +110,8 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)
+    if FAILED:  # a source stopped the run because its input changed under it (source_batch.InputChanged)
+        raise explain(FAILED[0])
 
 
 def explain(exc: BaseException) -> BaseException:

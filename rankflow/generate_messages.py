@@ -315,7 +315,7 @@ def _renamed(ev: dict[str, Any], rng: random.Random) -> bytes:
 
 
 def _missing_and_wrong(ev: dict[str, Any], rng: random.Random) -> bytes:
-    """One field absent, the others wrong or out of range: missing wins."""
+    """An id field absent and `ts` wrong or out of range: the absent field comes first, so missing wins."""
     gone = rng.choice(FIELDS[:3])
     rest = {k: v for k, v in ev.items() if k != gone}
     return orjson.dumps({**rest, "ts": -1 if rng.random() < 0.5 else str(ev["ts"])})
@@ -360,7 +360,7 @@ MALFORMED: tuple[tuple[str, tuple[Variant, ...]], ...] = (
         lambda ev, rng: orjson.dumps({**ev, "workspace_id": 7}),
         lambda ev, rng: orjson.dumps({**ev, "channel_id": None}),
         lambda ev, rng: orjson.dumps({**ev, "user_id": [ev["user_id"]]}),
-        lambda ev, rng: orjson.dumps({**ev, "channel_id": "", "ts": "soon"}),  # wrong type beats out of range
+        lambda ev, rng: orjson.dumps({**ev, "channel_id": 5, "ts": -1}),  # before a later field's range
     )),
     ("out_of_range", (
         lambda ev, rng: orjson.dumps({**ev, "workspace_id": ""}),
@@ -370,6 +370,7 @@ MALFORMED: tuple[tuple[str, tuple[Variant, ...]], ...] = (
         lambda ev, rng: orjson.dumps({**ev, "ts": -ev["ts"]}) if ev["ts"] else orjson.dumps({**ev, "ts": -5}),
         lambda ev, rng: _swap(ev, "ts", b"-100000000000000000000"),
         lambda ev, rng: orjson.dumps({**ev, "channel_id": "", "ts": -60_000}),
+        lambda ev, rng: orjson.dumps({**ev, "workspace_id": "", "ts": "soon"}),  # before a later field's type
     )),
 )
 

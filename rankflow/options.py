@@ -17,7 +17,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from rankflow.connectors.activity_staging import STAGE_BUDGET
-from rankflow.connectors.jsonl import CHUNK_BYTES
+from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES
 from rankflow.connectors.redis_keys import (DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys, activity_namespace,
                                             boards_namespace)
 
@@ -149,6 +149,7 @@ class RunOptions:
     workers: int = 1
     barrier_ms: int = 250
     read_chunk_bytes: int = CHUNK_BYTES  # how much a JSONL partition reads per batch
+    max_line_bytes: int = MAX_LINE_BYTES  # a longer JSONL line is dead-lettered (invalid_json), not read
     recovery_dir: str | None = None
     user_shards: int = DEFAULT_USER_SHARDS  # 0: one Bytewax key per user
     hot_threshold: float = 20_000.0  # changes/s of one song (per process) that split it; 0 never splits
@@ -207,7 +208,7 @@ class RunOptions:
             raise UsageError("--user-shards must be >= 0")
         for name, flag in (("song_partitions", "song-partitions"), ("top_k", "k-max"), ("workers", "workers"),
                            ("barrier_ms", "barrier-ms"), ("read_chunk_bytes", "read-chunk-bytes"),
-                           ("hot_salts", "hot-salts")):
+                           ("max_line_bytes", "max-line-bytes"), ("hot_salts", "hot-salts")):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{flag} must be >= 1")
         for name, flag in (("bucket_seconds", "bucket-seconds"), ("window_buckets", "window-buckets")):

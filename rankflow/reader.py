@@ -8,13 +8,16 @@ a small cache file; the HTTP API keeps it in memory.
 
 from __future__ import annotations
 
+import hashlib
 import os
 import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 import redis
+from redis.connection import parse_url
 
 from rankflow.connectors.redis_keys import connect
 from rankflow.connectors.redis_publish import dumps_document, loads_document
@@ -35,9 +38,36 @@ class Reading:
         return max(0, int(time.time() * 1000) - int(self.snapshot["published_at"]))
 
 
-def default_cache_path(namespace: str) -> Path:
+def default_cache_path(url: str, namespace: str) -> Path:
+    """Where ``rankflow top`` keeps the last ranking it read from ``namespace`` of the Redis at ``url``.
+
+    Keyed by both, so a Redis that is down is never answered with a ranking read from
+    another one; the name is a hash of the key, so a namespace such as ``../x`` or
+    ``a/b`` never becomes a path.
+
+    >>> default_cache_path("redis://u:pw@h:6379/0", "ns") == default_cache_path("redis://h", "ns")
+    True
+    >>> default_cache_path("redis://h/0", "ns") != default_cache_path("redis://h/1", "ns")
+    True
+    >>> default_cache_path("redis://h", "../../x").parent.name
+    'rankflow'
+    """
     base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "rankflow" / f"{namespace}.json"
+    key = orjson.dumps([redis_identity(url), namespace])
+    return Path(base) / "rankflow" / f"{hashlib.sha256(key).hexdigest()[:32]}.json"
+
+
+def redis_identity(url: str) -> str:
+    """The server and database ``url`` names, without its credentials or other options:
+    ``host:port/db``, or ``unix:PATH/db`` for a socket (the defaults filled in)."""
+    try:
+        parts = parse_url(url)
+    except ValueError:  # not a Redis URL: connecting fails too, and no cached ranking matches it
+        return redacted(url)
+    db = parts.get("db", 0)
+    if "path" in parts:
+        return f"unix:{parts['path']}/{db}"
+    return f"{parts.get('host', 'localhost')}:{parts.get('port', 6379)}/{db}"
 
 
 class RankingReader:

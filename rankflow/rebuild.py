@@ -1,7 +1,7 @@
 """``rankflow rebuild``: replay the input into a new generation, check it, switch readers.
 
-Readers keep the current generation until the switch, which is one atomic script
-that also removes the old generation. A live run still publishing into the old
+Readers keep the current generation until the switch, which is one atomic script;
+every key of the old generation is removed after it (``redis_generations``). A live run still publishing into the old
 generation stops at its next publish (``GenerationSwitched``).
 
 A rebuild switches only a ranking that is complete and sound:
@@ -36,7 +36,7 @@ from rankflow.endpoints import make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.options import RunOptions
 from rankflow.recovery import recovery_config, resumes_from_recovery
-from rankflow.runner import build_dataflow, check_run, connect_redis, must_republish
+from rankflow.runner import build_dataflow, check_run, connect_redis, must_republish, warn_unchecked
 
 log = logging.getLogger("rankflow.rebuild")
 
@@ -59,7 +59,9 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
     tune_gc()
     from_start = not resumes_from_recovery(opts.recovery_dir)  # then retention must not have cut the input
     recovery = recovery_config(opts)
-    source = make_source(opts.input, follow=False, chunk_bytes=opts.read_chunk_bytes, whole_history=from_start)
+    warn_unchecked(opts)
+    source = make_source(opts.input, follow=False, chunk_bytes=opts.read_chunk_bytes, whole_history=from_start,
+                         max_line_bytes=opts.max_line_bytes)
     dead_letter = make_dead_letter_sink(opts.dead_letter)
     client = connect_redis(opts.redis_url)
     try:

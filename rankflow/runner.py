@@ -43,8 +43,9 @@ from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS
 from rankflow.operators.user_stage import SweeperConfig
-from rankflow.options import RunOptions, ServiceError, UsageError, check_redis_url, redacted
-from rankflow.recovery import recovery_config, resumes_from_recovery, user_changelog, window_changelog
+from rankflow.options import SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError, check_redis_url, redacted
+from rankflow.recovery import (check_resumable, recovery_config, resumes_from_recovery, user_changelog,
+                               window_changelog)
 from rankflow.services import cannot_listen, free_port
 
 log = logging.getLogger("rankflow.run")
@@ -87,6 +88,14 @@ def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, so
     if opts.flow == "activity":
         return activity_flow(opts, token, generation, live, source, dead_letter)
     return listener_flow(opts, token, generation, live, source, dead_letter)
+
+
+def warn_unchecked(opts: RunOptions) -> None:
+    """A boards run without a signing key counts every result as its match server sent it:
+    say so once at start, as ``serve`` does for an ingest without a token."""
+    if opts.flow == "boards" and opts.signing_key is None:
+        log.warning("no signing key: results' signatures are not checked, anyone who can write to the input can "
+                    "post scores; set --signing-key or $%s", SIGNING_KEY_ENV)
 
 
 def must_republish(client: redis.Redis, opts: RunOptions, generation: int, fresh: bool) -> bool:
@@ -171,14 +180,18 @@ def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
 def run(opts: RunOptions) -> dict[str, Any] | None:
     """Run the flow live; with ``until_eof`` return the final published snapshot."""
     check_run(opts)
+    check_resumable(opts)  # before any process starts: another input, layout or key is a usage error
     if opts.processes > 1:
         return _run_local_processes(opts)
+    if opts.process_id in (None, 0):  # one line per run, not per process
+        warn_unchecked(opts)
     tune_gc()
     fresh = not resumes_from_recovery(opts.recovery_dir)
     recovery = recovery_config(opts)  # first: a directory of another input or layout is a usage error
     if opts.metrics_port is not None:
         METRICS.serve(opts.metrics_port + (opts.process_id or 0), opts.metrics_host)
-    source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes)
+    source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes,
+                         max_line_bytes=opts.max_line_bytes)
     dead_letter = make_dead_letter_sink(opts.dead_letter)  # a Kafka topic: created, or the run fails, here
     client = connect_redis(opts.redis_url)
     try:

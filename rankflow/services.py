@@ -7,6 +7,9 @@ own directory, so ``make`` targets can stop what they started.
 
     python -m rankflow.services start redis --port 6399 --dir .local/redis
     python -m rankflow.services stop redis --dir .local/redis
+
+``start`` prints the service's address; ``--port 0`` takes a free port, so that ``make run``
+gets services of its own beside any that ``make services-start`` left running.
 """
 
 from __future__ import annotations
@@ -189,13 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m rankflow.services", description=__doc__.split("\n")[0])
     p.add_argument("action", choices=["start", "stop"])
     p.add_argument("service", choices=sorted(SERVICES))
-    p.add_argument("--port", type=int, default=0)
+    p.add_argument("--port", type=int, default=None, help="the port to listen on; 0: a free one")
     p.add_argument("--dir", required=True)
     a = p.parse_args(argv)
-    service = SERVICES[a.service](a.port, a.dir)
+    if a.action == "start" and a.port is None:
+        p.error("start needs --port")
+    if a.action == "start" and a.port == 0:
+        a.port = free_port()
+    service = SERVICES[a.service](a.port or 0, a.dir)
     if a.action == "start":
-        if not a.port:
-            p.error("start needs --port")
         print(service.start().url)
     else:
         service.stop()

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from rankflow.state.snapshot import Gauge, cut_gauges
 from rankflow.state.window_rules import window_bounds
 
 
@@ -64,6 +65,16 @@ class ActivitySnapshot(NamedTuple):
             "partition_lag_ms": self.partition_lag_ms,
             "errors": self.errors,
         }
+
+    def gauges(self) -> list[Gauge]:
+        """What ``--metrics-port`` shows of the activity flow's last snapshot; the watermark
+        once there is one (and while it fits a float: event times may be of any size)."""
+        gauges = [*cut_gauges(self.snapshot_id, self.partition_lag_ms),
+                  Gauge("active_pairs", "(workspace, channel) pairs with a count in the window", self.active_pairs),
+                  Gauge("changed_workspaces", "Workspaces whose ranking the last snapshot changed", len(self.changed))]
+        if self.watermark is not None and abs(self.watermark) < 10**300:
+            gauges.append(Gauge("watermark_seconds", "The last snapshot's watermark (event time)", self.watermark / 1000))
+        return gauges
 
     def _global_items(self) -> list[dict[str, Any]]:
         if self.summary:

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from rankflow.state.snapshot import Gauge, cut_gauges
+
 Board = tuple[str, str]  # (game_id, board)
 
 
@@ -32,6 +34,7 @@ class BoardsSnapshot(NamedTuple):
     partition_lag_ms: dict[str, int]
     errors: list[str]
     counts: dict[str, int] = {}  # running totals: "duplicates", "dead_letters.<reason>"
+    total_boards: int = 0  # the boards there are after this snapshot (the metrics' gauge; not in the JSON)
 
     def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
         games: dict[str, dict[str, Any]] = {}
@@ -58,3 +61,10 @@ class BoardsSnapshot(NamedTuple):
             "partition_lag_ms": self.partition_lag_ms,
             "errors": self.errors,
         }
+
+    def gauges(self) -> list[Gauge]:
+        """What ``--metrics-port`` shows of the boards flow's last snapshot."""
+        return [*cut_gauges(self.snapshot_id, self.partition_lag_ms),
+                Gauge("boards", "Boards there are (the generation's set of boards)", self.total_boards),
+                Gauge("changed_boards", "Boards the last snapshot changed", len(self.boards)),
+                Gauge("dropped_boards", "Periods the last snapshot dropped (retention)", len(self.dropped))]

@@ -8,10 +8,12 @@ and tests can count them.
 
 from __future__ import annotations
 
-import json
+import re
 from typing import Any, NamedTuple
 
 import orjson
+
+from rankflow.state.json_spans import member_value
 
 START = "START"
 STOP = "STOP"
@@ -38,6 +40,8 @@ MISSING_FIELD = "missing_field"
 WRONG_TYPE = "wrong_type"
 OUT_OF_RANGE = "out_of_range"
 UNKNOWN_TYPE = "unknown_type"
+
+_INTEGER_LITERAL = re.compile(rb"-?(?:0|[1-9][0-9]*)")
 
 
 class PlaybackEvent(NamedTuple):
@@ -108,10 +112,16 @@ def _loads(raw: bytes) -> Any:
 def _exact_integer(raw: bytes, field: str) -> Any:
     """Re-read a field that orjson turned into a float.
 
-    orjson reads integers beyond 64 bits as floats; JSON itself has no such limit,
-    so the standard library (which keeps Python ints) decides. Rare path only.
+    orjson reads integers beyond 64 bits as floats; JSON itself has no such limit, so
+    the field's literal as written decides: an integer literal is that int, any other
+    (``1e3``, ``10.0``) stays the float. Only the field is read, never the whole text
+    again, so a deep extra field cannot exhaust the interpreter's recursion limit (the
+    standard library's ``json`` would raise, whatever the caller's stack). Rare path only.
     """
-    return json.loads(raw).get(field)
+    literal = member_value(raw, field)
+    if literal is None or not _INTEGER_LITERAL.fullmatch(literal):
+        return float(literal) if literal is not None else None
+    return int(literal)
 
 
 def _integer(obj: dict, raw: bytes, field: str, least: int) -> int:
@@ -158,12 +168,18 @@ def validate(obj: Any, raw: bytes) -> tuple[str, str, str, str, int, int, int]:
     return ids[0], ids[1], ids[2], etype, version, ts, idle_ms
 
 
+def check_event(raw: bytes) -> tuple[str, str, str, str, int, int, int]:
+    """One record's fields (:func:`validate`), or :class:`InvalidEvent`: the whole check
+    of the flow, which ``POST /events`` applies to each event as it will reach the flow."""
+    return validate(_loads(raw), raw)
+
+
 def parse_event(
     raw: bytes, partition: str, offset: int, epoch: int
 ) -> PlaybackEvent | DeadLetter:
     """Turn one input record into an event, or into a dead letter saying why not."""
     try:
-        user, playback, song, etype, version, ts, idle_ms = validate(_loads(raw), raw)
+        user, playback, song, etype, version, ts, idle_ms = check_event(raw)
     except InvalidEvent as exc:
         return DeadLetter(exc.reason, exc.detail, partition, offset, raw, epoch)
     return PlaybackEvent(user, playback, song, etype, version, ts, offset, raw, idle_ms)

@@ -18,12 +18,14 @@ A failed check raises :class:`~rankflow.state.events.InvalidEvent` ``invalid_jso
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from typing import Any
 
 import orjson
 
 from rankflow.state.events import INVALID_JSON, InvalidEvent
+from rankflow.state.json_spans import nesting_depth
 
 __all__ = ["exact_int", "reject_constant", "lone_surrogate", "loads_exact", "loads_json", "exact_object",
            "json_kind"]
@@ -92,14 +94,37 @@ def lone_surrogate(obj: Any) -> bool:
     return False
 
 
+MAX_DEPTH = 1024
+"""How deep containers may nest: orjson's limit, so both readers agree on every text."""
+
+
+def _stack_depth() -> int:
+    frame, depth = sys._getframe(), 0
+    while frame is not None:
+        frame, depth = frame.f_back, depth + 1
+    return depth
+
+
+def _room_to_nest(levels: int) -> None:
+    """Make sure the standard library's ``json`` can nest ``levels`` deep from here: its
+    C scanner counts each level against the interpreter's recursion limit, from the
+    caller's depth. The limit is only ever raised (lowering it again could cut another
+    thread's parse short); a few hundred frames more are harmless."""
+    needed = _stack_depth() + levels + 100
+    if needed > sys.getrecursionlimit():
+        sys.setrecursionlimit(needed)
+
+
 def loads_exact(raw: bytes, orjson_error: str, parse_int: ParseInt = exact_int) -> Any:
     """Read what orjson refused, or re-read what it rounded: the standard library decides.
 
     ``json`` keeps integers exact but is laxer than RFC 8259 in three ways, each
     closed here: it guesses UTF-16/32 from bytes (so the text is decoded as UTF-8
     first), accepts ``NaN`` and ``Infinity`` (refused by :func:`reject_constant`) and
-    keeps lone surrogate escapes (looked for afterwards). Nesting deeper than the
-    interpreter allows is refused, as RFC 8259 section 9 lets a parser do.
+    keeps lone surrogate escapes (looked for afterwards). Nesting deeper than
+    :data:`MAX_DEPTH` (orjson's own limit) is refused, as RFC 8259 section 9 lets a
+    parser do, and nothing shallower is: the verdict never depends on how deep the
+    caller's stack is (the flow's, or the HTTP service's, ``api.ingest``).
     ``orjson_error`` is the detail when ``json`` refuses the text too.
 
     >>> loads_exact(b'[18446744073709551616, 1.5]', "")
@@ -108,6 +133,9 @@ def loads_exact(raw: bytes, orjson_error: str, parse_int: ParseInt = exact_int) 
     Traceback (most recent call last):
     rankflow.state.events.InvalidEvent: invalid_json: a string holds an unpaired surrogate escape
     """
+    if nesting_depth(raw) > MAX_DEPTH:
+        raise InvalidEvent(INVALID_JSON, orjson_error or f"nested deeper than {MAX_DEPTH}")
+    _room_to_nest(MAX_DEPTH)
     try:
         obj = json.loads(raw.decode("utf-8"), parse_constant=reject_constant, parse_int=parse_int)
     except UnicodeDecodeError as exc:

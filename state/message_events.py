@@ -64,26 +64,32 @@ WORKSPACE, CHANNEL, USER, TS, OFFSET, RAW = range(6)
 _RANGES = {f: f"1 to {MAX_ID_CHARS} characters long" for f in ID_FIELDS} | {"ts": ">= 0"}
 
 
-def _check_fields(obj: dict) -> None:
-    """Check 3's three parts in turn, each over all four fields before the next starts.
+def _check_field(obj: dict, field: str) -> None:
+    """Check 3 on one field: present, then of its type, then in its range."""
+    if field not in obj:
+        raise InvalidEvent(MISSING_FIELD, f"{field} is missing")
+    value = obj[field]
+    if field == "ts":
+        if type(value) is not int:  # bool is a subclass of int, not int; 1.0 is a float
+            raise InvalidEvent(WRONG_TYPE, "ts must be an integer")
+        if value < 0:
+            raise InvalidEvent(OUT_OF_RANGE, f"ts must be {_RANGES['ts']}")
+    elif type(value) is not str:
+        raise InvalidEvent(WRONG_TYPE, f"{field} must be a string")
+    elif not 0 < len(value) <= MAX_ID_CHARS:
+        raise InvalidEvent(OUT_OF_RANGE, f"{field} must be {_RANGES[field]}")
 
-    So ``{"ts": -1}`` with ``user_id`` absent is ``missing_field``, and a float ``ts``
-    with an empty ``workspace_id`` is ``wrong_type``: the reason does not depend on the
-    order of the fields in the line.
+
+def _check_fields(obj: dict) -> None:
+    """Check 3: field by field in the table's order, each field completely before the next.
+
+    WINDOWS.md section 1 says so word for word, so the first field that fails names the
+    reason: ``{"workspace_id": "", "ts": true}`` is ``out_of_range`` (``workspace_id``
+    comes first), and ``{"channel_id": 5}`` with ``user_id`` and ``ts`` absent is
+    ``wrong_type``. The reason never depends on the order of the fields in the line.
     """
-    missing = [f for f in FIELDS if f not in obj]
-    if missing:
-        raise InvalidEvent(MISSING_FIELD, "; ".join(f"{f} is missing" for f in missing))
-    wrong = [f"{f} must be a string" for f in ID_FIELDS if type(obj[f]) is not str]
-    if type(obj["ts"]) is not int:  # bool is a subclass of int, not int; 1.0 is a float
-        wrong.append("ts must be an integer")
-    if wrong:
-        raise InvalidEvent(WRONG_TYPE, "; ".join(wrong))
-    bad = [f for f in ID_FIELDS if not 0 < len(obj[f]) <= MAX_ID_CHARS]
-    if obj["ts"] < 0:
-        bad.append("ts")
-    if bad:
-        raise InvalidEvent(OUT_OF_RANGE, "; ".join(f"{f} must be {_RANGES[f]}" for f in bad))
+    for field in FIELDS:
+        _check_field(obj, field)
 
 
 def validate_message(obj: Any, raw: bytes) -> tuple[str, str, str, int]:
@@ -97,9 +103,9 @@ def validate_message(obj: Any, raw: bytes) -> tuple[str, str, str, int]:
     >>> ok = {"workspace_id": "w1", "channel_id": "general", "user_id": "🎉", "ts": 0, "x": None}
     >>> validate_message(ok, b"")
     ('w1', 'general', '🎉', 0)
-    >>> validate_message({**ok, "ts": True, "channel_id": ""}, b"")
+    >>> validate_message({**ok, "ts": True, "channel_id": ""}, b"")  # channel_id comes before ts
     Traceback (most recent call last):
-    rankflow.state.events.InvalidEvent: wrong_type: ts must be an integer
+    rankflow.state.events.InvalidEvent: out_of_range: channel_id must be 1 to 64 characters long
     >>> raw = b'{"workspace_id": "w", "channel_id": "c", "user_id": "u", "ts": 100000000000000000000}'
     >>> validate_message(orjson.loads(raw), raw)  # orjson read ts as 1e20: raw says exactly what it is
     ('w', 'c', 'u', 100000000000000000000)

@@ -40,7 +40,7 @@ from rankflow.state.signatures import Signer, sign
 __all__ = [
     "INVALID_JSON", "NOT_AN_OBJECT", "MISSING_FIELD", "WRONG_TYPE", "OUT_OF_RANGE", "BAD_SIGNATURE",
     "REASONS", "ID_FIELDS", "INT_FIELDS", "FIELDS", "MAX_ID_CHARS", "MAX_POINTS", "MAX_TIME",
-    "ScoreResult", "ScoreEvent", "validate_score", "parse_score", "parse_score_records", "loads_json",
+    "ScoreResult", "ScoreEvent", "validate_score", "check_score", "parse_score", "parse_score_records", "loads_json",
 ]
 
 # Reason codes of checks 1 to 6. The first five are the listener flow's own strings
@@ -168,6 +168,13 @@ def validate_score(obj: Any, raw: bytes, key: bytes | None) -> tuple[str, str, s
     return game, match, player, points, played_at, received_at
 
 
+def check_score(raw: bytes, key: bytes | None) -> tuple[str, str, str, int, int, int]:
+    """Checks 1 to 6 of one record (:func:`validate_score`), or :class:`InvalidEvent`: the
+    whole check of the flow, which ``POST /matches/{id}/result`` applies to each result
+    as it will reach the flow."""
+    return validate_score(loads_json(raw), raw, key)
+
+
 def parse_score(raw: bytes, partition: str, offset: int, epoch: int,
                 key: bytes | None) -> ScoreResult | DeadLetter:
     """One input record as a result, or as a dead letter saying which check failed first.
@@ -176,7 +183,7 @@ def parse_score(raw: bytes, partition: str, offset: int, epoch: int,
     ('not_an_object', 'expected a JSON object, got an array', 'scores.jsonl', 3)
     """
     try:
-        fields = validate_score(loads_json(raw), raw, key)
+        fields = check_score(raw, key)
     except InvalidEvent as exc:
         return DeadLetter(exc.reason, exc.detail, partition, offset, raw, epoch)
     return ScoreResult(*fields, offset, raw)

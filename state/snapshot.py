@@ -11,7 +11,7 @@ list, never through the local lists.
 from __future__ import annotations
 
 import heapq
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, NamedTuple
 
 SNAPSHOT_ID_RUN_FACTOR = 1_000_000_000
@@ -32,6 +32,26 @@ def merge_local_tops(local_tops: Iterable[list[tuple[str, int]]], k: int) -> lis
     """
     candidates = ((count, song) for top in local_tops for song, count in top)
     return [(song, count) for count, song in heapq.nlargest(k, candidates)]
+
+
+class Gauge(NamedTuple):
+    """A number of a published snapshot, as ``--metrics-port`` exports it (``rankflow_<name>``).
+
+    Each product's snapshot type lists its own (``gauges()``), so the metrics operator
+    exports what it is given and never asks which flow runs. With a ``label``, ``value``
+    holds one number per label value."""
+
+    name: str
+    doc: str
+    value: float | Mapping[str, float]
+    label: str | None = None
+
+
+def cut_gauges(snapshot_id: int, partition_lag_ms: Mapping[str, int]) -> list[Gauge]:
+    """The gauges every flow's snapshot has: which cut it is, and how far each partition trailed."""
+    return [Gauge("snapshot_id", "Id of the last published snapshot", snapshot_id),
+            Gauge("partition_lag_seconds", "How far each partition's counts trailed the input in the last "
+                  "snapshot", {part: ms / 1000 for part, ms in partition_lag_ms.items()}, "partition")]
 
 
 class RecentRanking(NamedTuple):
@@ -92,3 +112,11 @@ class Snapshot(NamedTuple):
         if self.recent is not None:
             obj["recent"] = self.recent.to_json_obj()
         return obj
+
+    def gauges(self) -> list[Gauge]:
+        """What ``--metrics-port`` shows of the listener flow's last snapshot."""
+        return [*cut_gauges(self.snapshot_id, self.partition_lag_ms),
+                Gauge("counted_users", "Users counted as listening", self.counted_users),
+                Gauge("total_listeners", "Sum of song counts", self.total_listeners),
+                Gauge("active_songs", "Songs with listeners", self.active_songs),
+                Gauge("split_songs", "Songs split into partial counters", len(self.split_songs))]

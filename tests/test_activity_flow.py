@@ -99,11 +99,12 @@ def test_cli_reads_and_exit_statuses(redis_url, tmp_path, capsysbinary):
 def test_invalid_lines_are_dead_letters_with_reasons(redis_url, tmp_path):
     lines = [b"", b"{", b"[1]", b'{"workspace_id": "A"}', line("A", "x", "u", True), line("A", "", "u", 5),
              line("A", "x", "u", -1), line("A", "x", "u", 100),
-             b'{"workspace_id": "A", "channel_id": "x", "user_id": "u", "ts": 1000000000000000000000000000000}']
+             b'{"workspace_id": "A", "channel_id": "x", "user_id": "u", "ts": 1000000000000000000000000000000}',
+             line("", "data-0", "u38", True), line("x" * 65, 5, "u", 1)]  # field by field: workspace_id first
     out = run_activity(redis_url, tmp_path, lines)
     reasons = {d["position"]["offset"]: d["reason"] for d in out["dead"]}
     assert reasons == {0: "invalid_json", 1: "invalid_json", 2: "not_an_object", 3: "missing_field",
-                       4: "wrong_type", 5: "out_of_range", 6: "out_of_range"}
+                       4: "wrong_type", 5: "out_of_range", 6: "out_of_range", 9: "out_of_range", 10: "out_of_range"}
     assert out["final"]["watermark"] == 10**30 and out["final"]["active_pairs"] == 1  # the huge ts counts alone
     assert main(["activity", "top", "--global", "--json", "--redis", redis_url, "--namespace", out["namespace"]]) == 0
     assert all(d["raw"] is not None and d["detail"] for d in out["dead"])

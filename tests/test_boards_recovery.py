@@ -10,6 +10,8 @@ back in time.
 
 from __future__ import annotations
 
+import hashlib
+import os
 import random
 import subprocess
 import sys
@@ -115,3 +117,92 @@ def board_differences(got: dict, expected: dict) -> str:
             lines.append(f"{game}/{board}: {len(diff)} entries differ (flow, model), e.g. {diff[:3]}"
                          + ("" if diff else " (only the order differs)"))
     return "\n".join(lines)
+
+
+def _forged(line: bytes) -> bytes:
+    """A result whose points were raised after it was signed: its signature no longer matches."""
+    result = orjson.loads(line)
+    return orjson.dumps({**result, "match_id": result["match_id"] + "-forged", "points": result["points"] + 1})
+
+
+def test_a_resume_must_keep_its_signing_key(tmp_path, redis_url, redis_client, namespace, monkeypatch):
+    """The recovery directory stores a fingerprint of the key (never the key): a resume that
+    drops it would count forged results, one with another key would refuse the real ones."""
+    monkeypatch.delenv("RANKFLOW_SIGNING_KEY", raising=False)
+    log, rec, dead = tmp_path / "scores.jsonl", tmp_path / "rec", tmp_path / "dead.jsonl"
+    generate_scores(players=40, games=2, events=400, seed=3, out=log, key=KEY, clean=True)
+    lines = log.read_bytes().splitlines()
+    log.write_bytes(b"".join(line + b"\n" for line in lines[:200]))
+    command = [*RANKFLOW, "run", "--flow", "boards", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url,
+               "--namespace", namespace, "--dead-letter", f"jsonl:{dead}", "--recovery-dir", str(rec)]
+    first = subprocess.run([*command, "--signing-key", KEY.hex()], capture_output=True, text=True, timeout=120)
+    assert first.returncode == 0, first.stderr
+    assert "no signing key" not in first.stderr
+    rest = [*lines[200:], _forged(lines[0])]
+    with log.open("ab") as f:
+        f.write(b"".join(line + b"\n" for line in rest))
+    stored = (rec / "rankflow-layout.json").read_bytes()
+    assert KEY.hex().encode() not in stored.lower() and hashlib.sha256(KEY).hexdigest().encode() not in stored
+    assert KEY not in stored
+    def published() -> tuple:
+        keys = sorted(redis_client.keys(f"*{namespace}*"))
+        return read_latest(redis_client, boards_namespace(namespace)), keys, [redis_client.dump(k) for k in keys]
+
+    before = published()
+
+    other = bytes.fromhex("cd" * 32)
+    for how, extra, env in (("dropped", [], {}), ("changed", ["--signing-key", other.hex()], {}),
+                            ("changed", [], {"RANKFLOW_SIGNING_KEY": other.hex()}),
+                            ("dropped", ["--processes", "2"], {})):  # refused before the processes start
+        r = subprocess.run([*command, *extra], capture_output=True, text=True, timeout=120, env={**os.environ, **env})
+        assert r.returncode == 2, (how, r.stderr)
+        assert r.stderr.count("\n") == 1 and "signing key" in r.stderr and how in r.stderr, r.stderr
+        assert other.hex() not in r.stderr
+        assert published() == before, "refused before claiming the namespace"
+    assert (rec / "rankflow-layout.json").read_bytes() == stored
+
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120,
+                           env={**os.environ, "RANKFLOW_SIGNING_KEY": KEY.hex()})  # the same key, from the variable
+    assert again.returncode == 0, again.stderr
+    model = BoardsModel(KEY)
+    for offset, line in enumerate([*lines, rest[-1]]):
+        model.feed(line, "file", offset)
+    assert read_boards(redis_client, namespace) == model.boards()
+    letters = [orjson.loads(x) for x in dead.read_bytes().splitlines()]
+    assert [d["reason"] for d in letters] == ["bad_signature"]
+
+
+def test_a_recovery_directory_from_before_key_fingerprints(tmp_path, redis_url, redis_client, namespace, monkeypatch):
+    """A directory written without the fingerprint cannot tell whether its run checked
+    signatures: a resume without a key is refused, a resume with one is taken and recorded."""
+    monkeypatch.delenv("RANKFLOW_SIGNING_KEY", raising=False)
+    log, rec = tmp_path / "scores.jsonl", tmp_path / "rec"
+    generate_scores(players=20, games=1, events=100, seed=4, out=log, key=KEY, clean=True)
+    command = [*RANKFLOW, "run", "--flow", "boards", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url,
+               "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}",
+               "--recovery-dir", str(rec)]
+    assert subprocess.run([*command, "--signing-key", KEY.hex()], capture_output=True, timeout=120).returncode == 0
+    layout_file = rec / "rankflow-layout.json"
+    layout = orjson.loads(layout_file.read_bytes())
+    layout_file.write_bytes(orjson.dumps({k: v for k, v in layout.items() if "sign" not in k}))  # an older version's
+    r = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--signing-key" in r.stderr, r.stderr
+    r = subprocess.run([*command, "--signing-key", KEY.hex()], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert orjson.loads(layout_file.read_bytes()) == layout, "the fingerprint is recorded from now on"
+
+
+def test_a_boards_run_without_a_key_says_so(tmp_path, redis_url, namespace, monkeypatch):
+    monkeypatch.delenv("RANKFLOW_SIGNING_KEY", raising=False)
+    log, rec = tmp_path / "scores.jsonl", tmp_path / "rec"
+    generate_scores(players=20, games=1, events=50, seed=4, out=log, clean=True)
+    command = [*RANKFLOW, "run", "--flow", "boards", "--input", f"jsonl:{log}", "--until-eof", "--redis", redis_url,
+               "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}",
+               "--recovery-dir", str(rec)]
+    r = subprocess.run(command, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert len([x for x in r.stderr.splitlines() if "no signing key" in x]) == 1, r.stderr
+    again = subprocess.run(command, capture_output=True, text=True, timeout=120)  # keyless, resumed keyless
+    assert again.returncode == 0, again.stderr
+    r = subprocess.run([*command, "--signing-key", KEY.hex()], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 2 and "signing key" in r.stderr and "added" in r.stderr, r.stderr

@@ -14,6 +14,7 @@ import redis
 
 from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.produce import append_steady
+from rankflow.services import LocalRedis, free_port
 
 from tests.model import model_of_lines, parse, read_lines
 
@@ -187,8 +188,57 @@ def test_top_serves_the_last_ranking_marked_stale_when_redis_has_none(tmp_path, 
     stale = orjson.loads(r.stdout)
     assert stale["stale"] is True and stale["age_ms"] >= 0
     assert stale["items"] == fresh["items"] and stale["snapshot_id"] == fresh["snapshot_id"]
-    r = cli("top", "--redis", "redis://127.0.0.1:1/0", "--namespace", namespace)  # Redis unreachable
-    assert r.returncode == 1 and "STALE" in r.stdout and "cannot reach Redis" in r.stderr
+    r = cli("top", "--redis", "redis://127.0.0.1:1/0", "--namespace", namespace)  # another Redis, unreachable
+    assert r.returncode == 1 and "no earlier ranking cached" in r.stderr and r.stdout == ""
+
+
+def _publish_one_song(tmp_path, url: str, namespace: str, song: str) -> None:
+    from tests.events import ev
+
+    log = tmp_path / f"{song}.jsonl"
+    log.write_bytes(ev("u1", "p1", song, "START", 1) + b"\n")
+    r = cli("run", "--input", f"jsonl:{log}", "--until-eof", "--redis", url, "--namespace", namespace,
+            "--dead-letter", f"jsonl:{tmp_path / (song + '-dl.jsonl')}")
+    assert r.returncode == 0, r.stderr
+
+
+def test_top_never_shows_the_ranking_of_another_redis(tmp_path, redis_url, namespace):
+    """The offline cache is keyed by the Redis (host, port, db) and the namespace: with
+    a Redis down, `top` shows that Redis's last ranking, never one read from another."""
+    other = LocalRedis(free_port(), tmp_path / "other-redis").start()
+    try:
+        _publish_one_song(tmp_path, redis_url, namespace, "song_here")
+        _publish_one_song(tmp_path, other.url, namespace, "song_there")
+        for url, song in ((redis_url, "song_here"), (other.url, "song_there")):
+            view = orjson.loads(cli("top", "--json", "--redis", url, "--namespace", namespace).stdout)
+            assert view["stale"] is False and [i["song_id"] for i in view["items"]] == [song]
+        r = cli("top", "--json", "--redis", redis_url.removesuffix("/0") + "/1", "--namespace", namespace)
+        assert r.returncode == 1 and "no earlier ranking cached" in r.stderr, "another db of the same server"
+    finally:
+        other.stop()
+    r = cli("top", "--json", "--redis", other.url, "--namespace", namespace)  # down: its own last ranking
+    assert r.returncode == 1 and "cannot reach Redis" in r.stderr
+    stale = orjson.loads(r.stdout)
+    assert stale["stale"] is True and [i["song_id"] for i in stale["items"]] == ["song_there"]
+    with_password = other.url.replace("redis://", "redis://reader:pw@")  # the same server, spelt another way
+    r = cli("top", "--json", "--redis", with_password, "--namespace", namespace)
+    assert r.returncode == 1 and [i["song_id"] for i in orjson.loads(r.stdout)["items"]] == ["song_there"]
+    r = cli("top", "--json", "--redis", "redis://127.0.0.1:1/0", "--namespace", namespace)
+    assert r.returncode == 1 and "no earlier ranking cached" in r.stderr and r.stdout == ""
+
+
+@pytest.mark.parametrize("ns", ["../../escaped", "a/b", "..", "TMP/escaped"])
+def test_a_namespace_never_becomes_a_cache_path(tmp_path, redis_url, namespace, ns):
+    """`top` caches its last ranking in one file named by a hash, whatever the namespace holds."""
+    ns = ns.replace("escaped", namespace).replace("TMP", str(tmp_path))  # an absolute path, inside tmp_path
+    _publish_one_song(tmp_path, redis_url, ns, "song_a")
+    r = cli("top", "--json", "--redis", redis_url, "--namespace", ns)
+    assert r.returncode == 0, r.stderr
+    cache = tmp_path / "cache" / "rankflow"
+    assert [p.parent for p in cache.rglob("*")] == [cache], "one file, directly in the cache directory"
+    assert not list(tmp_path.glob("*.json")) and not list(tmp_path.glob("**/escaped*"))
+    r = cli("top", "--json", "--redis", redis_url, "--namespace", ns)
+    assert r.returncode == 0 and orjson.loads(r.stdout)["items"][0]["song_id"] == "song_a"
 
 
 def test_a_followed_file_fed_at_a_steady_rate_then_ctrl_c(tmp_path, redis_url, namespace):

@@ -11,7 +11,8 @@ MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signature
            "rankflow.bench.boards_baseline", "rankflow.state.score_events", "rankflow.state.board_rules",
            "rankflow.connectors.board_read", "rankflow.state.board_index", "rankflow.state.window_rules",
            "rankflow.state.heavy_hitters", "rankflow.connectors.redis_publish", "rankflow.state.message_events",
-           "rankflow.operators.recent_plays", "rankflow.state.timers"]
+           "rankflow.operators.recent_plays", "rankflow.state.timers", "rankflow.reader",
+           "rankflow.recovery", "rankflow.connectors.redis_generations"]
 
 
 @pytest.mark.parametrize("name", MODULES)

@@ -15,14 +15,21 @@ from pathlib import Path
 import orjson
 import pytest
 
+from rankflow.connectors import redis_generations
+from rankflow.connectors.activity_read import ActivityReader
+from rankflow.connectors.board_read import BoardReader, read_boards
 from rankflow.connectors.kafka import KafkaEndpoint, admin
-from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_generations import current_generation, drop_generation, switch_generation
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_read import read_counts, read_latest
 from rankflow.generate import generate
+from rankflow.options import FLOWS, RunOptions
 from rankflow.produce import produce_file
+from rankflow.rebuild import rebuild
+from rankflow.runner import run
 from rankflow.services import free_port
 from tests.events import ranking
+from tests.flow_logs import LOGS
 from tests.model import model_of_lines, read_lines
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
@@ -244,3 +251,112 @@ def test_a_rebuild_stopped_midway_switches_nothing(tmp_path, kafka_brokers, redi
     assert read_latest(redis_client, namespace) == before
     assert current_generation(redis_client, namespace) == 0
     assert generations(redis_client, namespace) == {b"g0"}, "the half-built generation is dropped"
+
+
+def answers_of_listeners(client, namespace: str):
+    return lambda: (ranking(read_latest(client, namespace)), read_counts(client, namespace))
+
+
+def answers_of_boards(client, namespace: str):
+    reader = BoardReader(client, namespace)
+    return lambda: {(game, board): reader.top(game, board, 10)["items"]
+                    for game, boards in read_boards(client, namespace).items() for board in boards}
+
+
+def answers_of_activity(client, namespace: str):
+    reader = ActivityReader(client, namespace)
+
+    def answers():
+        top = reader.global_top(10)["items"]
+        return top, {i["workspace_id"]: reader.top(i["workspace_id"], 10)["items"] for i in top}
+    return answers
+
+
+READERS = {"listeners": answers_of_listeners, "boards": answers_of_boards, "activity": answers_of_activity}
+"""Per flow, readers made before a rebuild: a function of what they answer."""
+
+KINDS = {"listeners": {"counts", "changes"}, "boards": {"b", "r", "aliases", "boards", "board_changes"},
+         "activity": {"v", "slots", "workspaces"}}
+"""Per flow, the keys of its own a generation holds after the run below (``g<G>:<kind>...``)."""
+
+
+def keys_by_generation(client, namespace: str) -> dict[int | None, set[str]]:
+    """Every key of a namespace, by generation (``None``: the namespace's own keys), without
+    the ``{ns}:g<G>:`` prefix."""
+    tag = "{" + namespace + "}:"
+    found: dict[int | None, set[str]] = {}
+    for key in client.scan_iter(match=f"{tag}*", count=1000):
+        rest = key.decode()[len(tag):]
+        m = re.match(r"g(\d+):(.*)", rest, re.S)
+        found.setdefault(int(m[1]) if m else None, set()).add(m[2] if m else rest)
+    return found
+
+
+def test_every_flow_has_its_rebuild_checked():
+    assert set(READERS) == set(KINDS) == set(LOGS) == set(FLOWS), "a new flow: give it readers and kinds here"
+
+
+@pytest.mark.parametrize("flow", FLOWS)
+def test_a_rebuild_of_each_flow_removes_every_key_of_the_old_generation(tmp_path, redis_url, redis_client,
+                                                                       namespace, flow):
+    """Run, rebuild: no key of the old generation is left (whatever the flow keeps per workspace,
+    board or slot), readers made before the switch answer the same after it, and dropping a
+    generation removes all of it."""
+    log = tmp_path / "events.jsonl"
+    LOGS[flow](log)
+    opts = dict(input=f"jsonl:{log}", redis_url=redis_url, namespace=namespace, flow=flow,
+                dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", publish_stage=1 if flow == "activity" else None)
+    run(RunOptions(until_eof=True, **opts))
+    ns = RunOptions(**opts).redis_namespace
+    old = current_generation(redis_client, ns)
+    before = keys_by_generation(redis_client, ns)
+    assert set(before) == {None, old}
+    assert KINDS[flow] <= {key.split(":", 1)[0] for key in before[old]}, "the run kept its own keys"
+    answers = READERS[flow](redis_client, namespace)
+    expected = answers()
+    assert expected[0] if flow != "boards" else expected, "the readers answer something"
+
+    rebuild(RunOptions(**opts))
+    new = current_generation(redis_client, ns)
+    after = keys_by_generation(redis_client, ns)
+    assert new != old
+    assert set(after) == {None, new}, f"keys of generation {old} left: {sorted(after.get(old, ()))[:10]}"
+    assert all(key in ("runs", "generation", "retired") or key.startswith("run:") for key in after[None])
+    assert answers() == expected, "readers follow the switch"
+
+    drop_generation(redis_client, ns, new)
+    assert set(keys_by_generation(redis_client, ns)) == {None}, "a dropped generation leaves nothing"
+
+
+def test_removing_a_generation_takes_only_its_own_keys(redis_client):
+    """Glob characters in a namespace are plain characters: the removal of ``{a*}:g1:`` leaves
+    ``{ab}:g1:``, and generation 1 is not generation 10."""
+    base = "t-" + uuid.uuid4().hex[:8]
+    ns, sibling = base + "\\*[x]?", base + "\\yyxz"
+    mine = [Keys(ns, 1).snapshot, Keys(ns, 1).workspace("w"), Keys(ns, 1).board("g", "all")[0]]
+    others = [Keys(ns, 10).snapshot, Keys(ns).generation, Keys(sibling, 1).snapshot, Keys(sibling, 1).workspace("w")]
+    for key in mine + others:
+        redis_client.set(key, 1)
+    drop_generation(redis_client, ns, 1)
+    assert redis_client.exists(*mine) == 0
+    assert redis_client.exists(*others) == len(others)
+
+
+def test_a_switch_removes_what_an_interrupted_switch_left(monkeypatch, redis_client, namespace):
+    """A rebuild stopped between its switch and the removal of the old generation: the next
+    switch removes that generation too."""
+    for generation in (0, 5):
+        redis_client.set(Keys(namespace, generation).snapshot, 1)
+        redis_client.set(Keys(namespace, generation).workspace(f"w{generation}"), 1)
+
+    def crash(*_):
+        raise KeyboardInterrupt
+
+    with monkeypatch.context() as patched:
+        patched.setattr(redis_generations, "drop_generation", crash)
+        with pytest.raises(KeyboardInterrupt):
+            switch_generation(redis_client, namespace, 0, 5)
+    assert current_generation(redis_client, namespace) == 5
+    assert set(keys_by_generation(redis_client, namespace)) == {None, 0, 5}
+    switch_generation(redis_client, namespace, 5, 7)
+    assert set(keys_by_generation(redis_client, namespace)) == {None}

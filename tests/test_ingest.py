@@ -15,6 +15,7 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -40,14 +41,21 @@ from tests.boards_model import signature
 from tests.events import ranking
 from tests.kafka_helpers import read_topic
 
+JSON = {"Content-Type": "application/json"}
+"""Ingest takes nothing else (a 415)."""
 EVENT = {"user_id": "u1", "playback_id": "p1", "song_id": "song_a", "type": "START", "version": 1, "ts": 5}
+
+
+def post_json(url: str, content: Any, headers: dict[str, str] | None = None) -> httpx.Response:
+    """``httpx.post`` of a JSON body, declared as such."""
+    return httpx.post(url, content=content, headers={**JSON, **(headers or {})})
 
 
 @pytest.fixture
 def client(kafka_brokers, topic):
     ensure_topic(kafka_brokers, topic, 2)
     app = create_app(Settings(kafka=KafkaEndpoint(kafka_brokers, topic)))
-    with TestClient(app) as c:
+    with TestClient(app, headers=JSON) as c:
         yield c
 
 
@@ -79,7 +87,7 @@ def test_invalid_events_are_refused_with_reasons_and_nothing_is_produced(client,
 
 def test_unreachable_broker_is_a_503():
     app = create_app(Settings(kafka=KafkaEndpoint(f"127.0.0.1:{free_port()}", "t"), delivery_timeout_ms=1000))
-    with TestClient(app) as c:
+    with TestClient(app, headers=JSON) as c:
         r = c.post("/events", content=orjson.dumps(EVENT))
     assert r.status_code == 503 and "did not acknowledge" in r.json()["error"]
 
@@ -95,7 +103,7 @@ def test_served_ingest_feeds_the_flow(tmp_path, kafka_brokers, topic, redis_url,
         deadline = time.monotonic() + 30
         while True:
             try:
-                r = httpx.post(url, content=orjson.dumps([
+                r = post_json(url, content=orjson.dumps([
                     EVENT, {**EVENT, "user_id": "u2", "playback_id": "p2"},
                     {**EVENT, "user_id": "u3", "playback_id": "p3", "song_id": "song_b"}]))
                 break
@@ -194,9 +202,9 @@ def test_the_body_limit_is_enforced_while_reading(tmp_path, kafka_brokers, topic
         assert status_of_unfinished_request(port, head + b"Transfer-Encoding: chunked\r\n\r\n" + chunks * 2) == 413, \
             "a chunked body is refused as soon as it passes the limit"
         for too_long in (b" " * 1001, iter([b" " * 600, b" " * 600])):  # Content-Length, then chunked
-            r = httpx.post(f"{url}/events", content=too_long)
+            r = post_json(f"{url}/events", content=too_long)
             assert r.status_code == 413 and "longer than 1000 bytes" in r.json()["error"], r.text
-        r = httpx.post(f"{url}/events", content=orjson.dumps(EVENT).ljust(1000))
+        r = post_json(f"{url}/events", content=orjson.dumps(EVENT).ljust(1000))
         assert r.status_code == 202, f"a body of exactly the limit is accepted: {r.text}"
     assert len(read_topic(kafka_brokers, topic)) == 1
     assert "ingest is open: anyone who can reach this port can write events" in log.read_text()
@@ -211,7 +219,7 @@ def test_sizes_are_checked_then_the_event_count_then_each_event(client, kafka_br
     assert r.status_code == 400, r.text
     assert [p["reason"] for p in r.json()["invalid"]] == ["too_many"]
     smaller_limit = create_app(Settings(kafka=KafkaEndpoint(kafka_brokers, topic), max_body_bytes=len(body) - 1))
-    with TestClient(smaller_limit) as c:
+    with TestClient(smaller_limit, headers=JSON) as c:
         assert c.post("/events", content=body).status_code == 413
     assert read_topic(kafka_brokers, topic) == []
 
@@ -224,7 +232,7 @@ def producer_queue(metrics: str) -> float:
 async def post_and_scrape_while_it_waits(url: str, body: bytes, queue: int) -> httpx.Response:
     """POST ``body``; meanwhile scrape ``/metrics`` until the producer's queue is seen
     full, which must happen while the POST still waits for room in it."""
-    async with httpx.AsyncClient(base_url=url) as client:
+    async with httpx.AsyncClient(base_url=url, headers=JSON) as client:
         post = asyncio.create_task(client.post("/events", content=body, timeout=30))
         deadline = time.monotonic() + 20
         while True:
@@ -262,7 +270,7 @@ def test_the_ingest_token_guards_post_events_only(kafka_brokers, topic, redis_ur
     ensure_topic(kafka_brokers, topic, 2)
     app = create_app(Settings(redis_url=redis_url, kafka=KafkaEndpoint(kafka_brokers, topic), ingest_token="s3cret"))
     body = orjson.dumps(EVENT)
-    with TestClient(app) as c:
+    with TestClient(app, headers=JSON) as c:
         r = c.post("/events", content=body)
         assert r.status_code == 401 and "Authorization: Bearer" in r.json()["error"]
         assert r.headers["WWW-Authenticate"] == "Bearer"
@@ -278,8 +286,8 @@ def test_the_ingest_token_from_the_environment(tmp_path, kafka_brokers, topic, r
     ensure_topic(kafka_brokers, topic, 2)
     log = tmp_path / "serve.log"
     with served("--kafka", f"{kafka_brokers}/{topic}", "--redis", redis_url, log=log, token_env="from-env") as url:
-        assert httpx.post(f"{url}/events", content=orjson.dumps(EVENT)).status_code == 401
-        r = httpx.post(f"{url}/events", content=orjson.dumps(EVENT), headers={"Authorization": "Bearer from-env"})
+        assert post_json(f"{url}/events", content=orjson.dumps(EVENT)).status_code == 401
+        r = post_json(f"{url}/events", content=orjson.dumps(EVENT), headers={"Authorization": "Bearer from-env"})
         assert r.status_code == 202, r.text
     assert "ingest is open" not in log.read_text()
     assert ingest_token("option", {"RANKFLOW_INGEST_TOKEN": "from-env"}) == "option", "the option wins"
@@ -289,7 +297,7 @@ def test_the_ingest_token_from_the_environment(tmp_path, kafka_brokers, topic, r
 
 
 def test_openapi_lists_every_answer_of_post_events():
-    with TestClient(create_app(Settings())) as c:
+    with TestClient(create_app(Settings()), headers=JSON) as c:
         responses = c.get("/openapi.json").json()["paths"]["/events"]["post"]["responses"]
     assert {"202", "400", "401", "413", "503"} <= set(responses)
 
@@ -311,7 +319,7 @@ def now_ms() -> int:
 def scores(kafka_brokers, topic):
     ensure_topic(kafka_brokers, topic, 2)
     app = create_app(Settings(score_kafka=KafkaEndpoint(kafka_brokers, topic), signing_key=example.KEY))
-    with TestClient(app) as c:
+    with TestClient(app, headers=JSON) as c:
         yield c
 
 
@@ -369,7 +377,7 @@ def test_an_invalid_result_is_a_400_naming_the_first_and_nothing_is_produced(sco
 
 def test_without_a_signing_key_sig_is_not_checked(kafka_brokers, topic):
     ensure_topic(kafka_brokers, topic, 1)
-    with TestClient(create_app(Settings(score_kafka=KafkaEndpoint(kafka_brokers, topic)))) as c:
+    with TestClient(create_app(Settings(score_kafka=KafkaEndpoint(kafka_brokers, topic))), headers=JSON) as c:
         unsigned = {k: v for k, v in match_result("ana", 5, now_ms()).items() if k != "sig"}
         assert c.post("/matches/m1/result", content=orjson.dumps(unsigned)).status_code == 202
         assert c.post("/matches/m1/result", content=orjson.dumps({**unsigned, "sig": 7})).status_code == 202
@@ -381,7 +389,7 @@ def test_match_results_need_the_token_the_size_limit_and_a_score_topic(kafka_bro
     body = orjson.dumps(match_result("ana", 5, now_ms()))
     settings = Settings(redis_url=redis_url, score_kafka=KafkaEndpoint(kafka_brokers, topic), ingest_token="s3cret",
                         max_body_bytes=len(body), signing_key=example.KEY)
-    with TestClient(create_app(settings)) as c:
+    with TestClient(create_app(settings), headers=JSON) as c:
         r = c.post("/matches/m9/result", content=body)
         assert r.status_code == 401 and r.headers["WWW-Authenticate"] == "Bearer"
         r = c.post("/matches/m9/result", content=body, headers={"Authorization": "Bearer wrong"})
@@ -393,14 +401,14 @@ def test_match_results_need_the_token_the_size_limit_and_a_score_topic(kafka_bro
         r = c.post("/events", content=orjson.dumps(EVENT), headers=auth)
         assert r.status_code == 503 and "--kafka" in r.json()["error"], "POST /events has no topic here"
     assert len(read_topic(kafka_brokers, topic)) == 1
-    with TestClient(create_app(Settings(redis_url=redis_url))) as c:
+    with TestClient(create_app(Settings(redis_url=redis_url)), headers=JSON) as c:
         r = c.post("/matches/m9/result", content=body)
         assert r.status_code == 503 and "--score-kafka" in r.json()["error"]
 
 
 def test_unreachable_score_broker_is_a_503():
     app = create_app(Settings(score_kafka=KafkaEndpoint(f"127.0.0.1:{free_port()}", "t"), delivery_timeout_ms=1000))
-    with TestClient(app) as c:
+    with TestClient(app, headers=JSON) as c:
         r = c.post("/matches/m1/result", content=orjson.dumps(match_result("ana", 5, now_ms())))
     assert r.status_code == 503 and "did not acknowledge" in r.json()["error"] and r.headers["Retry-After"] == "1"
 
@@ -412,18 +420,18 @@ def test_served_match_results_reach_the_boards(tmp_path, kafka_brokers, topic, r
     played = now_ms() - 60_000
     with served("--score-kafka", f"{kafka_brokers}/{topic}", "--redis", redis_url, "--signing-key",
                 example.KEY.hex(), log=tmp_path / "serve.log") as url:
-        r = httpx.post(f"{url}/matches/m1/result", content=orjson.dumps(
+        r = post_json(f"{url}/matches/m1/result", content=orjson.dumps(
             [match_result("ana", 50, played, match="m1"), match_result("bo", 30, played, match="m1")]))
         assert r.status_code == 202, r.text
-        r = httpx.post(f"{url}/matches/m2/result", content=orjson.dumps(match_result("bo", 900, played, match="m2",
+        r = post_json(f"{url}/matches/m2/result", content=orjson.dumps(match_result("bo", 900, played, match="m2",
                                                                                    signed_points=90)))
         assert (r.status_code, r.json()["reason"]) == (400, "bad_signature")
     with served("--score-kafka", f"{kafka_brokers}/{topic}", "--redis", redis_url, log=tmp_path / "serve2.log",
                 key_env=example.KEY.hex()) as url:
-        r = httpx.post(f"{url}/matches/m2/result", content=orjson.dumps(match_result("bo", 900, played, match="m2",
+        r = post_json(f"{url}/matches/m2/result", content=orjson.dumps(match_result("bo", 900, played, match="m2",
                                                                                    signed_points=90)))
         assert (r.status_code, r.json()["reason"]) == (400, "bad_signature"), "the key from the environment"
-        r = httpx.post(f"{url}/matches/m3/result", content=orjson.dumps(match_result("cy", 40, played, match="m3")))
+        r = post_json(f"{url}/matches/m3/result", content=orjson.dumps(match_result("cy", 40, played, match="m3")))
         assert r.status_code == 202, r.text
     final = run(RunOptions(input=f"kafka:{kafka_brokers}/{topic}", until_eof=True, redis_url=redis_url,
                            namespace=namespace, dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", flow="boards",
@@ -445,6 +453,6 @@ def test_serve_help_documents_the_score_options():
 
 
 def test_openapi_lists_every_answer_of_post_match_result():
-    with TestClient(create_app(Settings())) as c:
+    with TestClient(create_app(Settings()), headers=JSON) as c:
         responses = c.get("/openapi.json").json()["paths"]["/matches/{match_id}/result"]["post"]["responses"]
     assert {"202", "400", "401", "413", "503"} <= set(responses)

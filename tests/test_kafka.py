@@ -121,3 +121,43 @@ def test_recent_plays_from_several_partitions(tmp_path, kafka_brokers, topic, re
     assert recent_window({"recent": view}) == model.recent_window(1, w=top_ts)
     assert len(view["items"]) > 5, "the window holds plays"
     assert ranking(final) == model.ranking(100)
+
+
+def test_produce_refuses_a_key_field_the_log_does_not_have(tmp_path, kafka_brokers, topic):
+    """A misspelt --key-field would send every message with the empty key, into one
+    partition: refused before anything is produced (the topic is not even created)."""
+    import pytest
+
+    from rankflow.connectors.kafka import KafkaUnavailable, topic_partitions
+
+    log = tmp_path / "events.jsonl"
+    generate(users=200, songs=20, events=2_000, seed=3, out=log)
+    r = cli("produce", "--input", str(log), "--kafka", f"{kafka_brokers}/{topic}", "--key-field", "nosuchfield",
+            "--no-progress")
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.count("\n") == 1 and "nosuchfield" in r.stderr and "user_id" in r.stderr, r.stderr
+    with pytest.raises(KafkaUnavailable, match="no such topic"):
+        topic_partitions(kafka_brokers, topic)
+
+
+def test_produce_counts_the_lines_it_sends_unkeyed(tmp_path, kafka_brokers, topic):
+    """Lines without the key field (invalid events the flow must dead-letter) are produced
+    with the empty key, and the command says how many."""
+    from tests.events import ev
+
+    log = tmp_path / "events.jsonl"
+    lines = [ev(f"u{i}", "p1", "song_a", "START", 1) for i in range(50)] + [b"not json", b'{"type": "START"}',
+                                                                            b'{"user_id": 7}']
+    log.write_bytes(b"".join(line + b"\n" for line in lines))
+    r = cli("produce", "--input", str(log), "--kafka", f"{kafka_brokers}/{topic}", "--partitions", "3",
+            "--no-progress")
+    assert r.returncode == 0, r.stderr
+    assert "3 of 53 lines had no string user_id: produced unkeyed" in r.stderr, r.stderr
+    produced = read_topic(kafka_brokers, topic)
+    assert sorted(v for k, v in produced if not k) == sorted(lines[50:]) and len(produced) == 53
+    r = cli("produce", "--input", str(log), "--kafka", f"{kafka_brokers}/{topic}", "--no-progress",
+            "--key-field", "song_id")
+    assert r.returncode == 0 and "3 of 53 lines had no string song_id" in r.stderr, r.stderr
+    log.write_bytes(b"".join(line + b"\n" for line in lines[:50]))
+    r = cli("produce", "--input", str(log), "--kafka", f"{kafka_brokers}/{topic}", "--no-progress")
+    assert r.returncode == 0 and "unkeyed" not in r.stderr, r.stderr

@@ -71,12 +71,13 @@ def model(raw: bytes) -> str | tuple[str, str, str, int]:
         return "invalid_json"
     if not isinstance(obj, dict):
         return "not_an_object"
-    if any(f not in obj for f in FIELDS):
-        return "missing_field"
-    if any(not isinstance(obj[f], str) for f in IDS) or type(obj["ts"]) is not int:
-        return "wrong_type"
-    if any(not 1 <= len(obj[f]) <= 64 for f in IDS) or obj["ts"] < 0:
-        return "out_of_range"
+    for f in FIELDS:  # field by field in the table's order, each field completely before the next
+        if f not in obj:
+            return "missing_field"
+        if (type(obj[f]) is not int) if f == "ts" else not isinstance(obj[f], str):
+            return "wrong_type"
+        if (obj[f] < 0) if f == "ts" else not 1 <= len(obj[f]) <= 64:
+            return "out_of_range"
     return obj["workspace_id"], obj["channel_id"], obj["user_id"], obj["ts"]
 
 
@@ -182,10 +183,9 @@ def test_missing_field(field):
     assert outcome(line(**{field: DROP})) == "missing_field"
 
 
-def test_an_empty_object_misses_every_field():
+def test_an_empty_object_misses_its_first_field():
     assert outcome(b"{}") == "missing_field"
-    assert parse_message(b"{}", "m", 0, 1).detail == (
-        "workspace_id is missing; channel_id is missing; user_id is missing; ts is missing")
+    assert parse_message(b"{}", "m", 0, 1).detail == "workspace_id is missing"
 
 
 @pytest.mark.parametrize("name", ["Workspace_id", "CHANNEL_ID", "user_ID", "TS", "Ts", "ts ", " ts", "userid"])
@@ -288,19 +288,44 @@ def permutations_of(obj: dict) -> list[bytes]:
 
 
 @pytest.mark.parametrize("obj,expected", [
-    ({**GOOD, "ts": "5", "workspace_id": DROP}, "missing_field"),  # missing + wrong type
-    ({**GOOD, "ts": -1, "user_id": DROP}, "missing_field"),  # missing + out of range
+    ({**GOOD, "ts": "5", "workspace_id": DROP}, "missing_field"),  # missing, then a later wrong type
+    ({**GOOD, "ts": -1, "user_id": DROP}, "missing_field"),  # missing, then a later out of range
     ({**GOOD, "user_id": None, "channel_id": DROP}, "missing_field"),  # null is present: wrong type, not missing
-    ({**GOOD, "workspace_id": "", "ts": 5.5}, "wrong_type"),  # out of range + wrong type
+    ({**GOOD, "workspace_id": "", "ts": 5.5}, "out_of_range"),  # workspace_id is done before ts is looked at
+    ({**GOOD, "workspace_id": "", "ts": True}, "out_of_range"),
+    ({**GOOD, "workspace_id": "x" * 65, "channel_id": 5}, "out_of_range"),
+    ({**GOOD, "workspace_id": "", "user_id": DROP}, "out_of_range"),  # out of range beats a later missing field
+    ({**GOOD, "channel_id": None, "ts": DROP}, "wrong_type"),  # wrong type beats a later missing field
     ({**GOOD, "user_id": 7, "ts": -1}, "wrong_type"),
-    ({**GOOD, "ts": -100000000000000000000, "channel_id": True}, "wrong_type"),  # a big negative int is no wrong type
-    ({**GOOD, "channel_id": "", "ts": -1, "user_id": DROP}, "missing_field"),
+    ({**GOOD, "ts": -100000000000000000000, "channel_id": True}, "wrong_type"),
+    ({**GOOD, "channel_id": "", "ts": -1, "user_id": DROP}, "out_of_range"),
     ({**GOOD, "channel_id": "x" * 65, "ts": -1}, "out_of_range"),
+    ({**GOOD, "user_id": "", "channel_id": 1.5}, "wrong_type"),  # channel_id comes first
 ])
-def test_each_check_looks_at_all_four_fields_first(obj, expected):
+def test_check_3_goes_field_by_field_in_the_tables_order(obj, expected):
+    """WINDOWS.md 1.3: each field completely before the next; the order in the line does not matter."""
     obj = {k: v for k, v in obj.items() if v is not DROP}
     for raw in permutations_of(obj):
         assert outcome(raw) == expected, raw
+
+
+_FAULTS = {"missing_field": DROP, "wrong_type": None, "out_of_range": ""}
+"""One value per reason, for an id field; ``ts`` has its own (:data:`_TS_FAULTS`)."""
+_TS_FAULTS = {"missing_field": DROP, "wrong_type": True, "out_of_range": -1}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.dictionaries(st.sampled_from(FIELDS), st.sampled_from(list(_FAULTS)), min_size=1), st.randoms())
+def test_the_first_failing_field_in_the_tables_order_names_the_reason(faults, rnd):
+    """Any faults on any fields, the fields in any order in the line: the first faulty field
+    of the table (workspace_id, channel_id, user_id, ts) decides, and the detail names it."""
+    obj = {f: (_TS_FAULTS if f == "ts" else _FAULTS)[faults[f]] if f in faults else GOOD[f] for f in FIELDS}
+    order = list(obj)
+    rnd.shuffle(order)
+    raw = json.dumps({f: obj[f] for f in order if obj[f] is not DROP}).encode()
+    first = min(faults, key=FIELDS.index)
+    assert outcome(raw) == faults[first]
+    assert parse_message(raw, "m", 0, 1).detail.startswith(first + " ")
 
 
 def test_a_repeated_key_takes_its_last_value_on_every_path():
@@ -319,9 +344,11 @@ def test_details_name_the_fields():
     def detail(raw: bytes) -> str:
         return parse_message(raw, "m", 0, 1).detail
 
-    assert detail(line(ts=DROP, channel_id=DROP)) == "channel_id is missing; ts is missing"
-    assert detail(line(ts=1.5, user_id=None)) == "user_id must be a string; ts must be an integer"
-    assert detail(line(workspace_id="", ts=-1)) == "workspace_id must be 1 to 64 characters long; ts must be >= 0"
+    assert detail(line(ts=DROP, channel_id=DROP)) == "channel_id is missing"
+    assert detail(line(ts=1.5, user_id=None)) == "user_id must be a string"
+    assert detail(line(ts=1.5)) == "ts must be an integer"
+    assert detail(line(workspace_id="", ts=-1)) == "workspace_id must be 1 to 64 characters long"
+    assert detail(line(ts=-1)) == "ts must be >= 0"
     assert detail(b"[]") == "expected a JSON object, got an array"
     assert detail(b"null") == "expected a JSON object, got null"
     assert detail(b'{"ts": "\\ud800"}') == "a string holds an unpaired surrogate escape"

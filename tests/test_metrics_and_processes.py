@@ -11,17 +11,24 @@ import sys
 import time
 
 import httpx
+import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from rankflow.connectors.redis_read import read_latest
+from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.generate import Chaos, generate
+from rankflow.options import FLOWS, RunOptions
 from rankflow.services import free_port
 from tests.events import ranking
+from tests.flow_logs import LOGS
 from tests.model import model_of_lines, read_lines
 
 
 def scrape(port: int) -> dict[tuple[str, tuple], float]:
-    text = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5).text
+    reply = httpx.get(f"http://127.0.0.1:{port}/metrics", timeout=5)
+    assert reply.status_code == 200, f"the scrape answered {reply.status_code}: {reply.text[:200]}"
+    text = reply.text
     return {(s.name, tuple(sorted(s.labels.items()))): s.value
             for family in text_string_to_metric_families(text) for s in family.samples}
 
@@ -113,6 +120,69 @@ def test_metrics_of_a_live_run(tmp_path, redis_url, redis_client, namespace):
     assert 0 <= age <= time.monotonic() - started, "the age of a snapshot of this run"
     assert m[("rankflow_publish_latency_seconds_count", ())] > 0
     assert len([k for k in m if k[0] == "rankflow_partition_lag_seconds"]) == 16
+
+
+GAUGES = {
+    "listeners": {"rankflow_counted_users": lambda d, _: d["counted_users"],
+                  "rankflow_total_listeners": lambda d, _: d["total_listeners"],
+                  "rankflow_active_songs": lambda d, _: d["active_songs"],
+                  "rankflow_split_songs": lambda d, _: len(d["split_songs"])},
+    "boards": {"rankflow_boards": lambda _, redis_keys: redis_keys[0].scard(redis_keys[1].boards),
+               "rankflow_changed_boards": lambda d, _: sum(len(boards) for boards in d["changed_boards"].values()),
+               "rankflow_dropped_boards": lambda d, _: len(d["dropped_boards"])},
+    "activity": {"rankflow_active_pairs": lambda d, _: d["active_pairs"],
+                 "rankflow_changed_workspaces": lambda d, _: len(d["changed_workspaces"]),
+                 "rankflow_watermark_seconds": lambda d, _: d["watermark"] / 1000},
+}
+"""Per flow, its own snapshot gauges (the first one > 0 once the whole log is in) and their
+values in what it published: the snapshot document, or Redis (client and keys) beside it."""
+
+
+def test_every_flow_has_its_gauges_checked():
+    assert set(LOGS) == set(GAUGES) == set(FLOWS), "a new flow: give it a log and its gauges here"
+
+
+@pytest.mark.parametrize("flow", FLOWS)
+def test_each_flow_exports_the_gauges_of_its_snapshots(tmp_path, redis_url, redis_client, namespace, flow):
+    """A live run of each flow, scraped while it publishes: the gauges of a snapshot are those of
+    what it published (every scrape answers; the metrics never ask which flow runs)."""
+    log = tmp_path / "events.jsonl"
+    LOGS[flow](log)
+    lines = len(read_lines(str(log)))
+    port = free_port()
+    ns = RunOptions(input=f"jsonl:{log}", namespace=namespace, flow=flow).redis_namespace
+    proc = subprocess.Popen([sys.executable, "-m", "rankflow.cli", "run", "--flow", flow, "--input", f"jsonl:{log}",
+                             "--redis", redis_url, "--namespace", namespace, "--barrier-ms", "50",
+                             "--metrics-port", str(port), "--dead-letter", f"jsonl:{tmp_path / 'dl.jsonl'}"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    own = GAUGES[flow]
+    first = next(iter(own))
+    try:
+        deadline = time.monotonic() + 120
+        while True:  # until a scrape shows a snapshot of the whole log
+            assert proc.poll() is None, proc.stderr.read()
+            assert time.monotonic() < deadline, "no scrape showed a snapshot of the whole log"
+            try:
+                m = scrape(port)
+            except httpx.TransportError:  # not listening yet
+                m = {}
+            sid = m.get(("rankflow_snapshot_id", ()))
+            doc = {d["snapshot_id"]: d for d in read_history(redis_client, ns)}.get(sid and int(sid))
+            if doc is not None and sum(doc["positions"].values()) == lines:
+                break
+            time.sleep(0.05)
+        redis_keys = redis_client, Keys(ns, current_generation(redis_client, ns))
+        assert m[(first, ())] > 0, f"{first}: the whole log is in"
+        for name, value in own.items():
+            assert m[(name, ())] == value(doc, redis_keys), name
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)
+    lags = {labels[0][1]: v for (name, labels), v in m.items() if name == "rankflow_partition_lag_seconds"}
+    assert lags == {part: ms / 1000 for part, ms in doc["partition_lag_ms"].items()}
+    assert m[("rankflow_snapshot_age_seconds", ())] >= 0
+    others = {name for f, gauges in GAUGES.items() if f != flow for name in gauges} - set(own)
+    assert not {name for name, _ in m} & others, "only the gauges of this flow's snapshots"
 
 
 def test_two_processes_give_the_results_of_one(flow, tmp_path):

@@ -1,0 +1,185 @@
+"""Serving the app to clients that may be slow on purpose: bounds on a request's head, its
+body and the connections held (``rankflow serve --header-timeout-ms --body-timeout-ms
+--max-connections``).
+
+uvicorn bounds none of them by itself: a connection that sends half a request head is
+held as long as the client likes (the keep-alive timeout only runs between requests and
+stops at the next byte), the head may grow without limit (httptools sets none), a body
+may trickle forever, and any number of such connections may be open: a few hundred
+slow clients (slowloris) hold every slot. So:
+
+* :func:`bounded_protocol`: uvicorn's HTTP protocol with a deadline on each request
+  head, from the connection's start or the previous response's end, and a size bound on
+  it (:data:`MAX_HEAD_BYTES`, ``431``). A head that comes too late is a ``408`` (or a
+  silent close when nothing of it came: an idle keep-alive connection).
+* :class:`BoundedBodies`: ASGI middleware that bounds the wait for a body: the whole
+  body must arrive within the bound after its head, else ``408`` and the connection closes.
+* ``--max-connections``: uvicorn's ``limit_concurrency``; a request on a connection
+  beyond it is answered ``503``.
+
+The bounds never cut an answer being sent: an event stream lives as long as its client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import orjson
+
+DEFAULT_HEADER_TIMEOUT_MS = 10_000
+DEFAULT_BODY_TIMEOUT_MS = 30_000
+DEFAULT_MAX_CONNECTIONS = 1000
+MAX_HEAD_BYTES = 64 * 1024
+"""A request line and headers longer than this are a ``431`` (h11's own bound is 16 KiB)."""
+
+
+def raw_response(status: int, reason: str, error: str) -> bytes:
+    """A whole HTTP/1.1 error answer with the project's ``{"error"}`` body, closing the connection."""
+    body = orjson.dumps({"error": error})
+    return (b"HTTP/1.1 %d %s\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n"
+            % (status, reason.encode(), len(body))) + body
+
+
+def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES,
+                     base: type[asyncio.Protocol] | None = None) -> type[asyncio.Protocol]:
+    """uvicorn's HTTP protocol class (``base``; by default httptools, or h11 without it) with
+    a deadline and a size bound on each request head. It only uses what both of uvicorn's
+    protocols have: the current request's ``cycle`` (set once a head is complete),
+    ``on_response_complete``."""
+    if base is None:
+        from uvicorn.protocols.http.auto import AutoHTTPProtocol as base  # uvicorn only when serving
+    late = raw_response(408, "Request Timeout", f"the request head did not arrive within {header_timeout_s:g} s")
+    too_long = raw_response(431, "Request Header Fields Too Large",
+                            f"the request head is longer than {max_head_bytes} bytes")
+
+    class BoundedHeads(base):  # type: ignore[valid-type, misc]
+        _head_timer: asyncio.TimerHandle | None = None
+        _head_bytes = 0  # received while no request ran
+        _heads_begun = _heads_done = 0  # httptools' callbacks: a pipelined head begun during a request
+
+        def on_message_begin(self) -> None:
+            self._heads_begun += 1
+            super().on_message_begin()
+
+        def on_headers_complete(self) -> None:
+            self._heads_done += 1
+            super().on_headers_complete()
+
+        def connection_made(self, transport: Any) -> None:
+            super().connection_made(transport)
+            self._expect_head()
+
+        def connection_lost(self, exc: Exception | None) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            super().connection_lost(exc)
+
+        def on_response_complete(self) -> None:
+            super().on_response_complete()
+            if not self.transport.is_closing():
+                self._expect_head()  # the next request's head has the same time
+
+        def data_received(self, data: bytes) -> None:
+            if self._awaiting_head():
+                self._head_bytes += len(data)
+            super().data_received(data)
+            if not self._awaiting_head():
+                self._head_bytes = 0  # a head was complete: its request runs
+            elif self._head_bytes > max_head_bytes and not self.transport.is_closing():
+                self._refuse(too_long)
+
+        def _awaiting_head(self) -> bool:
+            cycle = self.cycle
+            return cycle is None or cycle.response_complete
+
+        def _expect_head(self) -> None:
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+            self._head_bytes = 0
+            self._head_timer = self.loop.call_later(header_timeout_s, self._head_late)
+
+        def _head_late(self) -> None:
+            self._head_timer = None
+            if self._awaiting_head() and not self.transport.is_closing():
+                if self._head_bytes or self._heads_begun > self._heads_done:
+                    self._refuse(late)
+                else:
+                    self.transport.close()  # an idle connection: nothing to answer
+
+        def _refuse(self, answer: bytes) -> None:
+            self.transport.write(answer)
+            self.transport.close()
+
+    return BoundedHeads
+
+
+class BodyTooSlow(Exception):
+    """The body did not arrive within the bound (raised out of ``receive``)."""
+
+
+class BoundedBodies:
+    """Pure ASGI middleware: a request's body must arrive within ``timeout_s`` of its head.
+
+    Only requests that declare a body are bounded (a ``Content-Length`` or a chunked
+    ``Transfer-Encoding``): an event stream's later waits for the client to leave are
+    no body. A late body is a ``408`` and the connection closes (the rest of the body
+    would otherwise be read as the next request)."""
+
+    def __init__(self, app: Any, timeout_s: float) -> None:
+        self.app = app
+        self.timeout_s = timeout_s
+
+    async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http" or not _has_body(scope["headers"]):
+            await self.app(scope, receive, send)
+            return
+        deadline = asyncio.get_running_loop().time() + self.timeout_s
+        body_done = started = False
+
+        async def bounded_receive() -> dict[str, Any]:
+            nonlocal body_done
+            if body_done:
+                return await receive()
+            try:
+                async with asyncio.timeout_at(deadline):
+                    message = await receive()
+            except TimeoutError:
+                raise BodyTooSlow from None
+            body_done = message["type"] != "http.request" or not message.get("more_body", False)
+            return message
+
+        async def noting_send(message: dict[str, Any]) -> None:
+            nonlocal started
+            started = started or message["type"] == "http.response.start"
+            await send(message)
+
+        try:
+            await self.app(scope, bounded_receive, noting_send)
+        except BodyTooSlow:
+            if started:
+                raise
+            body = orjson.dumps({"error": f"the request body did not arrive within {self.timeout_s:g} s"})
+            await send({"type": "http.response.start", "status": 408,
+                        "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
+                                    (b"content-length", b"%d" % len(body))]})
+            await send({"type": "http.response.body", "body": body})
+
+
+def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
+    for name, value in headers:
+        if name == b"transfer-encoding" or (name == b"content-length" and value.strip() not in (b"0", b"")):
+            return True
+    return False
+
+
+def server_config(app: Any, host: str, port: int, header_timeout_ms: int = DEFAULT_HEADER_TIMEOUT_MS,
+                  max_connections: int = DEFAULT_MAX_CONNECTIONS, **options: Any) -> Any:
+    """uvicorn's configuration with the bounds (the body's is the app's: ``Settings.body_timeout_ms``).
+
+    ``limit_concurrency`` counts the connection being served too: N + 1 serves N."""
+    import uvicorn
+
+    return uvicorn.Config(app, host=host, port=port, http=bounded_protocol(header_timeout_ms / 1000),
+                          limit_concurrency=max_connections + 1, h11_max_incomplete_event_size=MAX_HEAD_BYTES,
+                          **options)
