@@ -74,8 +74,43 @@ class KafkaEndpoint:
         return f"kafka:{self.brokers}/{self.topic}"
 
 
+CLIENT_LOG = logging.getLogger("rankflow.kafka.client")
+
+
+class _ClientLog:
+    """librdkafka's own log, through Python logging instead of raw lines on stderr.
+
+    A client that cannot reach its broker logs every reconnect attempt (about a hundred
+    lines before a 5 s metadata request gives up): those are kept at debug level, and the
+    error they mean reaches the user once, as the command's failure, or, for a client that
+    keeps running (a live run's consumer), as one warning per kind of error a minute
+    (``error_cb``).
+    """
+
+    WARN_EVERY_S = 60.0
+
+    def __init__(self) -> None:
+        self._warned: dict[int, float] = {}
+
+    def log(self, level: int, fmt: str, *args: object) -> None:
+        """What confluent-kafka calls for each line of librdkafka's log (``logger``)."""
+        CLIENT_LOG.debug(fmt, *args)
+
+    def error(self, err: KafkaError) -> None:
+        now = time.monotonic()
+        if now - self._warned.get(err.code(), float("-inf")) >= self.WARN_EVERY_S:
+            self._warned[err.code()] = now
+            CLIENT_LOG.warning("Kafka: %s", err.str())
+
+
+def client_config(brokers: str, **extra: object) -> dict[str, object]:
+    """Every client's configuration: the brokers, and librdkafka's log routed as :class:`_ClientLog` says."""
+    routed = _ClientLog()
+    return {"bootstrap.servers": brokers, "logger": routed, "error_cb": routed.error, **extra}
+
+
 def admin(brokers: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": brokers})
+    return AdminClient(client_config(brokers))
 
 
 def topic_partitions(brokers: str, topic: str) -> list[int]:
@@ -113,27 +148,19 @@ def ensure_topic(brokers: str, topic: str, partitions: int) -> int:
 
 def reliable_producer(brokers: str, **extra: object) -> Producer:
     """A producer that loses nothing it acknowledges: acks=all with idempotence."""
-    config = {
-        "bootstrap.servers": brokers,
-        "acks": "all",
-        "enable.idempotence": True,
-        "linger.ms": 5,
-        "compression.type": "none",
-    }
-    config.update(extra)
-    return Producer(config)
+    return Producer(client_config(brokers, **{"acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                                              "compression.type": "none", **extra}))
 
 
 def _consumer(brokers: str, until_eof: bool, **extra: object) -> Consumer:
-    return Consumer({
-        "bootstrap.servers": brokers,
+    return Consumer(client_config(brokers, **{
         "group.id": "rankflow-unused",  # required by the client; assign() never joins it
         "enable.auto.commit": False,
         "enable.partition.eof": until_eof,
         "auto.offset.reset": "error",  # an offset out of range is an error, never a silent jump
         "fetch.wait.max.ms": 50,
         **extra,
-    })
+    }))
 
 
 class _KafkaPartition(BarrierPartition[int]):

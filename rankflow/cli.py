@@ -14,7 +14,7 @@ import sys
 import time
 from collections.abc import Mapping
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, NoReturn
 
 import redis
 from rich.console import Console
@@ -29,7 +29,7 @@ from rankflow.connectors.redis_publish import dumps_document
 from rankflow.execution import stop_signal, tune_gc
 from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_RECENT_MINUTES,
                               DEFAULT_USER_SHARDS, FLOWS, SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError,
-                              default_redis_url, redacted)
+                              check_input_file, check_output_file, check_redis_url, default_redis_url, redacted)
 from rankflow import cli_activity, cli_boards
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
 from rankflow.bench import activity as bench_activity
@@ -40,11 +40,28 @@ from rankflow.generate_scores import DEFAULT_DAYS, DEFAULT_START_MS, ScoreChaos,
 from rankflow import generate_messages as gm
 from rankflow.produce import produce_file
 from rankflow.reader import RankingReader, default_cache_path
+from rankflow.services import cannot_listen
 from rankflow.state.signatures import parse_key
 
 log = logging.getLogger("rankflow")
 
 INGEST_TOKEN_ENV = "RANKFLOW_INGEST_TOKEN"
+
+
+class _Parser(argparse.ArgumentParser):
+    """Bad usage is one line, as every other refusal of the command line: the usage
+    summary argparse prints first would push the cause out of sight."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _port(text: str) -> int:
+    """A TCP port: 1 to 65535 (a server given more would listen elsewhere, or fail deep inside)."""
+    value = _positive(text)
+    if value > 65535:
+        raise argparse.ArgumentTypeError(f"must be 1 to 65535, got {value}")
+    return value
 
 
 def _positive(text: str) -> int:
@@ -144,7 +161,7 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rankflow", description="Real-time rankings from event streams: songs by "
+    parser = _Parser(prog="rankflow", description="Real-time rankings from event streams: songs by "
                                      "current listeners, game score boards.")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -200,7 +217,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run over several machines: every process's address, in the same order everywhere")
     r.add_argument("--process-id", type=int, metavar="I", help="with --addresses: this process's index")
     r.add_argument("--run-id", metavar="ID", help="with --addresses: one value shared by every process of the run")
-    r.add_argument("--metrics-port", type=int, metavar="PORT",
+    r.add_argument("--metrics-port", type=_port, metavar="PORT",
                    help="serve Prometheus metrics on PORT (process i of --processes on PORT + i)")
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="the address the metrics listen on (default: %(default)s; 0.0.0.0 for every interface)")
@@ -225,7 +242,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv = sub.add_parser("serve", help="the HTTP service: rankings and score boards for readers, POST /events and "
                                       "POST /matches/{id}/result ingest, the dashboard")
     sv.add_argument("--host", default="127.0.0.1")
-    sv.add_argument("--port", type=int, default=8000)
+    sv.add_argument("--port", type=_port, default=8000)
     sv.add_argument("--kafka", metavar="HOST:PORT/TOPIC", help="where POST /events produces (ingest off without it)")
     sv.add_argument("--score-kafka", metavar="HOST:PORT/TOPIC",
                     help="where POST /matches/{id}/result produces match results, keyed by player_id "
@@ -336,6 +353,7 @@ def _utc_ms(text: str) -> int:
 
 
 def cmd_generate(args: argparse.Namespace) -> int:
+    check_output_file(args.out, "--out")
     started = time.perf_counter()
     if args.kind == "scores":
         return _generate_scores(args, started)
@@ -455,8 +473,7 @@ def cmd_produce(args: argparse.Namespace) -> int:
         endpoint = KafkaEndpoint.parse(args.kafka)
     except ValueError as exc:
         raise UsageError(f"--kafka: {exc}") from None
-    if not os.path.isfile(args.input):
-        raise UsageError(f"input file not found: {args.input}")
+    check_input_file(args.input, "--input")
     started = time.perf_counter()
     if not args.key_field:
         raise UsageError("--key-field must name a field")
@@ -502,6 +519,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
                         ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index,
                         body_timeout_ms=args.body_timeout_ms)
+    problem = cannot_listen(args.host, args.port)
+    if problem is not None:  # else uvicorn logs a traceback-sized error, or listens on another port
+        raise UsageError(f"--host/--port: {problem}")
     tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
     app = create_app(settings)
 
@@ -671,6 +691,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     try:
+        if getattr(args, "redis", None) is not None:
+            check_redis_url(args.redis)
         return COMMANDS[args.command](args)
     except UsageError as exc:
         print(f"rankflow: {exc}", file=sys.stderr)

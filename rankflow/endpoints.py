@@ -7,14 +7,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+import os
+from typing import Any, Callable
 
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
 from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES, JsonlDeadLetterSink, JsonlSource
 from rankflow.connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
-from rankflow.options import ServiceError, UsageError
+from rankflow.options import ServiceError, UsageError, check_input_file, check_output_file
+
+ENDPOINT_KINDS = "use jsonl:PATH or kafka:HOST:PORT/TOPIC"
 
 
 def split_endpoint(uri: str, option: str) -> tuple[str, str]:
@@ -24,24 +27,59 @@ def split_endpoint(uri: str, option: str) -> tuple[str, str]:
     return kind, rest
 
 
+def check_input(uri: str) -> tuple[str, str]:
+    """``--input``'s kind and target, once the target is usable: a readable file, or a topic address."""
+    return _check_endpoint(uri, "--input", "input", check_input_file)
+
+
+def check_dead_letter(uri: str) -> tuple[str, str]:
+    """``--dead-letter``'s kind and target, once the target is usable: a file that can be
+    written, or a topic address (whether the broker answers is known when the sink is made)."""
+    return _check_endpoint(uri, "--dead-letter", "dead-letter", check_output_file)
+
+
+def _check_endpoint(uri: str, option: str, what: str, check_file: Callable[[str, str], None]) -> tuple[str, str]:
+    kind, target = split_endpoint(uri, option)
+    if kind == "jsonl":
+        check_file(target, option)
+    elif kind == "kafka":
+        _kafka_endpoint(target, option)
+    else:
+        raise UsageError(f"unknown {what} kind {kind!r}: {ENDPOINT_KINDS}")
+    return kind, target
+
+
+def check_endpoints(input_uri: str, dead_letter_uri: str) -> None:
+    """Both endpoints of a run are usable, and the dead letters would not overwrite the input.
+
+    A run or a rebuild checks this before it touches Redis: a mistaken second command on
+    a namespace must fail on its own, not after claiming the namespace from a healthy run.
+    """
+    kind, target = check_input(input_uri)
+    dead_kind, dead_target = check_dead_letter(dead_letter_uri)
+    if kind == dead_kind == "jsonl" and os.path.exists(dead_target) and os.path.samefile(target, dead_target):
+        raise UsageError(f"--dead-letter {dead_letter_uri} is the input file: the run would overwrite its input")
+
+
+def _kafka_endpoint(target: str, option: str) -> KafkaEndpoint:
+    try:
+        return KafkaEndpoint.parse(target)
+    except ValueError as exc:
+        raise UsageError(f"{option}: {exc}") from None
+
+
 def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES, whole_history: bool = False,
                 max_line_bytes: int = MAX_LINE_BYTES) -> Source:
     """The input's source. ``whole_history``: a fresh Kafka partition must still start at
     offset 0 (a rebuild from the beginning refuses a log that retention cut). ``max_line_bytes``
     caps a JSON Lines line (a Kafka message is capped by the broker)."""
-    kind, target = split_endpoint(uri, "--input")
+    kind, target = check_input(uri)
+    if kind == "jsonl":
+        return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
     try:
-        if kind == "jsonl":
-            return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
-        if kind == "kafka":
-            return KafkaSource(KafkaEndpoint.parse(target), until_eof=not follow, whole_history=whole_history)
-    except FileNotFoundError as exc:
-        raise UsageError(str(exc)) from None
-    except ValueError as exc:
-        raise UsageError(f"--input: {exc}") from None
+        return KafkaSource(KafkaEndpoint.parse(target), until_eof=not follow, whole_history=whole_history)
     except KafkaUnavailable as exc:
         raise ServiceError(str(exc)) from None
-    raise UsageError(f"unknown input kind {kind!r}: use jsonl:PATH or kafka:HOST:PORT/TOPIC")
 
 
 def input_identity(uri: str) -> dict[str, Any]:
@@ -56,14 +94,10 @@ def input_identity(uri: str) -> dict[str, Any]:
 
 
 def make_dead_letter_sink(uri: str) -> Sink:
-    kind, target = split_endpoint(uri, "--dead-letter")
+    kind, target = check_dead_letter(uri)
+    if kind == "jsonl":
+        return JsonlDeadLetterSink(target)
     try:
-        if kind == "jsonl":
-            return JsonlDeadLetterSink(target)
-        if kind == "kafka":
-            return KafkaDeadLetterSink(KafkaEndpoint.parse(target))
-    except ValueError as exc:
-        raise UsageError(f"--dead-letter: {exc}") from None
+        return KafkaDeadLetterSink(KafkaEndpoint.parse(target))
     except KafkaUnavailable as exc:
         raise ServiceError(str(exc)) from None
-    raise UsageError(f"unknown dead-letter kind {kind!r}: use jsonl:PATH or kafka:HOST:PORT/TOPIC")

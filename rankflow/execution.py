@@ -23,8 +23,9 @@ from typing import Any
 import redis
 from bytewax.dataflow import Dataflow
 from bytewax.recovery import RecoveryConfig
-from bytewax.testing import cluster_main, run_main
+from bytewax.testing import cluster_main
 
+from rankflow.connectors.redis_activity import RedisLostActivity
 from rankflow.connectors.redis_boards import RedisLostBoards
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
@@ -98,14 +99,12 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, _stop_gracefully) for s in GRACEFUL} if in_main_thread else {}
     try:
-        if opts.addresses is not None:
-            cluster_main(flow, opts.addresses, opts.process_id, epoch_interval=interval,
-                         recovery_config=recovery, worker_count_per_proc=opts.workers)
-        elif opts.workers == 1:
-            run_main(flow, epoch_interval=interval, recovery_config=recovery)
-        else:
-            cluster_main(flow, [], 0, epoch_interval=interval, recovery_config=recovery,
-                         worker_count_per_proc=opts.workers)
+        # Always cluster_main, one worker or many: run_main leaves Rust's default panic hook,
+        # which prints a panic line (with RUST_BACKTRACE a backtrace of 60 lines) for every
+        # error raised in a step before Python sees it; cluster_main's hook hands the error
+        # over silently, and explain() turns it into the one line the user reads.
+        cluster_main(flow, opts.addresses or [], opts.process_id or 0, epoch_interval=interval,
+                     recovery_config=recovery, worker_count_per_proc=opts.workers)
     except Exception as exc:
         raise explain(exc) from exc
     finally:
@@ -117,8 +116,6 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
 
 def explain(exc: BaseException) -> BaseException:
     """Bytewax wraps errors raised in steps; surface the ones users can act on."""
-    if "signal received" in str(exc):
-        return KeyboardInterrupt()
     seen: BaseException | None = exc
     while seen is not None:
         if isinstance(seen, FencedError):
@@ -126,7 +123,7 @@ def explain(exc: BaseException) -> BaseException:
         if isinstance(seen, GenerationSwitched):
             return GenerationSwitched(f"stopped: a rebuild replaced this run's ranking ({seen}); "
                                       "start the run again to continue on the new generation")
-        if isinstance(seen, (KafkaUnavailable, PositionOutOfRange, RedisLostBoards)):
+        if isinstance(seen, (KafkaUnavailable, PositionOutOfRange, RedisLostBoards, RedisLostActivity)):
             return ServiceError(str(seen))
         if isinstance(seen, redis.ConnectionError) or is_transient(seen):
             return ServiceError(f"lost Redis: {seen}")

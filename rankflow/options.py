@@ -9,8 +9,12 @@ and a service the run needs that is unreachable or refused it (1).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
+
+import redis
 
 from rankflow.connectors.activity_staging import STAGE_BUDGET
 from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES
@@ -55,6 +59,80 @@ def redacted(url: str) -> str:
     host = parts.netloc.rpartition("@")[2]
     user = parts.username or ""
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
+
+
+def check_redis_url(url: str) -> None:
+    """A URL redis-py can connect with (scheme, port, query options such as ``socket_timeout``):
+    checked before anything connects, where redis-py would raise a bare ValueError."""
+    try:
+        redis.ConnectionPool.from_url(url)
+    except ValueError as exc:
+        raise UsageError(f"--redis {redacted(url)}: {exc}") from None
+
+
+def check_port(port: int, option: str) -> None:
+    if not 1 <= port <= 65535:
+        raise UsageError(f"{option} must be 1 to 65535, got {port}")
+
+
+def check_input_file(path: str, option: str) -> None:
+    """``path`` is a regular file this process can read: checked before a command claims
+    anything or opens its outputs, so a mistake is one line, not a stopped flow."""
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise UsageError(f"input file not found: {path}") from None
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot read {path}: {exc.strerror}") from None
+    _refuse_directory(mode, path, option)
+    if not stat.S_ISREG(mode):
+        raise UsageError(f"{option}: {path} is not a regular file")
+    _try_open(path, "rb", option, "read")
+
+
+def check_output_file(path: str, option: str) -> None:
+    """``path`` can be written: an existing file this process may write (nothing is changed
+    here), or a new one under a directory it may create files in (the writers make the
+    missing directories)."""
+    try:
+        mode = os.stat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        _check_creatable(path, option)
+        return
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot write {path}: {exc.strerror}") from None
+    _refuse_directory(mode, path, option)
+    if stat.S_ISREG(mode):
+        _try_open(path, "ab", option, "write")  # appending nothing changes nothing
+    elif not os.access(path, os.W_OK):  # /dev/null, say: opening a FIFO here would wait for a reader
+        raise UsageError(f"{option}: cannot write {path}: Permission denied")
+
+
+def _refuse_directory(mode: int, path: str, option: str) -> None:
+    if stat.S_ISDIR(mode):
+        raise UsageError(f"{option}: {path} is a directory, not a file")
+
+
+def _try_open(path: str, how: str, option: str, verb: str) -> None:
+    try:
+        with open(path, how):
+            pass
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot {verb} {path}: {exc.strerror}") from None
+
+
+def _check_creatable(path: str, option: str) -> None:
+    """The nearest existing ancestor of ``path`` is a directory this process may create files in."""
+    parent = Path(os.path.abspath(path)).parent
+    try:
+        while not parent.exists():
+            parent = parent.parent
+    except OSError as exc:
+        raise UsageError(f"{option}: cannot create {path}: {exc.strerror}") from None
+    if not parent.is_dir():
+        raise UsageError(f"{option}: cannot create {path}: {parent} is not a directory")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"{option}: cannot create {path} in {parent}: Permission denied")
 
 
 @dataclass
@@ -155,6 +233,9 @@ class RunOptions:
             raise UsageError("--hot-threshold must be >= 0")
         if self.processes < 1:
             raise UsageError("--processes must be >= 1")
+        if self.metrics_port is not None:
+            check_port(self.metrics_port, "--metrics-port")
+            check_port(self.metrics_port + self.processes - 1, "--metrics-port + --processes - 1")
         if self.addresses is not None:
             if self.processes > 1:
                 raise UsageError("--processes starts local processes; with --addresses start each one yourself")

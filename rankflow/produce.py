@@ -73,6 +73,28 @@ def user_key(line: bytes) -> bytes:
     return field_key(line, "user_id")
 
 
+MESSAGE_MAX_BYTES = 1_000_000
+"""The producer's ``message.max.bytes`` (librdkafka's default, and a broker's usual limit)."""
+RECORD_ROOM = 1024
+"""Of a message's bytes, what the key and the record's framing may take: a longer line is refused."""
+
+
+def check_line_sizes(path: str, limit: int = MESSAGE_MAX_BYTES - RECORD_ROOM) -> None:
+    """Refuse a log with a line that cannot be one Kafka message, before anything is produced:
+    the producer would fail at that line with the lines before it already sent, and a
+    second try after fixing the line would send them twice. One quick pass over the file
+    (the produce that follows takes far longer)."""
+    with open(path, "rb") as f:
+        if max(map(len, f), default=0) <= limit + 1:  # the common case, at the speed of reading: none is
+            return
+        f.seek(0)
+        for n, line in enumerate(f, start=1):
+            size = len(line.rstrip(b"\n"))
+            if size > limit:
+                raise UsageError(f"{path} line {n} is {size:,} bytes: a Kafka message holds at most about "
+                                 f"{limit:,} (message.max.bytes {MESSAGE_MAX_BYTES:,}); nothing was produced")
+
+
 @dataclass
 class ProduceResult:
     messages: int
@@ -83,8 +105,10 @@ class ProduceResult:
 def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: bool = True,
                  key_field: str = "user_id") -> ProduceResult:
     check_key_field(path, key_field)
+    check_line_sizes(path)
     count = ensure_topic(endpoint.brokers, endpoint.topic, partitions)
-    producer = reliable_producer(endpoint.brokers, **{"linger.ms": 20, "batch.num.messages": 10_000})
+    producer = reliable_producer(endpoint.brokers, **{"linger.ms": 20, "batch.num.messages": 10_000,
+                                                      "message.max.bytes": MESSAGE_MAX_BYTES})
     errors: list[KafkaError] = []
 
     def delivered(err: KafkaError | None, _msg: object) -> None:

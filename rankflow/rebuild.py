@@ -32,11 +32,11 @@ from rankflow.connectors.redis_generations import (
 )
 from rankflow.connectors.redis_read import read_generation
 from rankflow.connectors.source_batch import ENDS
-from rankflow.endpoints import make_source
+from rankflow.endpoints import make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.options import RunOptions
 from rankflow.recovery import recovery_config, resumes_from_recovery
-from rankflow.runner import build_dataflow, connect_redis, must_republish, warn_unchecked
+from rankflow.runner import build_dataflow, check_run, connect_redis, must_republish, warn_unchecked
 
 log = logging.getLogger("rankflow.rebuild")
 
@@ -54,20 +54,21 @@ class RebuildFailed(RuntimeError):
 
 def rebuild(opts: RunOptions) -> dict[str, Any]:
     """Replay, check, switch; the final snapshot of the new generation."""
-    opts.check()
+    check_run(opts)
     opts.until_eof = True
     tune_gc()
     from_start = not resumes_from_recovery(opts.recovery_dir)  # then retention must not have cut the input
     recovery = recovery_config(opts)
     warn_unchecked(opts)
+    source = make_source(opts.input, follow=False, chunk_bytes=opts.read_chunk_bytes, whole_history=from_start,
+                         max_line_bytes=opts.max_line_bytes)
+    dead_letter = make_dead_letter_sink(opts.dead_letter)
     client = connect_redis(opts.redis_url)
     try:
-        source = make_source(opts.input, follow=False, chunk_bytes=opts.read_chunk_bytes,
-                             whole_history=from_start, max_line_bytes=opts.max_line_bytes)
         token = new_run_token(client, opts.redis_namespace)
         old, new = current_generation(client, opts.redis_namespace), token  # tokens are unique, so generations are
         flow = build_dataflow(opts, token, new, live=False, source=source, fresh=from_start,
-                              republish=must_republish(client, opts, new, from_start))
+                              republish=must_republish(client, opts, new, from_start), dead_letter=dead_letter)
         claim_generation(client, opts.redis_namespace, new, token)
         log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.redis_namespace, new, old)
         try:

@@ -101,7 +101,10 @@ def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
         return None
     check_resumable(opts)
     path = Path(opts.recovery_dir)
-    path.mkdir(parents=True, exist_ok=True)
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file of that name, or no permission: before the run claims anything
+        raise UsageError(f"--recovery-dir: cannot use {path} as a directory: {exc.strerror}") from None
     if not any(path.glob("part-*.sqlite3")):
         for left in (USER_CHANGELOG, WINDOW_CHANGELOG):  # no store refers to what may be left there
             shutil.rmtree(path / left, ignore_errors=True)

@@ -26,6 +26,7 @@ from typing import Any
 import redis
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
+from bytewax.outputs import Sink
 
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.connectors.redis_generations import join_run
@@ -34,7 +35,7 @@ from rankflow.connectors.redis_activity import ActivityState
 from rankflow.connectors.redis_boards import BoardsState
 from rankflow.connectors.redis_publish import RedisSnapshotSink
 from rankflow.connectors.redis_read import read_latest
-from rankflow.endpoints import make_dead_letter_sink, make_source
+from rankflow.endpoints import check_endpoints, make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.flows.activity import build_flow as build_activity_flow
 from rankflow.flows.boards import build_flow as build_boards_flow
@@ -42,10 +43,10 @@ from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.routing import HOT_SONGS
 from rankflow.operators.user_stage import SweeperConfig
-from rankflow.options import SIGNING_KEY_ENV, RunOptions, ServiceError, redacted
+from rankflow.options import SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError, check_redis_url, redacted
 from rankflow.recovery import (check_resumable, recovery_config, resumes_from_recovery, user_changelog,
                                window_changelog)
-from rankflow.services import free_port
+from rankflow.services import cannot_listen, free_port
 
 log = logging.getLogger("rankflow.run")
 
@@ -61,15 +62,32 @@ def connect_redis(url: str) -> redis.Redis:
     return client
 
 
+def check_run(opts: RunOptions) -> None:
+    """Everything a run or a rebuild can check before it touches Redis: its options, its
+    input and dead-letter output, the Redis URL and the metrics address. A mistaken
+    command must fail here, on its own, and never after claiming a healthy run's namespace."""
+    opts.check()
+    check_redis_url(opts.redis_url)
+    check_endpoints(opts.input, opts.dead_letter)
+    if opts.metrics_port is not None:
+        for port in range(opts.metrics_port, opts.metrics_port + opts.processes):
+            problem = cannot_listen(opts.metrics_host, port + (opts.process_id or 0))
+            if problem is not None:
+                raise UsageError(f"--metrics-host/--metrics-port: {problem}")
+
+
 def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, source: Source, fresh: bool,
-                   republish: bool = False) -> Dataflow:
+                   republish: bool = False, dead_letter: Sink | None = None) -> Dataflow:
     """The flow ``opts.flow`` names, publishing into ``generation`` with run token ``token``;
-    ``fresh``: it starts its input over (no recovery state to resume from)."""
+    ``fresh``: it starts its input over (no recovery state to resume from). ``dead_letter``:
+    the sink made (and its topic created) before the run claimed anything, else made here."""
+    if dead_letter is None:
+        dead_letter = make_dead_letter_sink(opts.dead_letter)
     if opts.flow == "boards":
-        return boards_flow(opts, token, generation, live, source, fresh, republish)
+        return boards_flow(opts, token, generation, live, source, dead_letter, fresh, republish)
     if opts.flow == "activity":
-        return activity_flow(opts, token, generation, live, source)
-    return listener_flow(opts, token, generation, live, source)
+        return activity_flow(opts, token, generation, live, source, dead_letter)
+    return listener_flow(opts, token, generation, live, source, dead_letter)
 
 
 def warn_unchecked(opts: RunOptions) -> None:
@@ -94,11 +112,11 @@ def must_republish(client: redis.Redis, opts: RunOptions, generation: int, fresh
     return True
 
 
-def boards_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source, fresh: bool,
-                republish: bool = False) -> Dataflow:
+def boards_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source, dead_letter: Sink,
+                fresh: bool, republish: bool = False) -> Dataflow:
     return build_boards_flow(
         source,
-        make_dead_letter_sink(opts.dead_letter),
+        dead_letter,
         RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live,
                           state=lambda: BoardsState(complete=fresh or republish)),
         board_partitions=opts.song_partitions,
@@ -112,10 +130,11 @@ def boards_flow(opts: RunOptions, token: int, generation: int, live: bool, sourc
     )
 
 
-def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
+def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source,
+                  dead_letter: Sink) -> Dataflow:
     return build_activity_flow(
         source,
-        make_dead_letter_sink(opts.dead_letter),
+        dead_letter,
         RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live,
                           state=partial(ActivityState, opts.stage_at)),
         partitions=opts.song_partitions,
@@ -139,11 +158,12 @@ def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
                          KafkaEndpoint.parse(opts.input.removeprefix("kafka:")))
 
 
-def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source) -> Dataflow:
+def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source,
+                  dead_letter: Sink) -> Dataflow:
     HOT_SONGS.configure(opts.hot_threshold, opts.hot_salts, opts.hot_window_s, frozenset(opts.split_songs))
     return build_flow(
         source,
-        make_dead_letter_sink(opts.dead_letter),
+        dead_letter,
         RedisSnapshotSink(opts.redis_url, opts.namespace, token, generation, live),
         song_partitions=opts.song_partitions,
         k_max=opts.top_k,
@@ -159,7 +179,7 @@ def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
 
 def run(opts: RunOptions) -> dict[str, Any] | None:
     """Run the flow live; with ``until_eof`` return the final published snapshot."""
-    opts.check()
+    check_run(opts)
     check_resumable(opts)  # before any process starts: another input, layout or key is a usage error
     if opts.processes > 1:
         return _run_local_processes(opts)
@@ -172,11 +192,12 @@ def run(opts: RunOptions) -> dict[str, Any] | None:
         METRICS.serve(opts.metrics_port + (opts.process_id or 0), opts.metrics_host)
     source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes,
                          max_line_bytes=opts.max_line_bytes)
+    dead_letter = make_dead_letter_sink(opts.dead_letter)  # a Kafka topic: created, or the run fails, here
     client = connect_redis(opts.redis_url)
     try:
         token, generation = join_run(client, opts.redis_namespace, opts.run_id or uuid.uuid4().hex, fresh=fresh)
         flow = build_dataflow(opts, token, generation, live=True, source=source, fresh=fresh,
-                              republish=must_republish(client, opts, generation, fresh))
+                              republish=must_republish(client, opts, generation, fresh), dead_letter=dead_letter)
         log.info("run %s owns generation %s of namespace %r", token, generation, opts.redis_namespace)
         execute(flow, opts, recovery)
         return read_latest(client, opts.redis_namespace)

