@@ -1,6 +1,6 @@
 """The activity rankings for readers: a workspace's top, the global top, one channel, a stream.
 
-Contract (WINDOWS.md 4 and 6; every answer is exactly what ``connectors.activity_read``
+Contract (docs/semantics/windows.md 4 and 6; every answer is exactly what ``connectors.activity_read``
 gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id``):
 
 * ``GET /activity/global/top?k=K`` -> ``{snapshot_id, window_start, window_end,
@@ -49,7 +49,7 @@ Redis. The streams share one watcher per process (:class:`ActivityWatch`, one sm
 script call per poll interval) and, per snapshot and workspace, one read of its top 10
 (:class:`SharedTops`), however many subscribers there are.
 
-Snapshot documents may hold integers beyond 64 bits (a watermark: WINDOWS.md 1 sets no
+Snapshot documents may hold integers beyond 64 bits (a watermark: docs/semantics/windows.md 1 sets no
 upper bound on ``ts``), which orjson cannot write: such an answer is written by the
 stdlib ``json`` (:func:`activity_json`), exactly.
 """
@@ -101,7 +101,7 @@ def k_query() -> Any:
 
 
 class WorkspaceIdConvertor(Convertor[str]):
-    """``{workspace:workspace}``: a workspace id that may hold ``/`` (WINDOWS.md 1 allows any
+    """``{workspace:workspace}``: a workspace id that may hold ``/`` (docs/semantics/windows.md 1 allows any
     characters): the shortest match the rest of the route still fits, as the boards' game
     ids (``api.boards.GameIdConvertor``)."""
 
@@ -183,7 +183,7 @@ async def current(request: Request) -> Response:
     return got if isinstance(got, Response) else activity_json(with_lags(got, int(time.time() * 1000)))
 
 
-@router.get("/activity/global/top", summary="The most active channels across workspaces (WINDOWS.md 4)",
+@router.get("/activity/global/top", summary="The most active channels across workspaces (docs/semantics/windows.md 4)",
             responses={k: ERRORS[k] for k in (400, 503)})
 async def global_top(request: Request, k: int = k_query()) -> Response:
     return await answer(request, lambda reader: reader.global_top(k))
@@ -216,7 +216,7 @@ async def channel(request: Request, workspace: str, channel: str) -> Response:
     return await answer(request, lambda reader: reader.channel(workspace, channel))
 
 
-@router.get("/activity/{workspace:workspace}/top", summary="A workspace's most active channels (WINDOWS.md 4)",
+@router.get("/activity/{workspace:workspace}/top", summary="A workspace's most active channels (docs/semantics/windows.md 4)",
             responses={k: ERRORS[k] for k in (400, 503)})
 async def top(request: Request, workspace: str, k: int = k_query()) -> Response:
     return await answer(request, lambda reader: reader.top(workspace, k))

@@ -1,6 +1,6 @@
 """Game score boards for readers: the list of boards, top N, one player, around a player.
 
-Contract (BOARDS.md section 5; every answer is exactly what
+Contract (docs/semantics/boards.md section 5; every answer is exactly what
 ``connectors.board_read`` gives, so it names its ``snapshot_id``, ``game_id`` and the
 concrete ``board``, the aliases ``daily`` and ``weekly`` resolved):
 
@@ -90,7 +90,7 @@ router = APIRouter(route_class=UsageErrorsAre400)
 
 
 class GameIdConvertor(Convertor[str]):
-    """``{game:game}``: a game id that may hold ``/`` (BOARDS.md allows any characters).
+    """``{game:game}``: a game id that may hold ``/`` (docs/semantics/boards.md allows any characters).
 
     The shortest match that the rest of the route still fits: ``/boards/a/b/all/top`` is
     game ``a/b``, board ``all`` (``a`` would leave ``b/all/top``, which is no route), and

@@ -13,7 +13,7 @@ Contract:
   so at most the limit plus one chunk is ever held), the array's structure, count (at
   most ``MAX_EVENTS_PER_REQUEST`` events, ``400 too_many``), then every event. The
   count is checked before any event is validated.
-* Every event is judged by the flow's own check (``state.events.check_event``, SEMANTICS.md
+* Every event is judged by the flow's own check (``state.events.check_event``, docs/semantics/listeners.md
   section 1) on its bytes as the client wrote them, which are what is produced: never
   re-encoded (that would round an integer beyond 64 bits and fail on deep nesting), so
   ingest accepts an event exactly when the flow would. If any is invalid, the answer is

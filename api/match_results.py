@@ -1,6 +1,6 @@
 """``POST /matches/{match_id}/result``: match servers hand signed results to the score topic.
 
-Contract (BOARDS.md section 1; the seed's API table):
+Contract (docs/semantics/boards.md section 1; the seed's API table):
 
 * The body is one result ``{game_id, player_id, points, played_at, sig}`` or a JSON
   array of them (the players of one match, at most ``MAX_RESULTS_PER_REQUEST``). The

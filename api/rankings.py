@@ -10,7 +10,7 @@ Contract:
 * ``GET /rankings/recent?k=K`` -> ``{snapshot_id, published_at, age_ms, stale,
   positions, window_start, window_end, watermark, items: [{rank, song_id, plays}]}``:
   songs by plays (accepted starts) in the last ``--recent-minutes`` of event time
-  (WINDOWS.md 7), from the same snapshot as ``/rankings`` and with its conventions
+  (docs/semantics/windows.md 7), from the same snapshot as ``/rankings`` and with its conventions
   (``k``, ``400``, ``503`` and ``stale``); ``404`` when the flow publishes no recent
   plays (``--recent-minutes 0``).
 * ``GET /songs/{song_id}`` -> ``{snapshot_id, song_id, listeners, rank}`` in the latest

@@ -19,7 +19,7 @@ into the answer dict, so the two readers differ only in ``await`` (as
 ``connectors.board_read`` does for the boards).
 
 The snapshot document is parsed with the stdlib ``json``, not orjson: a watermark (and
-so the window's bounds) may be beyond 64 bits (WINDOWS.md 1: ``ts`` has no upper bound).
+so the window's bounds) may be beyond 64 bits (docs/semantics/windows.md 1: ``ts`` has no upper bound).
 """
 
 from __future__ import annotations
@@ -59,7 +59,7 @@ class ActivityMoving(RuntimeError):
 
 
 def check_k(k: int, k_max: int) -> None:
-    """A usage error (ValueError) unless 1 <= k <= K_max (WINDOWS.md 4: never clamped)."""
+    """A usage error (ValueError) unless 1 <= k <= K_max (docs/semantics/windows.md 4: never clamped)."""
     if not 1 <= k <= k_max:
         raise ValueError(f"k must be between 1 and K_max = {k_max}, got {k}")
 
@@ -123,7 +123,7 @@ class ActivityQuery:
         if tag == b"none":
             raise NoSnapshot(f"no activity snapshot published yet in namespace {self.held.keys.namespace!r}")
         if reply[2]:
-            doc = json.loads(reply[2])  # not orjson: a watermark may be beyond 64 bits (WINDOWS.md 1)
+            doc = json.loads(reply[2])  # not orjson: a watermark may be beyond 64 bits (docs/semantics/windows.md 1)
             self.held.learn_doc(self._generation, doc)
         else:
             doc = self._sent
@@ -161,7 +161,7 @@ def global_query(held: Held, k: int) -> ActivityQuery:
 
 
 def top_answer(query: ActivityQuery) -> dict[str, Any]:
-    """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (WINDOWS.md 6)."""
+    """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (docs/semantics/windows.md 6)."""
     doc, pairs = query.doc, query.answer
     assert doc is not None
     check_k(query.k, doc["k_max"])
@@ -209,7 +209,7 @@ class ActivityReader:
         self._script = client.register_script(ACTIVITY_READ_LUA)
 
     def top(self, workspace: str, k: int) -> dict[str, Any]:
-        """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (WINDOWS.md 6).
+        """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (docs/semantics/windows.md 6).
 
         A reader holding no snapshot reads it first (one small call) to learn K_max."""
         if not check_k_known(k, self.held):

@@ -3,7 +3,7 @@
 Every query is one Lua script (``redis_scripts.BOARD_READ_LUA``), so the snapshot id, the
 player count and every item of an answer come from the same state: the publish
 script changes a board and the snapshot id in one atomic step. Ranks are exact for
-every player: ``ZRANK`` of the player's member is the rank - 1 (BOARDS.md 4, see
+every player: ``ZRANK`` of the player's member is the rank - 1 (docs/semantics/boards.md 4, see
 ``PUBLISH_BOARDS_LUA``), and ``ZCOUNT`` of the strictly better scores gives the
 competition rank.
 

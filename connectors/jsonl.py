@@ -1,7 +1,7 @@
 """JSON Lines input and dead-letter output.
 
 Input: each file is one source partition, named by the path as given; its offset is
-the 0-based line number (SEMANTICS.md section 5). The resume state also keeps the
+the 0-based line number (docs/semantics/listeners.md section 5). The resume state also keeps the
 byte offset, so a restart seeks instead of re-reading the file.
 
 Dead letters: one JSON object per line, ``{"reason", "detail", "position", "raw"}``.

@@ -30,7 +30,7 @@ stream at about 100 MB whatever the flow publishes."""
 
 REACHED_DIGITS = 15
 """A board's sorted-set member is ``reached_at`` zero-padded to 15 digits (it is at most
-253402300799999, BOARDS.md 1) followed by the player id, so that the members of one
+253402300799999, docs/semantics/boards.md 1) followed by the player id, so that the members of one
 score sort by time, then by id: ``001798884000000ana`` (built in ``PUBLISH_BOARDS_LUA``)."""
 
 BoardEntries = dict[str, tuple[int, int]]  # player -> (score, reached_at)

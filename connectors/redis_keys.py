@@ -32,7 +32,7 @@ Its generation holds, besides the keys above (without counts and changes):
 
 =====================================  ===========================================
 ``{ns:boards}:g<G>:b:<game>:<board>``  the board's entries (sorted set; the order
-                                       of BOARDS.md 4, see ``PUBLISH_BOARDS_LUA``)
+                                       of docs/semantics/boards.md 4, see ``PUBLISH_BOARDS_LUA``)
 ``{ns:boards}:g<G>:r:<game>:<board>``  the board's ``reached_at`` per player (hash)
 ``{ns:boards}:g<G>:aliases``           per game its newest periods (hash: game ->
                                        JSON ``[daily, weekly]``)
@@ -49,7 +49,7 @@ generation holds, besides the shared keys (without counts and changes):
 =====================================  ===========================================
 ``{ns:activity}:g<G>:w:<workspace>``   the workspace's channels with a count in the
                                        snapshot's window (sorted set, score = count:
-                                       ``ZREVRANGE`` is WINDOWS.md 4's order): its slot
+                                       ``ZREVRANGE`` is docs/semantics/windows.md 4's order): its slot
                                        ``a``
 ``{ns:activity}:g<G>:v:<workspace>``   the same, slot ``b``: a large snapshot is written
                                        into the slot readers do not read, then one

@@ -68,7 +68,7 @@ def describe(exc: redis.RedisError) -> str:
 
 def dumps_document(obj: Any) -> bytes:
     """A snapshot document as JSON. orjson refuses integers beyond 64 bits, which the activity
-    flow's event times may be (WINDOWS.md 1: ``ts`` of any size, so its watermark too):
+    flow's event times may be (docs/semantics/windows.md 1: ``ts`` of any size, so its watermark too):
     those documents, and only those, are written by the standard library, exactly.
 
     >>> dumps_document({"watermark": 10**30})

@@ -198,7 +198,7 @@ name and its entries as one JSON object ``{player: [score, reached_at]}`` (one
 argument per board: packing it is orjson's work in C, unpacking it Redis's, on the
 core the flow is not using); per dropped board its JSON name.
 
-A board's sorted set orders its entries as BOARDS.md section 4 does with Redis's own
+A board's sorted set orders its entries as docs/semantics/boards.md section 4 does with Redis's own
 order: the score is ``-score`` (ascending = score descending) and the member is the
 15-digit ``reached_at`` followed by the player id, so equal scores order by
 ``reached_at`` then by the id's bytes. ``ZRANK`` is then the exact rank - 1, and
@@ -352,7 +352,7 @@ execution's first: every count) starts from no workspaces and no slots.
 
 A workspace's sorted set holds its channels with a positive count, score = count:
 ``ZREVRANGE`` then orders them count descending, then channel id descending
-byte-wise (Redis orders equal scores by the member's bytes), which is WINDOWS.md 4,
+byte-wise (Redis orders equal scores by the member's bytes), which is docs/semantics/windows.md 4,
 and ``ZREVRANK`` is the rank - 1.
 """
 

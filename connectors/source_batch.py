@@ -125,7 +125,7 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
         self._epoch_open = True  # the first call of an execution opens an epoch
         self._idle = False
         self._ended = False
-        self._last_records = time.monotonic()  # when this partition last had records (WINDOWS.md 2: idle time)
+        self._last_records = time.monotonic()  # when this partition last had records (docs/semantics/windows.md 2: idle time)
 
     @abstractmethod
     def read(self) -> SourceBatch | None:

@@ -1,4 +1,4 @@
-"""The sweeper's writes: ``TIMEOUT`` events into the flow's own input topic (SEMANTICS.md 6).
+"""The sweeper's writes: ``TIMEOUT`` events into the flow's own input topic (docs/semantics/listeners.md 6).
 
 One producer per process, made at the first timer that fires (a run without due
 timers never connects), with the settings of every other writer of the input

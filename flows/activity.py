@@ -1,11 +1,11 @@
-"""Most active channels over a sliding window (WINDOWS.md): the whole dataflow in one place.
+"""Most active channels over a sliding window (docs/semantics/windows.md): the whole dataflow in one place.
 
 ===================  ================  ==============================================
 step                 keyed by          what it does
 ===================  ================  ==============================================
 input                (source part.)    one ``SourceBatch`` per batch of raw records
 stamp_epoch                            the batch learns its epoch: its barrier
-parse                                  checks 1-3 of WINDOWS.md 1 once per record
+parse                                  checks 1-3 of docs/semantics/windows.md 1 once per record
 window_events        counter part.     a batch's events per partition of
                                        workspaces, each with its partition's running
                                        greatest ``ts``; every partition gets the
@@ -27,7 +27,7 @@ merger and publisher (``flows/listeners.py`` explains the barriers). There is no
 per-key stage before the counters: a message is counted where its workspace lives.
 The counters judge an epoch's events when it closes, once every source batch's mark
 is in: with one input partition each event meets exactly the watermark of the log
-before it (WINDOWS.md 2), and with several a watermark between the last barrier's and
+before it (docs/semantics/windows.md 2), and with several a watermark between the last barrier's and
 this one's.
 """
 
@@ -70,8 +70,8 @@ def build_flow(
     """The activity dataflow; see the module docstring for its shape.
 
     ``idle_after_s``: a live run leaves an input partition out of the watermark once it
-    has had no records this long (WINDOWS.md 2); None (``--until-eof``) never does.
-    ``summary``: N > 0 ranks globally from Misra-Gries summaries of N counters (WINDOWS.md 5,
+    has had no records this long (docs/semantics/windows.md 2); None (``--until-eof``) never does.
+    ``summary``: N > 0 ranks globally from Misra-Gries summaries of N counters (docs/semantics/windows.md 5,
     mode ``messages`` only); 0 exactly. ``changelog``: with ``recoverable``, where the
     counter partitions append their buckets' changes at every barrier (else Bytewax
     stores each partition's whole table at every barrier).

@@ -1,17 +1,17 @@
-"""Game score boards (BOARDS.md): the whole dataflow in one place.
+"""Game score boards (docs/semantics/boards.md): the whole dataflow in one place.
 
 ===================  ================  ==============================================
 step                 keyed by          what it does
 ===================  ================  ==============================================
 input                (source part.)    one ``SourceBatch`` per batch of raw records
 stamp_epoch                            the batch learns its epoch: its barrier
-parse                                  checks 1-6 of BOARDS.md 1 (shape, ranges,
+parse                                  checks 1-6 of docs/semantics/boards.md 1 (shape, ranges,
                                        signature) once per record
 player_results       ``player_id``     a batch's results, one item per player shard
                      (shard or player) (or per player with ``user_shards=0``)
 players              ``player_id``     checks 7-8, exactly once per (game, match,
                      (shard or player) player), scores and ``reached_at`` on every
-                                       board (BOARDS.md 1-4): changed entries
+                                       board (docs/semantics/boards.md 1-4): changed entries
 board_entries                          routes entries to board partitions by player
 barrier_ticks        board partition   one per partition per source batch
 board_counters       board partition   per board a bounded balanced-tree index of
@@ -27,7 +27,7 @@ dead_letter_output                     shape errors, bad signatures, too old, in
 The listener flow's engine, with other rules: the same parse step, keyed shards,
 counter stage, merger and publisher (``flows/listeners.py`` explains the barriers).
 An accepted result's entries on all its boards travel in its epoch, so a snapshot
-holds a result wholly or not at all (BOARDS.md section 6).
+holds a result wholly or not at all (docs/semantics/boards.md section 6).
 """
 
 from __future__ import annotations

@@ -5,10 +5,10 @@ step                 keyed by          what it does
 ===================  ================  ==============================================
 input                (source part.)    one ``SourceBatch`` per batch of raw records
 stamp_epoch                            the batch learns its epoch: its barrier
-parse                                  validates each record once (SEMANTICS.md 1)
+parse                                  validates each record once (docs/semantics/listeners.md 1)
 user_events          ``user_id``       a batch's events, one item per user shard
                      (shard or user)   (or per user with ``user_shards=0``)
-users                ``user_id``       the counting rules (SEMANTICS.md 3): song
+users                ``user_id``       the counting rules (docs/semantics/listeners.md 3): song
                      (shard or user)   changes, and conflicts for the dead letters
 net_song_deltas                        sums changes per song, routes them to song
                                        partitions (and hot songs to partials); with
@@ -33,7 +33,7 @@ when its first item of a later epoch (a tick, at least) arrives, so each publish
 snapshot is exactly the input before the positions it names; a user's -1 and +1
 always share one epoch, so a switch is never split across snapshots.
 
-Recent plays (``--recent-minutes N``, WINDOWS.md 7; ``operators.recent_plays``) ride
+Recent plays (``--recent-minutes N``, docs/semantics/windows.md 7; ``operators.recent_plays``) ride
 on the same steps: the user stage's accepted starts and the ticks' watermark marks
 reach the song partitions in the epoch they belong to, so the recent ranking in a
 snapshot is exactly the input before its positions too. With ``N = 0`` nothing of it
@@ -81,10 +81,10 @@ def build_flow(
     ``recoverable``: Bytewax recovery is on, so stages build their snapshots; user
     shards then keep their records in changelogs in ``user_changelog``.
     ``recent_minutes``: N > 0 also ranks songs by accepted starts in the last N minutes
-    (WINDOWS.md 7, ``operators.recent_plays``); 0 adds nothing to the flow.
+    (docs/semantics/windows.md 7, ``operators.recent_plays``); 0 adds nothing to the flow.
     ``idle_after_s``: recent plays in a live run leave an input partition out of the
     watermark once it has had no records this long; None (``--until-eof``) never does.
-    ``sweeper``: the idle-playback sweeper of SEMANTICS.md 6 in the user shards (needs
+    ``sweeper``: the idle-playback sweeper of docs/semantics/listeners.md 6 in the user shards (needs
     ``user_shards >= 1``): every batch's source mark reaches every shard, and due
     playbacks get a ``TIMEOUT`` written to the input (``operators.user_stage``).
     """

@@ -11,7 +11,7 @@ Contract (the counter stage of ``operators.counter``, keyed by board partition
   (an entry flagged ``new`` is a player joining the board), and the open epoch's
   entries, newest per player and board (a barrier can fall before the epoch closes
   here: they must survive it). Boards the partition
-  knows to be dropped by retention (BOARDS.md section 7, judged by the newest
+  knows to be dropped by retention (docs/semantics/boards.md section 7, judged by the newest
   periods *this* partition has seen, never newer than the game's) are forgotten.
 * **Output**: when epoch ``e`` closes, one :class:`BoardsReport`: for every board
   that changed here in ``e`` its player count and, if it changed, its local top

@@ -7,7 +7,7 @@ reported it; this combiner then
   player missing from their partition's local top has ``K_max`` entries ahead of
   them there, so the P local lists hold the global top (as for songs);
 * moves each game's newest daily and weekly period (the aliases ``daily`` and
-  ``weekly``, BOARDS.md section 3) forward, and drops the periods retention no
+  ``weekly``, docs/semantics/boards.md section 3) forward, and drops the periods retention no
   longer keeps (section 7): they leave the snapshot and Redis, and an entry for one
   arriving later is not published;
 * passes on the epoch's entries of kept boards, which the publisher writes into the

@@ -171,7 +171,7 @@ class ShardRouter:
 
 
 class MarkingShardRouter(ShardRouter):
-    """:class:`ShardRouter` for the sweeper (SEMANTICS.md 6, ``operators.user_stage``): every
+    """:class:`ShardRouter` for the sweeper (docs/semantics/listeners.md 6, ``operators.user_stage``): every
     batch reaches every shard, as ``(partition, epoch, items, mark)`` with the batch's
     ``source_mark`` (an empty list for a shard it has no items for), so each shard learns
     how far every input partition has been processed after it has applied that

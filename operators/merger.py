@@ -200,7 +200,7 @@ class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
 
 class Cut(NamedTuple):
     """What a complete epoch's snapshot names besides the product's state: its id and
-    the input before it (SEMANTICS.md section 5)."""
+    the input before it (docs/semantics/listeners.md section 5)."""
 
     snapshot_id: int
     run: int

@@ -19,12 +19,12 @@ metric                                      meaning
                                              late retries, ``conflict_*`` invalid ones;
                                              ``timed_out`` playbacks a ``TIMEOUT`` removed,
                                              ``stale_timeout`` / ``early_timeout`` timers
-                                             that changed nothing (SEMANTICS.md 6)
+                                             that changed nothing (docs/semantics/listeners.md 6)
 ``rankflow_dead_letters_total{reason}``      invalid events by reason (shape errors)
 ``rankflow_snapshot_age_seconds``            time since the last snapshot was published
 ``rankflow_publish_latency_seconds``         time of the Redis publish script (histogram)
 ``rankflow_timeouts_fired_total``            ``TIMEOUT`` events the sweeper wrote
-                                             (``--idle-timeout-ms``, SEMANTICS.md 6; the
+                                             (``--idle-timeout-ms``, docs/semantics/listeners.md 6; the
                                              playbacks they removed are ``timed_out``)
 ``rankflow_timers_pending``                  sweeper timers armed (candidates, some
                                              stale: a heartbeat moves no timer)
@@ -68,7 +68,7 @@ class RunMetrics:
         scrape reads them together)."""
         self.events_per_second = 0.0
         self.publishes: dict[str, int] = defaultdict(int)  # activity: "direct", "staged", "hurried", "spaced"
-        self.timeouts_fired = 0  # the sweeper's TIMEOUT events (SEMANTICS.md 6)
+        self.timeouts_fired = 0  # the sweeper's TIMEOUT events (docs/semantics/listeners.md 6)
         self.timer_wheels: weakref.WeakSet[Any] = weakref.WeakSet()  # the user shards' state.timers.Timers
         self.registry = CollectorRegistry()
         self.publish_latency = Histogram(

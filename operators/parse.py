@@ -7,7 +7,7 @@ Stateless steps that run on the worker of the source partition, once per batch:
   keyed stages tell one barrier from the next (Bytewax keeps epochs from Python
   code everywhere else; ``inspect_debug`` is the one operator that is told the
   epoch, see :func:`stamp_epoch` for why writing it there is safe).
-* :func:`parse_batch` validates every record once (SEMANTICS.md section 1).
+* :func:`parse_batch` validates every record once (docs/semantics/listeners.md section 1).
 * :meth:`ParsedBatch.barrier_ticks` and :meth:`ParsedBatch.position_report` feed the
   barrier protocol: every song partition gets a tick for every batch, and the merger
   learns how far each source partition has been read. With recent plays the ticks
@@ -87,7 +87,7 @@ class ParsedBatch:
         return [(str(p), t) for p in range(song_partitions)]
 
     def source_mark(self, quiet_after_s: float | None) -> SourceMark:
-        """What the batch tells the watermark (WINDOWS.md 2): the greatest ``ts`` of its valid
+        """What the batch tells the watermark (docs/semantics/windows.md 2): the greatest ``ts`` of its valid
         events (None without any), and whether its partition has had nothing to read for
         ``quiet_after_s`` (a live run; None: never, as with ``--until-eof``). For playback
         events (``ts`` at :data:`TS_FIELD`)."""

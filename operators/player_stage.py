@@ -12,7 +12,7 @@ Contract:
   the changelog gets, per barrier, only the pieces of records that changed
   (``state.board_rules.note_piece``), merged back on restore.
 * **Output**, keyed like the input: one :class:`BoardChanges` per call with the
-  board entries the call's accepted results changed (BOARDS.md sections 2 to 4),
+  board entries the call's accepted results changed (docs/semantics/boards.md sections 2 to 4),
   a ``DeadLetter`` for every ``too_old``, ``in_future`` or ``conflict`` result, and a
   ``Tally`` of the call's duplicates (they change nothing; the merger puts their
   running total in the snapshot, :data:`VERDICTS` in the metrics). A resumed run

@@ -1,4 +1,4 @@
-"""Recent plays: songs by accepted starts in the last N minutes (WINDOWS.md section 7).
+"""Recent plays: songs by accepted starts in the last N minutes (docs/semantics/windows.md section 7).
 
 The listener flow counts them beside the listeners, from the same input and the same
 user stage, with the window rules of ``state.window_rules`` (sections 2 to 4) and
@@ -10,7 +10,7 @@ nothing of its own:
   partition gets for that batch (:meth:`operators.parse.ParsedBatch.marked_ticks`), so
   every partition advances the same :class:`state.window_rules.Watermark`;
 * an **accepted start** is a ``START`` the user stage finds to be a newer playback
-  (SEMANTICS.md 3 rule 5: verdict ``started`` or ``switched``); the stage hands on
+  (docs/semantics/listeners.md 3 rule 5: verdict ``started`` or ``switched``); the stage hands on
   ``(song, bucket of its ts)``, and the combine step counts them and sends them to the
   song's own partition (``operators.routing``; never to the partial
   counters of a split song);
@@ -41,7 +41,7 @@ from rankflow.state.snapshot import RecentRanking, merge_local_tops
 from rankflow.state.window_rules import MESSAGES, SourceMark, Watermark, WindowCounts, window_bounds, window_buckets
 
 BUCKET_MS = 60_000
-"""WINDOWS.md 7: recent plays are counted in buckets of one minute; the window is
+"""docs/semantics/windows.md 7: recent plays are counted in buckets of one minute; the window is
 ``--recent-minutes`` of them."""
 
 class RecentReport(NamedTuple):

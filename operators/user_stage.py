@@ -18,7 +18,7 @@ Contract:
   (``operators.routing``; most users have none). The salt alone names the partial
   counter ``(song, salt)``, so the later -1 finds it whatever the routing is by
   then. A user whose events never created a record (only heartbeats, timers) is not
-  kept; records are otherwise kept forever, as SEMANTICS.md section 2 requires.
+  kept; records are otherwise kept forever, as docs/semantics/listeners.md section 2 requires.
   Recovery state stores a user as its record, with its salt as a sixth field when it
   has one; records stored before section 6 (no ``last_active``) still load
   (``state.rules.from_stored``). A heartbeat that moves ``last_active`` changes the
@@ -31,7 +31,7 @@ Contract:
   the song of its new one (on the salt chosen now): ``state.rules.changes``, summed
   in place here because this loop runs once per event. With recent plays on, the
   :class:`NetChanges` also carries the batch's accepted starts ``(song, bucket of ts)``: the
-  ``START`` events that made a new record that plays (SEMANTICS.md 3 rule 5, verdicts
+  ``START`` events that made a new record that plays (docs/semantics/listeners.md 3 rule 5, verdicts
   ``started`` and ``switched``), for ``operators.recent_plays``. A ``TIMEOUT`` that removes
   a playback (``timed_out``) leaves its song like a ``STOP``; one that does not is no
   dead letter (``state.rules.apply_timeout``).
@@ -187,7 +187,7 @@ class UserShardLogic(ShardLogic):
 
 
 class SweeperConfig(NamedTuple):
-    """The sweeper of SEMANTICS.md 6 (``rankflow run --idle-timeout-ms``)."""
+    """The sweeper of docs/semantics/listeners.md 6 (``rankflow run --idle-timeout-ms``)."""
 
     idle_ms: int  # T: a counted playback idle this long is timed out
     quiet_ms: int  # --idle-timeout: a partition with nothing to read this long counts as processed up to now - this
@@ -199,7 +199,7 @@ ARMING = frozenset((START, TIMEOUT))
 
 
 class SweepingShardLogic(UserShardLogic):
-    """A user shard with the sweeper of SEMANTICS.md 6.
+    """A user shard with the sweeper of docs/semantics/listeners.md 6.
 
     Its items are ``(partition, epoch, events, mark)`` and every batch of every input
     partition reaches it (``operators.keyed_shards.MarkingShardRouter``), so after
@@ -261,7 +261,7 @@ class SweepingShardLogic(UserShardLogic):
         return out, False
 
     def _fire(self) -> None:
-        """Write a ``TIMEOUT`` for every due playback (SEMANTICS.md 6)."""
+        """Write a ``TIMEOUT`` for every due playback (docs/semantics/listeners.md 6)."""
         producer = self.producer
         upto = self.progress.value(int(time.time() * 1000))
         undelivered, T = self.undelivered, self.sweeper.idle_ms

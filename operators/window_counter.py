@@ -10,12 +10,12 @@ so each workspace's counts are exact in one place):
   sees every mark, so every partition computes the same watermark.
 * **State**: a :class:`state.window_rules.Watermark`, a
   :class:`state.window_rules.WindowCounts` over ``(workspace, channel)`` keys, and the
-  partition's best ``K_max`` pairs in the global order of WINDOWS.md 4
+  partition's best ``K_max`` pairs in the global order of docs/semantics/windows.md 4
   (``state.ranking_index.CountTop``: only the top is kept sorted; counts fall only when
   a bucket leaves the window, and then it is taken again from the counts, so a change
   below the top costs one comparison, not an update of an index of every pair, which
   was 27% of the flow's CPU). A workspace's own order is its sorted set's in Redis.
-* **Judging an event** (WINDOWS.md 2) as it arrives: its watermark lies between the
+* **Judging an event** (docs/semantics/windows.md 2) as it arrives: its watermark lies between the
   window's at the last barrier and its own partition's greatest ``ts`` so far
   (``seen``). So a bucket before the current window is ``expired`` at once, a bucket
   within ``seen``'s window counts at once, and only a bucket between the two (an
@@ -113,7 +113,7 @@ class WindowTable:
         # to be judged at the barrier: (source partition, its greatest ts up to the event, event)
         self.waiting: list[tuple[str, int, WindowEvent]] = list(s.get("waiting", ()))
         self.expired: list[DeadLetter] = list(s.get("expired", ()))
-        self.summaries: dict[int, MisraGries] = {}  # ``summary`` > 0: per bucket, WINDOWS.md 5
+        self.summaries: dict[int, MisraGries] = {}  # ``summary`` > 0: per bucket, docs/semantics/windows.md 5
         self.touched: set[int] = set()  # buckets whose summary changed since the last report
         self.unlogged: set[int] = set()  # ... since the last changelog frame
         if s.get("changelog") is not None:

@@ -8,7 +8,7 @@ reported it; this combiner then
 * merges the partitions' local global tops into the global top ``K_max``: a
   workspace lives in one partition, and a pair missing from its partition's local
   list has ``K_max`` pairs ahead of it there, so the P lists hold the global top;
-  or, with ``--global-summary N`` (WINDOWS.md 5), merges the Misra-Gries summaries of
+  or, with ``--global-summary N`` (docs/semantics/windows.md 5), merges the Misra-Gries summaries of
   the window's buckets from every partition into one, whose candidates carry
   ``count_low`` and ``count_high`` (``state.heavy_hitters``);
 * passes on the changed workspaces' counts, which the publisher writes into their
@@ -73,7 +73,7 @@ class ActivityRanking:
         )
 
     def _summarized(self, reports: dict[str, WindowReport], w: int | None) -> list[Any]:
-        """WINDOWS.md 5: the window's candidates from the merged summaries of its buckets, as
+        """docs/semantics/windows.md 5: the window's candidates from the merged summaries of its buckets, as
         ``((workspace, channel), count_low, count_high)`` in the section's order, the first K_max."""
         for part, r in reports.items():
             for b, summary in r.summaries.items():

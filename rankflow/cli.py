@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field)")
     g.add_argument("--timeouts", type=_rate, default=0.0, metavar="RATE",
                    help="playback: also write, at this rate per event, what the idle-playback sweeper writes "
-                        "(SEMANTICS.md 6): TIMEOUT events for playbacks idle for --idle-ms, and stale, early and "
+                        "(docs/semantics/listeners.md 6): TIMEOUT events for playbacks idle for --idle-ms, and stale, early and "
                         "malformed ones (default: 0, none)")
     g.add_argument("--idle-ms", type=_positive, default=Chaos.idle_ms, metavar="MS",
                    help="playback, with --timeouts: the sweeper's idle timeout, the idle_ms of its TIMEOUT events "
@@ -222,7 +222,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="the address the metrics listen on (default: %(default)s; 0.0.0.0 for every interface)")
     r.add_argument("--idle-timeout-ms", type=_not_negative, default=0, metavar="T",
-                   help="listeners, live Kafka input: the idle-playback sweeper (SEMANTICS.md 6) writes a TIMEOUT "
+                   help="listeners, live Kafka input: the idle-playback sweeper (docs/semantics/listeners.md 6) writes a TIMEOUT "
                         "into the input for a counted playback with no HEARTBEAT for T ms, once the flow has "
                         "processed its input up to that deadline; needs --user-shards >= 1; 0: off (default)")
 
@@ -622,7 +622,7 @@ def top_view(snap: dict[str, Any], k: int, stale: bool, age_ms: int | None) -> d
 
 
 def recent_view(snap: dict[str, Any], k: int, stale: bool, age_ms: int | None) -> dict[str, Any]:
-    """The reader's view of a snapshot's recent plays (WINDOWS.md 7): the snapshot's metadata,
+    """The reader's view of a snapshot's recent plays (docs/semantics/windows.md 7): the snapshot's metadata,
     the window, the watermark and the first ``k`` items ``{rank, song_id, plays}``."""
     recent = snap["recent"]
     return {**{f: snap[f] for f in ("snapshot_id", "positions", "published_at")}, "stale": stale, "age_ms": age_ms,

@@ -1,6 +1,6 @@
 """``rankflow activity top|channel``: reading the activity rankings from the command line.
 
-Each answer is one JSON object with ``--json`` (WINDOWS.md 6), or a table. Exit
+Each answer is one JSON object with ``--json`` (docs/semantics/windows.md 6), or a table. Exit
 status: 0 an answer, 1 nothing published yet or the channel has no count in the
 window (the message says which), 2 bad usage (``--k`` outside 1..K_max: never clamped).
 """
@@ -68,7 +68,7 @@ def _utc(ms: int | None) -> str:
         return "none yet"
     try:
         return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
-    except (OverflowError, ValueError, OSError):  # beyond year 9999: event time is trusted (WINDOWS.md 2)
+    except (OverflowError, ValueError, OSError):  # beyond year 9999: event time is trusted (docs/semantics/windows.md 2)
         return f"{ms} ms"
 
 

@@ -9,7 +9,7 @@ All events of a user stay in file order relative to each other only as far as th
 chaos allows: that is the point.
 
 With :attr:`Chaos.timeout` above 0 the log also carries what the sweeper of
-SEMANTICS.md section 6 writes (:meth:`LogGenerator._timeout`): ``TIMEOUT`` events for
+docs/semantics/listeners.md section 6 writes (:meth:`LogGenerator._timeout`): ``TIMEOUT`` events for
 playbacks idle for :attr:`Chaos.idle_ms`, and the ones that lose a race (a timer of a
 playback already closed or superseded, one that a heartbeat beat, one that fired
 early), plus malformed ones. Off by default, so that a seed's log stays the log it
@@ -42,7 +42,7 @@ class Chaos:
     conflict: float = 0.002
     invalid: float = 0.004
     max_delay: int = 200  # how many later events a late or duplicated one may trail
-    timeout: float = 0.0  # a sweeper's timer (SEMANTICS.md 6), per event step; 0: none, the log of old
+    timeout: float = 0.0  # a sweeper's timer (docs/semantics/listeners.md 6), per event step; 0: none, the log of old
     idle_ms: int = 45_000  # the sweeper's idle timeout T: the idle_ms of its TIMEOUT events
 
 
@@ -184,7 +184,7 @@ class LogGenerator:
             ]
         self._schedule(self.rng.choice(variants)(), "invalid")
 
-    # -- the sweeper (SEMANTICS.md 6) -------------------------------------------
+    # -- the sweeper (docs/semantics/listeners.md 6) -------------------------------------------
     def _timer(self, user: _User, playback: tuple[str, str, int], kind: str) -> None:
         """A ``TIMEOUT`` of ``playback``, fired now with the sweeper's idle timeout."""
         pid, song, version = playback

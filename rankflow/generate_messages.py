@@ -1,4 +1,4 @@
-"""Realistic activity (message) logs (WINDOWS.md section 1), reproducible from a seed.
+"""Realistic activity (message) logs (docs/semantics/windows.md section 1), reproducible from a seed.
 
 The activity flow and its benchmark need input that looks like a chat service's message
 stream, not a uniform one: a few workspaces carry most of the traffic and most are
@@ -21,7 +21,7 @@ expired event: the benchmark, whose two systems must agree, runs on one.
 
 Ids exercise the rules on ids: non-ASCII and emoji, 64 characters, separators, ids that
 differ only by case (distinct: nothing is folded), and the ``("w!", "a")`` before
-``("w", "zz")`` order of WINDOWS.md section 4.
+``("w", "zz")`` order of docs/semantics/windows.md section 4.
 """
 
 from __future__ import annotations
@@ -294,7 +294,7 @@ class MessageLogGenerator:
         return (line for _, line in self.labelled_lines(events))
 
 
-# -- malformed lines: every kind WINDOWS.md section 1 names ---------------------------------------
+# -- malformed lines: every kind docs/semantics/windows.md section 1 names ---------------------------------------
 
 def _swap(ev: dict[str, Any], name: str, raw: bytes) -> bytes:
     """``ev`` as JSON with ``name``'s value written as ``raw`` (text orjson would not write)."""

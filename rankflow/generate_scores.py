@@ -1,4 +1,4 @@
-"""Realistic game score logs (BOARDS.md), reproducible from a seed.
+"""Realistic game score logs (docs/semantics/boards.md), reproducible from a seed.
 
 The score-board flow and its benchmark need input that looks like a season of match
 results, not a uniform stream: a few players play all the time and most rarely (Zipf
@@ -39,7 +39,7 @@ from rankflow.state.signatures import sign
 
 DAY_MS = 86_400_000
 HOUR_MS = 3_600_000
-MAX_AGE_MS = DAY_MS  # BOARDS.md check 7: played more than 24 h before the newest receipt
+MAX_AGE_MS = DAY_MS  # docs/semantics/boards.md check 7: played more than 24 h before the newest receipt
 FUTURE_MS = 60_000  # check 8: played more than 60 s after its receipt
 MAX_POINTS = 10_000
 MAX_TIME_MS = 253_402_300_799_999

@@ -28,7 +28,7 @@ truncate the ones a live run is appending to."""
 DEFAULT_USER_SHARDS = 16
 FLOWS = ("listeners", "boards", "activity")
 DEFAULT_K_MAX = 100
-DEFAULT_RECENT_MINUTES = 5  # WINDOWS.md 7
+DEFAULT_RECENT_MINUTES = 5  # docs/semantics/windows.md 7
 BOARDS_K_MAX = 10
 SIGNING_KEY_ENV = "RANKFLOW_SIGNING_KEY"
 
@@ -162,7 +162,7 @@ class RunOptions:
     run_id: str | None = None  # shared by the processes of one run (see join_run)
     metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
     metrics_host: str = "127.0.0.1"  # the address the metrics listen on
-    bucket_seconds: int = 60  # activity: the width of a bucket (WINDOWS.md 2)
+    bucket_seconds: int = 60  # activity: the width of a bucket (docs/semantics/windows.md 2)
     window_buckets: int = 60  # activity: buckets in the window
     count: str = "messages"  # activity: messages, or distinct users per channel
     global_summary: int = 0  # activity: N > 0 ranks globally from Misra-Gries summaries of N counters
@@ -171,12 +171,12 @@ class RunOptions:
     idle_timeout_s: float = 5.0  # live runs: a partition quiet this long stops holding the watermark (activity,
     # and the listener flow's recent plays)
     recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
-    idle_timeout_ms: int = 0  # listeners, live Kafka runs: the sweeper's T (SEMANTICS.md 6); 0: no sweeper
+    idle_timeout_ms: int = 0  # listeners, live Kafka runs: the sweeper's T (docs/semantics/listeners.md 6); 0: no sweeper
 
     @property
     def top_k(self) -> int:
         """K_max: the songs a listener snapshot ranks and the activity flow's largest K (100 unless
-        ``--k-max``, WINDOWS.md 4), or the entries
+        ``--k-max``, docs/semantics/windows.md 4), or the entries
         of each changed board a boards snapshot lists (10: the live top 10; the whole boards
         are in Redis, and a longer list costs every partition and the merger at every barrier)."""
         if self.k_max is not None:
@@ -222,7 +222,7 @@ class RunOptions:
             raise UsageError("--global-summary must be >= 1 (or 0: exact)")
         if self.global_summary and self.count != "messages":
             raise UsageError("--global-summary counts messages: with --count users distinct users do not add up "
-                             "across buckets (WINDOWS.md 5)")
+                             "across buckets (docs/semantics/windows.md 5)")
         if self.publish_stage is not None and self.publish_stage < 0:
             raise UsageError("--publish-stage must be >= 0 (0: every snapshot in one script)")
         if self.idle_timeout_s <= 0:
@@ -249,11 +249,11 @@ class RunOptions:
             raise UsageError(str(exc)) from None
 
     def _check_sweeper(self) -> None:
-        """``--idle-timeout-ms``: the sweeper of SEMANTICS.md 6 writes ``TIMEOUT`` events into the input."""
+        """``--idle-timeout-ms``: the sweeper of docs/semantics/listeners.md 6 writes ``TIMEOUT`` events into the input."""
         if self.idle_timeout_ms < 0:
             raise UsageError("--idle-timeout-ms must be >= 1 (or 0: no sweeper)")
         if self.flow != "listeners":
-            raise UsageError("--idle-timeout-ms is the listener flow's sweeper (SEMANTICS.md 6)")
+            raise UsageError("--idle-timeout-ms is the listener flow's sweeper (docs/semantics/listeners.md 6)")
         if self.until_eof:
             raise UsageError("--idle-timeout-ms cannot be used with --until-eof: a replay reads its log, it must "
                              "not write to it")

@@ -151,7 +151,7 @@ def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
 
 
 def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
-    """The sweeper of SEMANTICS.md 6, when ``--idle-timeout-ms`` asks for it (a live run of a Kafka input)."""
+    """The sweeper of docs/semantics/listeners.md 6, when ``--idle-timeout-ms`` asks for it (a live run of a Kafka input)."""
     if not opts.idle_timeout_ms:
         return None
     return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000),

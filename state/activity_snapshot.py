@@ -1,7 +1,7 @@
 """A published state of the activity rankings: what one barrier of the activity flow names.
 
 The snapshot document (JSON, in Redis and in the snapshots stream) says which input
-it includes (positions), the watermark and window its counts are over (WINDOWS.md 6),
+it includes (positions), the watermark and window its counts are over (docs/semantics/windows.md 6),
 and the global top ``K_max``. Each workspace's whole ranking is a sorted set in Redis,
 written by the same atomic script from :attr:`ActivitySnapshot.changed`, so a
 workspace's top and a channel's rank come from the snapshot the document names.
@@ -31,7 +31,7 @@ class ActivitySnapshot(NamedTuple):
     mode: str
     items: list[Any]
     """The global top K_max: ``((workspace, channel), count)``, or with a summary
-    ``((workspace, channel), count_low, count_high)`` (WINDOWS.md 5)."""
+    ``((workspace, channel), count_low, count_high)`` (docs/semantics/windows.md 5)."""
     active_pairs: int
     changed: dict[str, dict[str, int]]
     """To Redis: per workspace whose ranking changed, its channels' counts now (0: gone)."""

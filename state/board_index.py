@@ -2,7 +2,7 @@
 
 Contract:
 
-* :class:`BoardIndex` is one board in the order of BOARDS.md 4 (score descending,
+* :class:`BoardIndex` is one board in the order of docs/semantics/boards.md 4 (score descending,
   ``reached_at`` ascending, player id byte-wise): a ``SortedList`` of packed keys
   (:func:`entry_key`) plus a dict player -> key, so the rank of any player, a
   slice by rank and the number of strictly better scores are each O(log n).

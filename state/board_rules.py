@@ -1,6 +1,6 @@
 """The score-board rules: how one valid match result changes one player's record.
 
-This module is BOARDS.md sections 2, 3, 4 and 7 as they apply to one player, and
+This module is docs/semantics/boards.md sections 2, 3, 4 and 7 as they apply to one player, and
 check 7 and 8 of section 1 (they need the player's newest receipt). It is pure (no
 I/O, no Bytewax), so the player stage, the game-level merger, the tests and any
 replay tool share one definition of what a result means.

@@ -1,4 +1,4 @@
-"""Playback events and their validation (SEMANTICS.md section 1).
+"""Playback events and their validation (docs/semantics/listeners.md section 1).
 
 Everything that enters the flow passes through :func:`parse_event` once. An event
 that fails it changes nothing and becomes a :class:`DeadLetter`; it never raises out
@@ -19,7 +19,7 @@ START = "START"
 STOP = "STOP"
 HEARTBEAT = "HEARTBEAT"
 TIMEOUT = "TIMEOUT"
-"""Written by the sweeper of SEMANTICS.md section 6, not by players; it also carries ``idle_ms``."""
+"""Written by the sweeper of docs/semantics/listeners.md section 6, not by players; it also carries ``idle_ms``."""
 PLAYER_TYPES = frozenset((START, STOP, HEARTBEAT))
 """The types whose events have no field beyond section 1's common ones: the only ones
 the fast path of :func:`parse_records` accepts by itself."""
@@ -52,7 +52,7 @@ class PlaybackEvent(NamedTuple):
     hot path builds plain tuples in this field order (:data:`Event`): they are
     cheaper to build and to pickle, and unpack the same way.
 
-    ``idle_ms`` is a ``TIMEOUT``'s (SEMANTICS.md 6) and 0 on every other type. It
+    ``idle_ms`` is a ``TIMEOUT``'s (docs/semantics/listeners.md 6) and 0 on every other type. It
     comes last, with a default, so that the positions of the other fields (``ts`` at
     5, read by the recent plays' watermark) stay where they were.
     """
@@ -139,7 +139,7 @@ def _integer(obj: dict, raw: bytes, field: str, least: int) -> int:
 
 
 def validate(obj: Any, raw: bytes) -> tuple[str, str, str, str, int, int, int]:
-    """Check the fields SEMANTICS.md section 1 requires; other fields are ignored.
+    """Check the fields docs/semantics/listeners.md section 1 requires; other fields are ignored.
 
     ``(user_id, playback_id, song_id, type, version, ts, idle_ms)``: ``idle_ms`` is
     checked and returned on a ``TIMEOUT`` only, 0 on the other types (where a field of

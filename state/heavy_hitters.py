@@ -1,4 +1,4 @@
-"""Misra-Gries summaries: bounded memory for the approximate global ranking (WINDOWS.md 5).
+"""Misra-Gries summaries: bounded memory for the approximate global ranking (docs/semantics/windows.md 5).
 
 A summary of capacity ``N`` over a stream of ``T`` items keeps at most ``N``
 counters, each an underestimate of its key's true count by at most ``(T - kept) /

@@ -1,4 +1,4 @@
-"""Activity (message) events and their stateless validation (WINDOWS.md section 1, checks 1 to 3).
+"""Activity (message) events and their stateless validation (docs/semantics/windows.md section 1, checks 1 to 3).
 
 Every message event passes through :func:`parse_message_records` once. One that fails a
 check changes nothing and becomes a :class:`~rankflow.state.events.DeadLetter` naming the
@@ -8,7 +8,7 @@ watermark, so it belongs to the window rules, which dead-letter with :data:`EXPI
 JSON is read as the score flow reads it (:mod:`rankflow.state.json_exact`): orjson,
 strict and fast, and the standard library for what orjson refuses or rounds. Unlike a
 score, ``ts`` has no upper bound: ``10**30`` is a valid event time (far in the future:
-it moves the watermark there, WINDOWS.md section 2), and the window needs its exact
+it moves the watermark there, docs/semantics/windows.md section 2), and the window needs its exact
 value (``ts // bucket_ms``). So ``ts`` is always the exact int, however long its
 literal; orjson reads one beyond 64 bits as a float, which sends the line down the
 exact path.
@@ -83,7 +83,7 @@ def _check_field(obj: dict, field: str) -> None:
 def _check_fields(obj: dict) -> None:
     """Check 3: field by field in the table's order, each field completely before the next.
 
-    WINDOWS.md section 1 says so word for word, so the first field that fails names the
+    docs/semantics/windows.md section 1 says so word for word, so the first field that fails names the
     reason: ``{"workspace_id": "", "ts": true}`` is ``out_of_range`` (``workspace_id``
     comes first), and ``{"channel_id": 5}`` with ``user_id`` and ``ts`` absent is
     ``wrong_type``. The reason never depends on the order of the fields in the line.

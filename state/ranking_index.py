@@ -4,7 +4,7 @@ The counter stage needs what a Redis sorted set gave the first design: change a
 song's count in O(log D) and read the top K in O(log D + K). ``SongIndex`` keeps a
 count map beside a balanced-tree index (``sortedcontainers.SortedList``) of
 ``(count, song_id)`` pairs. Ascending tuple order read backwards is exactly the
-ranking order of SEMANTICS.md section 4: count descending, then song_id descending.
+ranking order of docs/semantics/listeners.md section 4: count descending, then song_id descending.
 Python compares ``str`` by code point, which for valid UTF-8 is byte order.
 
 Only songs with a positive count are in the index. A negative count is a bug
@@ -90,7 +90,7 @@ class SongIndex:
 
 BoardKey = tuple[int, int, str]
 """``(-score, reached_at, player_id)``: ascending order is a score board's ranking
-order (BOARDS.md section 4: score descending, then ``reached_at`` ascending, then
+order (docs/semantics/boards.md section 4: score descending, then ``reached_at`` ascending, then
 ``player_id`` ascending by code point, which is UTF-8 byte order)."""
 
 
@@ -99,7 +99,7 @@ class BoardTop:
 
     A score board's entries only ever move up: totals only grow, a best only rises,
     and ``reached_at`` changes only with a rise or, at an equal score, to an earlier
-    time (BOARDS.md sections 3 and 4). So an entry pushed out of the top never has to
+    time (docs/semantics/boards.md sections 3 and 4). So an entry pushed out of the top never has to
     come back by itself: it returns with the change that raises it. That is why this
     index keeps only ``capacity`` entries, not the whole board (10M players stay in
     Redis and in the per-player stage, not here a third time). An entry that gets

@@ -1,6 +1,6 @@
 """The counting rules: how one event changes one user's record.
 
-This module is SEMANTICS.md sections 3 and 6 and nothing else. It is pure (no I/O,
+This module is docs/semantics/listeners.md sections 3 and 6 and nothing else. It is pure (no I/O,
 no Bytewax), so the user stage, the tests and any future replay tool share one
 definition of "what an event means".
 

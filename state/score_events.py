@@ -1,4 +1,4 @@
-"""Match results and their stateless validation (BOARDS.md section 1, checks 1 to 6).
+"""Match results and their stateless validation (docs/semantics/boards.md section 1, checks 1 to 6).
 
 Every score event passes through :func:`parse_score_records` once. One that fails a
 check changes nothing and becomes a :class:`~rankflow.state.events.DeadLetter` naming
@@ -8,7 +8,7 @@ player's newest receipt, so they belong to the per-player rules
 
 JSON is read by orjson, which is strict (no ``NaN``, no lone surrogate escape, UTF-8
 only) but stops at 64-bit integers: it reads a bigger integer as a float, or fails
-on one beyond a double. JSON has no such limit and BOARDS.md says such a number is an
+on one beyond a double. JSON has no such limit and docs/semantics/boards.md says such a number is an
 integer (out of range), so whatever orjson does not take as is, the standard
 library's ``json`` decides, with the RFC 8259 rules it lacks added back
 (:mod:`rankflow.state.json_exact`, shared with the activity flow). Here an integer

@@ -1,4 +1,4 @@
-"""Match-result signatures (BOARDS.md section 1, check 6).
+"""Match-result signatures (docs/semantics/boards.md section 1, check 6).
 
 A match server signs what it computed; the flow and the ingest endpoint check it.
 The signed bytes name each id with its length in UTF-8 bytes, so an id holding

@@ -28,7 +28,7 @@ def snapshot_id(run_token: int, epoch: int) -> int:
 def merge_local_tops(local_tops: Iterable[list[tuple[str, int]]], k: int) -> list[tuple[str, int]]:
     """The global top ``k`` of complete song partitions, in ranking order.
 
-    Ranking order is count descending, then song_id descending (SEMANTICS.md 4).
+    Ranking order is count descending, then song_id descending (docs/semantics/listeners.md 4).
     """
     candidates = ((count, song) for top in local_tops for song, count in top)
     return [(song, count) for count, song in heapq.nlargest(k, candidates)]
@@ -55,7 +55,7 @@ def cut_gauges(snapshot_id: int, partition_lag_ms: Mapping[str, int]) -> list[Ga
 
 
 class RecentRanking(NamedTuple):
-    """A listener snapshot's recent plays (WINDOWS.md 7): its window, its watermark (ms;
+    """A listener snapshot's recent plays (docs/semantics/windows.md 7): its window, its watermark (ms;
     all None before the first valid event) and the top ``K_max`` songs by accepted starts
     in the window, as ``(song_id, plays)`` in ranking order."""
 

@@ -1,4 +1,4 @@
-"""The sweeper's clock and timers (SEMANTICS.md section 6): pure, no I/O.
+"""The sweeper's clock and timers (docs/semantics/listeners.md section 6): pure, no I/O.
 
 The sweeper of section 6 writes a ``TIMEOUT`` once a counted playback's deadline
 (``last_active + T``) has passed, but only when the flow has processed its input up

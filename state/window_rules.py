@@ -1,6 +1,6 @@
-"""The sliding-window rules: buckets, the watermark, placing an event, counting (WINDOWS.md 2-4).
+"""The sliding-window rules: buckets, the watermark, placing an event, counting (docs/semantics/windows.md 2-4).
 
-This module is WINDOWS.md sections 2 to 4 and nothing else. It is pure (no I/O, no
+This module is docs/semantics/windows.md sections 2 to 4 and nothing else. It is pure (no I/O, no
 Bytewax), so the activity flow's counter partitions, the listener flow's recent
 plays and the tests' model share one definition of "in the window".
 

@@ -1,4 +1,4 @@
-"""BOARDS.md section 8, the worked example, as a log and its expected boards.
+"""docs/semantics/boards.md section 8, the worked example, as a log and its expected boards.
 
 Shared by the model's tests and the rules' tests so both are held to the same text.
 """

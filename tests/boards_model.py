@@ -1,4 +1,4 @@
-"""A small reference model of BOARDS.md, written independently of the flow's rules.
+"""A small reference model of docs/semantics/boards.md, written independently of the flow's rules.
 
 It reads events one at a time with the standard library (``json``, ``datetime``,
 ``hmac``), keeps every accepted result for good, and computes every board from
@@ -48,7 +48,7 @@ def _is_int(value: Any) -> bool:
 
 
 def signature(key: bytes, game: str, match: str, player: str, points: int, played_at: int) -> str:
-    """BOARDS.md section 1's ``sig``, written out from the table."""
+    """docs/semantics/boards.md section 1's ``sig``, written out from the table."""
     text = "|".join([f"{len(game.encode())}:{game}", f"{len(match.encode())}:{match}",
                      f"{len(player.encode())}:{player}", str(points), str(played_at)])
     return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()

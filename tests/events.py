@@ -15,7 +15,7 @@ def ranking(snapshot: dict) -> list[tuple[str, int]]:
 
 
 def recent(snapshot: dict) -> list[tuple[str, int]]:
-    """A snapshot's recent plays (WINDOWS.md 7) as ``(song_id, plays)`` in rank order."""
+    """A snapshot's recent plays (docs/semantics/windows.md 7) as ``(song_id, plays)`` in rank order."""
     items = snapshot["recent"]["items"]
     assert [i["rank"] for i in items] == list(range(1, len(items) + 1))
     return [(i["song_id"], i["plays"]) for i in items]

@@ -1,4 +1,4 @@
-"""A small reference model of SEMANTICS.md, written independently of the flow.
+"""A small reference model of docs/semantics/listeners.md, written independently of the flow.
 
 It reads a whole log line by line with the standard library's ``json`` and applies
 the rules in the most direct form, with no batching, epochs or partitions. The
@@ -58,10 +58,10 @@ class Model:
     counts: dict[str, int] = field(default_factory=dict)
     dead_letters: int = 0
     conflicts: int = 0
-    timed_out: int = 0  # TIMEOUT events that removed a playback (SEMANTICS.md 6)
+    timed_out: int = 0  # TIMEOUT events that removed a playback (docs/semantics/listeners.md 6)
     lines: int = 0
     dead: list[tuple[int, str]] = field(default_factory=list)  # (line, "shape" or the conflict's reason)
-    # Recent plays (WINDOWS.md 7), for the input partitions interleaved in this arrival order:
+    # Recent plays (docs/semantics/windows.md 7), for the input partitions interleaved in this arrival order:
     maxima: dict[str, int] = field(default_factory=dict)  # per partition, its greatest ts of valid events
     w: int | None = None  # the watermark: the least of those, never going back
     starts: list[tuple[str, int, int]] = field(default_factory=list)  # accepted starts (song, ts, W after it)
@@ -163,7 +163,7 @@ class Model:
         return out
 
     def recent_ranking(self, minutes: int, k: int, w: int | None = None) -> list[tuple[str, int]]:
-        """WINDOWS.md 7's order: plays descending, then song_id descending, byte-wise."""
+        """docs/semantics/windows.md 7's order: plays descending, then song_id descending, byte-wise."""
         ordered = sorted(self.recent(minutes, w).items(), key=lambda sc: (sc[1], sc[0].encode("utf-8")),
                          reverse=True)
         return ordered[:k]

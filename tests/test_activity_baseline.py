@@ -1,6 +1,6 @@
 """The seed's activity design as a baseline, on a real broker and a real Redis: its bucket
 counts over a window are exactly a count made from the log, its read path ranks a workspace's
-channels in WINDOWS.md 4's order, and a replayed backlog keeps its window (TTLs on the event
+channels in docs/semantics/windows.md 4's order, and a replayed backlog keeps its window (TTLs on the event
 clock)."""
 
 from __future__ import annotations
@@ -99,7 +99,7 @@ def test_reads_rank_the_window_as_windows_md_4(kafka_brokers, redis_url, redis_c
 
 
 def test_invalid_records_are_counted_and_skipped(kafka_brokers, redis_url, redis_client, tmp_path):
-    """The same validation as the flow (WINDOWS.md 1 checks 1-3): what it dead-letters for shape,
+    """The same validation as the flow (docs/semantics/windows.md 1 checks 1-3): what it dead-letters for shape,
     the baseline skips and counts."""
     log = tmp_path / "chaos.jsonl"
     generate_messages(3000, 9, log, workspaces=5, channels=10, users=20, rate=5.0)

@@ -1,4 +1,4 @@
-"""The activity flow end to end on a JSON Lines log: WINDOWS.md's worked example, random logs
+"""The activity flow end to end on a JSON Lines log: docs/semantics/windows.md's worked example, random logs
 against the model, dead letters, and the readers (CLI and ``connectors.activity_read``)."""
 
 from __future__ import annotations
@@ -149,7 +149,7 @@ def _catch(fn: Any, opts: RunOptions, failure: list[BaseException]) -> None:
 
 def test_every_snapshot_is_the_model_of_its_input(redis_url, redis_client, tmp_path, monkeypatch):
     """Per snapshot: the published watermark and global top are the model's over the input before
-    its positions (WINDOWS.md 6), however the barriers cut it."""
+    its positions (docs/semantics/windows.md 6), however the barriers cut it."""
     monkeypatch.setattr(redis_activity, "STAGE_EVERY_S", 0.0)  # stage every large snapshot
     rnd = random.Random(7)
     log = [("w%d" % rnd.randrange(3), "c%d" % rnd.randrange(5), "u%d" % rnd.randrange(4),
@@ -227,7 +227,7 @@ def test_global_summary_with_users_is_a_usage_error(tmp_path):
 
 
 def test_a_quiet_partition_stops_holding_the_watermark_in_a_live_run(redis_url, redis_client, tmp_path):
-    """WINDOWS.md 2, idle partitions: two input files (two partitions); the second delivers one
+    """docs/semantics/windows.md 2, idle partitions: two input files (two partitions); the second delivers one
     early event and goes quiet. Live, after the idle time the watermark follows the first file
     alone; the quiet file's next event takes it back without the watermark going back."""
     from rankflow.connectors.jsonl import JsonlSource

@@ -3,7 +3,7 @@
 A random message log (a few late and far-late events, malformed lines) goes to a real
 broker keyed by ``workspace_id`` over three partitions. The flow runs with a recovery
 directory and is killed with SIGKILL while it publishes, then run to the end: every
-workspace's ranking must be the model's (WINDOWS.md: with several partitions the final
+workspace's ranking must be the model's (docs/semantics/windows.md: with several partitions the final
 counts do not depend on the interleaving), every dead letter written exactly once, no
 snapshot back in time. A rebuild from the topic then gives the same rankings.
 """
@@ -51,7 +51,7 @@ def message_log(n: int, seed: int) -> list[bytes]:
         lines.append(line)
     # Every workspace (so every partition) ends at the same event time: whichever order the
     # partitions are read in, no partition's greatest ts lies behind the watermark, so the
-    # final counts are WINDOWS.md 2's for any interleaving (its proviso holds by construction)
+    # final counts are docs/semantics/windows.md 2's for any interleaving (its proviso holds by construction)
     t += 1
     lines += [orjson.dumps({"workspace_id": f"w{w}", "channel_id": "end", "user_id": "u", "ts": t}) for w in range(41)]
     return lines

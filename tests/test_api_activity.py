@@ -1,7 +1,7 @@
 """The activity rankings over HTTP against what the real activity flow published into a real Redis.
 
 Every route is checked against the sync reader (``connectors.activity_read.ActivityReader``,
-the CLI's) to the value, and against the ranks and counts the log makes (WINDOWS.md 4):
+the CLI's) to the value, and against the ranks and counts the log makes (docs/semantics/windows.md 4):
 usage errors (400), channels without a count (404), nothing published yet (503), ids
 holding ``/`` and emoji, the ``global`` and ``/channels/`` cases the query forms resolve,
 a watermark beyond 64 bits, and the stream following a live run.
@@ -111,7 +111,7 @@ def test_workspace_tops_are_the_readers_and_the_logs(api, reader, published):
     assert (body["window_start"], body["window_end"], body["watermark"]) == (
         final["window_start"], final["window_end"], final["watermark"])
     assert [(i["rank"], i["channel_id"], i["count"]) for i in body["items"]] == [
-        (1, "x", 3), (2, "z", 2), (3, "y", 2), (4, "w", 1)], "ties: channel_id descending (WINDOWS.md 4)"
+        (1, "x", 3), (2, "z", 2), (3, "y", 2), (4, "w", 1)], "ties: channel_id descending (docs/semantics/windows.md 4)"
     assert ok(api, "/activity/nobody/top")["items"] == [], "a workspace without counts"
 
 

@@ -1,6 +1,6 @@
 """The score boards over HTTP against boards the real flow published into a real Redis.
 
-The flow runs on the worked example of BOARDS.md section 8 (``tests/boards_example.py``);
+The flow runs on the worked example of docs/semantics/boards.md section 8 (``tests/boards_example.py``);
 every endpoint is checked against the boards that section lists: ranks, competition
 ranks, around at both ends, aliases, 404s, 400s. The stream test follows a growing
 log, one published snapshot per appended line. Every test runs against both board
@@ -144,7 +144,7 @@ def test_missing_boards_and_players_are_404(api):
         assert (r.status_code, r.json()) == (404, {"error": error}), path
 
 
-SLASHED_GAME = "league/eu"  # BOARDS.md allows any characters in an id, "/" too
+SLASHED_GAME = "league/eu"  # docs/semantics/boards.md allows any characters in an id, "/" too
 
 
 @pytest.fixture(scope="module")
@@ -308,7 +308,7 @@ FAY_PLAYED = example.ms("2027-01-13 10:00:00.000")
 @pytest.mark.parametrize("index", INDEXES)
 def test_streams_follow_new_snapshots_aliases_and_dropped_boards(redis_url, tmp_path, index):
     """One line makes fay first on ``all``, moves ``daily`` nine days on (a new board),
-    and so drops ``daily:2027-01-04`` (BOARDS.md 7: 8 daily periods are kept)."""
+    and so drops ``daily:2027-01-04`` (docs/semantics/boards.md 7: 8 daily periods are kept)."""
     with live_boards(redis_url, tmp_path) as live:
         live.append(*example.LINES)
         settings = Settings(redis_url=redis_url, namespace=live.namespace, poll_ms=20, board_index=index)

@@ -1,5 +1,5 @@
 """The benchmark's baseline (the seed's first design) counts by the same rules as rankflow,
-SEMANTICS.md 3 and 6 included: so ``rankflow bench`` compares like for like.
+docs/semantics/listeners.md 3 and 6 included: so ``rankflow bench`` compares like for like.
 
 A generated log with chaos and the sweeper's timers goes to a real broker; each form of
 the baseline applies it in a real Redis, and its sorted set must be the reference model's

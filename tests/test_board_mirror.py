@@ -45,7 +45,7 @@ Model = dict[tuple[str, str], dict[str, tuple[int, int]]]
 
 
 def ordered(board: dict[str, tuple[int, int]]) -> list[tuple[str, int, int, int]]:
-    """(player, score, rank, competition rank) in BOARDS.md 4's order."""
+    """(player, score, rank, competition rank) in docs/semantics/boards.md 4's order."""
     entries = sorted(board.items(), key=lambda e: (-e[1][0], e[1][1], e[0].encode()))
     out = []
     for rank, (player, (score, _)) in enumerate(entries, start=1):

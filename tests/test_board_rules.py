@@ -1,4 +1,4 @@
-"""The per-player board rules alone (state.board_rules), one BOARDS.md clause at a time."""
+"""The per-player board rules alone (state.board_rules), one docs/semantics/boards.md clause at a time."""
 
 from __future__ import annotations
 

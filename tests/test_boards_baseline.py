@@ -21,7 +21,7 @@ KEY = bytes.fromhex("ab" * 32)
 
 
 def expected_boards(events: list[dict[str, Any]]) -> dict[str, dict[str, dict[str, int]]]:
-    """BOARDS.md section 3 for a log where every result is accepted."""
+    """docs/semantics/boards.md section 3 for a log where every result is accepted."""
     boards: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
     for ev in events:
         played = datetime.fromtimestamp(ev["played_at"] / 1000, tz=timezone.utc)

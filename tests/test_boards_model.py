@@ -1,4 +1,4 @@
-"""The reference model holds BOARDS.md's text, and the rules (state.*) agree with it on random logs."""
+"""The reference model holds docs/semantics/boards.md's text, and the rules (state.*) agree with it on random logs."""
 
 from __future__ import annotations
 

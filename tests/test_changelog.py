@@ -108,7 +108,7 @@ def test_a_shard_resumed_from_a_whole_snapshot_writes_it_to_its_changelog(tmp_pa
 
 
 def test_a_changelog_written_before_last_active_resumes(tmp_path):
-    """Changelogs written before SEMANTICS.md 6 hold ``[version, playback_id, song_id, playing]``
+    """Changelogs written before docs/semantics/listeners.md 6 hold ``[version, playback_id, song_id, playing]``
     (a salt as a fifth field): they resume with ``last_active`` 0, "no activity known", so the
     first heartbeat after the resume sets it, and a timer is judged by what came after."""
     log = ShardChangelog(tmp_path, "users-0")

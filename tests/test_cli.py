@@ -46,7 +46,7 @@ def test_generate_is_reproducible(tmp_path):
 
 
 def test_generate_with_the_sweepers_timers(tmp_path):
-    """``--timeouts RATE``: what the sweeper of SEMANTICS.md 6 writes, mixed into the log;
+    """``--timeouts RATE``: what the sweeper of docs/semantics/listeners.md 6 writes, mixed into the log;
     the same seed without it gives the log it always gave."""
     plain, timed = tmp_path / "plain.jsonl", tmp_path / "timed.jsonl"
     common = ["generate", "--users", "100", "--songs", "20", "--events", "4000", "--seed", "5"]

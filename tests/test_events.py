@@ -1,4 +1,4 @@
-"""Validation of input records (state.events), SEMANTICS.md section 1."""
+"""Validation of input records (state.events), docs/semantics/listeners.md section 1."""
 
 from __future__ import annotations
 
@@ -62,7 +62,7 @@ def test_dead_letter_json():
         "position": {"partition": "events.jsonl", "offset": 12}, "raw": "nope\\xff"}
 
 
-# SEMANTICS.md 1 and 6: a TIMEOUT also carries idle_ms, an integer >= 1 (not a boolean).
+# docs/semantics/listeners.md 1 and 6: a TIMEOUT also carries idle_ms, an integer >= 1 (not a boolean).
 TIMER = {**GOOD, "type": "TIMEOUT", "idle_ms": 45_000}
 
 

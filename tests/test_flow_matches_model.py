@@ -2,7 +2,7 @@
 
 The logs come from a small universe (few users, playbacks, songs, versions) so that
 duplicates, reorderings, superseded and conflicting events are frequent, mixed with
-invalid lines and with the sweeper's ``TIMEOUT`` events (SEMANTICS.md 6): copies of an
+invalid lines and with the sweeper's ``TIMEOUT`` events (docs/semantics/listeners.md 6): copies of an
 earlier event's playback fired around its deadline (idle, early, stale by the time they
 arrive), and malformed ones. Tiny read chunks and a 1 ms barrier make the flow cut the log into
 many epochs, and every published snapshot must equal the model at its positions.
@@ -158,7 +158,7 @@ def test_random_logs_resumed_from_recovery_equal_the_model(flow, tmp_path, monke
     check_against_model(out, lines, path, 6)
 
 
-# Recent plays (WINDOWS.md 7): a clock that moves a few seconds per event, each event's
+# Recent plays (docs/semantics/windows.md 7): a clock that moves a few seconds per event, each event's
 # ts around it (up to 90 s late), so that starts enter, wait in and leave windows of one
 # to a few minutes, and some arrive already before the window.
 @st.composite

@@ -47,7 +47,7 @@ def test_workers_partitions_and_shards_do_not_change_results(flow, generated_log
 
 @pytest.mark.parametrize("shards,timeouts", [(0, 0.0), (64, 0.0), (64, 0.02)])
 def test_invariant_holds_in_every_snapshot_of_a_run_with_many_switches(flow, tmp_path, shards, timeouts):
-    """... and with the sweeper's timers (SEMANTICS.md 6) removing idle listeners."""
+    """... and with the sweeper's timers (docs/semantics/listeners.md 6) removing idle listeners."""
     path = tmp_path / "switches.jsonl"
     generate(users=300, songs=40, events=20_000, seed=11, out=path,
              chaos=Chaos(duplicate=0.05, late=0.1, stop_before_start=0.05, old_device=0.02, conflict=0.01,

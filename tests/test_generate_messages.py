@@ -1,5 +1,5 @@
 """Generated activity logs (rankflow generate --kind messages): what they contain, read back with
-state.message_events and the single-partition window rules of WINDOWS.md section 2."""
+state.message_events and the single-partition window rules of docs/semantics/windows.md section 2."""
 
 from __future__ import annotations
 
@@ -21,7 +21,7 @@ from rankflow.state.events import DeadLetter
 from rankflow.state.message_events import CHANNEL, TS, USER, WORKSPACE, parse_message, parse_message_records
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
-BUCKET_MS, WINDOW = 60_000, 60  # the defaults of WINDOWS.md section 2
+BUCKET_MS, WINDOW = 60_000, 60  # the defaults of docs/semantics/windows.md section 2
 VALID_KINDS = {"message", "bot", "burst", "far_late"}
 
 
@@ -37,7 +37,7 @@ def read_lines(path) -> list[bytes]:
 
 
 def expired_flags(events: list[tuple]) -> list[bool]:
-    """WINDOWS.md section 2 on one partition: W is the greatest ts so far, this event's included."""
+    """docs/semantics/windows.md section 2 on one partition: W is the greatest ts so far, this event's included."""
     flags, w = [], None
     for event in events:
         w = event[TS] if w is None else max(w, event[TS])

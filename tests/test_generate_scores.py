@@ -1,4 +1,4 @@
-"""Generated score logs: what they contain, checked against BOARDS.md by a small model of
+"""Generated score logs: what they contain, checked against docs/semantics/boards.md by a small model of
 its own (the standard library's json, hmac written out), never the generator's labels."""
 
 from __future__ import annotations
@@ -29,14 +29,14 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*RANKFLOW, *args], capture_output=True, text=True, timeout=120, env=dict(os.environ))
 
 
-# -- an independent reading of BOARDS.md sections 1 and 2 ------------------------------
+# -- an independent reading of docs/semantics/boards.md sections 1 and 2 ------------------------------
 def _reject_constant(name: str) -> None:
     raise ValueError(name)
 
 
 def _unique_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     keys = [k for k, _ in pairs]
-    assert len(set(keys)) == len(keys), f"the generator wrote a key twice: {keys}"  # BOARDS.md leaves it open
+    assert len(set(keys)) == len(keys), f"the generator wrote a key twice: {keys}"  # docs/semantics/boards.md leaves it open
     return dict(pairs)
 
 

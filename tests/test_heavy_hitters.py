@@ -1,4 +1,4 @@
-"""Misra-Gries summaries (``state.heavy_hitters``) against exact counts: WINDOWS.md 5's guarantees
+"""Misra-Gries summaries (``state.heavy_hitters``) against exact counts: docs/semantics/windows.md 5's guarantees
 hold for one summary and for any merge of summaries of parts of a stream."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Validation of activity (message) events (state.message_events), WINDOWS.md section 1 checks 1 to 3.
+"""Validation of activity (message) events (state.message_events), docs/semantics/windows.md section 1 checks 1 to 3.
 
 Every outcome is checked three ways: the batch hot path, the one-line path with every
 rule, and a small model of section 1 written here with the standard library only.
@@ -40,7 +40,7 @@ FIELDS = list(GOOD)
 IDS = FIELDS[:3]
 
 
-# -- an independent reading of WINDOWS.md section 1 ---------------------------------------
+# -- an independent reading of docs/semantics/windows.md section 1 ---------------------------------------
 def _reject_constant(name: str) -> None:
     raise ValueError(name)
 
@@ -303,7 +303,7 @@ def permutations_of(obj: dict) -> list[bytes]:
     ({**GOOD, "user_id": "", "channel_id": 1.5}, "wrong_type"),  # channel_id comes first
 ])
 def test_check_3_goes_field_by_field_in_the_tables_order(obj, expected):
-    """WINDOWS.md 1.3: each field completely before the next; the order in the line does not matter."""
+    """docs/semantics/windows.md 1.3: each field completely before the next; the order in the line does not matter."""
     obj = {k: v for k, v in obj.items() if v is not DROP}
     for raw in permutations_of(obj):
         assert outcome(raw) == expected, raw

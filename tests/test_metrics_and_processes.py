@@ -113,7 +113,7 @@ def test_metrics_of_a_live_run(tmp_path, redis_url, redis_client, namespace):
     assert dead == model.dead_letters
     assert m[("rankflow_events_total", (("verdict", "repeated"),))] > 0, "duplicates are counted"
     assert m[("rankflow_events_total", (("verdict", "superseded"),))] > 0
-    assert m[("rankflow_events_total", (("verdict", "timed_out"),))] == model.timed_out > 0, "SEMANTICS.md 6"
+    assert m[("rankflow_events_total", (("verdict", "timed_out"),))] == model.timed_out > 0, "docs/semantics/listeners.md 6"
     assert m[("rankflow_events_total", (("verdict", "stale_timeout"),))] > 0
     assert m[("rankflow_events_total", (("verdict", "early_timeout"),))] > 0
     age = m[("rankflow_snapshot_age_seconds", ())]

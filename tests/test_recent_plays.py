@@ -1,4 +1,4 @@
-"""Recent plays (WINDOWS.md 7) through the real flow and a real Redis: the stories, every
+"""Recent plays (docs/semantics/windows.md 7) through the real flow and a real Redis: the stories, every
 snapshot of a run fed line by line (one input partition, then several, held starts
 included), idle partitions in a live run, and the unit under the flow."""
 

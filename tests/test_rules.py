@@ -1,4 +1,4 @@
-"""The counting rules alone (state.rules), one SEMANTICS.md clause at a time."""
+"""The counting rules alone (state.rules), one docs/semantics/listeners.md clause at a time."""
 
 from __future__ import annotations
 
@@ -81,7 +81,7 @@ def test_stop_before_start_for_a_new_user():
     assert rec == UserRecord(1, "pb1", "s", False) and changes == ()
 
 
-# SEMANTICS.md 6: last_active and TIMEOUT. A player starts at 10 s and heartbeats every 15 s;
+# docs/semantics/listeners.md 6: last_active and TIMEOUT. A player starts at 10 s and heartbeats every 15 s;
 # the sweeper's idle timeout T is 45 s.
 T = 45_000
 

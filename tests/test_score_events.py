@@ -1,4 +1,4 @@
-"""Validation of score events (state.score_events), BOARDS.md section 1 checks 1 to 6."""
+"""Validation of score events (state.score_events), docs/semantics/boards.md section 1 checks 1 to 6."""
 
 from __future__ import annotations
 

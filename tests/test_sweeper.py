@@ -1,4 +1,4 @@
-"""The idle-playback sweeper (SEMANTICS.md 6), live on a real broker and Redis.
+"""The idle-playback sweeper (docs/semantics/listeners.md 6), live on a real broker and Redis.
 
 Players that stop heart-beating leave the ranking about ``T`` after their last
 activity, through ``TIMEOUT`` events the flow writes into its own input; a rebuild of

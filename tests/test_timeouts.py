@@ -1,4 +1,4 @@
-"""SEMANTICS.md section 6 through the real flow and a real Redis: TIMEOUT events remove
+"""docs/semantics/listeners.md section 6 through the real flow and a real Redis: TIMEOUT events remove
 idle playbacks, and a log with them gives the same counts on any layout, resumed or not.
 
 The rules alone are in ``tests/test_rules.py``, the shape of a TIMEOUT in

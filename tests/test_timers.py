@@ -1,4 +1,4 @@
-"""The sweeper's clock and timers (``state.timers``, SEMANTICS.md 6): pure, tested alone."""
+"""The sweeper's clock and timers (``state.timers``, docs/semantics/listeners.md 6): pure, tested alone."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""WINDOWS.md sections 2 to 4: the window rules and the counter table, against the spec's
+"""docs/semantics/windows.md sections 2 to 4: the window rules and the counter table, against the spec's
 worked example and a reference model (``tests/window_model.py``), without Bytewax."""
 
 from __future__ import annotations
@@ -236,7 +236,7 @@ def test_several_partitions_final_counts_do_not_depend_on_interleaving(logs, dat
 
 
 def check_summary_items(items: list, counts: dict, n_counters: int, k: int) -> None:
-    """WINDOWS.md 5, items 1 to 3, against exact counts."""
+    """docs/semantics/windows.md 5, items 1 to 3, against exact counts."""
     total = sum(counts.values())
     for pair, low, high in items:
         assert low <= counts.get(pair, 0) <= high

@@ -1,4 +1,4 @@
-"""A small reference model of WINDOWS.md sections 2 to 4, written from the text alone.
+"""A small reference model of docs/semantics/windows.md sections 2 to 4, written from the text alone.
 
 It processes events one at a time in a given arrival order (one interleaving of the
 input partitions), exactly as section 2 says: take ``ts`` into ``W``, then place the

@@ -39,7 +39,7 @@ stops itself (:class:`rankflow.bench.rig.Rig`); each part can be chosen with ``-
 5. **error**: the flow with ``--global-summary N`` for each ``--summaries`` value on the
    backlog: per global item ``count_high - count_low`` and the true error of ``count_low``
    (true counts from the same run's exact workspace rankings), against ``T / N``
-   (WINDOWS.md 5), and how much of the exact global top K the summary lists.
+   (docs/semantics/windows.md 5), and how much of the exact global top K the summary lists.
 6. **profile** (not in the default parts): py-spy of the flow on the backlog, plain and
    durable: the share of CPU samples of each part of the flow (and flame graphs).
 
@@ -797,7 +797,7 @@ class ActivityBench:
     def dead_letters(self, namespace: str) -> dict[str, int]:
         """The flow's dead letters by reason. On a clean log only ``expired`` may occur: when the
         source first reads a partition after the watermark (from the partitions it has read)
-        passed that partition's oldest events, which WINDOWS.md 2's proviso allows; the final
+        passed that partition's oldest events, which docs/semantics/windows.md 2's proviso allows; the final
         window's counts do not depend on it."""
         path = self.work / f"{namespace}.dead.jsonl"
         if not path.exists():
@@ -1380,7 +1380,7 @@ class ActivityBench:
             seconds, _ = timed_hwm(self.flow_cmd(topic, ns, "--until-eof", "--global-summary", str(n)),
                                    self.work / f"{ns}.stderr")
             snap = self.flow_snapshot(ns)
-            true = self.flow_all_counts(ns)  # the workspace rankings stay exact (WINDOWS.md 5)
+            true = self.flow_all_counts(ns)  # the workspace rankings stay exact (docs/semantics/windows.md 5)
             total = sum(true.values())
             items = snap["global"]
             k = len(items)

@@ -9,7 +9,7 @@ nothing. The seed's design:
   one-minute bucket ``bucket = ts // 60000`` and does ``ZINCRBY active:{ws}:{bucket} 1
   channel`` and ``EXPIRE active:{ws}:{bucket} 3660``, pipelined (``BATCH`` messages per
   round trip). Here every message passes the activity flow's own validation first
-  (``state.message_events.parse_message_records``, WINDOWS.md 1 checks 1-3), so both
+  (``state.message_events.parse_message_records``, docs/semantics/windows.md 1 checks 1-3), so both
   systems do the same work per message; an invalid one is counted and skipped.
   ``expire="per-message"`` (the seed, literally) sends an ``EXPIRE`` with every
   ``ZINCRBY``; ``expire="per-batch"`` (the lean variant) one per bucket key per

@@ -1,7 +1,7 @@
 """The baseline: the seed's first design, done competently, in two forms.
 
 One consumer reads the topic and applies every event with one Redis Lua script that
-reads the user record, decides by the same rules as rankflow (SEMANTICS.md 3, and 6:
+reads the user record, decides by the same rules as rankflow (docs/semantics/listeners.md 3, and 6:
 the record's ``last_active``, which a heartbeat moves forward, and ``TIMEOUT``),
 writes the user record and changes the song's score in a sorted set (ZINCRBY, ZREM
 at zero), atomically. Events are validated in Python and sent pipelined. Its

@@ -132,7 +132,7 @@ class Throughput:
     mismatches: int = 0  # over every run
     boards_compared: int = 0
     entries_compared: int = 0
-    retention_dropped_boards: int = 0  # on the baseline only: periods BOARDS.md 7 drops (not mismatches)
+    retention_dropped_boards: int = 0  # on the baseline only: periods docs/semantics/boards.md 7 drops (not mismatches)
     mismatch_examples: list[str] = field(default_factory=list)
     dead_letters: int = 0  # the flow's, on a clean log: must be 0
     wall_s: float = 0.0
@@ -284,7 +284,7 @@ def compare_boards(flow: dict[str, dict[str, list[tuple[str, int, int]]]],
 
     A mismatch is a player whose score differs, or who is on one side only; a board
     on one side only counts its players. The baseline keeps every period until its
-    TTL, the flow drops the ones BOARDS.md 7 no longer keeps: those are counted apart.
+    TTL, the flow drops the ones docs/semantics/boards.md 7 no longer keeps: those are counted apart.
     """
     mismatches, boards, entries, dropped = 0, 0, 0, 0
     examples: list[str] = []
@@ -313,7 +313,7 @@ def compare_boards(flow: dict[str, dict[str, list[tuple[str, int, int]]]],
 
 
 def _dropped(board: str, kept: dict[str, Any]) -> bool:
-    """Whether retention (BOARDS.md 7) drops ``board`` given the periods the flow kept."""
+    """Whether retention (docs/semantics/boards.md 7) drops ``board`` given the periods the flow kept."""
     kind, period = board.split(":", 1)
     newest = max((b.split(":", 1)[1] for b in kept if b.startswith(kind + ":")), default=None)
     if newest is None:

@@ -13,7 +13,7 @@ Scripts are pipelined, ``BATCH`` per round trip, as the listener baseline does.
 It trusts its input, as the seed does: the match server signed it and anti-cheat checked
 it before Kafka, so it verifies no signature, keeps no identities and applies every
 well-formed result (what cannot be read is skipped and counted, never fatal). On a clean
-log (``rankflow generate --kind scores --clean``) its boards are exactly BOARDS.md's.
+log (``rankflow generate --kind scores --clean``) its boards are exactly docs/semantics/boards.md's.
 
 Keys (the seed's, behind a prefix so it can share a Redis; ``{g}`` keeps a game in one slot):
 ``P:off:{g}:<partition>``, ``P:lb:{g}:all``, ``P:lb:{g}:daily:YYYY-MM-DD``,
