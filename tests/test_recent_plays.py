@@ -22,6 +22,7 @@ from rankflow.operators.song_counter import SongCounterLogic
 from rankflow.operators.routing import RECENT_STARTS, marked_tick
 from rankflow.options import RunOptions
 from rankflow.runner import listener_flow
+from rankflow.endpoints import make_dead_letter_sink
 from rankflow.state.window_rules import SourceMark
 from tests.conftest import run_line_by_line
 from tests.events import ev, ranking, recent, recent_window
@@ -180,7 +181,8 @@ class PartitionsLineByLine:
         self.failure: list[BaseException] = []
         self.sent = [0] * files
         token, generation = join_run(self.client, self.namespace, uuid.uuid4().hex, fresh=True)
-        self.dataflow = listener_flow(self.opts, token, generation, True, JsonlSource(self.paths, follow=True))
+        self.dataflow = listener_flow(self.opts, token, generation, True, JsonlSource(self.paths, follow=True),
+                                      make_dead_letter_sink(self.opts.dead_letter))
         self.thread = threading.Thread(target=self._run, name="flow")
         self.thread.start()
 
