@@ -128,6 +128,7 @@ def test_recovery_beyond_a_re_created_topics_end_is_refused(tmp_path, kafka_brok
     assert re.search(rf"kafka {topic}/[01]: the recovery state resumes at offset \d+, but the partition's log "
                      r"holds offsets 0 to \d+ \(end \d+\)", message), message
     assert read_latest(redis_client, namespace) == before, "nothing was published from the wrong position"
+    assert "panicked" not in again.stderr and "Traceback" not in again.stderr, again.stderr
 
 
 def test_a_resume_from_another_input_is_refused(flow, tmp_path):
