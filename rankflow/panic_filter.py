@@ -89,11 +89,16 @@ class PanicFilter:
 
     @staticmethod
     def _forward(read: int, out: int) -> None:
-        lines, rest = PanicLines(), b""
+        lines, pending = PanicLines(), []  # pending: the unfinished line's pieces, joined once it ends
         while chunk := os.read(read, 65536):
-            *complete, rest = (rest + chunk).split(b"\n")
-            kept = [line + b"\n" for line in complete if lines.keep(line)]
-            _write_all(out, b"".join(kept))
+            end = chunk.rfind(b"\n")
+            if end < 0:
+                pending.append(chunk)
+                continue
+            complete = (b"".join(pending) + chunk[:end]).split(b"\n")
+            pending = [chunk[end + 1:]]
+            _write_all(out, b"".join(line + b"\n" for line in complete if lines.keep(line)))
+        rest = b"".join(pending)
         if rest and lines.keep(rest):
             _write_all(out, rest)
         os.close(read)
