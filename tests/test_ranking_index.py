@@ -97,6 +97,20 @@ def test_a_bounded_board_top_is_the_top_of_all_entries_while_entries_only_rise(k
             assert not top.offer(worst, s - 1, a), "an entry that gets worse is refused"
 
 
+def change_table(counts: dict, changes: list) -> dict:
+    """Add ``(key, delta)`` changes to a table of counts, never below 0 (0 leaves it); the
+    changed keys with their counts now, as a :class:`RetakenTop` is told them."""
+    changed = {}
+    for key, delta in changes:
+        n = max(0, counts.get(key, 0) + delta)
+        if n:
+            counts[key] = n
+        else:
+            counts.pop(key, None)
+        changed[key] = n
+    return changed
+
+
 @given(steps=st.lists(st.lists(st.tuples(st.sampled_from(["a", "b", "c", "d", "é", "song_10", "song_9"]),
                                          st.integers(-3, 6)), max_size=5), max_size=30),
        capacity=st.integers(1, 4))
@@ -105,15 +119,8 @@ def test_retaken_top_is_the_best_of_the_table_after_every_update(steps, capacity
     counts: dict[str, int] = {}
     top = RetakenTop(capacity)
     for changes in steps:
-        changed = {}
-        for song, delta in changes:
-            n = max(0, counts.get(song, 0) + delta)
-            if n:
-                counts[song] = n
-            else:
-                counts.pop(song, None)
-            changed[song] = n
-        top.update(changed, counts)
+        top.update(change_table(counts, changes), counts)
+        top._check(counts)
         assert top.top(capacity) == reference_top(counts, capacity)
         assert top.top(1) == reference_top(counts, 1)
     assert RetakenTop(capacity, counts).top(capacity) == reference_top(counts, capacity)
@@ -213,15 +220,7 @@ def test_retaken_top_of_pairs_after_every_update(capacity, steps):
     counts: dict = {}
     top = RetakenTop(capacity)
     for changes in steps:
-        changed = {}
-        for pair, delta in changes:
-            n = max(0, counts.get(pair, 0) + delta)
-            if n:
-                counts[pair] = n
-            else:
-                counts.pop(pair, None)
-            changed[pair] = n
-        top.update(changed, counts)
+        top.update(change_table(counts, changes), counts)
         top._check(counts)
         check(top, pair_order(counts)[:capacity])
     check(RetakenTop(capacity, counts), pair_order(counts)[:capacity])
