@@ -236,7 +236,7 @@ class SongRanking:
         for r in reports.values():
             for song, count in r.partials.items():
                 split[song] = split.get(song, 0) + count
-        split_live = [(song, count) for song, count in split.items() if count > 0]
+        split_live = COUNT_THEN_ID_DESCENDING.sort((song, count) for song, count in split.items() if count > 0)
         counts: dict[str, int] = {}
         for r in reports.values():
             counts.update(r.changed)

@@ -131,5 +131,5 @@ def combine_recent(reports: list[RecentReport], minutes: int, k_max: int) -> tup
                                          f"{sorted(marks, key=str)}"]
     w = max((m for m in marks if m is not None), default=None)
     start, end = window_bounds(w, BUCKET_MS, minutes)
-    return RecentRanking(start, end, w, merge_local_tops([r.top for r in reports], k_max,
-                                                                COUNT_THEN_ID_DESCENDING)), errors
+    top = merge_local_tops([r.top for r in reports], k_max, COUNT_THEN_ID_DESCENDING)
+    return RecentRanking(start, end, w, top), errors
