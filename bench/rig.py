@@ -41,7 +41,7 @@ import types
 import typing
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, fields, is_dataclass
+from dataclasses import asdict, dataclass, is_dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -321,13 +321,25 @@ class PositionsPoller(threading.Thread):
         self.join()
 
 
+@dataclass
+class Latency:
+    """Open-loop reads: how many, how fast, how long (from when each was due)."""
+
+    requests: int = 0
+    errors: int = 0
+    not_found: int = 0  # answered, but found nothing (not an error)
+    achieved_rps: float = 0.0
+    p50_ms: float | None = None
+    p99_ms: float | None = None
+    max_ms: float | None = None
+
+
 def paced_load(make_call: Callable[[], tuple[Callable[[int], Any], Callable[[], Any]]], rate: float,
-               seconds: float, latency: type, threads: int = 8) -> Any:
+               seconds: float, threads: int = 8) -> Latency:
     """Open loop: request ``i`` is due at ``start + i / rate``; ``threads`` threads take them
     in turn, each with its own client (``make_call()`` gives ``(call(i), close)``). Latency
     from the due time, so a reader that falls behind is charged for the queue. A call that
-    returns False found nothing (counted apart, not an error). The figures, as ``latency``
-    (a dataclass with some of: requests, errors, not_found, achieved_rps, p50_ms, p99_ms, max_ms)."""
+    returns False found nothing (counted apart, not an error)."""
     total = int(rate * seconds)
     counter = itertools.count()
     latencies: list[float] = []
@@ -360,15 +372,9 @@ def paced_load(make_call: Callable[[], tuple[Callable[[int], Any], Callable[[], 
         t.join()
     took = time.perf_counter() - begin
     p50, p99 = percentile(latencies, 0.5), percentile(latencies, 0.99)
-    return pick(latency, requests=len(latencies), errors=errors[0], not_found=not_found[0],
-                achieved_rps=len(latencies) / took, p50_ms=None if p50 is None else p50 * 1000,
-                p99_ms=None if p99 is None else p99 * 1000, max_ms=max(latencies, default=0.0) * 1000)
-
-
-def pick(cls: type, **values: Any) -> Any:
-    """``cls(...)`` from the ``values`` it has fields for."""
-    names = {f.name for f in fields(cls)}
-    return cls(**{k: v for k, v in values.items() if k in names})
+    return Latency(requests=len(latencies), errors=errors[0], not_found=not_found[0],
+                   achieved_rps=len(latencies) / took, p50_ms=None if p50 is None else p50 * 1000,
+                   p99_ms=None if p99 is None else p99 * 1000, max_ms=max(latencies, default=0.0) * 1000)
 
 
 # -- traffic -----------------------------------------------------------------------------
@@ -586,6 +592,15 @@ def write_results(result: Any, out: Path, name: str, draw: Callable[[Any, Path],
     return json_path, png_path
 
 
+def report(result: Any, out: Path, write: Callable[[Any, Path], tuple[Path, Path]],
+           show: Callable[[Any], None]) -> None:
+    """Write the result files (``write``), then show the summary of what they hold (``show``:
+    read back, so parts kept from an earlier run are shown too)."""
+    json_path, png_path = write(result, out)
+    show(load_result(type(result), json.loads(json_path.read_text())))
+    print(f"wrote {json_path} and {png_path}")
+
+
 Panel = Callable[[Any], None]
 """Draws one chart on a matplotlib ``Axes``."""
 
@@ -708,3 +723,61 @@ class Rig:
     def used_memory(self) -> int:
         assert self.client is not None
         return used_memory(self.client)
+
+
+class OnRig:
+    """What a product's benchmark reaches through its :class:`Rig` (``self.rig``), and where
+    it keeps its generated logs across runs (``data/``)."""
+
+    def __init__(self, seed: int) -> None:
+        self.rig = Rig(seed)
+        self.work = self.rig.work
+        self.data = Path("data")
+
+    def log(self, message: str) -> None:
+        self.rig.log(message)
+
+    @property
+    def client(self) -> redis.Redis:
+        assert self.rig.client is not None, "the rig is not running"
+        return self.rig.client
+
+    @property
+    def redis_url(self) -> str:
+        return self.rig.redis_url
+
+    @property
+    def brokers(self) -> str:
+        return self.rig.brokers
+
+    def flush(self) -> None:
+        self.rig.flush()
+
+    def used_memory(self) -> int:
+        return self.rig.used_memory()
+
+
+Measure = Callable[[Any, Any], None]
+"""One part of a benchmark: ``measure(bench, result)`` fills the part's figures in ``result``."""
+
+
+def run_parts(bench: OnRig, result: Any, measures: dict[str, Measure], chosen: Iterable[str],
+              record: Callable[[str, PartClock, float], None]) -> None:
+    """The ``chosen`` parts, in the order of ``measures``, on the bench's rig (its services
+    and work folder gone after); ``record(part, clock, wall)`` after each part."""
+    chosen = set(chosen)
+    unknown = chosen - set(measures)
+    if unknown:
+        raise ValueError(f"unknown parts {sorted(unknown)}: choose from {', '.join(measures)}")
+    bench.data.mkdir(exist_ok=True)
+    try:
+        with bench.rig:
+            for part, measure in measures.items():
+                if part in chosen:
+                    clock = PartClock()
+                    measure(bench, result)
+                    wall = clock.wall()
+                    record(part, clock, wall)
+                    bench.log(f"{part}: {wall:.0f} s wall")
+    finally:
+        shutil.rmtree(bench.work, ignore_errors=True)

@@ -49,8 +49,6 @@ not measure from the previous ``activity.json``) and prints a table.
 
 from __future__ import annotations
 
-import json
-import shutil
 import subprocess
 from collections.abc import Callable
 from dataclasses import asdict
@@ -76,24 +74,14 @@ MEASURES: dict[str, Callable[[ActivityBench, ActivityBenchResult], None]] = {
 
 def run(cfg: ActivityBenchConfig) -> ActivityBenchResult:
     """Each part of ``cfg.parts``, in the order of :data:`PARTS`, on one rig."""
-    unknown = set(cfg.parts) - set(PARTS)
-    if unknown:
-        raise ValueError(f"unknown parts {sorted(unknown)}: choose from {', '.join(PARTS)}")
     bench = ActivityBench(cfg)
     result = ActivityBenchResult(config=asdict(cfg), machine=rig.machine(memory=True))
-    bench.data.mkdir(exist_ok=True)
-    try:
-        with bench.rig:
-            for part in PARTS:
-                if part in cfg.parts:
-                    clock = rig.PartClock()
-                    MEASURES[part](bench, result)
-                    wall = clock.wall()
-                    getattr(result, part).wall_s = wall
-                    result.measured[part] = clock.measured(wall, asdict(cfg), commit=_commit())
-                    bench.log(f"{part}: {wall:.0f} s wall")
-    finally:
-        shutil.rmtree(bench.work, ignore_errors=True)
+
+    def record(part: str, clock: rig.PartClock, wall: float) -> None:
+        getattr(result, part).wall_s = wall
+        result.measured[part] = clock.measured(wall, asdict(cfg), commit=_commit())
+
+    rig.run_parts(bench, result, MEASURES, cfg.parts, record)
     result.targets = targets(result)
     return result
 
@@ -112,7 +100,5 @@ def _commit() -> str | None:
 
 def main(cfg: ActivityBenchConfig) -> ActivityBenchResult:
     result = run(cfg)
-    json_path, png_path = write_outputs(result, Path(cfg.out))
-    print_table(rig.load_result(ActivityBenchResult, json.loads(json_path.read_text())))
-    print(f"wrote {json_path} and {png_path}")
+    rig.report(result, Path(cfg.out), write_outputs, print_table)
     return result

@@ -12,40 +12,22 @@ import orjson
 from rankflow.bench.activity.logs import LogIndex
 from rankflow.bench.activity.results import ActivityBenchConfig
 from rankflow.bench.activity_baseline import BaselineKeys
-from rankflow.bench.rig import Rig
+from rankflow.bench.rig import OnRig
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys, activity_namespace
 
 
-class ActivityBench:
-    """The systems on one :class:`Rig`: ``baseline`` (``rankflow.bench.activity_baseline``,
-    ``EXPIRE`` per message), ``baseline_lean`` (one ``EXPIRE`` per key per batch), ``flow``
-    (``rankflow run --flow activity --until-eof``) and ``flow_durable`` (the same with a
-    fresh ``--recovery-dir``); each part of the benchmark is a module of this package."""
+class ActivityBench(OnRig):
+    """The systems on one rig: ``baseline`` (``rankflow.bench.activity_baseline``, ``EXPIRE``
+    per message), ``baseline_lean`` (one ``EXPIRE`` per key per batch), ``flow`` (``rankflow
+    run --flow activity --until-eof``) and ``flow_durable`` (the same with a fresh
+    ``--recovery-dir``); each part of the benchmark is a module of this package."""
 
     def __init__(self, cfg: ActivityBenchConfig) -> None:
+        super().__init__(cfg.seed)
         self.cfg = cfg
-        self.rig = Rig(cfg.seed)
-        self.work = self.rig.work
-        self.data = Path("data")
         self._index: LogIndex | None = None
         self._produced: set[str] = set()
-
-    def log(self, message: str) -> None:
-        self.rig.log(message)
-
-    @property
-    def client(self):  # noqa: ANN201 - redis.Redis once the rig runs
-        assert self.rig.client is not None
-        return self.rig.client
-
-    @property
-    def redis_url(self) -> str:
-        return self.rig.redis_url
-
-    @property
-    def brokers(self) -> str:
-        return self.rig.brokers
 
     # -- commands ---------------------------------------------------------------------
     def flow_cmd(self, topic: str, namespace: str, *extra: str) -> list[str]:
@@ -64,12 +46,6 @@ class ActivityBench:
         if system == "flow_durable":
             extra += ["--recovery-dir", str(self.work / f"{name}.recovery")]
         return self.flow_cmd(topic, name, *extra)
-
-    def flush(self) -> None:
-        self.rig.flush()
-
-    def used_memory(self) -> int:
-        return self.rig.used_memory()
 
     # -- logs -------------------------------------------------------------------------
     def message_log(self, events: int, rate: float, start_ms: int | None = None) -> Path:

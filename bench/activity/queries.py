@@ -26,7 +26,7 @@ import redis
 from rankflow.bench import rig
 from rankflow.bench.activity.core import ActivityBench
 from rankflow.bench.activity.logs import LogIndex
-from rankflow.bench.activity.results import ActivityBenchResult, Latency, Queries
+from rankflow.bench.activity.results import ActivityBenchResult, Queries
 from rankflow.bench.activity_baseline import BUCKET_MS, BaselineReader, read_clock, read_positions
 from rankflow.connectors.redis_keys import Keys, activity_namespace
 
@@ -195,7 +195,7 @@ def _phase(bench: ActivityBench, out: Queries, system: str, phase: str, pids: di
     got = out.phases.setdefault(phase, {})
     seconds = cfg.queries_s if phase == "traffic" else min(cfg.queries_s, IDLE_QUERIES_S)
     for name, make in readers.items():
-        got[name] = latency = rig.paced_load(make, cfg.queries_rate, seconds, Latency)
+        got[name] = latency = rig.paced_load(make, cfg.queries_rate, seconds)
         bench.log(f"{phase}, {name}: {latency.achieved_rps:,.0f} req/s, p50 {rig.fmt(latency.p50_ms, '.2f')} "
                   f"ms, p99 {rig.fmt(latency.p99_ms, '.2f')} ms, max {rig.fmt(latency.max_ms, '.1f')} ms, "
                   f"{latency.errors} errors, {latency.not_found} found nothing")

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankflow.bench.rig import Latency
+
 PARTS = ("throughput", "freshness", "queries", "memory", "error", "profile")
 DEFAULT_PARTS = ("throughput", "freshness", "queries", "memory", "error")
 SYSTEMS = ("baseline", "baseline_lean", "flow", "flow_durable")
@@ -107,17 +109,6 @@ class FreshnessRun:
 class Freshness:
     runs: list[FreshnessRun] = field(default_factory=list)
     wall_s: float = 0.0
-
-
-@dataclass
-class Latency:
-    requests: int = 0
-    errors: int = 0
-    not_found: int = 0
-    achieved_rps: float = 0.0
-    p50_ms: float | None = None
-    p99_ms: float | None = None
-    max_ms: float | None = None
 
 
 @dataclass

@@ -38,8 +38,6 @@ Writes ``boards.json`` and ``boards.png`` to ``--out`` and prints a table.
 
 from __future__ import annotations
 
-import json
-import shutil
 from collections.abc import Callable
 from dataclasses import asdict
 from pathlib import Path
@@ -62,40 +60,24 @@ MEASURES: dict[str, Callable[[BoardsBench, BoardsBenchResult], None]] = {
 
 def run(cfg: BoardsBenchConfig) -> BoardsBenchResult:
     """Each part of ``cfg.parts``, in the order of :data:`PARTS`, on one rig."""
-    unknown = set(cfg.parts) - set(PARTS)
-    if unknown:
-        raise ValueError(f"unknown parts {sorted(unknown)}: choose from {', '.join(PARTS)}")
     bench = BoardsBench(cfg)
     result = BoardsBenchResult(config=asdict(cfg), machine=rig.machine(memory=True))
-    bench.data.mkdir(exist_ok=True)
-    try:
-        with bench.rig:
-            for part in PARTS:
-                if part in cfg.parts:
-                    _measure(bench, part, result)
-    finally:
-        shutil.rmtree(bench.work, ignore_errors=True)
+
+    def record(part: str, clock: rig.PartClock, wall: float) -> None:
+        for name in ("big", "big_redis") if part == "big" else (part,):
+            figures = getattr(result, name)
+            if figures is None:
+                continue
+            if part != "big":  # big's modes time themselves
+                figures.wall_s = wall
+            result.measured[name] = clock.measured(wall, asdict(cfg), wall_s=figures.wall_s)
+
+    rig.run_parts(bench, result, MEASURES, cfg.parts, record)
     result.targets = targets(result)
     return result
 
 
-def _measure(bench: BoardsBench, part: str, result: BoardsBenchResult) -> None:
-    clock = rig.PartClock()
-    MEASURES[part](bench, result)
-    wall = clock.wall()
-    for name in ("big", "big_redis") if part == "big" else (part,):
-        figures = getattr(result, name)
-        if figures is None:
-            continue
-        if part != "big":  # big's modes time themselves
-            figures.wall_s = wall
-        result.measured[name] = clock.measured(wall, asdict(bench.cfg), wall_s=figures.wall_s)
-    bench.log(f"{part}: {wall:.0f} s wall")
-
-
 def main(cfg: BoardsBenchConfig) -> BoardsBenchResult:
     result = run(cfg)
-    json_path, png_path = write_outputs(result, Path(cfg.out))
-    print_table(rig.load_result(BoardsBenchResult, json.loads(json_path.read_text())))
-    print(f"wrote {json_path} and {png_path}")
+    rig.report(result, Path(cfg.out), write_outputs, print_table)
     return result

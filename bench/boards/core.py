@@ -8,38 +8,20 @@ import orjson
 
 from rankflow.bench.boards.logs import one_result_per_player
 from rankflow.bench.boards.results import BoardsBenchConfig
-from rankflow.bench.rig import Rig
+from rankflow.bench.rig import OnRig
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.generate_scores import generate_scores
 
 
-class BoardsBench:
+class BoardsBench(OnRig):
     """The systems (``baseline``: ``rankflow.bench.boards_baseline``; ``flow``: ``rankflow run
     --flow boards --until-eof``; ``flow_durable``: the same with a fresh ``--recovery-dir``)
-    on one :class:`Rig`; each part of the benchmark is a module of this package."""
+    on one rig; each part of the benchmark is a module of this package."""
 
     def __init__(self, cfg: BoardsBenchConfig) -> None:
+        super().__init__(cfg.seed)
         self.cfg = cfg
         self.key = bytes.fromhex(cfg.signing_key)
-        self.rig = Rig(cfg.seed)
-        self.work = self.rig.work
-        self.data = Path("data")
-
-    def log(self, message: str) -> None:
-        self.rig.log(message)
-
-    @property
-    def client(self):  # noqa: ANN201 - redis.Redis once the rig runs
-        assert self.rig.client is not None
-        return self.rig.client
-
-    @property
-    def redis_url(self) -> str:
-        return self.rig.redis_url
-
-    @property
-    def brokers(self) -> str:
-        return self.rig.brokers
 
     # -- commands ---------------------------------------------------------------------
     def flow_cmd(self, topic: str, namespace: str, *extra: str) -> list[str]:
@@ -55,12 +37,6 @@ class BoardsBench:
         if system == "flow_durable":
             extra += ["--recovery-dir", str(self.work / f"{name}.recovery")]
         return self.flow_cmd(topic, name, *extra)
-
-    def flush(self) -> None:
-        self.rig.flush()
-
-    def used_memory(self) -> int:
-        return self.rig.used_memory()
 
     # -- logs -------------------------------------------------------------------------
     def score_log(self, results: int, players: int, games: int) -> Path:

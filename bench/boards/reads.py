@@ -111,7 +111,7 @@ def _phase(bench: BoardsBench, out: Reads, phase: str, pids: dict[str, int | Non
     _http_phase(bench, out, phase, "memory", servers["memory"][1], players)
     servers["memory"][0].send_signal(signal.SIGSTOP)
     for query in ("top", "player"):
-        latency = rig.paced_load(_reader(bench, ns, query, players), cfg.reads_rate, cfg.reads_s, Latency)
+        latency = rig.paced_load(_reader(bench, ns, query, players), cfg.reads_rate, cfg.reads_s)
         setattr(out, query if phase == "traffic" else f"idle_{query}", latency)
         bench.log(f"{phase}, {query} (Redis): {latency.achieved_rps:,.0f} req/s, p50 {rig.fmt(latency.p50_ms, '.2f')} "
                   f"ms, p99 {rig.fmt(latency.p99_ms, '.2f')} ms, max {latency.max_ms:.1f} ms, {latency.errors} errors")

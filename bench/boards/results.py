@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankflow.bench.rig import Latency
+
 PARTS = ("throughput", "freshness", "memory", "reads", "big")
 SYSTEMS = ("baseline", "flow", "flow_durable")
 DEFAULT_KEY = "5eed" * 16  # the benchmark's signing key (hex): any key does, the flow checks every sig
@@ -105,16 +107,6 @@ class Memory:
     redis_baseline_bytes: int = 0
     load_s: dict[str, float] = field(default_factory=dict)
     wall_s: float = 0.0
-
-
-@dataclass
-class Latency:
-    requests: int = 0
-    errors: int = 0
-    achieved_rps: float = 0.0
-    p50_ms: float | None = None
-    p99_ms: float | None = None
-    max_ms: float | None = None
 
 
 @dataclass
