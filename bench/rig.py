@@ -668,6 +668,7 @@ class Rig:
             self.client.close()
         self.broker.stop()
         self.redis.stop()
+        shutil.rmtree(self.work, ignore_errors=True)  # its logs, topics' files and recovery directories
 
     def log(self, message: str) -> None:
         print(f"[bench] {message}", file=sys.stderr, flush=True)

@@ -92,3 +92,20 @@ def test_profile_shares_count_busy_samples_by_part(tmp_path):
                    "process 1;main;lib;orjson 2\n")
     shares = rig.profile_shares(raw, {"parse": ("parse_records",)}, {"json": ("orjson",)}, rest="rest")
     assert shares == {"parse": 0.6, "json": 0.2, "rest": 0.2}
+
+
+def test_the_rig_runs_a_flow_and_leaves_nothing_behind(tmp_path):
+    """Its own Redis and broker, a produced topic, a timed flow; after it, no service and no work folder."""
+    from rankflow.bench.listeners import ListenersRig
+
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b'{"user_id":"u","playback_id":"p","song_id":"s","type":"START","version":1,"ts":1}\n')
+    with ListenersRig() as bench:
+        bench.produce(log, "t", 2)
+        run = bench.timed(bench.rankflow_cmd("t", "ns", "--until-eof"), "ns")
+        assert bench.top("rankflow", "ns", 10) == [("s", 1)]
+        pids = [bench.redis.pid(), bench.broker.pid()]
+    assert run.peak_rss_bytes > 0 and run.cpu_s > 0
+    assert not bench.work.exists()
+    for pid in pids:
+        assert pid is not None and rig.proc_status(pid, "VmRSS") == 0  # gone
