@@ -64,10 +64,10 @@ from typing import Any
 
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
-from starlette.convertors import Convertor, register_url_convertor
 
 from rankflow.api import sse
 from rankflow.api.activity_watch import UNAVAILABLE
+from rankflow.api.paths import register_id
 from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
 from rankflow.api.shared_cache import SharedTops
 from rankflow.api.watch import Watched
@@ -96,21 +96,9 @@ def k_query() -> Any:
     return Query(TOP, description="how many items, 1..K_max (the snapshot's k_max)")
 
 
-class WorkspaceIdConvertor(Convertor[str]):
-    """``{workspace:workspace}``: a workspace id that may hold ``/`` (docs/semantics/windows.md 1 allows any
-    characters): the shortest match the rest of the route still fits, as the boards' game
-    ids (``api.boards.GameIdConvertor``)."""
-
-    regex = ".+?"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
-
-
-register_url_convertor("workspace", WorkspaceIdConvertor())
+# ``{workspace:workspace}``: a workspace id that may hold ``/`` (docs/semantics/windows.md 1 allows any
+# characters): the shortest match the rest of the route still fits, as the boards' game ids.
+register_id("workspace", ".+?")
 
 
 async def ask(request: Request, query: Question) -> dict[str, Any] | Response:

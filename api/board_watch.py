@@ -19,6 +19,7 @@ import redis
 import redis.asyncio as aioredis
 
 from rankflow.api.watch import VersionWatch
+from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 
 log = logging.getLogger("rankflow.api")
@@ -35,16 +36,14 @@ class BoardWatch(VersionWatch):
     def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int) -> None:
         super().__init__(poll_ms)
         self.client = client
-        self.keys = Keys(boards_namespace(namespace))
-        self._generation = 0
+        self.hint = GenerationHint(Keys(boards_namespace(namespace)))
 
     async def read_version(self) -> Version | None:
-        generation, sid = await self.client.mget(self.keys.generation,
-                                                 self.keys.of_generation(self._generation).snapshot_id)
-        if int(generation or 0) != self._generation:
-            self._generation = int(generation)
+        keys = self.hint.keys
+        generation, sid = await self.client.mget(keys.generation, keys.of_generation(self.hint.generation).snapshot_id)
+        if self.hint.moved(int(generation or 0)):
             return None  # the new generation's snapshot id at the next poll
-        return self._generation, sid
+        return self.hint.generation, sid
 
     def poll_failed(self, exc: Exception) -> bool:
         if not isinstance(exc, (redis.RedisError, OSError)):

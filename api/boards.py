@@ -21,7 +21,7 @@ outside 0..50, a value that is not an integer, a board name that is none of ``al
 that does not exist is ``404 {"error": "no such board: GAME/BOARD"}``; a player not
 on the board ``404 {"error": "PLAYER is not on GAME/BOARD"}``. ``503`` while Redis
 cannot be reached. Ids may hold ``/``, as is or as ``%2F``: a game id is the shortest
-path that a board name and the route's rest follow (:class:`GameIdConvertor`), a
+path that a board name and the route's rest follow (``{game:game}``), a
 player id the rest of the path (``/around`` ends it).
 
 Each query is one script call on the async Redis client (one round trip unless a
@@ -44,9 +44,9 @@ from typing import Any
 import redis
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
-from starlette.convertors import Convertor, register_url_convertor
 
 from rankflow.api.board_mirror import MirroredBoards
+from rankflow.api.paths import register_id
 from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
 from rankflow.api.shared_cache import SharedTops
 from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, BoardQueryError, BoardsMoving
@@ -54,26 +54,14 @@ from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, Board
 router = APIRouter(route_class=UsageErrorsAre400)
 
 
-class GameIdConvertor(Convertor[str]):
-    """``{game:game}``: a game id that may hold ``/`` (docs/semantics/boards.md allows any characters).
-
-    The shortest match that the rest of the route still fits: ``/boards/a/b/all/top`` is
-    game ``a/b``, board ``all`` (``a`` would leave ``b/all/top``, which is no route), and
-    a player id holding ``/players/`` stays whole. Only a game id holding ``/players/``
-    is ambiguous (the player routes, tried first, take its first part for the game):
-    such a game is read with the CLI.
-    """
-
-    regex = "[^/].*?"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
-
-
-register_url_convertor("game", GameIdConvertor())
+# ``{game:game}``: a game id that may hold ``/`` (docs/semantics/boards.md allows any characters).
+#
+# The shortest match that the rest of the route still fits: ``/boards/a/b/all/top`` is
+# game ``a/b``, board ``all`` (``a`` would leave ``b/all/top``, which is no route), and
+# a player id holding ``/players/`` stays whole. Only a game id holding ``/players/``
+# is ambiguous (the player routes, tried first, take its first part for the game):
+# such a game is read with the CLI.
+register_id("game", "[^/].*?")
 
 
 UNAVAILABLE = (redis.RedisError, OSError, BoardsMoving)

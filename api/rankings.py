@@ -76,32 +76,26 @@ class BodyCache:
         return b"%s%d%s" % (parts[0], age, parts[1])
 
 
-def ranking_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
+def snapshot_head(snap: dict[str, Any], stale: bool) -> dict[str, Any]:
+    """What every ranking body starts with: which snapshot, how old, whether stale, its positions."""
     return {
         "snapshot_id": snap["snapshot_id"],
         "published_at": snap["published_at"],
         "age_ms": max(0, int(time.time() * 1000) - snap["published_at"]),
         "stale": stale,
         "positions": snap["positions"],
-        "total_listeners": snap["total_listeners"],
-        "items": snap["items"][:k],
     }
+
+
+def ranking_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
+    return {**snapshot_head(snap, stale), "total_listeners": snap["total_listeners"], "items": snap["items"][:k]}
 
 
 def recent_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
     """``GET /rankings/recent``: the snapshot's recent plays, its first ``k`` items."""
     recent = snap["recent"]
-    return {
-        "snapshot_id": snap["snapshot_id"],
-        "published_at": snap["published_at"],
-        "age_ms": max(0, int(time.time() * 1000) - snap["published_at"]),
-        "stale": stale,
-        "positions": snap["positions"],
-        "window_start": recent["window_start"],
-        "window_end": recent["window_end"],
-        "watermark": recent["watermark"],
-        "items": recent["items"][:k],
-    }
+    return {**snapshot_head(snap, stale), "window_start": recent["window_start"], "window_end": recent["window_end"],
+            "watermark": recent["watermark"], "items": recent["items"][:k]}
 
 
 def _check_k(k: int, snap: dict[str, Any] | None) -> str | None:
