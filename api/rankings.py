@@ -41,6 +41,9 @@ from rankflow.connectors.redis_publish import dumps_document
 
 router = APIRouter(route_class=UsageErrorsAre400)  # k=ten is a 400, as on the other routes, never a 422
 
+Body = Callable[[dict[str, Any], int, bool], dict[str, Any]]
+"""A ranking body of a snapshot, its first k items, stale or not: :func:`ranking_body`, :func:`recent_body`."""
+
 
 class BodyCache:
     """Serialized ranking bodies per (snapshot, kind, k, stale), minus the per-request age.
@@ -55,7 +58,7 @@ class BodyCache:
         self.bodies: dict[tuple[Any, int, bool], tuple[bytes, bytes]] = {}
 
     def render(self, snap: dict[str, Any], k: int, stale: bool, error: str | None = None,
-               kind: Callable[[dict[str, Any], int, bool], dict[str, Any]] | None = None) -> bytes:
+               kind: Body | None = None) -> bytes:
         # the snapshot itself, not its id: after Redis lost its data a new run's ids start over,
         # and a new snapshot with an old id must not be served the old one's bodies
         if snap is not self.snapshot:
@@ -108,8 +111,7 @@ def _check_k(k: int, snap: dict[str, Any] | None) -> str | None:
     return None
 
 
-def ranking_response(request: Request, k: int, kind: Callable[[dict[str, Any], int, bool], dict[str, Any]],
-                     ) -> Response:
+def ranking_response(request: Request, k: int, kind: Body) -> Response:
     """``kind`` (:func:`ranking_body` or :func:`recent_body`) of the cached snapshot: ``400``
     for a bad k, ``503`` while Redis has no usable ranking (the last one seen marked stale)."""
     cache: SnapshotCache = request.app.state.cache
