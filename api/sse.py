@@ -11,7 +11,7 @@ the server stops (``app.state.stopping``).
 
 What changes and what its message is belongs to the product: a :class:`Feed`.
 Waiting for a change costs nothing per subscriber: the process's watcher
-(``api.watch.Watched``) wakes the streams when it sees a new snapshot.
+(``api.watch.Changes``) wakes the streams when it sees a new snapshot.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Protocol
 from fastapi import Request
 from fastapi.responses import StreamingResponse
 
-from rankflow.api.watch import Watched
+from rankflow.api.watch import Changes
 
 STREAM_MIN_INTERVAL_S = 1.0
 KEEPALIVE_S = 15.0
@@ -51,7 +51,7 @@ class Feed(Protocol):
         subscriber sees; :class:`StreamEnds` to end the stream."""
 
 
-async def events(request: Request, watch: Watched, feed: Feed, first: bytes | None = None) -> AsyncIterator[bytes]:
+async def events(request: Request, watch: Changes, feed: Feed, first: bytes | None = None) -> AsyncIterator[bytes]:
     """The stream of ``feed``'s messages, ``first`` at once (if any)."""
     stopping = request.app.state.stopping
     sent_at = 0.0
@@ -80,7 +80,7 @@ async def events(request: Request, watch: Watched, feed: Feed, first: bytes | No
             quiet_since = time.monotonic()
 
 
-def event_stream(request: Request, watch: Watched, feed: Feed, first: bytes | None = None) -> StreamingResponse:
+def event_stream(request: Request, watch: Changes, feed: Feed, first: bytes | None = None) -> StreamingResponse:
     """The response of a stream route: :func:`events`, unbuffered by proxies."""
     return StreamingResponse(events(request, watch, feed, first), media_type="text/event-stream",
                              headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})

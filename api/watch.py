@@ -13,7 +13,7 @@ Contract:
   its version is ``None`` while none is known to be current (not read yet, nothing
   published, Redis unreachable), so that what is cached per version is not used.
 * :class:`Watched` is what the shared reads (``api.shared_cache``) and the event
-  streams (``api.sse``) follow: a version and a change signal.
+  streams (``api.sse``) follow: a version and a change signal (:class:`Changes`).
 """
 
 from __future__ import annotations
@@ -26,13 +26,17 @@ from typing import Any, Protocol
 log = logging.getLogger("rankflow.api")
 
 
-class Watched(Protocol):
-    """What tells the shared reads and the streams that the snapshot changed."""
+class Changes(Protocol):
+    """What wakes the streams when a new snapshot arrives (every :class:`Polling`)."""
+
+    async def wait_for_change(self, timeout: float) -> bool: ...
+
+
+class Watched(Changes, Protocol):
+    """What tells the shared reads and the streams that the snapshot changed, and which it is."""
 
     @property
     def version(self) -> Hashable | None: ...
-
-    async def wait_for_change(self, timeout: float) -> bool: ...
 
 
 class Polling:
