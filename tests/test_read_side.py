@@ -135,7 +135,7 @@ class Reader:
 def test_shared_tops_read_once_per_query_and_version_and_keep_only_answers():
     async def scenario() -> None:
         reader, watch = Reader(), SimpleNamespace(version=None)
-        tops = SharedTops(reader, watch, limit=2)  # type: ignore[arg-type]
+        tops = SharedTops(reader, watch, limit=3)  # type: ignore[arg-type]
         reader.release.set()
         await tops.top("g", "all", 10)
         await tops.top("g", "all", 10)
@@ -155,7 +155,7 @@ def test_shared_tops_read_once_per_query_and_version_and_keep_only_answers():
             await tops.top("g", "daily", 10)
         reader.fail = False
         assert (await tops.top("g", "daily", 10))["read"] == 3, "a failed read is asked again"
-        await tops.top("g", "best", 10)  # past the limit: they start over
+        await tops.top("g", "best", 10)  # the third answer kept: the next new query starts over
         await tops.top("g", "all", 10)
         assert reader.reads[-1] == ("g", "all", 10) and len(reader.reads) == 5
 
