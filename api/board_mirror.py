@@ -41,7 +41,8 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from rankflow.api.store import Polling
+from rankflow.api.change_feed import FeedGap, chain_end
+from rankflow.api.watch import Polling
 from rankflow.connectors.board_read import (
     AsyncBoardReader,
     NoSuchBoard,
@@ -92,8 +93,8 @@ async def pause(started: float) -> float:
     return time.perf_counter()
 
 
-class CannotFollow(RuntimeError):
-    """The stream does not continue the mirror's state: load everything again."""
+class CannotFollow(FeedGap):
+    """The boards moved under the mirror (or changed too fast to load): load everything again."""
 
 
 class BoardMirror(Polling):
@@ -103,10 +104,9 @@ class BoardMirror(Polling):
 
     def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int = 100,
                  slice_ops: int = SLICE_OPS, load_chunk: int = LOAD_CHUNK) -> None:
-        super().__init__()
+        super().__init__(poll_ms)
         self.client = client
         self.keys = Keys(boards_namespace(namespace))
-        self.poll_s = poll_ms / 1000
         self.slice_ops, self.load_chunk = slice_ops, load_chunk
         self.ready = False  # the serving copy is exactly one snapshot of the current generation
         self.loads = 0  # whole loads (the rest are changes)
@@ -117,33 +117,27 @@ class BoardMirror(Polling):
         self._tail: int | None = None  # the snapshot id of the last change set read
         self._chunk = client.register_script(BOARD_CHUNK_LUA)
 
-    # -- following Redis -------------------------------------------------------------
-    def start(self) -> None:
-        self._start_polling()
+    # -- following Redis (:class:`api.watch.Polling` calls these) ------------------------
+    async def poll_once(self) -> None:
+        if self.ready:
+            await self.follow()
+        else:
+            await self.load()
+        self.problem = None
 
-    async def stop(self) -> None:
-        await self._stop_polling()
-
-    async def _poll(self) -> None:
-        while not self._stopping:
-            try:
-                if self.ready:
-                    await self.follow()
-                else:
-                    await self.load()
-                self.problem = None
-            except (redis.RedisError, OSError) as exc:
-                self._lost(f"cannot reach Redis: {exc!r}")  # keep serving what we have
-                if not self.ready:
-                    self._buffer = None
-            except CannotFollow as exc:
-                log.info("board mirror: %s; loading the boards again", exc)
-                self._reset(str(exc))
-                continue
-            except Exception as exc:  # noqa: BLE001 - the poller must outlive one bad read
-                log.exception("board mirror: cannot follow the published boards")
-                self._reset(f"cannot read the published boards: {exc!r}")
-            await asyncio.sleep(self.poll_s)
+    def poll_failed(self, exc: Exception) -> bool:
+        if isinstance(exc, (redis.RedisError, OSError)):
+            self._lost(f"cannot reach Redis: {exc!r}")  # keep serving what we have
+            if not self.ready:
+                self._buffer = None
+            return False
+        if isinstance(exc, FeedGap):
+            log.info("board mirror: %s; loading the boards again", exc)
+            self._reset(str(exc))
+            return True  # at once
+        log.exception("board mirror: cannot follow the published boards")
+        self._reset(f"cannot read the published boards: {exc!r}")
+        return False
 
     def _reset(self, problem: str) -> None:
         """Forget everything (its memory too, before the next load): answers come from Redis meanwhile."""
@@ -215,13 +209,10 @@ class BoardMirror(Polling):
             generation, entries = await pipe.execute()
         if int(generation or 0) != self._generation:
             raise CannotFollow(f"the boards moved to generation {int(generation or 0)}")
+        # full: sent every board again; large: too many changes to copy; a gap: trimmed before read
+        chain_end(str(self._tail).encode(), (fields for _, fields in entries))
         started = time.perf_counter()
         for entry_id, fields in entries:
-            if fields[b"full"] != b"delta":  # full: sent every board again; large: too many changes to copy
-                raise CannotFollow(f"snapshot {fields[b'snapshot_id'].decode()} is not in the stream "
-                                   f"({fields[b'full'].decode()})")
-            if fields[b"previous"] != str(self._tail).encode():
-                raise CannotFollow(f"the changes after snapshot {self._tail} left the stream")
             change = ChangeSet(int(fields[b"snapshot_id"]))
             for part in stream_ops(fields[b"aliases"], fields[b"boards"], fields[b"dropped"], self.slice_ops):
                 change.ops += part

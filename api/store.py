@@ -26,6 +26,8 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
+from rankflow.api.change_feed import FeedGap, chain_end
+from rankflow.api.watch import Polling, wait_bounded
 from rankflow.connectors.redis_generations import GenerationMoving
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_publish import loads_document
@@ -35,64 +37,14 @@ from rankflow.state.ranking_index import SongIndex
 log = logging.getLogger("rankflow.api")
 
 
-class Polling:
-    """A reader's background task that polls Redis (its ``_poll`` loop, which ends when
-    ``_stopping`` is set), started and stopped in one place.
-
-    Cancelling alone is not enough on Python 3.11: its ``asyncio.wait_for`` (which
-    redis-py uses for socket timeouts) swallows a cancellation that arrives just as the
-    awaited call completes, and the poll loop would go on forever (this hung a CI run
-    in the test client's shutdown). So the loop also checks a flag, and stopping never
-    re-cancels: :func:`wait_bounded` only waits.
-    """
-
-    name = "poller"
-
-    def __init__(self) -> None:
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._changed = asyncio.Event()  # set, and replaced, at each new snapshot
-
-    async def _poll(self) -> None:
-        raise NotImplementedError
-
-    def _start_polling(self) -> None:
-        self._stopping = False
-        self._task = asyncio.create_task(self._poll(), name=self.name)
-
-    async def _stop_polling(self) -> None:
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await wait_bounded(self._task, f"the {self.name} did not stop in time")
-
-    def _announce_change(self) -> None:
-        """Wake every :meth:`wait_for_change`: the snapshot served is a new one."""
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def wait_for_change(self, timeout: float) -> bool:
-        """True if a new snapshot arrived within ``timeout``.
-
-        ``asyncio.wait`` rather than ``wait_for``: on Python 3.11 the latter can swallow
-        the cancellation of a stream whose client left or whose server is stopping.
-        """
-        waiter = asyncio.ensure_future(self._changed.wait())
-        try:
-            done, _ = await asyncio.wait({waiter}, timeout=timeout)
-        finally:
-            waiter.cancel()
-        return bool(done)
-
-
 class SnapshotCache(Polling):
     name = "snapshot poller"
+    wait_first = True  # :meth:`start` read the first snapshot
 
     def __init__(self, url: str, namespace: str, poll_ms: int = 100) -> None:
-        super().__init__()
+        super().__init__(poll_ms)
         self.keys = Keys(namespace)
         self.client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
-        self.poll_s = poll_ms / 1000
         self.snapshot: dict[str, Any] | None = None
         self.fresh = False  # the cached snapshot is Redis's current one
         self.problem: str | None = "not read yet"
@@ -103,28 +55,25 @@ class SnapshotCache(Polling):
         self._changes_at = ""  # id of the last ``changes`` entry applied to ``table``
         self._read = self.client.register_script(READ_LUA)
 
-    async def start(self) -> None:
+    async def start(self) -> None:  # type: ignore[override]  # the first snapshot is read before serving
         await self.refresh()
-        self._start_polling()
+        super().start()
 
     async def stop(self) -> None:
         """Stop polling and close the Redis connections, in bounded time (:class:`Polling`)."""
-        await self._stop_polling()
+        await super().stop()
         await wait_bounded(asyncio.ensure_future(self.client.aclose()), "Redis connections did not close in time")
 
-    async def _poll(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(self.poll_s)
-            if self._stopping:
-                break
-            try:
-                await self.refresh()
-            except Exception as exc:  # noqa: BLE001 - the poller must outlive one bad read
-                # Something in Redis this reader cannot follow (not our keys' shape?):
-                # serve what we have as stale and load the whole table next time.
-                log.exception("cannot follow the published snapshots")
-                self._generation, self._changes_at = None, ""
-                self._lost(f"cannot read the published snapshots: {exc!r}")
+    async def poll_once(self) -> None:
+        await self.refresh()
+
+    def poll_failed(self, exc: Exception) -> bool:
+        # Something in Redis this reader cannot follow (not our keys' shape?):
+        # serve what we have as stale and load the whole table next time.
+        log.exception("cannot follow the published snapshots")
+        self._generation, self._changes_at = None, ""
+        self._lost(f"cannot read the published snapshots: {exc!r}")
+        return False
 
     async def refresh(self) -> None:
         try:
@@ -183,14 +132,14 @@ class SnapshotCache(Polling):
 
     def _continues(self, entries: list[tuple[str, dict[bytes, bytes]]], sid: int) -> bool:
         """Whether ``entries`` lead from our snapshot to ``sid`` without a gap (a trimmed
-        or lost entry); a whole-table entry starts a new chain."""
+        or lost entry); a whole-table entry starts a new chain (``api.change_feed``)."""
         if not entries or self.snapshot is None:
             return False
-        at = str(self.snapshot["snapshot_id"]).encode()
-        for _, entry in entries:
-            if entry[b"full"] != b"full" and entry[b"previous"] != at:
-                return False
-            at = entry[b"snapshot_id"]
+        try:
+            at = chain_end(str(self.snapshot["snapshot_id"]).encode(), (entry for _, entry in entries),
+                           full_starts_over=True)
+        except FeedGap:
+            return False
         return at == str(sid).encode()
 
     def _lost(self, problem: str) -> None:
@@ -213,11 +162,3 @@ class SnapshotCache(Polling):
             return bool(await self.client.ping())
         except (redis.RedisError, OSError):
             return False
-
-
-async def wait_bounded(task: "asyncio.Future[Any]", late: str, timeout_s: float = 5.0) -> None:
-    """Wait for ``task`` at most ``timeout_s``, logging ``late`` if it is still running.
-    Never re-cancels: ``asyncio.wait`` only waits (see :class:`Polling`)."""
-    _, pending = await asyncio.wait({task}, timeout=timeout_s)
-    if pending:
-        log.warning("%s", late)

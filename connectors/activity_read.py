@@ -30,6 +30,7 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, activity_namespace
 from rankflow.connectors.redis_scripts import ACTIVITY_READ_LUA, MOVES
 
@@ -64,14 +65,13 @@ def check_k(k: int, k_max: int) -> None:
         raise ValueError(f"k must be between 1 and K_max = {k_max}, got {k}")
 
 
-class Held:
+class Held(GenerationHint):
     """What a reader last learnt about its namespace: the current generation, and the
     newest snapshot document it read (with the generation it came from). Only ever a
     hint: the script checks the generation, and sends the document when its id moved."""
 
     def __init__(self, namespace: str) -> None:
-        self.keys = Keys(activity_namespace(namespace))
-        self.generation = 0
+        super().__init__(Keys(activity_namespace(namespace)))
         self.doc: tuple[int, dict[str, Any]] | None = None  # (generation, document)
 
     def current_doc(self) -> dict[str, Any] | None:

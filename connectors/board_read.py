@@ -31,6 +31,7 @@ import redis.asyncio as aioredis
 
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_boards import REACHED_DIGITS
+from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_scripts import BOARD_READ_LUA, MOVES
 
@@ -87,13 +88,12 @@ class Reply(NamedTuple):
     board: str  # the concrete board (an alias resolved)
 
 
-class Guesses:
+class Guesses(GenerationHint):
     """What a reader last learnt about its namespace: the current generation and where
     each ``(game, alias)`` pointed. Only ever a hint: the script checks it."""
 
     def __init__(self, namespace: str) -> None:
-        self.keys = Keys(boards_namespace(namespace))
-        self.generation = 0
+        super().__init__(Keys(boards_namespace(namespace)))
         self.aliases: dict[tuple[str, str], str] = {}
 
     def learn_alias(self, game: str, alias: str, board: str) -> None:
