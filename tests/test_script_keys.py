@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 
 from rankflow.api.board_mirror import BoardMirror
 from rankflow.api.store import SnapshotCache
-from rankflow.connectors import redis_generations, redis_scripts
+from rankflow.connectors import redis_generations, scripts
 from rankflow.connectors.redis_generations import (
     claim_generation,
     join_run,
@@ -38,7 +38,7 @@ from rankflow.state.board_snapshot import BoardsSnapshot
 from rankflow.connectors.redis_read import read_counts
 from rankflow.state.snapshot import Snapshot, snapshot_id
 
-SCRIPTS = {getattr(redis_scripts, name): name for name in dir(redis_scripts) if name.endswith("_LUA")}
+SCRIPTS = {script.source: script.name for script in scripts.SCRIPTS}
 
 PRELUDE = """
 local declared = {}
