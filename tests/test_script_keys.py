@@ -12,6 +12,7 @@ switch.
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import pytest
@@ -235,3 +236,75 @@ def activity_publish_and_read(client: redis.Redis, url: str, namespace: str) -> 
     assert reader.top("D", 5)["items"][0] == {"rank": 1, "channel_id": "f", "count": 3}
     assert reader.top("A", 5)["items"] == []
     assert {m.decode() for m in client.smembers(Keys(ns, generation).workspaces)} == {"D"}
+
+
+@pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda script: script.name)
+def test_every_script_loads_into_redis(redis_client, script):
+    """``SCRIPT LOAD`` compiles the script: a syntax error in any ``.lua`` piece fails here,
+    not in the first run that calls it. The SHA1 Redis answers is the one callers send."""
+    assert redis_client.script_load(script.source) == script.sha
+
+
+def test_every_lua_file_is_part_of_a_script():
+    used = {part for script in scripts.SCRIPTS for part in script.parts if isinstance(part, str)}
+    files = {path.name.removesuffix(".lua") for path in scripts.LUA_DIR.iterdir() if path.name.endswith(".lua")}
+    assert files == used
+
+
+def indices(source: str, table: str) -> tuple[set[int], set[str]]:
+    """The literal indices a script reads of ``KEYS`` or ``ARGV``, and the other index expressions."""
+    found = re.findall(rf"\b{table}\[([^\]]+)\]", source)
+    return {int(i) for i in found if i.isdigit()}, {i for i in found if not i.isdigit()}
+
+
+@pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda script: script.name)
+def test_the_named_keys_and_argv_are_the_ones_the_lua_reads(script):
+    """Every fixed ``KEYS`` and ``ARGV`` name of the registry is read by its number (a
+    ``local`` constant such as ``SLOTS`` counts), no number beyond them; a script reads
+    past them (an index computed, ``#KEYS``) only if its registry entry says what follows;
+    and a publish script's ``P`` starts right after the positions, its ``ARGV[P + n]``
+    reaching exactly the named arguments from ``ARGV[P]``."""
+    source = script.source
+    constants = {part.name: part.value for part in script.parts if isinstance(part, scripts.Local)}
+    for table, names, more in (("KEYS", script.keys, script.more_keys),
+                               ("ARGV", script.argv, script.more_argv or script.argv_at_p)):
+        literal, computed = indices(source, table)
+        literal |= {constants[i] for i in computed if i in constants}
+        computed -= constants.keys()
+        assert literal == set(range(1, len(names) + 1)), f"{script.name} reads {table} {sorted(literal)}: {names}"
+        if not more:
+            assert not computed and f"#{table}" not in source, f"{script.name} reads more {table}: {computed}"
+    p = re.search(r"local P = (\d+) \+ 2 \* tonumber\(ARGV\[(\d+)\]\)", source)
+    if not script.argv_at_p:
+        assert p is None
+        return
+    assert p is not None and int(p[1]) == len(script.argv) + 1
+    assert int(p[2]) == script.argv.index("partitions") + 1
+    assert "ARGV[P]" in source
+    assert max(int(n) for n in re.findall(r"\bP \+ (\d+)", source)) == len(script.argv_at_p) - 1
+
+
+def test_the_builders_order_by_name_and_refuse_a_wrong_name():
+    call = scripts.SWITCH.ordered({"retired": "r", "generation": "g"}, {"new": 2, "old": 1})
+    assert call == (["g", "r"], [1, 2])
+    with pytest.raises(TypeError, match="switch's ARGV"):
+        scripts.SWITCH.ordered({"retired": "r", "generation": "g"}, {"new": 2})
+    with pytest.raises(TypeError, match="switch's KEYS"):
+        scripts.SWITCH.ordered({"retired": "r", "generation": "g", "owner": "o"}, {"new": 2, "old": 1})
+
+
+def test_a_publish_call_puts_the_products_arguments_at_p():
+    """``P = 8 + 2 * ARGV[7]`` (the prelude) is where the builder put ``full``, whatever the
+    number of source partitions."""
+    shared = {name: f"key:{name}" for name in scripts.PUBLISH_KEYS}
+    for positions in ({}, {"f": 3}, {"b": 1, "a": 7, "c": 0}):
+        product = scripts.PUBLISH_LISTENERS
+        keys, args = scripts.publish_call(product, (5, 2, "live"), 17, b"{}", 100, positions, shared,
+                                          product.product_keys(counts="c", changes="ch"),
+                                          product.at_p(full="full", counts=b"{}", changes_cap=9))
+        assert keys == [f"key:{name}" for name in scripts.PUBLISH_KEYS] + ["c", "ch"]
+        assert len(keys) == len(product.keys)
+        p = 8 + 2 * args[6]
+        assert args[:7] == [5, 2, 17, b"{}", 100, "live", len(positions)]
+        assert args[7:p - 1] == [x for part in sorted(positions) for x in (part, positions[part])]
+        assert args[p - 1:] == ["full", b"{}", 9]
