@@ -83,7 +83,7 @@ def stage(client: redis.Redis, k: Keys, fence: Fence, pending: dict[str, dict[st
     while done < len(todo):
         batch = todo[done:done + budget]  # the script stops at its budget: at most this many fit
         reply = script(*STAGE_ACTIVITY.ordered(
-            staging_keys(k), {**fence_args(fence), "budget": budget},
+            staging_keys(k), {**fence._asdict(), "budget": budget},
             more_keys=[key for ws, _, _ in batch for key in k.workspace_both(ws)],
             more_argv=[x for item in batch for x in item]))
         for (ws, _, _), (written, members) in zip(batch, reply[1:]):
@@ -99,7 +99,7 @@ def drop(client: redis.Redis, k: Keys, fence: Fence, workspaces: list[str]) -> N
     script = bind(client, DROP_ACTIVITY)
     for i in range(0, len(workspaces), DROP_PER_CALL):
         part = workspaces[i:i + DROP_PER_CALL]
-        script(*DROP_ACTIVITY.ordered(staging_keys(k), fence_args(fence),
+        script(*DROP_ACTIVITY.ordered(staging_keys(k), fence._asdict(),
                                       more_keys=[key for ws in part for key in k.workspace_both(ws)],
                                       more_argv=part))
 
@@ -108,8 +108,3 @@ def staging_keys(k: Keys) -> dict[str, str]:
     """The fixed ``KEYS`` of the staging scripts, by name."""
     return {"generation": k.generation, "owner": k.owner, "workspace_slots": k.workspace_slots,
             "workspaces_staged": k.workspaces_staged}
-
-
-def fence_args(fence: Fence) -> dict[str, int | str]:
-    """The fence's ``ARGV`` of the staging scripts, by name."""
-    return {"token": fence.token, "generation": fence.generation, "mode": fence.mode}

@@ -36,14 +36,11 @@ class Fence(NamedTuple):
     """What a script writing for a run checks before anything else (the publish scripts'
     prelude, ``lua/activity_fence.lua``): the run's token, the generation it
     writes, and ``live`` (a run: the generation must stay current) or ``build`` (a
-    rebuild's generation)."""
+    rebuild's generation). Its fields are the fence's ``ARGV`` by name (``scripts.FENCE_ARGV``)."""
 
     token: int
     generation: int
     mode: str
-
-    def args(self) -> list[int | str]:
-        return [self.token, self.generation, self.mode]
 
 
 class RunAlreadyPublished(RuntimeError):

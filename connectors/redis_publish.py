@@ -167,10 +167,7 @@ class Publisher:
         self._keys = Keys(namespace, generation)
         self._state: ProductState = state or CountTable()
         self._script = bind(self._client, self._state.script)
-        self._token = run_token
-        self._generation = generation
-        self._mode = "live" if live else "build"
-        self._fence = Fence(run_token, generation, self._mode)
+        self._fence = Fence(run_token, generation, "live" if live else "build")
         k = self._keys
         self._shared_keys = {"generation": k.generation, "owner": k.owner, "snapshot_id": k.snapshot_id,
                              "snapshot": k.snapshot, "positions": k.positions, "stream": k.stream, "runs": k.runs}

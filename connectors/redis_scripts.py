@@ -7,38 +7,24 @@ composed texts, e.g. to tell them apart in Redis's slow log by their SHA1.
 
 from __future__ import annotations
 
-from rankflow.connectors.scripts import (
-    BOARD_CHUNK,
-    CLAIM,
-    DROP_ACTIVITY,
-    JOIN,
-    MOVED,
-    MOVES,
-    PUBLISH_ACTIVITY,
-    PUBLISH_BOARDS,
-    PUBLISH_LISTENERS,
-    PUBLISHED,
-    READ_ACTIVITY,
-    READ_BOARD,
-    READ_LISTENERS,
-    STAGE_ACTIVITY,
-    SWITCH,
-    Published,
-)
+from rankflow.connectors import scripts as _s
+from rankflow.connectors.scripts import MOVED, MOVES, PUBLISHED, Published
 
-__all__ = ["MOVED", "MOVES", "PUBLISHED", "Published", "PUBLISH_LUA", "PUBLISH_BOARDS_LUA", "PUBLISH_ACTIVITY_LUA",
-           "STAGE_ACTIVITY_LUA", "DROP_ACTIVITY_LUA", "CLAIM_LUA", "JOIN_LUA", "READ_LUA", "SWITCH_LUA",
-           "BOARD_READ_LUA", "ACTIVITY_READ_LUA", "BOARD_CHUNK_LUA"]
+__all__ = ["MOVED", "MOVES", "PUBLISHED", "Published", "BY_NAME"]
 
-PUBLISH_LUA = PUBLISH_LISTENERS.source
-PUBLISH_BOARDS_LUA = PUBLISH_BOARDS.source
-PUBLISH_ACTIVITY_LUA = PUBLISH_ACTIVITY.source
-STAGE_ACTIVITY_LUA = STAGE_ACTIVITY.source
-DROP_ACTIVITY_LUA = DROP_ACTIVITY.source
-CLAIM_LUA = CLAIM.source
-JOIN_LUA = JOIN.source
-READ_LUA = READ_LISTENERS.source
-SWITCH_LUA = SWITCH.source
-BOARD_READ_LUA = READ_BOARD.source
-ACTIVITY_READ_LUA = READ_ACTIVITY.source
-BOARD_CHUNK_LUA = BOARD_CHUNK.source
+BY_NAME = {
+    "PUBLISH_LUA": _s.PUBLISH_LISTENERS, "PUBLISH_BOARDS_LUA": _s.PUBLISH_BOARDS,
+    "PUBLISH_ACTIVITY_LUA": _s.PUBLISH_ACTIVITY, "STAGE_ACTIVITY_LUA": _s.STAGE_ACTIVITY,
+    "DROP_ACTIVITY_LUA": _s.DROP_ACTIVITY, "CLAIM_LUA": _s.CLAIM, "JOIN_LUA": _s.JOIN, "SWITCH_LUA": _s.SWITCH,
+    "READ_LUA": _s.READ_LISTENERS, "BOARD_READ_LUA": _s.READ_BOARD, "ACTIVITY_READ_LUA": _s.READ_ACTIVITY,
+    "BOARD_CHUNK_LUA": _s.BOARD_CHUNK,
+}
+"""Each ``*_LUA`` name and its script."""
+
+
+def __getattr__(name: str) -> str:
+    """``PUBLISH_LUA`` and the others of :data:`BY_NAME`: the script's text."""
+    script = BY_NAME.get(name)
+    if script is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    return script.source

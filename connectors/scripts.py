@@ -65,9 +65,14 @@ class Call(NamedTuple):
 
 
 def _ordered(names: tuple[str, ...], named: Mapping[str, Any], what: str) -> list[Any]:
-    if named.keys() != set(names):
-        raise TypeError(f"{what} are {names}, got {sorted(named)}")
-    return [named[n] for n in names]
+    """``named``'s values in the order of ``names``, which must be exactly its names (cheap:
+    readers build one per query)."""
+    if len(named) == len(names):
+        try:
+            return [named[n] for n in names]
+        except KeyError:
+            pass
+    raise TypeError(f"{what} are {names}, got {sorted(named)}")
 
 
 @dataclass(frozen=True)
@@ -333,8 +338,12 @@ generation's keys by their prefix (``redis_generations.drop_generation``)."""
 
 # -- reading -------------------------------------------------------------------------------
 
+# Every read script starts with ``lua/moved.lua``: ``{'moved', current}`` unless ``ARGV[1]`` is
+# the current generation (``KEYS[1]`` its pointer); the caller calls again in that one.
+
 READ_LISTENERS = Script(
-    "read_listeners", ("read_listeners",), keys=("generation", "snapshot_id", "snapshot", "changes", "counts"),
+    "read_listeners", ("moved", "read_listeners"),
+    keys=("generation", "snapshot_id", "snapshot", "changes", "counts"),
     argv=("generation", "held_snapshot_id", "held_generation", "changes_at"))
 """What a reader needs to follow the latest snapshot, atomically (``api.store``).
 
@@ -348,7 +357,7 @@ reader is current; else ``{G, id, snapshot, 'table', changes_at, [song, count, .
 snapshot, 'changes', entries}`` (the ``changes`` entries after the reader's)."""
 
 READ_BOARD = Script(
-    "read_board", ("read_board",), keys=("generation", "snapshot_id", "aliases", "board", "reached_at"),
+    "read_board", ("moved", "read_board"), keys=("generation", "snapshot_id", "aliases", "board", "reached_at"),
     argv=("generation", "alias", "guess", "query", "n", "player", "game"))
 """One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
 generation G: snapshot_id, aliases, the board's sorted set and its ``reached_at`` hash.
@@ -361,7 +370,7 @@ score}`` or false; for ``around`` ``{first rank - 1, the first item's players wi
 better score, member, score ...}`` or false."""
 
 READ_ACTIVITY = Script(
-    "read_activity", ("read_activity",),
+    "read_activity", ("moved", "read_activity"),
     keys=("generation", "snapshot_id", "snapshot", "workspace_slots", "slot_a", "slot_b"),
     argv=("generation", "held_snapshot_id", "query", "k", "channel", "workspace"))
 """One activity query, atomically (``activity_read``). ``KEYS``: the generation pointer,

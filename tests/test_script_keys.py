@@ -21,7 +21,7 @@ import redis.asyncio as aioredis
 
 from rankflow.api.board_mirror import BoardMirror
 from rankflow.api.store import SnapshotCache
-from rankflow.connectors import redis_generations, scripts
+from rankflow.connectors import redis_generations, script_query, scripts
 from rankflow.connectors.redis_generations import (
     claim_generation,
     join_run,
@@ -308,3 +308,56 @@ def test_a_publish_call_puts_the_products_arguments_at_p():
         assert args[:7] == [5, 2, 17, b"{}", 100, "live", len(positions)]
         assert args[7:p - 1] == [x for part in sorted(positions) for x in (part, positions[part])]
         assert args[p - 1:] == ["full", b"{}", 9]
+
+
+class Probe:
+    """A ``script_query.Query`` of ``READ_LISTENERS`` following the generation, counting its calls."""
+
+    def __init__(self, namespace: str, attempts: int) -> None:
+        self.keys, self.attempts, self.generation, self.calls = Keys(namespace), attempts, "0", 0
+        self.reply: list = []
+
+    def call(self) -> scripts.Call:
+        self.calls += 1
+        k = self.keys.of_generation(int(self.generation))
+        return scripts.READ_LISTENERS.ordered(
+            {"generation": k.generation, "snapshot_id": k.snapshot_id, "snapshot": k.snapshot, "changes": k.changes,
+             "counts": k.counts},
+            {"generation": self.generation, "held_snapshot_id": "", "held_generation": "", "changes_at": ""})
+
+    def settle(self, reply: list) -> bool:
+        if reply[0] == scripts.MOVED:
+            self.generation = reply[1].decode()
+            return False
+        self.reply = reply
+        return True
+
+    def gave_up(self) -> Exception:
+        return RuntimeError(f"gave up after {self.calls} calls")
+
+
+def test_the_runner_follows_moves_loads_forgotten_scripts_and_gives_up(redis_client, redis_url, namespace):
+    """Sync and async alike: a query calls again where the script says (here generation 5),
+    a Redis that forgot its scripts (``SCRIPT FLUSH``: restarted) gets them again, and a
+    query still moving after its attempts raises its own error."""
+    redis_client.set(Keys(namespace).generation, 5)
+    sync = script_query.bind(redis_client, scripts.READ_LISTENERS)
+    redis_client.script_flush()
+    probe = script_query.run(sync, Probe(namespace, attempts=2))
+    assert (probe.calls, probe.reply) == (2, [b"5"])
+    with pytest.raises(RuntimeError, match="gave up after 1 calls"):
+        script_query.run(sync, Probe(namespace, attempts=1))
+
+    async def both() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            bound = script_query.bind(client, scripts.READ_LISTENERS)
+            await client.script_flush()
+            probe = await script_query.arun(bound, Probe(namespace, attempts=2))
+            assert (probe.calls, probe.reply) == (2, [b"5"])
+            with pytest.raises(RuntimeError, match="gave up after 1 calls"):
+                await script_query.arun(bound, Probe(namespace, attempts=1))
+        finally:
+            await client.aclose()
+
+    asyncio.run(both())

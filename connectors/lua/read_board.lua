@@ -1,9 +1,5 @@
 -- One board query.
 -- KEYS, ARGV and replies: connectors/scripts.py (this header is not sent to Redis).
-local g = redis.call('GET', KEYS[1]) or '0'
-if g ~= ARGV[1] then
-  return {'moved', g}
-end
 if ARGV[2] ~= '' then
   local periods = redis.call('HGET', KEYS[3], ARGV[7])
   local resolved = ''

@@ -1,9 +1,5 @@
 -- What a listener reader needs to follow the latest snapshot.
 -- KEYS, ARGV and replies: connectors/scripts.py (this header is not sent to Redis).
-local g = redis.call('GET', KEYS[1]) or '0'
-if g ~= ARGV[1] then
-  return {'moved', g}
-end
 local sid = redis.call('GET', KEYS[2])
 if not sid then
   return {g}
