@@ -7,6 +7,11 @@ keys (``COMMAND GETKEYS``, Redis's own answer) and records any key not in ``KEYS
 The scripts then run their real paths: joins, claims, publishes (whole table,
 changes, Redis lost its data), a reader following snapshots across a rebuild's
 switch.
+
+The registry (``connectors.scripts.SCRIPTS``) is checked too, script by script, so a new
+one is covered once it is listed: Redis compiles it (``SCRIPT LOAD``), its named ``KEYS``
+and ``ARGV`` are the indices its Lua reads, and the query runner calls it again where
+it says.
 """
 
 from __future__ import annotations
