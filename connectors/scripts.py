@@ -64,7 +64,7 @@ class Call(NamedTuple):
     args: list[Any]
 
 
-def _ordered(names: tuple[str, ...], named: Mapping[str, Any], what: str) -> list[Any]:
+def _ordered(names: tuple[str, ...], named: Mapping[str, Any], script: str, what: str) -> list[Any]:
     """``named``'s values in the order of ``names``, which must be exactly its names (cheap:
     readers build one per query)."""
     if len(named) == len(names):
@@ -72,7 +72,7 @@ def _ordered(names: tuple[str, ...], named: Mapping[str, Any], what: str) -> lis
             return [named[n] for n in names]
         except KeyError:
             pass
-    raise TypeError(f"{what} are {names}, got {sorted(named)}")
+    raise TypeError(f"{script}'s {what} are {names}, got {sorted(named)}")
 
 
 @dataclass(frozen=True)
@@ -108,16 +108,16 @@ class Script:
                 more_argv: Iterable[Any] = ()) -> Call:
         """The call's lists: the fixed ``KEYS`` and ``ARGV`` in this script's order (every
         name given, no other), then the variable parts as the caller built them."""
-        return Call(_ordered(self.keys, keys, f"{self.name}'s KEYS") + list(more_keys),
-                    _ordered(self.argv, argv, f"{self.name}'s ARGV") + list(more_argv))
+        return Call(_ordered(self.keys, keys, self.name, "KEYS") + list(more_keys),
+                    _ordered(self.argv, argv, self.name, "ARGV") + list(more_argv))
 
     def product_keys(self, **named: Any) -> list[Any]:
         """A publish script's fixed keys after the shared :data:`PUBLISH_KEYS`, in order."""
-        return _ordered(self.keys[len(PUBLISH_KEYS):], named, f"{self.name}'s product KEYS")
+        return _ordered(self.keys[len(PUBLISH_KEYS):], named, self.name, "product KEYS")
 
     def at_p(self, **named: Any) -> list[Any]:
         """A publish script's fixed arguments from ``ARGV[P]`` (:attr:`argv_at_p`), in order."""
-        return _ordered(self.argv_at_p, named, f"{self.name}'s ARGV from P")
+        return _ordered(self.argv_at_p, named, self.name, "ARGV from P")
 
 
 def slots_at(keys: tuple[str, ...]) -> Local:
@@ -407,10 +407,10 @@ def publish_call(script: Script, fence: tuple[int, int, str], snapshot_id: int, 
     (:meth:`Script.product_keys`, :meth:`Script.at_p` and its variable parts)."""
     token, generation, mode = fence
     pairs = [x for part, offset in sorted(positions.items()) for x in (part, offset)]
-    return Call(_ordered(PUBLISH_KEYS, keys, f"{script.name}'s KEYS") + product_keys,
+    return Call(_ordered(PUBLISH_KEYS, keys, script.name, "KEYS") + product_keys,
                 _ordered(PUBLISH_ARGV, {"token": token, "generation": generation, "snapshot_id": snapshot_id,
                                         "snapshot": snapshot, "stream_cap": stream_cap, "mode": mode,
-                                        "partitions": len(pairs) // 2}, f"{script.name}'s ARGV")
+                                        "partitions": len(pairs) // 2}, script.name, "ARGV")
                 + pairs + product_args)
 
 
