@@ -3,7 +3,7 @@
 Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serves either):
 
 * :class:`BoardMirror` loads every board of the current generation, then follows the
-  ``board_changes`` stream the publish script writes (``PUBLISH_BOARDS_LUA``), asking
+  ``board_changes`` stream the publish script writes (``scripts.PUBLISH_BOARDS``), asking
   Redis every ``poll_ms`` (100 ms) for the entries after the last one it applied.
   Queries (:meth:`top`, :meth:`player`, :meth:`around`, :meth:`boards`) are answered
   from memory, each wholly from one snapshot, named in its answer: the two copies of
@@ -12,7 +12,7 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
   operations, as long as they took (:func:`pause`), so a request never waits for more
   than one slice (about a millisecond).
 * Loading never blocks Redis for long: each board is read in chunks
-  (``BOARD_CHUNK_LUA``), anchored on the entries read last, so no unchanged entry is
+  (``scripts.BOARD_CHUNK``), anchored on the entries read last, so no unchanged entry is
   missed whatever the flow publishes meanwhile. The stream position is recorded
   before the load and the entries after it are replayed over it: they are absolute,
   so the load converges to the newest snapshot, and the mirror serves only once it
@@ -54,7 +54,8 @@ from rankflow.connectors.board_read import (
 )
 from rankflow.connectors.redis_boards import REACHED_DIGITS
 from rankflow.connectors.redis_keys import Keys, boards_namespace
-from rankflow.connectors.redis_scripts import BOARD_CHUNK_LUA
+from rankflow.connectors.script_query import bind
+from rankflow.connectors.scripts import BOARD_CHUNK
 from rankflow.state.board_index import (
     BoardIndex,
     BoardsCopy,
@@ -115,7 +116,7 @@ class BoardMirror(Polling):
         self._generation = 0
         self._last_id = "0-0"  # the last stream entry read
         self._tail: int | None = None  # the snapshot id of the last change set read
-        self._chunk = client.register_script(BOARD_CHUNK_LUA)
+        self._chunk = bind(client, BOARD_CHUNK)
 
     # -- following Redis (:class:`api.watch.Polling` calls these) ------------------------
     async def poll_once(self) -> None:
@@ -185,7 +186,8 @@ class BoardMirror(Polling):
         for _ in range(LOAD_ATTEMPTS):
             keys: dict[str, bytes] = {}
             anchors: list[bytes] = []
-            while (flat := await self._chunk(keys=[zset], args=[self.load_chunk, *anchors])) is not None:
+            while (flat := await self._chunk(*BOARD_CHUNK.ordered({"board": zset}, {"size": self.load_chunk},
+                                                                  more_argv=anchors))) is not None:
                 started = time.perf_counter()
                 members = flat[::2]
                 for member, score in zip(members, flat[1::2]):

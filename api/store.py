@@ -3,7 +3,7 @@
 Readers never touch the flow: everything comes from the keys the publisher writes
 (``connectors.redis_publish``). A background task (:class:`SnapshotCache`) asks
 Redis every ``poll_ms`` for the current snapshot id, a few bytes, with one script
-(``READ_LUA``; called a second time after a rebuild's switch, with the new
+(``scripts.READ_LISTENERS``; called a second time after a rebuild's switch, with the new
 generation's keys); when the id changed the same call returns the new snapshot and
 the count changes published since the ones this process applied. The service keeps its
 own copy of the full count table (a :class:`state.ranking_index.SongIndex`), so
@@ -31,10 +31,42 @@ from rankflow.api.watch import Polling, wait_bounded
 from rankflow.connectors.redis_generations import GenerationMoving
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_publish import loads_document
-from rankflow.connectors.redis_scripts import MOVED, MOVES, READ_LUA
+from rankflow.connectors.script_query import arun, bind
+from rankflow.connectors.scripts import MOVED, MOVES, READ_LISTENERS, Call
 from rankflow.state.ranking_index import SongIndex
 
 log = logging.getLogger("rankflow.api")
+
+
+class CurrentRead:
+    """One call of ``READ_LISTENERS`` for a cache (a ``script_query.Query``), in the
+    generation Redis last called current, following it when it moved."""
+
+    attempts = MOVES
+
+    def __init__(self, cache: SnapshotCache, snapshot_id: int | str, generation: str, changes_at: str) -> None:
+        self.cache, self.held = cache, (snapshot_id, generation, changes_at)
+        self.reply: list[Any] = []
+
+    def call(self) -> Call:
+        current = self.cache._current
+        k = self.cache.keys.of_generation(int(current))
+        snapshot_id, generation, changes_at = self.held
+        return READ_LISTENERS.ordered(
+            {"generation": k.generation, "snapshot_id": k.snapshot_id, "snapshot": k.snapshot, "changes": k.changes,
+             "counts": k.counts},
+            {"generation": current, "held_snapshot_id": snapshot_id, "held_generation": generation,
+             "changes_at": changes_at})
+
+    def settle(self, reply: list[Any]) -> bool:
+        if reply[0] == MOVED:
+            self.cache._current = reply[1].decode()
+            return False
+        self.reply = reply
+        return True
+
+    def gave_up(self) -> Exception:
+        return GenerationMoving(self.cache.keys.namespace)
 
 
 class SnapshotCache(Polling):
@@ -53,7 +85,7 @@ class SnapshotCache(Polling):
         self._generation: str | None = None
         self._current = "0"  # the generation Redis last called current: whose keys the read script gets
         self._changes_at = ""  # id of the last ``changes`` entry applied to ``table``
-        self._read = self.client.register_script(READ_LUA)
+        self._read = bind(self.client, READ_LISTENERS)
 
     async def start(self) -> None:  # type: ignore[override]  # the first snapshot is read before serving
         await self.refresh()
@@ -92,15 +124,8 @@ class SnapshotCache(Polling):
             self.fresh, self.problem = True, None
 
     async def _read_current(self, snapshot_id: int | str, generation: str, changes_at: str) -> list[Any]:
-        """``READ_LUA``'s reply for the current generation, following it if it moved."""
-        for _ in range(MOVES):
-            k = self.keys.of_generation(int(self._current))
-            reply = await self._read(keys=[k.generation, k.snapshot_id, k.snapshot, k.changes, k.counts],
-                                     args=[self._current, snapshot_id, generation, changes_at])
-            if reply[0] != MOVED:
-                return reply
-            self._current = reply[1].decode()
-        raise GenerationMoving(self.keys.namespace)
+        """``READ_LISTENERS``'s reply for the current generation, following it if it moved."""
+        return (await arun(self._read, CurrentRead(self, snapshot_id, generation, changes_at))).reply
 
     def _follow(self, reply: list[Any]) -> bool:
         """Switch to the snapshot in ``reply``; False if its changes do not follow ours."""

@@ -32,6 +32,8 @@ def test_the_wheel_is_one_package_that_runs_from_a_new_venv(tmp_path, redis_url,
     assert "rankflow/api/static/dashboard.html" in names
     assert {"rankflow/bench/rig.py", "rankflow/bench/boards/__init__.py", "rankflow/bench/activity/__init__.py",
             "rankflow/bench/baseline.py"} <= set(names)
+    lua = {f"rankflow/connectors/lua/{path.name}" for path in (ROOT / "connectors" / "lua").glob("*.lua")}
+    assert lua and lua <= set(names), f"Lua scripts missing from the wheel: {sorted(lua - set(names))}"
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
