@@ -185,7 +185,7 @@ class BoardMirror(Polling):
         zset = k.board(game, board)[0]
         for _ in range(LOAD_ATTEMPTS):
             keys: dict[str, bytes] = {}
-            anchors: list[bytes] = []
+            anchors: list[bytes] = []  # the last ANCHORS (member, score) pairs read
             while (flat := await self._chunk(*BOARD_CHUNK.ordered({"board": zset}, {"size": self.load_chunk},
                                                                   more_argv=anchors))) is not None:
                 started = time.perf_counter()
@@ -197,7 +197,7 @@ class BoardMirror(Polling):
                     ordered = sorted(keys.values())
                     await pause(started)
                     return keys, ordered
-                anchors = members[-ANCHORS:]
+                anchors = flat[-2 * ANCHORS:]  # member, score pairs: an anchor is a place
                 await pause(started)
         raise CannotFollow(f"board {game}/{board} changed too fast to load")
 

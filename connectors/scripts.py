@@ -382,15 +382,18 @@ the workspace. Replies ``{'moved', current}``, ``{'none'}`` (nothing published y
 first k ``channel, count`` pairs, for ``channel`` ``{count, rank - 1}`` or false."""
 
 BOARD_CHUNK = Script("board_chunk", ("board_chunk",), keys=("board",), argv=("size",),
-                     more_argv="anchors: members the reader read last, oldest first")
+                     more_argv="anchors: (member, score) pairs the reader read last, oldest first")
 """The next chunk of a board for a reader loading it in pieces (``api.board_mirror``).
 
-``KEYS``: the board's sorted set. ``ARGV``: the chunk's size, then anchors. Replies the
-``member, score`` pairs after the newest anchor still on the board (from the start
-without anchors), or false when every anchor has left it (their players changed): start
-the board over. Entries that did not change keep their order among themselves, so every
-one of them after an anchor is still after it: a load in chunks misses none, whatever is
-published meanwhile (the changed ones come back from the changes stream)."""
+``KEYS``: the board's sorted set. ``ARGV``: the chunk's size, then anchors, ``member,
+score`` pairs as a chunk replied them. Replies the ``member, score`` pairs after the
+newest anchor still in its place, the same member with the same score (from the start
+without anchors), or false when every anchor has left its place (their players
+changed): start the board over. Entries that did not change keep their order among
+themselves, so every one of them after an unchanged anchor is still after it: a load in
+chunks misses none, whatever is published meanwhile (the changed ones come back from the
+changes stream). A member whose score changed has moved, so it is no anchor: after its
+new place a load would skip the unchanged entries between the two."""
 
 
 SCRIPTS: tuple[Script, ...] = (PUBLISH_LISTENERS, PUBLISH_BOARDS, PUBLISH_ACTIVITY, STAGE_ACTIVITY, DROP_ACTIVITY,

@@ -3,10 +3,9 @@
 local start = 0
 if #ARGV > 1 then
   start = nil
-  for i = #ARGV, 2, -1 do
-    local rank = redis.call('ZRANK', KEYS[1], ARGV[i])
-    if rank then
-      start = rank + 1
+  for i = #ARGV - 1, 2, -2 do
+    if redis.call('ZSCORE', KEYS[1], ARGV[i]) == ARGV[i + 1] then
+      start = redis.call('ZRANK', KEYS[1], ARGV[i]) + 1
       break
     end
   end
