@@ -27,9 +27,11 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from rankflow.api import activity, board_stream, boards, dashboard, ingest, match_results, rankings, server
+from rankflow.api import activity, board_stream, boards, dashboard, ingest, match_results, rankings, responses, server
+from rankflow.api.activity_watch import ActivityWatch
 from rankflow.api.board_mirror import BoardMirror, MirroredBoards
-from rankflow.api.board_watch import BoardWatch, TopCache
+from rankflow.api.board_watch import BoardWatch
+from rankflow.api.shared_cache import SharedTops
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.activity_read import AsyncActivityReader
 from rankflow.connectors.board_read import AsyncBoardReader
@@ -85,12 +87,12 @@ def create_app(settings: Settings) -> FastAPI:
             mirror.start()
             app.state.boards = MirroredBoards(mirror, app.state.boards)
             app.state.board_changes = mirror  # streams wake when the mirror serves a new snapshot
-        app.state.board_tops = TopCache(app.state.boards, app.state.board_changes)
+        app.state.board_tops = SharedTops(app.state.boards, app.state.board_changes)
         activity_client = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
         app.state.activity = AsyncActivityReader(activity_client, settings.namespace)
-        app.state.activity_watch = activity.ActivityWatch(app.state.activity, settings.poll_ms)
+        app.state.activity_watch = ActivityWatch(app.state.activity, settings.poll_ms)
         app.state.activity_watch.start()
-        app.state.activity_tops = activity.SharedTops(app.state.activity, app.state.activity_watch)
+        app.state.activity_tops = SharedTops(app.state.activity, app.state.activity_watch)
         try:
             yield
         finally:
@@ -136,7 +138,7 @@ def create_app(settings: Settings) -> FastAPI:
             served = mirror.version
             body["board_mirror"] = {"ready": mirror.ready, "problem": mirror.problem,
                                     "snapshot_id": None if served is None or served[1] is None else int(served[1])}
-        return rankings._json(body, 200 if ok else 503)
+        return responses.json_response(body, 200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics of this service")
     async def prometheus(request: Request) -> Response:
@@ -175,7 +177,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            boards.drop_422(default_openapi(), [*boards.router.routes, *board_stream.router.routes,
+            responses.drop_422(default_openapi(), [*boards.router.routes, *board_stream.router.routes,
                                                 *activity.router.routes, *rankings.router.routes,
                                                 *match_results.router.routes])  # and caches it
         return app.openapi_schema  # type: ignore[return-value]
