@@ -153,7 +153,7 @@ def create_app(settings: Settings) -> FastAPI:
                  b"rankflow_api_table_loads_total %d\n"
                  b"# HELP rankflow_api_table_songs Songs with listeners in this process's count table\n"
                  b"# TYPE rankflow_api_table_songs gauge\n"
-                 b"rankflow_api_table_songs %d\n") % (cache.table_loads, cache.table.active_songs)
+                 b"rankflow_api_table_songs %d\n") % (cache.table_loads, len(cache.table))
         mirror = request.app.state.board_mirror
         if mirror is not None:
             body += (b"# HELP rankflow_api_board_loads_total Whole loads of the boards into memory (else changes)\n"

@@ -6,7 +6,7 @@ Redis every ``poll_ms`` for the current snapshot id, a few bytes, with one scrip
 (``scripts.READ_LISTENERS``; called a second time after a rebuild's switch, with the new
 generation's keys); when the id changed the same call returns the new snapshot and
 the count changes published since the ones this process applied. The service keeps its
-own copy of the full count table (a :class:`state.ranking_index.SongIndex`), so
+own copy of the full count table (a :class:`state.ranking_index.RetractableIndex`), so
 every request, the top K or one song's count and rank, is answered from memory, and
 the snapshot and the table always switch together: no response mixes two
 snapshots. A process without a table (just started, a new generation, or too far
@@ -33,7 +33,7 @@ from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_publish import loads_document
 from rankflow.connectors.script_query import arun, bind
 from rankflow.connectors.scripts import MOVED, MOVES, READ_LISTENERS, Call
-from rankflow.state.ranking_index import SongIndex
+from rankflow.state.ranking_index import RetractableIndex
 
 log = logging.getLogger("rankflow.api")
 
@@ -80,7 +80,7 @@ class SnapshotCache(Polling):
         self.snapshot: dict[str, Any] | None = None
         self.fresh = False  # the cached snapshot is Redis's current one
         self.problem: str | None = "not read yet"
-        self.table = SongIndex()  # every song's count in ``snapshot``
+        self.table = RetractableIndex()  # every song's count in ``snapshot``
         self.table_loads = 0  # whole-table reads (the rest are changes)
         self._generation: str | None = None
         self._current = "0"  # the generation Redis last called current: whose keys the read script gets
@@ -132,7 +132,7 @@ class SnapshotCache(Polling):
         generation, sid, raw, kind = reply[0].decode(), int(reply[1]), reply[2], reply[3]
         if kind == b"table":
             flat = reply[5]
-            table = SongIndex({flat[i].decode(): int(float(flat[i + 1])) for i in range(0, len(flat), 2)})
+            table = RetractableIndex({flat[i].decode(): int(float(flat[i + 1])) for i in range(0, len(flat), 2)})
             changes_at = reply[4].decode()
             self.table_loads += 1
         else:
@@ -142,7 +142,7 @@ class SnapshotCache(Polling):
             table, changes_at = self.table, entries[-1][0]
             for _, entry in entries:
                 if entry[b"full"] == b"full":
-                    table = SongIndex()  # the publisher sent the whole table (Redis had lost it)
+                    table = RetractableIndex()  # the publisher sent the whole table (Redis had lost it)
                 table.set_counts(orjson.loads(entry[b"counts"]))
         snapshot = orjson.loads(raw)
         recent = snapshot.get("recent")

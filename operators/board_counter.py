@@ -6,8 +6,8 @@ Contract (the counter stage of ``operators.counter``, keyed by board partition
 * **Input**: ``(epoch, entries)`` items from ``operators.routing.route_board_entries``:
   :data:`Entry` upserts decided by the per-player stage (a player's new score and
   ``reached_at`` on one board), and barrier ticks (no entries).
-* **State**: per board ``(game_id, board)`` a :class:`state.ranking_index.BoardTop`
-  of this partition's best ``K_max`` entries and the number of its players here
+* **State**: per board ``(game_id, board)`` a :class:`state.ranking_index.MonotoneTop`
+  of this partition's best ``K_max`` entries (entries only improve) and the number of its players here
   (an entry flagged ``new`` is a player joining the board), and the open epoch's
   entries, newest per player and board (a barrier can fall before the epoch closes
   here: they must survive it). Boards the partition
@@ -30,7 +30,7 @@ import time
 from typing import Any, NamedTuple
 
 from rankflow.state.board_rules import is_kept, newest_periods
-from rankflow.state.ranking_index import BoardTop
+from rankflow.state.ranking_index import MonotoneTop
 
 log = logging.getLogger("rankflow.boards")
 
@@ -60,13 +60,13 @@ class _Board:
 
     __slots__ = ("top", "players", "entries")
 
-    def __init__(self, top: BoardTop) -> None:
+    def __init__(self, top: MonotoneTop) -> None:
         self.top, self.players = top, 0
         self.entries: BoardEntries = {}
 
 
 class BoardTable:
-    """One board partition: per board a bounded :class:`BoardTop`, its player count and the
+    """One board partition: per board a bounded :class:`MonotoneTop`, its player count and the
     open epoch's entries, together so that a change looks its board up once."""
 
     def __init__(self, k_max: int, resume: dict[str, Any] | None = None) -> None:
@@ -75,7 +75,7 @@ class BoardTable:
         self.games: dict[str, set[str]] = {}  # game -> its boards held here
         for bid, (entries, players) in (resume or {}).get("boards", {}).items():
             board = self._board(bid)
-            board.top, board.players = BoardTop(k_max, entries), players
+            board.top, board.players = MonotoneTop(k_max, entries), players
         # the open epoch's entries, applied to the tops already, reported when it closes: kept in the
         # recovery state, since a barrier may fall before the epoch closes here (Bytewax never replays it)
         for bid, mine in _open_entries((resume or {}).get("entries")).items():
@@ -83,7 +83,7 @@ class BoardTable:
         self.errors: list[str] = []
 
     def _board(self, bid: BoardId) -> _Board:
-        board = self.boards[bid] = _Board(BoardTop(self.k_max))
+        board = self.boards[bid] = _Board(MonotoneTop(self.k_max))
         self.games.setdefault(bid[0], set()).add(bid[1])
         return board
 

@@ -16,7 +16,6 @@ reported it; this combiner then
 
 from __future__ import annotations
 
-import heapq
 import logging
 from typing import Any
 
@@ -24,6 +23,7 @@ from rankflow.operators.board_counter import BoardEntries, BoardId, BoardsReport
 from rankflow.operators.merger import Cut, lag_ms
 from rankflow.state.board_rules import is_kept, newest_periods
 from rankflow.state.board_snapshot import BoardsSnapshot
+from rankflow.state.ranking_index import SCORE_THEN_FIRST_REACHED, merge_local_tops
 
 log = logging.getLogger("rankflow.boards")
 
@@ -87,8 +87,7 @@ class BoardRanking:
         parts = self.local[bid].values()
         top = self.merged.get(bid)
         if top is None:
-            candidates = ((-score, at, player) for top, _ in parts for player, score, at in top)
-            top = self.merged[bid] = [(player, -score, at) for score, at, player in heapq.nsmallest(self.k_max, candidates)]
+            top = self.merged[bid] = merge_local_tops([top for top, _ in parts], self.k_max, SCORE_THEN_FIRST_REACHED)
         return sum(n for _, n in parts), top
 
     def _advance(self, games: set[str]) -> tuple[dict[str, tuple[str, str]], list[BoardId]]:

@@ -31,7 +31,8 @@ from bytewax.operators import StatefulBatchLogic
 
 from rankflow.operators.recent_plays import combine_recent
 from rankflow.state.events import DeadLetter
-from rankflow.state.snapshot import Snapshot, merge_local_tops, snapshot_id
+from rankflow.state.ranking_index import COUNT_THEN_ID_DESCENDING, merge_local_tops
+from rankflow.state.snapshot import Snapshot, snapshot_id
 
 log = logging.getLogger("rankflow.merger")
 
@@ -235,7 +236,7 @@ class SongRanking:
         for r in reports.values():
             for song, count in r.partials.items():
                 split[song] = split.get(song, 0) + count
-        split_live = [(song, count) for song, count in split.items() if count > 0]
+        split_live = COUNT_THEN_ID_DESCENDING.sort((song, count) for song, count in split.items() if count > 0)
         counts: dict[str, int] = {}
         for r in reports.values():
             counts.update(r.changed)
@@ -263,7 +264,8 @@ class SongRanking:
             active_songs=sum(r.active_songs for r in reports.values()) + len(split_live),
             dead_letters=cut.dead_letters,
             k_max=self.k_max,
-            items=merge_local_tops([*(r.top for r in reports.values()), split_live], self.k_max),
+            items=merge_local_tops([*(r.top for r in reports.values()), split_live], self.k_max,
+                                   COUNT_THEN_ID_DESCENDING),
             split_songs=sorted(song for song, count in split.items() if count),
             counts=counts,
             counts_full=full,

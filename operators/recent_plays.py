@@ -18,7 +18,7 @@ nothing of its own:
   advances the watermark with the epoch's marks, slides its
   :class:`state.window_rules.WindowCounts` (mode ``messages``, keyed by song), adds
   the epoch's starts whose bucket is not before the window (held ones wait in their
-  bucket) and reports its local top ``K_max`` (a :class:`state.ranking_index.CountTop`:
+  bucket) and reports its local top ``K_max`` (a :class:`state.ranking_index.RetakenTop`:
   counts in a window grow, except when a bucket leaves it, so only the top is kept in
   order, not every song);
 * the merger's :class:`operators.merger.SongRanking` merges the P local tops (a song
@@ -36,8 +36,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from rankflow.state.ranking_index import CountTop
-from rankflow.state.snapshot import RecentRanking, merge_local_tops
+from rankflow.state.ranking_index import COUNT_THEN_ID_DESCENDING, RetakenTop, merge_local_tops
+from rankflow.state.snapshot import RecentRanking
 from rankflow.state.window_rules import MESSAGES, SourceMark, Watermark, WindowCounts, window_bounds, window_buckets
 
 BUCKET_MS = 60_000
@@ -76,7 +76,7 @@ class RecentPlays:
         first, last = (None, None) if w.value is None else window_buckets(w.value, BUCKET_MS, minutes)
         self.counts = WindowCounts.from_buckets(BUCKET_MS, minutes, MESSAGES, first, last,
                                                 {b: dict(keys) for b, keys in s.get("buckets", {}).items()})
-        self.top = CountTop(k_max, self.counts.counts)  # the local top K_max of the window's counts
+        self.top = RetakenTop(k_max, self.counts.counts)  # the local top K_max of the window's counts
         self.marks: list[SourceMark] = list(s.get("marks", ()))  # the open epoch's, one per source batch
         self.starts: dict[tuple[str, int], int] = dict(s.get("starts", {}))  # the open epoch's: (song, bucket) -> n
 
@@ -131,4 +131,5 @@ def combine_recent(reports: list[RecentReport], minutes: int, k_max: int) -> tup
                                          f"{sorted(marks, key=str)}"]
     w = max((m for m in marks if m is not None), default=None)
     start, end = window_bounds(w, BUCKET_MS, minutes)
-    return RecentRanking(start, end, w, merge_local_tops([r.top for r in reports], k_max)), errors
+    top = merge_local_tops([r.top for r in reports], k_max, COUNT_THEN_ID_DESCENDING)
+    return RecentRanking(start, end, w, top), errors

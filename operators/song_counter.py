@@ -7,8 +7,8 @@ Contract (the counter stage of ``operators.counter``, keyed by song partition ``
   starts per song and bucket), and barrier ticks from every source batch (no deltas;
   with recent plays the batch's watermark mark). Bytewax hands a key all items of epoch ``e`` before any item of epoch
   ``e+1``, so the first item of a newer epoch proves epoch ``e`` is complete here.
-* **State**: a :class:`state.ranking_index.SongIndex` (count map + balanced-tree
-  index) of the ordinary songs, the partial counters ``(song, salt)`` of split
+* **State**: a :class:`state.ranking_index.RetractableIndex` (count map + balanced-tree
+  index: counts go up and down) of the ordinary songs, the partial counters ``(song, salt)`` of split
   songs, the set of songs known to be split, the open epoch's changes netted per
   counter, the running sum of ``user_delta`` (this partition's share of counted
   users), and the last epoch applied: the identity that makes every epoch's net
@@ -39,7 +39,7 @@ from rankflow.operators.counter import CounterLogic, CounterState
 from rankflow.operators.merger import PartitionReport
 from rankflow.operators.recent_plays import RecentPlays
 from rankflow.operators.routing import RECENT_STARTS, SOURCE_MARK, SPLIT_MARKER, SongDelta
-from rankflow.state.ranking_index import SongIndex
+from rankflow.state.ranking_index import RetractableIndex
 
 Counter = tuple[str, int]  # (song_id, salt)
 
@@ -56,14 +56,14 @@ class SongState(NamedTuple):
 
 
 class SongTable:
-    """A song partition: ordinary counts in a :class:`SongIndex`, partials of split songs, and
+    """A song partition: ordinary counts in a :class:`RetractableIndex`, partials of split songs, and
     with ``recent_minutes`` its share of recent plays (:class:`operators.recent_plays.RecentPlays`)."""
 
     def __init__(self, k_max: int, resume: SongState | None = None, recent_minutes: int = 0) -> None:
         s = resume or SongState({}, {}, frozenset(), {}, 0)
         self.k_max = k_max
         self.recent = RecentPlays(recent_minutes, k_max, s.recent) if recent_minutes else None
-        self.index = SongIndex(s.counts)
+        self.index = RetractableIndex(s.counts)
         self.partials = dict(s.partials)
         self.split = set(s.split)
         self.pending = dict(s.pending)
@@ -140,7 +140,7 @@ class SongTable:
             partials=summed,
             total=self.index.total + sum(summed.values()),
             counted_users=self.counted_users,
-            active_songs=self.index.active_songs,
+            active_songs=len(self.index),
             negative=negative,
             changed=changed,
             full=full,
@@ -165,5 +165,5 @@ class SongCounterLogic(CounterLogic[PartitionReport]):
         return lambda resume: cls(k_max, resume, recoverable, recent_minutes)
 
     @property
-    def index(self) -> SongIndex:
+    def index(self) -> RetractableIndex:
         return self.table.index

@@ -11,7 +11,7 @@ so each workspace's counts are exact in one place):
 * **State**: a :class:`state.window_rules.Watermark`, a
   :class:`state.window_rules.WindowCounts` over ``(workspace, channel)`` keys, and the
   partition's best ``K_max`` pairs in the global order of docs/semantics/windows.md 4
-  (``state.ranking_index.CountTop``: only the top is kept sorted; counts fall only when
+  (``state.ranking_index.RetakenTop``: only the top is kept sorted; counts fall only when
   a bucket leaves the window, and then it is taken again from the counts, so a change
   below the top costs one comparison, not an update of an index of every pair, which
   was 27% of the flow's CPU). A workspace's own order is its sorted set's in Redis.
@@ -45,7 +45,7 @@ from rankflow.connectors.changelog import TAG as CHANGELOG
 from rankflow.connectors.changelog import ShardChangelog
 from rankflow.state.events import DeadLetter
 from rankflow.state.heavy_hitters import MisraGries
-from rankflow.state.ranking_index import CountTop
+from rankflow.state.ranking_index import RetakenTop
 from rankflow.state.window_rules import EXPIRED, USERS, SourceMark, Watermark, WindowCounts, window_buckets
 
 log = logging.getLogger("rankflow.activity")
@@ -123,7 +123,7 @@ class WindowTable:
             self.summaries = {b: MisraGries(summary, *st) for b, st in s.get("summaries", {}).items()}
         if changelog is not None:
             self.counts.take_dirty()  # from now on the counts note what changes, for the changelog
-        self.top = CountTop(k_max, self.counts.counts)  # the partition's best pairs in the global order
+        self.top = RetakenTop(k_max, self.counts.counts)  # the partition's best pairs in the global order
         self.full = True  # an execution's first report carries every count
 
     # -- counting -------------------------------------------------------------------

@@ -24,8 +24,8 @@ from typing import Any
 from rankflow.operators.merger import Cut, lag_ms
 from rankflow.operators.window_counter import WindowReport
 from rankflow.state.activity_snapshot import ActivitySnapshot
-from rankflow.state.snapshot import merge_local_tops
 from rankflow.state.heavy_hitters import MisraGries, bounds, merge
+from rankflow.state.ranking_index import COUNT_THEN_ID_DESCENDING, merge_local_tops
 from rankflow.state.window_rules import EXPIRED, window_buckets
 
 Summary = tuple[dict[tuple[str, str], int], int]  # a bucket's Misra-Gries counters in one partition, and its total
@@ -67,7 +67,7 @@ class ActivityRanking:
             dead_letters=cut.dead_letters + self.expired, counts=counts, k_max=self.k_max,
             watermark=watermark, bucket_ms=self.bucket_ms, window_buckets=self.n, mode=self.mode,
             items=self._summarized(reports, watermark) if self.summary else
-            merge_local_tops((r.top for r in reports.values()), self.k_max),
+            merge_local_tops((r.top for r in reports.values()), self.k_max, COUNT_THEN_ID_DESCENDING),
             active_pairs=sum(r.pairs for r in reports.values()), changed=changed, full=full,
             partition_lag_ms=lag_ms(cut, reports), errors=errors, summary=self.summary,
         )

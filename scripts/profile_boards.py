@@ -33,7 +33,7 @@ PARTS = {  # a frame whose name contains a key counts for the part (innermost fr
     "player stage: the rest": ("PlayerShardLogic",),
     "changelog (write, fdatasync)": ("ShardChangelog", "fdatasync", "changelog"),
     "routing, barrier ticks": ("route_board_entries", "ShardRouter", "barrier_ticks"),
-    "board counters (BoardTop per board)": ("BoardTable", "BoardTop", "SortedList", "board_counter"),
+    "board counters (MonotoneTop per board)": ("BoardTable", "MonotoneTop", "SortedList", "board_counter"),
     "merger (global tops, snapshot)": ("BoardRanking", "MergerLogic", "BoardsSnapshot", "merger"),
     "publisher: entries to Redis args (BoardsState)": ("BoardsState",),
     "publisher: redis-py (pack, send, wait)": ("Publisher", "hiredis"),

@@ -33,7 +33,7 @@ PARTS = {  # a frame whose name contains the key counts for the part (first matc
     "user stage (rules)": ("_apply", "apply_event"),
     "changelog (write, fdatasync)": ("ShardChangelog", "fdatasync"),
     "net deltas, routing": ("combine_song_deltas", "ShardRouter", "barrier_ticks"),
-    "song counters": ("SongCounterLogic", "SongIndex", "SortedList"),
+    "song counters": ("SongCounterLogic", "RetractableIndex", "SortedList"),
     "Kafka read": ("_KafkaPartition", "rd_kafka"),
     "exchange between processes (pickle, bincode)": ("pickle", "bincode", "Pickler", "Unpickler"),
     "Bytewax recovery store (SQLite)": ("sqlite", "rusqlite"),

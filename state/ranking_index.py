@@ -1,111 +1,264 @@
-"""A song partition's counts and their ranking order.
+"""The counter stages' ordered indexes, named by what they assume of their input, and the
+one merge of their local tops.
 
-The counter stage needs what a Redis sorted set gave the first design: change a
-song's count in O(log D) and read the top K in O(log D + K). ``SongIndex`` keeps a
-count map beside a balanced-tree index (``sortedcontainers.SortedList``) of
-``(count, song_id)`` pairs. Ascending tuple order read backwards is exactly the
-ranking order of docs/semantics/listeners.md section 4: count descending, then song_id descending.
-Python compares ``str`` by code point, which for valid UTF-8 is byte order.
+Every counter partition answers one question for the merger: its first ``k`` entries in
+the product's ranking order. How cheaply it can answer depends on how its entries change,
+so there is one index per contract (as Flink picks a rank operator by the same property
+of its input), all behind :class:`OrderedIndex`:
 
-Only songs with a positive count are in the index. A negative count is a bug
-upstream: it is kept as it is (never clamped, so later changes still add up) and
-reported by :meth:`SongIndex.apply` to the caller.
+* :class:`RetractableIndex`: every key's count, and counts go up **and down** (a listener
+  leaves, a switch moves one). It assumes nothing of its input: any key may fall out of
+  the top and any other come back, so it keeps every key with a positive count in order,
+  a count map beside a ``sortedcontainers.SortedList`` of ``(count, key)``. A change costs
+  O(log n), the top ``k`` O(log n + k), the rank of any key O(log n); memory is every key.
+  A negative count is a bug upstream: kept as it is (never clamped, so later changes still
+  add up) and reported by :meth:`RetractableIndex.apply`. The listener flow's song
+  partitions hold one, and so does the API's copy of the full count table.
+* :class:`MonotoneTop`: the best ``capacity`` entries of a table whose entries only ever
+  **improve** (a score board: totals only grow, a best only rises, ``reached_at`` only gets
+  earlier at an equal score; docs/semantics/boards.md sections 3 and 4). An entry pushed out of
+  the top then never has to come back by itself: it returns with the change that improves
+  it, so holding ``capacity`` entries is exact, and the whole table (10M players) stays in
+  Redis and the per-player stage. An offer below the top costs one comparison, one into it
+  O(log K) comparisons and an O(K) memmove; memory O(K). An entry that gets worse breaks the
+  assumption: :meth:`MonotoneTop.offer` refuses it and says so.
+* :class:`RetakenTop`: the best ``capacity`` of a table of counts the caller holds, counts
+  that **mostly grow** and fall only now and then (a sliding window: all at once when a
+  bucket leaves it). Growth is handled as by :class:`MonotoneTop`, a change below the top
+  costing one comparison; a count that falls inside the top may let a key below it in,
+  which only the whole table can tell, so then the top is taken again from it in
+  O(n log K). It assumes the caller hands it every changed key and the whole table. The
+  activity flow's counter partitions and the listener flow's recent plays hold one.
+
+Orders (:class:`RankOrder`): an index's :meth:`~OrderedIndex.top` lists its entries in its
+class's ``order``, and :func:`merge_local_tops` takes the order of the product's contract:
+:data:`COUNT_THEN_ID_DESCENDING` (docs/semantics/listeners.md 4, windows.md 4 and 7) or
+:data:`SCORE_THEN_FIRST_REACHED` (boards.md 4: at an equal score the first to reach it
+wins). Ids compare as Python ``str`` (and tuples of ``str``) do, by code point, which for
+valid UTF-8 is byte order.
+
+Each class has ``_check()``, which verifies its invariants (as ``sortedcontainers`` does);
+the property tests call it after every step of random operation sequences.
 """
 
 from __future__ import annotations
 
 import heapq
 from bisect import bisect_left, insort
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
+from itertools import islice
+from operator import itemgetter
+from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkable
 
 from sortedcontainers import SortedList
 
+Entry = TypeVar("Entry")
+E_co = TypeVar("E_co", covariant=True)
 
-class SongIndex:
-    """Count map plus ranking index for the songs of one partition."""
+
+class RankOrder(NamedTuple):
+    """A ranking order of entries as local tops list them: ``key`` of an entry, and whether
+    the best entries have the greatest keys (``descending``) or the least. An entry's key
+    includes its id, and ids are unique among the entries ranked together, so the order is
+    total.
+
+    >>> SCORE_THEN_FIRST_REACHED.sort([("bo", 5, 9), ("cy", 5, 3), ("al", 5, 3)])
+    [('al', 5, 3), ('cy', 5, 3), ('bo', 5, 9)]
+    """
+
+    name: str  # the contract's words
+    key: Callable[[Any], Any]
+    descending: bool
+
+    def sort(self, entries: Iterable[Entry]) -> list[Entry]:
+        """``entries`` in this order, as a list. O(n log n).
+
+        >>> COUNT_THEN_ID_DESCENDING.sort([("a", 2), ("c", 1), ("b", 2)])
+        [('b', 2), ('a', 2), ('c', 1)]
+        """
+        return sorted(entries, key=self.key, reverse=self.descending)
+
+
+COUNT_THEN_ID_DESCENDING = RankOrder("count descending, then id descending", itemgetter(1, 0), True)
+"""Entries ``(id, count)``: count descending, then id descending (songs, a window's keys)."""
+
+SCORE_THEN_FIRST_REACHED = RankOrder("score descending, then reached_at ascending, then id ascending",
+                                     lambda e: (-e[1], e[2], e[0]), False)
+"""Entries ``(id, score, reached_at)``: score descending, then ``reached_at`` ascending (the
+first to reach a score wins), then id ascending (score boards)."""
+
+
+def merge_local_tops(local_tops: Iterable[list[Entry]], k: int, order: RankOrder) -> list[Entry]:
+    """The global top ``k`` from every partition's local top ``k``, each list in ``order``.
+
+    Exact by one argument: an entry missing from its partition's local top ``k`` has ``k``
+    entries ahead of it there, and they are ahead of it globally too, so the P local lists
+    (P x k candidates) hold the global top ``k``. It needs complete entries: a count split
+    over several partitions (a hot song's partials) is added up first and enters as one
+    more list (sorted by :meth:`RankOrder.sort`), never through the local ones. Since each
+    list is in order already, a lazy P-way merge reads only the first ``k`` entries:
+    O(P + k log P), not a selection over all P x k (6x faster at P = 16, k = 100).
+
+    >>> merge_local_tops([[("a", 5), ("c", 1)], [("b", 5)], []], 2, COUNT_THEN_ID_DESCENDING)
+    [('b', 5), ('a', 5)]
+    >>> merge_local_tops([[("bo", 7, 2)], [("al", 7, 2), ("cy", 1, 0)]], 5, SCORE_THEN_FIRST_REACHED)
+    [('al', 7, 2), ('bo', 7, 2), ('cy', 1, 0)]
+    """
+    return list(islice(heapq.merge(*local_tops, key=order.key, reverse=order.descending), k))
+
+
+@runtime_checkable
+class OrderedIndex(Protocol[E_co]):
+    """What a counter stage reads of its index and the merger relies on: the first ``k``
+    entries in the class's ``order``, how many entries rank, and the invariant check."""
+
+    order: ClassVar[RankOrder]
+
+    def top(self, k: int) -> list[E_co]:
+        """The first ``k`` entries in ``order`` (all of them if fewer)."""
+
+    def __len__(self) -> int:
+        """How many entries the index holds in order."""
+
+    def _check(self) -> None:
+        """Raise ``AssertionError`` unless every invariant of the index holds."""
+
+
+class RetractableIndex:
+    """Every key's count, counts that go up and down, in ranking order (see the module
+    docstring). Built from a count map in O(n log n).
+
+    >>> idx = RetractableIndex({"a": 2, "b": 2, "c": 0})
+    >>> idx.top(5), len(idx), idx.total
+    ([('b', 2), ('a', 2)], 2, 4)
+    """
 
     __slots__ = ("_counts", "_index", "_total")
 
+    order: ClassVar[RankOrder] = COUNT_THEN_ID_DESCENDING
+
     def __init__(self, counts: Mapping[str, int] | None = None) -> None:
-        self._counts: dict[str, int] = dict(counts or {})
-        self._index = SortedList((c, s) for s, c in self._counts.items() if c > 0)
+        self._counts: dict[str, int] = {k: c for k, c in (counts or {}).items() if c}
+        self._index = SortedList((c, k) for k, c in self._counts.items() if c > 0)
         self._total = sum(self._counts.values())
 
     def apply(self, changes: Iterable[tuple[str, int]]) -> list[tuple[str, int]]:
-        """Add net changes ``(song_id, delta)``; return the songs left negative."""
+        """Add net changes ``(key, delta)``; return the keys left negative, with their counts.
+        O(log n) per change.
+
+        >>> idx = RetractableIndex()
+        >>> idx.apply([("a", 2), ("b", 1), ("a", -1), ("c", -1)]), idx.top(5)
+        ([('c', -1)], [('b', 1), ('a', 1)])
+        """
         counts, index = self._counts, self._index
         negative = []
-        for song, delta in changes:
+        for key, delta in changes:
             if not delta:
                 continue
-            old = counts.get(song, 0)
+            old = counts.get(key, 0)
             new = old + delta
             self._total += delta
             if old > 0:
-                index.remove((old, song))
+                index.remove((old, key))
             if new > 0:
-                index.add((new, song))
+                index.add((new, key))
             if new:
-                counts[song] = new
+                counts[key] = new
             else:
-                del counts[song]
+                del counts[key]
             if new < 0:
-                negative.append((song, new))
+                negative.append((key, new))
         return negative
 
     def top(self, k: int) -> list[tuple[str, int]]:
-        """The first ``k`` songs in ranking order, as ``(song_id, count)``."""
+        """The first ``k`` keys in ranking order, as ``(key, count)``. O(log n + k).
+
+        >>> RetractableIndex({"a": 1, "b": 3, "c": 2}).top(2)
+        [('b', 3), ('c', 2)]
+        """
         n = len(self._index)
-        return [(s, c) for c, s in self._index.islice(max(0, n - k), n, reverse=True)]
+        return [(key, c) for c, key in self._index.islice(max(0, n - k), n, reverse=True)]
 
-    def count(self, song: str) -> int:
-        return self._counts.get(song, 0)
+    def count(self, key: str) -> int:
+        """The key's count (0 when it has none). O(1).
 
-    def rank(self, song: str) -> int | None:
-        """The song's 1-based place in ranking order; None unless its count is positive."""
-        count = self._counts.get(song, 0)
+        >>> RetractableIndex({"a": 3}).count("a"), RetractableIndex().count("a")
+        (3, 0)
+        """
+        return self._counts.get(key, 0)
+
+    def rank(self, key: str) -> int | None:
+        """The key's 1-based place in ranking order; None unless its count is positive. O(log n).
+
+        >>> idx = RetractableIndex({"a": 1, "b": 3, "c": -1})
+        >>> idx.rank("a"), idx.rank("b"), idx.rank("c")
+        (2, 1, None)
+        """
+        count = self._counts.get(key, 0)
         if count <= 0:
             return None
-        return len(self._index) - self._index.bisect_right((count, song)) + 1
+        return len(self._index) - self._index.bisect_right((count, key)) + 1
 
     def set_counts(self, counts: Mapping[str, int]) -> None:
-        """Make these songs' counts the given ones (0 removes a song)."""
+        """Make these keys' counts the given ones (0 removes a key). O(log n) per key.
+
+        >>> idx = RetractableIndex({"a": 1, "b": 3})
+        >>> idx.set_counts({"a": 4, "b": 0}); idx.top(5)
+        [('a', 4)]
+        """
         get = self._counts.get
-        self.apply((song, n - get(song, 0)) for song, n in counts.items())
+        self.apply((key, n - get(key, 0)) for key, n in counts.items())
 
     @property
     def total(self) -> int:
-        """Sum of all counts (negative ones included, so errors stay visible)."""
+        """Sum of all counts (negative ones included, so errors stay visible). O(1).
+
+        >>> RetractableIndex({"a": 3, "b": -1}).total
+        2
+        """
         return self._total
 
-    @property
-    def active_songs(self) -> int:
-        """Songs with a positive count: the ones that rank."""
+    def __len__(self) -> int:
+        """Keys with a positive count: the ones that rank. O(1).
+
+        >>> len(RetractableIndex({"a": 3, "b": -1}))
+        1
+        """
         return len(self._index)
 
     def counts(self) -> dict[str, int]:
-        """A copy of the non-zero counts, for snapshots and checks."""
+        """A copy of the non-zero counts, for snapshots and checks. O(n).
+
+        >>> RetractableIndex({"a": 3, "b": 0}).counts()
+        {'a': 3}
+        """
         return dict(self._counts)
+
+    def _check(self) -> None:
+        """The sorted list is sound and holds exactly the positive counts; no zero is kept;
+        ``total`` is their sum. O(n log n).
+
+        >>> RetractableIndex({"a": 3, "b": -1})._check()
+        """
+        self._index._check()
+        positive = {key: c for key, c in self._counts.items() if c > 0}
+        assert len(self._index) == len(positive), "the index holds exactly the positive counts"
+        assert all(positive.get(key) == c for c, key in self._index), "the index agrees with the count map"
+        assert 0 not in self._counts.values(), "a zero count is removed"
+        assert self._total == sum(self._counts.values()), "total is the sum of the counts"
 
 
 BoardKey = tuple[int, int, str]
-"""``(-score, reached_at, player_id)``: ascending order is a score board's ranking
-order (docs/semantics/boards.md section 4: score descending, then ``reached_at`` ascending, then
-``player_id`` ascending by code point, which is UTF-8 byte order)."""
+"""``(-score, reached_at, id)``: ascending order is :data:`SCORE_THEN_FIRST_REACHED`."""
 
 
-class BoardTop:
-    """The best ``capacity`` entries of one score board in one partition.
+class MonotoneTop:
+    """The best ``capacity`` entries ``(id, score, reached_at)`` of a table whose entries only
+    improve, in :data:`SCORE_THEN_FIRST_REACHED` order (see the module docstring). Built from
+    entries in O(n (log K + K)); ``changed`` tells the owner whether the top changed since it
+    last cleared it.
 
-    A score board's entries only ever move up: totals only grow, a best only rises,
-    and ``reached_at`` changes only with a rise or, at an equal score, to an earlier
-    time (docs/semantics/boards.md sections 3 and 4). So an entry pushed out of the top never has to
-    come back by itself: it returns with the change that raises it. That is why this
-    index keeps only ``capacity`` entries, not the whole board (10M players stay in
-    Redis and in the per-player stage, not here a third time). An entry that gets
-    worse breaks that argument: :meth:`offer` refuses it and says so.
-
-    >>> top = BoardTop(2)
+    >>> top = MonotoneTop(2)
     >>> for player, score, at in [("ana", 50, 10), ("bo", 50, 5), ("cy", 70, 9)]:
     ...     top.offer(player, score, at)
     True
@@ -119,6 +272,8 @@ class BoardTop:
 
     __slots__ = ("capacity", "changed", "_keys", "_index", "_floor")
 
+    order: ClassVar[RankOrder] = SCORE_THEN_FIRST_REACHED
+
     def __init__(self, capacity: int, entries: Iterable[tuple[str, int, int]] = ()) -> None:
         self.capacity = capacity
         self.changed = False  # whether the top changed since the owner last cleared this
@@ -127,23 +282,23 @@ class BoardTop:
         # ``bisect`` module and one memmove per change beat SortedList's Python layers (3x here)
         self._index: list[BoardKey] = []
         self._floor: BoardKey | None = None  # the last key held once the index is full
-        for player, score, reached_at in entries:
-            self.offer(player, score, reached_at)
+        for entry_id, score, reached_at in entries:
+            self.offer(entry_id, score, reached_at)
 
-    def offer(self, player: str, score: int, reached_at: int) -> bool:
-        """Take the player's new entry; False (and nothing changes) if it is worse than
-        the one held. O(log K) comparisons and an O(K) memmove.
+    def offer(self, entry_id: str, score: int, reached_at: int) -> bool:
+        """Take the entry's new value; False (and nothing changes) if it is worse than the one
+        held. One comparison below the top; O(log K) comparisons and an O(K) memmove into it.
 
-        >>> top = BoardTop(1)
+        >>> top = MonotoneTop(1)
         >>> top.offer("a", 5, 1), top.offer("a", 4, 1), top.top(1)
         (True, False, [('a', 5, 1)])
         """
         keys, floor = self._keys, self._floor
-        if floor is not None and -score > floor[0] and player not in keys:
+        if floor is not None and -score > floor[0] and entry_id not in keys:
             return True  # below the top: nothing to hold (the common case on a big board; no tuple built)
-        key = (-score, reached_at, player)
+        key = (-score, reached_at, entry_id)
         index = self._index
-        old = keys.get(player)
+        old = keys.get(entry_id)
         if old is not None:
             if key >= old:
                 return key == old
@@ -153,38 +308,48 @@ class BoardTop:
                 return True  # below the top
             del keys[index.pop()[2]]
         insort(index, key)
-        keys[player] = key
+        keys[entry_id] = key
         if len(index) >= self.capacity:
             self._floor = index[-1]
         self.changed = True
         return True
 
-    def top(self, n: int) -> list[tuple[str, int, int]]:
-        """The first ``n`` entries in ranking order, as ``(player_id, score, reached_at)``. O(n).
+    def top(self, k: int) -> list[tuple[str, int, int]]:
+        """The first ``k`` entries in ranking order, as ``(id, score, reached_at)``. O(k).
 
-        >>> BoardTop(3, [("b", 1, 0), ("a", 1, 0)]).top(1)
+        >>> MonotoneTop(3, [("b", 1, 0), ("a", 1, 0)]).top(1)
         [('a', 1, 0)]
         """
-        return [(p, -s, at) for s, at, p in self._index[:n]]
+        return [(entry_id, -s, at) for s, at, entry_id in self._index[:k]]
 
     def __len__(self) -> int:
+        """Entries held: at most ``capacity``. O(1).
+
+        >>> len(MonotoneTop(2, [("a", 1, 0), ("b", 2, 0), ("c", 3, 0)]))
+        2
+        """
         return len(self._index)
 
+    def _check(self) -> None:
+        """The held keys are strictly ascending, at most ``capacity``, the same as the id map's,
+        and the floor is the last of them once the top is full. O(K).
 
-class CountTop:
-    """The best ``capacity`` of a table of counts that mostly grow, in ranking order.
+        >>> MonotoneTop(2, [("a", 1, 0), ("b", 2, 0), ("c", 3, 0)])._check()
+        """
+        index = self._index
+        assert all(a < b for a, b in zip(index, index[1:])), "held keys strictly ascending"
+        assert len(index) <= max(self.capacity, 1), "at most capacity entries"
+        assert self._keys == {key[2]: key for key in index}, "the id map agrees with the held keys"
+        assert self._floor == (index[-1] if len(index) >= self.capacity else None), "the floor is the last held"
 
-    The order is :class:`SongIndex`'s (count descending, then key descending). The table
-    itself lives elsewhere (recent plays: ``state.window_rules.WindowCounts.counts``);
-    this holds only its top, as ascending ``(count, key)`` pairs, so a change below the
-    top costs a comparison, not an update of an index of every key. That is exact as
-    long as counts only grow: a key pushed out of the top comes back with the change that
-    raises it. A count that falls inside the top breaks that argument, so then the top is
-    taken again from the whole table, in O(table). Recent plays' counts fall only when a
-    bucket leaves the window (once a minute of event time).
+
+class RetakenTop:
+    """The best ``capacity`` of a table of counts held elsewhere, counts that mostly grow, in
+    :data:`COUNT_THEN_ID_DESCENDING` order (see the module docstring). Built from the table
+    in O(n log K).
 
     >>> counts = {"a": 3, "b": 1, "c": 2}
-    >>> top = CountTop(2, counts)
+    >>> top = RetakenTop(2, counts)
     >>> top.top(5)
     [('a', 3), ('c', 2)]
     >>> counts.update(b=4); top.update({"b": 4}, counts); top.top(5)
@@ -195,16 +360,26 @@ class CountTop:
 
     __slots__ = ("capacity", "_held", "_index")
 
-    def __init__(self, capacity: int, counts: Mapping[str, int] | None = None) -> None:
+    order: ClassVar[RankOrder] = COUNT_THEN_ID_DESCENDING
+
+    def __init__(self, capacity: int, counts: Mapping[Any, int] | None = None) -> None:
         self.capacity = capacity
-        self._held: dict[str, int] = {}  # key -> its count, for the keys in the top
-        self._index: list[tuple[int, str]] = []  # ascending: the first is the floor
+        self._held: dict[Any, int] = {}  # key -> its count, for the keys in the top
+        self._index: list[tuple[int, Any]] = []  # ascending: the first is the floor
         if counts:
             self._take_all(counts)
 
-    def update(self, changed: Mapping[str, int], counts: Mapping[str, int]) -> None:
+    def update(self, changed: Mapping[Any, int], counts: Mapping[Any, int]) -> None:
         """``changed``: keys whose count changed, with their counts now (0: gone); ``counts``:
-        the whole table after those changes."""
+        the whole table after those changes. One comparison per change below the top,
+        O(log K) comparisons and an O(K) memmove per change in it; O(n log K) when a count
+        falls inside the top (taken again from ``counts``).
+
+        >>> counts = {"a": 1}
+        >>> top = RetakenTop(1, counts)
+        >>> counts.update(b=2); top.update({"b": 2}, counts); top.top(1)
+        [('b', 2)]
+        """
         held, index, capacity = self._held, self._index, self.capacity
         for key, n in changed.items():
             old = held.get(key)
@@ -221,13 +396,46 @@ class CountTop:
                 if len(index) > capacity:
                     del held[index.pop(0)[1]]
 
-    def _take_all(self, counts: Mapping[str, int]) -> None:
+    def _take_all(self, counts: Mapping[Any, int]) -> None:
         best = heapq.nlargest(self.capacity, ((n, key) for key, n in counts.items() if n > 0))
         best.reverse()
         self._index = best
         self._held = {key: n for n, key in best}
 
-    def top(self, k: int) -> list[tuple[str, int]]:
-        """The first ``k`` keys in ranking order, as ``(key, count)``."""
+    def top(self, k: int) -> list[tuple[Any, int]]:
+        """The first ``k`` keys in ranking order, as ``(key, count)``. O(k).
+
+        >>> RetakenTop(3, {("w", "b"): 2, ("w", "a"): 2}).top(1)
+        [(('w', 'b'), 2)]
+        """
         index = self._index
         return [(key, n) for n, key in reversed(index[max(0, len(index) - k):])]
+
+    def __len__(self) -> int:
+        """Keys held: at most ``capacity``. O(1).
+
+        >>> len(RetakenTop(2, {"a": 1, "b": 2, "c": 3}))
+        2
+        """
+        return len(self._index)
+
+    def _check(self, counts: Mapping[Any, int] | None = None) -> None:
+        """The held pairs are strictly ascending, positive, at most ``capacity`` and the same as
+        the key map's; with the table, ``counts``, they are its best: each agrees with it, and
+        any key not held ranks below the floor (none is left out while there is room). O(n).
+
+        >>> counts = {"a": 1, "b": 2, "c": 3}
+        >>> RetakenTop(2, counts)._check(counts)
+        """
+        index = self._index
+        assert all(a < b for a, b in zip(index, index[1:])), "held pairs strictly ascending"
+        assert all(n > 0 for n, _ in index), "only positive counts are held"
+        assert len(index) <= self.capacity, "at most capacity keys"
+        assert self._held == {key: n for n, key in index}, "the key map agrees with the held pairs"
+        if counts is None:
+            return
+        assert all(counts.get(key) == n for n, key in index), "the held counts are the table's"
+        below = [(n, key) for key, n in counts.items() if n > 0 and key not in self._held]
+        if below:
+            assert len(index) == self.capacity, "no key is left out while there is room"
+            assert not index or max(below) < index[0], "no key left out ranks above the floor"

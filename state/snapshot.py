@@ -1,17 +1,12 @@
-"""Published snapshots: the global top K from local lists, and what a snapshot holds.
+"""Published snapshots: what a listener snapshot holds, and what every flow's snapshot shares.
 
-The merge rests on one argument from the design: a song missing from its
-partition's local top K already has K songs ahead of it in that partition, and they
-are ahead of it globally too. So the P local top-K lists (P x K candidates) contain
-the global top K, and a size-K selection over them is exact. It needs complete
-counts: a split song's partials are added up first and enter as one more candidate
-list, never through the local lists.
+Its top ``K_max`` comes from the song partitions' local tops by
+``state.ranking_index.merge_local_tops``.
 """
 
 from __future__ import annotations
 
-import heapq
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 SNAPSHOT_ID_RUN_FACTOR = 1_000_000_000
@@ -23,15 +18,6 @@ def snapshot_id(run_token: int, epoch: int) -> int:
     if not 0 < epoch < SNAPSHOT_ID_RUN_FACTOR:
         raise ValueError(f"epoch {epoch} out of range for a snapshot id")
     return run_token * SNAPSHOT_ID_RUN_FACTOR + epoch
-
-
-def merge_local_tops(local_tops: Iterable[list[tuple[str, int]]], k: int) -> list[tuple[str, int]]:
-    """The global top ``k`` of complete song partitions, in ranking order.
-
-    Ranking order is count descending, then song_id descending (docs/semantics/listeners.md 4).
-    """
-    candidates = ((count, song) for top in local_tops for song, count in top)
-    return [(song, count) for count, song in heapq.nlargest(k, candidates)]
 
 
 class Gauge(NamedTuple):

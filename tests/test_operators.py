@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from rankflow.connectors.source_batch import SourceBatch
-from rankflow.operators.merger import MergerLogic, PositionReport
+from rankflow.operators.merger import MergerLogic, PartitionReport, PositionReport
 from rankflow.operators.parse import ParsedBatch
 from rankflow.operators.routing import SPLIT_MARKER, tick
 from rankflow.operators.song_counter import SongCounterLogic
@@ -47,6 +47,20 @@ def test_merger_flags_a_broken_invariant_and_waits_for_all_partitions():
     [snap] = merger.on_batch([("1", c1.on_eof()[0][0])])[0]
     assert snap.snapshot_id == 7_000_000_001
     assert snap.errors == ["invariant violated: total_listeners 1 != counted_users 0"]
+
+
+def test_split_songs_enter_the_top_in_ranking_order_whatever_order_their_partials_come_in():
+    """A split song's count is the sum of its partials over the partitions; those sums are
+    one more list for the merge of local tops, which must be in ranking order first."""
+    def report(top, partials):
+        total = sum(c for _, c in top) + sum(partials.values())
+        return PartitionReport(1, top, partials, total, total, len(top), [], {}, False, 0.0)
+    merger = MergerLogic.for_songs(song_partitions=2, k_max=4, run_token=1)
+    merger.on_batch([PositionReport(1, "f", 9)])
+    merger.on_batch([("0", report([("b", 5)], {"x": 1, "y": 2, "z": 6}))])
+    [snap] = merger.on_batch([("1", report([("a", 2)], {"x": 1, "y": 2}))])[0]
+    assert snap.items == [("z", 6), ("b", 5), ("y", 4), ("x", 2)]
+    assert snap.split_songs == ["x", "y", "z"] and snap.errors == []
 
 
 def parsed(events: list[PlaybackEvent], partition: str = "f", epoch: int = 1) -> ParsedBatch:
