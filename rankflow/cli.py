@@ -58,6 +58,15 @@ class _Parser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
+def _products(text: str) -> tuple[str, ...]:
+    """``--products``: names of products, each once, in the registry's order."""
+    names = {name for name in text.split(",") if name}
+    unknown = sorted(names - set(products.PRODUCTS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected products among {', '.join(products.PRODUCTS)}, got {text!r}")
+    return tuple(name for name in products.PRODUCTS if name in names)
+
+
 def _version() -> str:
     """The installed package's version (``pyproject.toml``)."""
     from importlib.metadata import PackageNotFoundError, version
@@ -231,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-connections", type=_positive, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                     help="connections served at once (event streams too); a request on one more is answered 503 "
                          "(default: %(default)s)")
+    sv.add_argument("--products", type=_products, default=tuple(products.PRODUCTS), metavar="NAME,...",
+                    help=f"the products whose routes are served: {', '.join(products.PRODUCTS)} "
+                         "(default: all of them)")
     _add_redis(sv)
 
     bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
@@ -452,7 +464,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
                         ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index,
-                        body_timeout_ms=args.body_timeout_ms)
+                        body_timeout_ms=args.body_timeout_ms, products=args.products)
     problem = cannot_listen(args.host, args.port)
     if problem is not None:  # else uvicorn logs a traceback-sized error, or listens on another port
         raise UsageError(f"--host/--port: {problem}")
