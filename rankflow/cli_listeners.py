@@ -75,28 +75,15 @@ def recent_view(snap: dict[str, Any], k: int, stale: bool, age_ms: int | None) -
 
 
 def print_recent_table(view: dict[str, Any]) -> None:
-    published = datetime.fromtimestamp(view["published_at"] / 1000, tz=timezone.utc)
-    table = Table()
-    table.add_column("rank", justify="right")
-    table.add_column("song_id")
-    table.add_column("plays", justify="right")
-    for item in view["items"]:
-        table.add_row(str(item["rank"]), item["song_id"], f"{item['plays']:,}")
-    console = Console()
-    if view["stale"]:
-        console.print(f"STALE: this ranking is {view['age_ms'] / 1000:.0f}s old", style="bold red")
     span = "" if view["watermark"] is None else f" in the last {(view['window_end'] - view['window_start']) // 60_000} " \
         "minutes"
-    console.print(f"Top {len(view['items'])} songs by plays{span}", style="bold")
-    console.print(table)
     if view["watermark"] is None:
         window = "no event time yet"
     else:
         window = (f"window {_event_time(view['window_start'])} to {_event_time(view['window_end'])} UTC "
                   f"(event time), watermark {_event_time(view['watermark'])}")
-    positions = ", ".join(f"{p}: {o:,}" for p, o in sorted(view["positions"].items()))
-    console.print(f"{window}; snapshot {view['snapshot_id']} published {published:%Y-%m-%d %H:%M:%S} UTC; "
-                  f"input through {positions}", soft_wrap=True, highlight=False)
+    _print_songs(view, "plays", f"songs by plays{span}", f"{window}; snapshot {view['snapshot_id']} published "
+                 f"{_published(view)} UTC; input through {_positions(view)}")
 
 
 def _event_time(ms: int) -> str:
@@ -108,19 +95,30 @@ def _event_time(ms: int) -> str:
 
 
 def print_table(view: dict[str, Any]) -> None:
-    published = datetime.fromtimestamp(view["published_at"] / 1000, tz=timezone.utc)
+    _print_songs(view, "listeners", "songs by current listeners",
+                 f"snapshot {view['snapshot_id']} published {_published(view)} UTC; {view['total_listeners']:,} "
+                 f"listeners in all; input through {_positions(view)}")
+
+
+def _print_songs(view: dict[str, Any], column: str, what: str, footer: str) -> None:
+    """A table of ``view``'s songs and their ``column``, under "Top N ``what``", then ``footer``."""
     table = Table()
     table.add_column("rank", justify="right")
     table.add_column("song_id")
-    table.add_column("listeners", justify="right")
+    table.add_column(column, justify="right")
     for item in view["items"]:
-        table.add_row(str(item["rank"]), item["song_id"], f"{item['listeners']:,}")
+        table.add_row(str(item["rank"]), item["song_id"], f"{item[column]:,}")
     console = Console()
     if view["stale"]:
         console.print(f"STALE: this ranking is {view['age_ms'] / 1000:.0f}s old", style="bold red")
-    console.print(f"Top {len(view['items'])} songs by current listeners", style="bold")
+    console.print(f"Top {len(view['items'])} {what}", style="bold")
     console.print(table)
-    positions = ", ".join(f"{p}: {o:,}" for p, o in sorted(view["positions"].items()))
-    console.print(f"snapshot {view['snapshot_id']} published {published:%Y-%m-%d %H:%M:%S} UTC; "
-                  f"{view['total_listeners']:,} listeners in all; input through {positions}",
-                  soft_wrap=True, highlight=False)
+    console.print(footer, soft_wrap=True, highlight=False)
+
+
+def _published(view: dict[str, Any]) -> str:
+    return f"{datetime.fromtimestamp(view['published_at'] / 1000, tz=timezone.utc):%Y-%m-%d %H:%M:%S}"
+
+
+def _positions(view: dict[str, Any]) -> str:
+    return ", ".join(f"{p}: {o:,}" for p, o in sorted(view["positions"].items()))

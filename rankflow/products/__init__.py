@@ -13,7 +13,7 @@ which flow runs asks its :class:`Product` here instead of comparing flow names:
 * what its recovery directory records (:meth:`Product.layout`);
 * what a rebuild checks before switching (:meth:`Product.rebuild_problem`);
 * its summary line (:meth:`Product.counts`), its reader commands
-  (:meth:`Product.add_readers`) and its HTTP routes (:meth:`Product.routers`).
+  (:attr:`Product.readers`) and its HTTP routes (:attr:`Product.routes`).
 
 The product modules import their flows, readers and routes when asked, so the
 command line starts without importing every flow. A new product is one module
@@ -23,6 +23,7 @@ beside these three and one entry in :data:`PRODUCTS`.
 from __future__ import annotations
 
 import argparse
+import importlib
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -76,6 +77,10 @@ class Product:
     title: str = ""  # what it ranks, for --help
     options: tuple[Option, ...] = ()
     k_max: int = 100  # K_max when --k-max is not given
+    readers: tuple[tuple[str, str, str], ...] = ()
+    """Its reader commands: (module, command, handler); the module has ``add_parser(sub, add_redis)``."""
+    routes: tuple[str, ...] = ()
+    """The modules of its HTTP routes, each with a ``router``."""
 
     def namespace(self, namespace: str) -> str:
         """Where it publishes for ``--namespace namespace``."""
@@ -99,6 +104,19 @@ class Product:
                    dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
         raise NotImplementedError
 
+    def sink(self, opts: RunOptions, token: int, generation: int, live: bool, state: Any = None) -> Sink:
+        """The publisher of its snapshots into its namespace; ``state``: what makes its Redis
+        state (``RedisSnapshotSink``), the listener flow's by default."""
+        from rankflow.connectors.redis_publish import RedisSnapshotSink
+
+        extra = {} if state is None else {"state": state}
+        return RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, **extra)
+
+    @staticmethod
+    def engine(opts: RunOptions, token: int) -> dict[str, Any]:
+        """What every flow builder takes alike: its K, its run token, whether it is recoverable."""
+        return {"k_max": opts.top_k, "run_token": token, "recoverable": opts.recovery_dir is not None}
+
     def rebuild_problem(self, final: dict[str, Any]) -> str | None:
         """What makes a rebuilt final snapshot unsound beyond errors (None: nothing)."""
         return None
@@ -108,12 +126,17 @@ class Product:
         return ""
 
     def add_readers(self, sub: Any, add_redis: AddRedis) -> dict[str, Command]:
-        """Add its reader commands to the command line; their handlers by command name."""
-        return {}
+        """Add its reader commands to the command line (:attr:`readers`); their handlers by command name."""
+        commands = {}
+        for module_name, command, handler in self.readers:
+            module = importlib.import_module(module_name)
+            module.add_parser(sub, add_redis)
+            commands[command] = getattr(module, handler)
+        return commands
 
     def routers(self) -> list[APIRouter]:
-        """Its HTTP routes (``rankflow serve``)."""
-        return []
+        """Its HTTP routes (``rankflow serve``): the ``router`` of each module of :attr:`routes`."""
+        return [importlib.import_module(name).router for name in self.routes]
 
 
 def _load() -> dict[str, Product]:

@@ -8,19 +8,20 @@ from typing import TYPE_CHECKING, Any
 from rankflow.arg_types import not_negative, positive
 from rankflow.connectors.activity_staging import STAGE_BUDGET
 from rankflow.errors import UsageError
-from rankflow.products import AddRedis, Command, Option, Product
+from rankflow.products import Option, Product
 
 if TYPE_CHECKING:
     from bytewax.dataflow import Dataflow
     from bytewax.inputs import Source
     from bytewax.outputs import Sink
-    from fastapi import APIRouter
 
     from rankflow.options import RunOptions
 
 class Activity(Product):
     name = "activity"
     title = "most active channels in a sliding window"
+    readers = (("rankflow.cli_activity", "activity", "cmd_activity"),)
+    routes = ("rankflow.api.activity",)
     options = (
         Option(("--bucket-seconds",), "bucket_seconds", type=positive, metavar="S",
                help="the width of a time bucket (default: %(default)s)"),
@@ -67,40 +68,25 @@ class Activity(Product):
         from functools import partial
 
         from rankflow.connectors.redis_activity import ActivityState
-        from rankflow.connectors.redis_publish import RedisSnapshotSink
         from rankflow.flows.activity import build_flow
         from rankflow.recovery import window_changelog
 
         return build_flow(
             source,
             dead_letter,
-            RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live,
-                              state=partial(ActivityState, opts.stage_at)),
+            self.sink(opts, token, generation, live, state=partial(ActivityState, opts.stage_at)),
             partitions=opts.song_partitions,
-            k_max=opts.top_k,
-            run_token=token,
             bucket_ms=opts.bucket_seconds * 1000,
             window_buckets=opts.window_buckets,
             mode=opts.count,
             idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
             summary=opts.global_summary,
-            recoverable=opts.recovery_dir is not None,
             changelog=window_changelog(opts.recovery_dir),
+            **self.engine(opts, token),
         )
 
     def counts(self, final: dict[str, Any]) -> str:
         return f"{final['active_pairs']} active channels, watermark {final['watermark']}, "
-
-    def add_readers(self, sub: Any, add_redis: AddRedis) -> dict[str, Command]:
-        from rankflow import cli_activity
-
-        cli_activity.add_parser(sub, add_redis)
-        return {"activity": cli_activity.cmd_activity}
-
-    def routers(self) -> list[APIRouter]:
-        from rankflow.api import activity
-
-        return [activity.router]
 
 
 PRODUCT = Activity()

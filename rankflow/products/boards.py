@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from rankflow.errors import ServiceError, UsageError
-from rankflow.products import AddRedis, Command, Option, Product
+from rankflow.products import Option, Product
 from rankflow.products.listeners import USER_SHARDS
 
 if TYPE_CHECKING:
@@ -16,7 +16,6 @@ if TYPE_CHECKING:
     from bytewax.dataflow import Dataflow
     from bytewax.inputs import Source
     from bytewax.outputs import Sink
-    from fastapi import APIRouter
 
     from rankflow.options import RunOptions
 
@@ -42,6 +41,8 @@ def signing_key(option: str | None, environ: Mapping[str, str]) -> bytes | None:
 class Boards(Product):
     name = "boards"
     title = "game score boards"
+    readers = (("rankflow.cli_boards", "boards", "cmd_boards"),)
+    routes = ("rankflow.api.match_results", "rankflow.api.boards", "rankflow.api.board_stream")
     options = (
         Option(("--signing-key",), "signing_key", metavar="HEX",
                resolve=lambda given: signing_key(given, os.environ),
@@ -86,35 +87,20 @@ class Boards(Product):
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
                    dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
         from rankflow.connectors.redis_boards import BoardsState
-        from rankflow.connectors.redis_publish import RedisSnapshotSink
         from rankflow.flows.boards import build_flow
         from rankflow.recovery import user_changelog
 
         return build_flow(
             source,
             dead_letter,
-            RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live,
-                              state=lambda: BoardsState(complete=fresh or republish)),
+            self.sink(opts, token, generation, live, state=lambda: BoardsState(complete=fresh or republish)),
             board_partitions=opts.song_partitions,
-            k_max=opts.top_k,
             signing_key=opts.signing_key,
             user_shards=opts.user_shards,
-            run_token=token,
-            recoverable=opts.recovery_dir is not None,
             user_changelog=user_changelog(opts.recovery_dir),
             republish=republish,
+            **self.engine(opts, token),
         )
-
-    def add_readers(self, sub: Any, add_redis: AddRedis) -> dict[str, Command]:
-        from rankflow import cli_boards
-
-        cli_boards.add_parser(sub, add_redis)
-        return {"boards": cli_boards.cmd_boards}
-
-    def routers(self) -> list[APIRouter]:
-        from rankflow.api import board_stream, boards, match_results
-
-        return [match_results.router, boards.router, board_stream.router]
 
 
 PRODUCT = Boards()

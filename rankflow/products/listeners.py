@@ -7,13 +7,12 @@ from typing import TYPE_CHECKING, Any
 
 from rankflow.arg_types import comma_list, not_negative, positive
 from rankflow.errors import UsageError
-from rankflow.products import AddRedis, Command, Option, Product
+from rankflow.products import Option, Product
 
 if TYPE_CHECKING:
     from bytewax.dataflow import Dataflow
     from bytewax.inputs import Source
     from bytewax.outputs import Sink
-    from fastapi import APIRouter
 
     from rankflow.operators.user_stage import SweeperConfig
     from rankflow.options import RunOptions
@@ -28,6 +27,8 @@ USER_SHARDS = Option(
 class Listeners(Product):
     name = "listeners"
     title = "songs by current listeners"
+    readers = (("rankflow.cli_listeners", "top", "cmd_top"),)
+    routes = ("rankflow.api.ingest", "rankflow.api.rankings")
     options = (
         USER_SHARDS,
         Option(("--hot-threshold",), "hot_threshold", type=float, metavar="N",
@@ -63,7 +64,6 @@ class Listeners(Product):
 
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
                    dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
-        from rankflow.connectors.redis_publish import RedisSnapshotSink
         from rankflow.flows.listeners import build_flow
         from rankflow.operators.routing import HOT_SONGS
         from rankflow.recovery import user_changelog
@@ -72,16 +72,14 @@ class Listeners(Product):
         return build_flow(
             source,
             dead_letter,
-            RedisSnapshotSink(opts.redis_url, opts.namespace, token, generation, live),
+            self.sink(opts, token, generation, live),
             song_partitions=opts.song_partitions,
-            k_max=opts.top_k,
             user_shards=opts.user_shards,
-            run_token=token,
-            recoverable=opts.recovery_dir is not None,
             user_changelog=user_changelog(opts.recovery_dir),
             recent_minutes=opts.recent_minutes,
             idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
             sweeper=sweeper_config(opts),
+            **self.engine(opts, token),
         )
 
     def rebuild_problem(self, final: dict[str, Any]) -> str | None:
@@ -92,16 +90,6 @@ class Listeners(Product):
     def counts(self, final: dict[str, Any]) -> str:
         return f"{final['total_listeners']} listeners on {final['active_songs']} songs, "
 
-    def add_readers(self, sub: Any, add_redis: AddRedis) -> dict[str, Command]:
-        from rankflow import cli_listeners
-
-        cli_listeners.add_parser(sub, add_redis)
-        return {"top": cli_listeners.cmd_top}
-
-    def routers(self) -> list[APIRouter]:
-        from rankflow.api import ingest, rankings
-
-        return [ingest.router, rankings.router]
 
 
 def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
