@@ -25,7 +25,7 @@ from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.execution import stop_signal, tune_gc
-from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, FLOWS, SIGNING_KEY_ENV, RunOptions,
+from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, SIGNING_KEY_ENV, RunOptions,
                               ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
                               default_redis_url, redacted)
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
@@ -91,7 +91,7 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str
     _add_redis(p)
     p.add_argument("--dead-letter", default=dead_letter, metavar="URI",
                    help="where invalid events go: jsonl:PATH or kafka:HOST:PORT/TOPIC (default: %(default)s)")
-    p.add_argument("--flow", choices=FLOWS, default=products.DEFAULT,
+    p.add_argument("--flow", choices=tuple(products.PRODUCTS), default=products.DEFAULT,
                    help="; ".join(f"{p.name}: {p.title}" for p in products.PRODUCTS.values())
                         + " (default: %(default)s)")
     p.add_argument("--song-partitions", "--partitions", type=_positive, default=16, metavar="P",
@@ -127,7 +127,7 @@ def _add_product_options(p: argparse.ArgumentParser, command: str) -> None:
         group = p.add_argument_group(f"--flow {product.name}", f"{product.title}; refused with another --flow")
         for option in mine:
             others = [q.name for q in owners[option.dest] if q is not product]
-            option.add_to(group, defaults[option.dest].default,
+            option.add_to(group, defaults[option.dest].default if option.dest in defaults else option.default,
                           also=" or ".join(f"--flow {name}" for name in others))
             added.add(option.dest)
 
@@ -373,6 +373,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
     (ignored, it would silently not do what its user meant)."""
     given = vars(args)
     products.refuse_foreign(args.flow, [dest for dest in products.owners() if dest in given])
+    own = products.product_values(args.flow, given)
     addresses = getattr(args, "addresses", None)
     return RunOptions(
         processes=getattr(args, "processes", 1), process_id=getattr(args, "process_id", None),
@@ -382,7 +383,8 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
         max_line_bytes=args.max_line_bytes, flow=args.flow, idle_timeout_s=args.idle_timeout,
-        **products.product_values(args.flow, given),
+        **{k: v for k, v in own.items() if k in RunOptions.__dataclass_fields__},
+        extra={k: v for k, v in own.items() if k not in RunOptions.__dataclass_fields__},
     )
 
 

@@ -12,6 +12,7 @@ import os
 import stat
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
@@ -165,6 +166,7 @@ class RunOptions:
     # and the listener flow's recent plays)
     recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
     idle_timeout_ms: int = 0  # listeners, live Kafka runs: the sweeper's T (docs/semantics/listeners.md 6); 0: no sweeper
+    extra: dict[str, Any] = field(default_factory=dict)  # options of a product that have no field here, by dest
 
     @property
     def top_k(self) -> int:
@@ -194,6 +196,12 @@ class RunOptions:
     def product(self) -> products.Product:
         """The product ``flow`` names (``rankflow.products``)."""
         return products.get(self.flow)
+
+    def option(self, dest: str) -> Any:
+        """The value of the product option ``dest``: its field, or what ``extra`` holds (else its default)."""
+        if dest in RunOptions.__dataclass_fields__:
+            return getattr(self, dest)
+        return self.extra.get(dest, next(o.default for o in self.product.options if o.dest == dest))
 
     def check(self) -> None:
         """Refuse options a run cannot start with: the shared ones here, the flow's own by its
@@ -233,6 +241,6 @@ def changed_fields(opts: RunOptions) -> list[str]:
     changed = []
     for f in fields(opts):
         default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
-        if default is not MISSING and getattr(opts, f.name) != default:
+        if default is not MISSING and getattr(opts, f.name) != default and f.name != "extra":
             changed.append(f.name)
-    return changed
+    return changed + list(opts.extra)

@@ -78,3 +78,36 @@ def test_the_command_line_imports_no_flow_to_start():
             "print(sorted(m for m in sys.modules if m.startswith('rankflow.flows')))")
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stdout.strip() == "[]", (r.stdout, r.stderr)
+
+
+class Fourth(products.Product):
+    """A product the registry did not ship with: one class and one entry."""
+
+    name = "fourth"
+    title = "a fourth ranking"
+    options = (products.Option(("--fourth-width",), "fourth_width", type=int, metavar="W", default=3,
+                               help="its own option (default: %(default)s)"),)
+    k_max = 7
+
+    def namespace(self, namespace: str) -> str:
+        return f"{namespace}:fourth"
+
+
+def test_a_fourth_product_is_one_class_and_one_entry(monkeypatch):
+    """Registered, a product has its --flow, its options grouped in --help (with a default though
+    ``RunOptions`` has no field for it), its namespace and K, and its option is refused elsewhere."""
+    from rankflow.cli import _run_options, build_parser
+    from rankflow.options import UsageError
+
+    monkeypatch.setitem(products.PRODUCTS, "fourth", Fourth())
+    parser = build_parser()
+    opts = _run_options(parser.parse_args(["run", "--flow", "fourth", "--input", "jsonl:x", "--fourth-width", "9"]))
+    opts.check()
+    assert opts.extra == {"fourth_width": 9} and opts.option("fourth_width") == 9
+    assert opts.redis_namespace == "rankflow:fourth" and opts.top_k == 7
+    plain = _run_options(parser.parse_args(["run", "--flow", "fourth", "--input", "jsonl:x"]))
+    assert plain.option("fourth_width") == 3
+    with pytest.raises(UsageError, match="--fourth-width is an option of --flow fourth, not of --flow boards"):
+        _run_options(parser.parse_args(["run", "--flow", "boards", "--input", "jsonl:x", "--fourth-width", "9"]))
+    run = next(a for a in parser._actions if a.dest == "command").choices["run"]
+    assert "--flow fourth:\n  a fourth ranking" in run.format_help() and "(default: 3)" in run.format_help()

@@ -60,6 +60,9 @@ class Option:
     commands: tuple[str, ...] = ("run", "rebuild")
     resolve: Callable[[Any], Any] | None = None
     note: str = ""
+    default: Any = None
+    """The default of an option that is no ``RunOptions`` field (a new product's, kept in
+    ``RunOptions.extra``); the field's default otherwise."""
 
     def add_to(self, group: Any, default: Any, also: str = "") -> None:
         """Add to ``group`` with no default (``argparse.SUPPRESS``): what a command was given is what
