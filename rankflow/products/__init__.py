@@ -16,8 +16,14 @@ which flow runs asks its :class:`Product` here instead of comparing flow names:
   (:attr:`Product.readers`) and its HTTP routes (:attr:`Product.routes`).
 
 The product modules import their flows, readers and routes when asked, so the
-command line starts without importing every flow. A new product is one module
-beside these three and one entry in :data:`PRODUCTS`.
+command line starts without importing every flow.
+
+A new product is one module beside these three and one entry in :func:`_load`: a
+:class:`Product` subclass naming its options (kept in ``RunOptions.extra`` when they
+have no field there), its namespace, its checks, its layout, its flow builder, its
+readers and routes by module name. What it names is its own code, as for the three:
+its flow (``flows/``), its snapshot type with its ``gauges()`` and its Redis state
+(``state/``, ``connectors/``), its reader command module and its API router module.
 """
 
 from __future__ import annotations
