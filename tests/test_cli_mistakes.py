@@ -394,3 +394,10 @@ def test_help_groups_the_options_per_product(command):
     text = sub.format_help()
     assert "--flow listeners:" in text and "--flow boards:" in text and "--flow activity:" in text
     assert "(also --flow boards)" in text  # --user-shards
+
+
+def test_the_services_command_takes_no_abbreviations(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rankflow.services", "start", "redis", "--dir", str(tmp_path), "--po", "1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unrecognized arguments: --po" in r.stderr, r.stderr
+    assert not (tmp_path / "redis.pid").exists()
