@@ -45,122 +45,69 @@ holding ``/channels/`` is read with the query forms). The query forms, for any i
   ``GET /activity/stream?workspace=WS``: the same answers and errors as the path forms.
 
 Each query is one script call on the async Redis client: the event loop never waits on
-Redis. The streams share one watcher per process (:class:`ActivityWatch`, one small
-script call per poll interval) and, per snapshot and workspace, one read of its top 10
-(:class:`SharedTops`), however many subscribers there are.
+Redis. The streams (``api.sse``) share one watcher per process
+(``api.activity_watch.ActivityWatch``, one small script call per poll interval) and, per
+snapshot and workspace, one read of its top 10 (``api.shared_cache.SharedTops``), however
+many subscribers there are.
 
 Snapshot documents may hold integers beyond 64 bits (a watermark: docs/semantics/windows.md 1 sets no
 upper bound on ``ts``), which orjson cannot write: such an answer is written by the
-stdlib ``json`` (:func:`activity_json`), exactly.
+stdlib ``json`` (``api.responses.json_response``), exactly.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
-import orjson
-import redis
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
-from starlette.convertors import Convertor, register_url_convertor
 
-from rankflow.api.boards import UsageErrorsAre400
-from rankflow.api.store import Polling
-from rankflow.connectors.activity_read import ActivityMoving, AsyncActivityReader, NoCount, NoSnapshot
+from rankflow.api import sse
+from rankflow.api.activity_watch import UNAVAILABLE
+from rankflow.api.paths import register_id
+from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
+from rankflow.api.shared_cache import SharedTops
+from rankflow.api.watch import Watched
+from rankflow.connectors.activity_read import AsyncActivityReader, NoCount, NoSnapshot
+from rankflow.connectors.redis_publish import dumps_document
 
 log = logging.getLogger("rankflow.api")
 
 router = APIRouter(route_class=UsageErrorsAre400)  # a k FastAPI cannot read is a 400 too, never a 422
 
 TOP = 10
-STREAM_MIN_INTERVAL_S = 1.0
-KEEPALIVE_S = 15.0
-DISCONNECT_CHECK_S = 1.0  # a gone client is noticed within this, even when nothing changes
-MAX_SHARED_TOPS = 10_000
-"""Stream tops kept for one snapshot (one per workspace streamed); past this they start over."""
 
-UNAVAILABLE = (redis.RedisError, OSError, ActivityMoving)
-"""What makes an activity query a ``503`` besides :class:`NoSnapshot`: Redis cannot be
-reached, or a rebuild kept switching the generation during the query."""
+ERRORS = Errors("activity", "the activity rankings", {
+    Failure.USAGE: (ValueError,), Failure.MISSING: (NoCount,), Failure.NOT_PUBLISHED: (NoSnapshot,),
+    Failure.UNREACHABLE: UNAVAILABLE}, {
+    400: "a usage error: k outside 1..K_max (the snapshot's k_max) or not an integer; "
+         "in a query form, an id missing or empty",
+    404: "the channel has no count in the snapshot's window",
+    503: "no activity snapshot published yet, or Redis cannot be reached",
+})
 
-ERRORS: dict[int | str, dict[str, Any]] = {
-    400: {"description": "a usage error: k outside 1..K_max (the snapshot's k_max) or not an integer; "
-                         "in a query form, an id missing or empty"},
-    404: {"description": "the channel has no count in the snapshot's window"},
-    503: {"description": "no activity snapshot published yet, or Redis cannot be reached"},
-}
+Question = Callable[[AsyncActivityReader], Awaitable[dict[str, Any]]]
 
 
 def k_query() -> Any:
     return Query(TOP, description="how many items, 1..K_max (the snapshot's k_max)")
 
 
-class WorkspaceIdConvertor(Convertor[str]):
-    """``{workspace:workspace}``: a workspace id that may hold ``/`` (docs/semantics/windows.md 1 allows any
-    characters): the shortest match the rest of the route still fits, as the boards' game
-    ids (``api.boards.GameIdConvertor``)."""
-
-    regex = ".+?"
-
-    def convert(self, value: str) -> str:
-        return value
-
-    def to_string(self, value: str) -> str:
-        return value
+# ``{workspace:workspace}``: a workspace id that may hold ``/`` (docs/semantics/windows.md 1 allows any
+# characters): the shortest match the rest of the route still fits, as the boards' game ids.
+register_id("workspace", ".+?")
 
 
-register_url_convertor("workspace", WorkspaceIdConvertor())
-
-
-def dumps(body: Any) -> bytes:
-    """``body`` as JSON: orjson, or the stdlib for an integer beyond 64 bits (a watermark).
-
-    >>> dumps({"watermark": 10**20, "id": "é"})
-    b'{"watermark":100000000000000000000,"id":"\xc3\xa9"}'
-    """
-    try:
-        return orjson.dumps(body)
-    except TypeError:  # orjson.JSONEncodeError: "Integer exceeds 64-bit range"
-        return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
-
-
-def activity_json(body: Any, status: int = 200) -> Response:
-    return Response(dumps(body), status_code=status, media_type="application/json")
-
-
-def error(status: int, message: str) -> Response:
-    return activity_json({"error": message}, status)
-
-
-async def ask(request: Request,
-              query: Callable[[AsyncActivityReader], Awaitable[dict[str, Any]]]) -> dict[str, Any] | Response:
+async def ask(request: Request, query: Question) -> dict[str, Any] | Response:
     """The reader's answer, or the error response its failure calls for."""
-    reader: AsyncActivityReader = request.app.state.activity
-    try:
-        return await query(reader)
-    except ValueError as exc:
-        return error(400, str(exc))
-    except NoCount as exc:
-        return error(404, str(exc))
-    except NoSnapshot as exc:
-        return error(503, str(exc))
-    except UNAVAILABLE as exc:
-        return unreachable(exc)
+    return await ERRORS.ask(request.app.state.activity, query)
 
 
-async def answer(request: Request, query: Callable[[AsyncActivityReader], Awaitable[dict[str, Any]]]) -> Response:
-    got = await ask(request, query)
-    return got if isinstance(got, Response) else activity_json(got)
-
-
-def unreachable(exc: BaseException) -> Response:
-    log.warning("activity query failed: %r", exc)
-    return error(503, f"cannot read the activity rankings from Redis: {exc}")
+async def answer(request: Request, query: Question) -> Response:
+    return await ERRORS.answer(request.app.state.activity, query)
 
 
 def with_lags(snapshot: dict[str, Any], now_ms: int) -> dict[str, Any]:
@@ -177,184 +124,94 @@ def with_lags(snapshot: dict[str, Any], now_ms: int) -> dict[str, Any]:
 # -- the routes: the global top first, so that "global" there is never taken for a workspace --
 
 @router.get("/activity", summary="The current activity snapshot: its window, watermark and the watermark's lag",
-            responses={503: ERRORS[503]})
+            responses=ERRORS.openapi(503))
 async def current(request: Request) -> Response:
     got = await ask(request, lambda reader: reader.snapshot())
-    return got if isinstance(got, Response) else activity_json(with_lags(got, int(time.time() * 1000)))
+    return got if isinstance(got, Response) else json_response(with_lags(got, int(time.time() * 1000)))
 
 
 @router.get("/activity/global/top", summary="The most active channels across workspaces (docs/semantics/windows.md 4)",
-            responses={k: ERRORS[k] for k in (400, 503)})
+            responses=ERRORS.openapi(400, 503))
 async def global_top(request: Request, k: int = k_query()) -> Response:
     return await answer(request, lambda reader: reader.global_top(k))
 
 
 @router.get("/activity/top", summary="A workspace's most active channels, the workspace id in the query (any id)",
-            responses={k: ERRORS[k] for k in (400, 503)})
+            responses=ERRORS.openapi(400, 503))
 async def top_by_query(request: Request, workspace: str = Query(..., min_length=1, description="the workspace id"),
                        k: int = k_query()) -> Response:
     return await answer(request, lambda reader: reader.top(workspace, k))
 
 
 @router.get("/activity/channel", summary="One channel's count and rank in its workspace, the ids in the query",
-            responses={k: ERRORS[k] for k in (400, 404, 503)})
+            responses=ERRORS.openapi(400, 404, 503))
 async def channel_by_query(request: Request, workspace: str = Query(..., min_length=1, description="the workspace id"),
                            channel: str = Query(..., min_length=1, description="the channel id")) -> Response:
     return await answer(request, lambda reader: reader.channel(workspace, channel))
 
 
 @router.get("/activity/stream", summary="Server-Sent Events: a workspace's top 10 when it changes (id in the query)",
-            response_class=StreamingResponse, responses={k: ERRORS[k] for k in (400, 503)})
+            response_class=StreamingResponse, responses=ERRORS.openapi(400, 503))
 async def stream_by_query(request: Request, workspace: str = Query(..., min_length=1, description="the workspace id")) -> Response:
     return await start_stream(request, workspace)
 
 
 @router.get("/activity/{workspace:workspace}/channels/{channel:path}",
             summary="One channel's count and rank in its workspace",
-            responses={k: ERRORS[k] for k in (404, 503)})
+            responses=ERRORS.openapi(404, 503))
 async def channel(request: Request, workspace: str, channel: str) -> Response:
     return await answer(request, lambda reader: reader.channel(workspace, channel))
 
 
 @router.get("/activity/{workspace:workspace}/top", summary="A workspace's most active channels (docs/semantics/windows.md 4)",
-            responses={k: ERRORS[k] for k in (400, 503)})
+            responses=ERRORS.openapi(400, 503))
 async def top(request: Request, workspace: str, k: int = k_query()) -> Response:
     return await answer(request, lambda reader: reader.top(workspace, k))
 
 
 @router.get("/activity/{workspace:workspace}/stream",
             summary="Server-Sent Events: a workspace's top 10 when it changes",
-            response_class=StreamingResponse, responses={503: ERRORS[503]})
+            response_class=StreamingResponse, responses=ERRORS.openapi(503))
 async def stream(request: Request, workspace: str) -> Response:
     return await start_stream(request, workspace)
 
 
 # -- the streams ------------------------------------------------------------------------------
 
-Version = tuple[int, int]
-"""The activity generation and snapshot id: a new one may change any workspace."""
-
-
-class ActivityWatch(Polling):
-    """Notices new activity snapshots for the whole process, polling once for all (one
-    script call that sends the snapshot document only when its id moved)."""
-
-    name = "activity watcher"
-
-    def __init__(self, reader: AsyncActivityReader, poll_ms: int) -> None:
-        super().__init__()
-        self.reader = reader
-        self.poll_s = poll_ms / 1000
-        self.version: Version | None = None  # None: nothing published, not read yet, or Redis unreachable
-        self.snapshot: dict[str, Any] | None = None  # the reader's snapshot() at ``version``
-        self.problem: str | None = "not read yet"
-
-    def start(self) -> None:
-        self._start_polling()
-
-    async def stop(self) -> None:
-        await self._stop_polling()
-
-    async def _poll(self) -> None:
-        while not self._stopping:
-            try:
-                await self.refresh()
-            except Exception as exc:  # noqa: BLE001 - the watcher must outlive one bad read
-                log.exception("activity watch")
-                self._lost(f"cannot follow the activity snapshots: {exc!r}")
-            await asyncio.sleep(self.poll_s)
-
-    async def refresh(self) -> None:
-        try:
-            snapshot = await self.reader.snapshot()
-        except NoSnapshot as exc:
-            self.snapshot = None
-            self._lost(str(exc))
-            return
-        except UNAVAILABLE as exc:
-            self._lost(f"cannot reach Redis: {exc}")
-            return
-        version = (self.reader.held.generation, snapshot["snapshot_id"])
-        self.snapshot, self.problem = snapshot, None
-        if version != self.version:
-            self.version = version
-            self._announce_change()
-
-    def _lost(self, problem: str) -> None:
-        """Nothing cached is known to be current: the streams' reads go to Redis."""
-        self.version, self.problem = None, problem
-
-
-class SharedTops:
-    """Each streamed workspace's top of the watcher's current snapshot, read once and shared
-    by its subscribers (as ``api.board_watch.TopCache`` does for the boards)."""
-
-    def __init__(self, reader: AsyncActivityReader, watch: ActivityWatch) -> None:
-        self.reader = reader
-        self.watch = watch
-        self._version: Version | None = None
-        self._reads: dict[tuple[str, int], asyncio.Future[dict[str, Any]]] = {}
-
-    async def top(self, workspace: str, k: int) -> dict[str, Any]:
-        version = self.watch.version
-        if version is None:
-            return await self.reader.top(workspace, k)
-        if version != self._version or len(self._reads) >= MAX_SHARED_TOPS:
-            self._version, self._reads = version, {}
-        key = (workspace, k)
-        read = self._reads.get(key)
-        if read is None:
-            read = self._reads[key] = asyncio.ensure_future(self.reader.top(workspace, k))
-            read.add_done_callback(self._forget_failure(key))
-        return await asyncio.shield(read)  # a subscriber that leaves must not cancel the others' read
-
-    def _forget_failure(self, key: tuple[str, int]) -> Any:
-        """Only answers are kept: a failed read is asked again."""
-        def done(read: asyncio.Future[dict[str, Any]]) -> None:
-            if read.cancelled() or read.exception() is not None:  # retrieved: never "never retrieved"
-                if self._reads.get(key) is read:
-                    del self._reads[key]
-        return done
-
-
 def activity_message(top: dict[str, Any]) -> bytes:
-    return b"event: activity\nid: %d\ndata: %s\n\n" % (top["snapshot_id"], dumps(top))
+    return b"event: activity\nid: %d\ndata: %s\n\n" % (top["snapshot_id"], dumps_document(top))
 
 
-async def activity_events(request: Request, workspace: str, k: int, first: dict[str, Any],
-                          seen: Version | None) -> AsyncIterator[bytes]:
-    """``first`` is the top read at ``seen``, the watcher's version before the read."""
-    watch: ActivityWatch = request.app.state.activity_watch
-    tops: SharedTops = request.app.state.activity_tops
-    stopping = request.app.state.stopping
-    yield activity_message(first)
-    sent, sent_at, quiet_since = first["items"], time.monotonic(), time.monotonic()
-    while not stopping.is_set() and not await request.is_disconnected():
-        if watch.version != seen:
-            wait = sent_at + STREAM_MIN_INTERVAL_S - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)  # coalesce: read the newest after it
-            seen = watch.version
-            if seen is None:
-                continue  # nothing readable now (Redis down, or its data lost): wait for a snapshot
-            try:
-                top = await tops.top(workspace, k)
-            except (NoSnapshot, ValueError, *UNAVAILABLE) as exc:  # ValueError: a new run's smaller K_max
-                log.warning("activity stream %r: %r", workspace, exc)
-                continue  # the next snapshot tries again
-            if top["items"] != sent:
-                yield activity_message(top)
-                sent, sent_at = top["items"], time.monotonic()
-            continue
-        if await watch.wait_for_change(DISCONNECT_CHECK_S):
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= KEEPALIVE_S:
-            yield b": keepalive\n\n"
-            quiet_since = time.monotonic()
+class ActivityFeed:
+    """One subscriber's :class:`api.sse.Feed`: ``first`` is the top read at ``seen``, the
+    watcher's version before the read."""
+
+    def __init__(self, watch: Watched, tops: SharedTops, workspace: str, k: int, first: dict[str, Any],
+                 seen: Hashable | None) -> None:
+        self.watch, self.tops, self.workspace, self.k = watch, tops, workspace, k
+        self.sent, self.seen = first["items"], seen
+
+    def changed(self) -> bool:
+        return self.watch.version != self.seen
+
+    async def message(self) -> bytes | None:
+        self.seen = self.watch.version
+        if self.seen is None:
+            return None  # nothing readable now (Redis down, or its data lost): wait for a snapshot
+        try:
+            top = await self.tops.top(self.workspace, self.k)
+        except (NoSnapshot, ValueError, *UNAVAILABLE) as exc:  # ValueError: a new run's smaller K_max
+            log.warning("activity stream %r: %r", self.workspace, exc)
+            return None  # the next snapshot tries again
+        if top["items"] == self.sent:
+            return None
+        self.sent = top["items"]
+        return activity_message(top)
 
 
 async def start_stream(request: Request, workspace: str) -> Response:
-    seen = request.app.state.activity_watch.version
+    watch: Watched = request.app.state.activity_watch
+    seen = watch.version
     tops: SharedTops = request.app.state.activity_tops
 
     async def first_top(reader: AsyncActivityReader) -> dict[str, Any]:
@@ -365,6 +222,5 @@ async def start_stream(request: Request, workspace: str) -> Response:
     got = await ask(request, first_top)
     if isinstance(got, Response):
         return got
-    return StreamingResponse(activity_events(request, workspace, got["k"], got["top"], seen),
-                             media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+    feed = ActivityFeed(watch, tops, workspace, got["k"], got["top"], seen)
+    return sse.event_stream(request, watch, feed, activity_message(got["top"]))

@@ -29,9 +29,11 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rankflow import products as product_registry
-from rankflow.api import activity, boards, dashboard, ingest, rankings, server
+from rankflow.api import dashboard, ingest, rankings, responses, server
+from rankflow.api.activity_watch import ActivityWatch
 from rankflow.api.board_mirror import BoardMirror, MirroredBoards
-from rankflow.api.board_watch import BoardWatch, TopCache
+from rankflow.api.board_watch import BoardWatch
+from rankflow.api.shared_cache import SharedTops
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.activity_read import AsyncActivityReader
 from rankflow.connectors.board_read import AsyncBoardReader
@@ -88,12 +90,12 @@ def create_app(settings: Settings) -> FastAPI:
             mirror.start()
             app.state.boards = MirroredBoards(mirror, app.state.boards)
             app.state.board_changes = mirror  # streams wake when the mirror serves a new snapshot
-        app.state.board_tops = TopCache(app.state.boards, app.state.board_changes)
+        app.state.board_tops = SharedTops(app.state.boards, app.state.board_changes)
         activity_client = aioredis.Redis.from_url(settings.redis_url, socket_connect_timeout=2, socket_timeout=2)
         app.state.activity = AsyncActivityReader(activity_client, settings.namespace)
-        app.state.activity_watch = activity.ActivityWatch(app.state.activity, settings.poll_ms)
+        app.state.activity_watch = ActivityWatch(app.state.activity, settings.poll_ms)
         app.state.activity_watch.start()
-        app.state.activity_tops = activity.SharedTops(app.state.activity, app.state.activity_watch)
+        app.state.activity_tops = SharedTops(app.state.activity, app.state.activity_watch)
         try:
             yield
         finally:
@@ -139,7 +141,7 @@ def create_app(settings: Settings) -> FastAPI:
             served = mirror.version
             body["board_mirror"] = {"ready": mirror.ready, "problem": mirror.problem,
                                     "snapshot_id": None if served is None or served[1] is None else int(served[1])}
-        return rankings._json(body, 200 if ok else 503)
+        return responses.json_response(body, 200 if ok else 503)
 
     @app.get("/metrics", summary="Prometheus metrics of this service")
     async def prometheus(request: Request) -> Response:
@@ -175,7 +177,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            boards.drop_422(default_openapi(), [route for router in routers for route in router.routes])  # caches it
+            responses.drop_422(default_openapi(), [route for router in routers for route in router.routes])  # caches it
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -3,7 +3,7 @@
 Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serves either):
 
 * :class:`BoardMirror` loads every board of the current generation, then follows the
-  ``board_changes`` stream the publish script writes (``PUBLISH_BOARDS_LUA``), asking
+  ``board_changes`` stream the publish script writes (``scripts.PUBLISH_BOARDS``), asking
   Redis every ``poll_ms`` (100 ms) for the entries after the last one it applied.
   Queries (:meth:`top`, :meth:`player`, :meth:`around`, :meth:`boards`) are answered
   from memory, each wholly from one snapshot, named in its answer: the two copies of
@@ -12,7 +12,7 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
   operations, as long as they took (:func:`pause`), so a request never waits for more
   than one slice (about a millisecond).
 * Loading never blocks Redis for long: each board is read in chunks
-  (``BOARD_CHUNK_LUA``), anchored on the entries read last, so no unchanged entry is
+  (``scripts.BOARD_CHUNK``), anchored on the entries read last, so no unchanged entry is
   missed whatever the flow publishes meanwhile. The stream position is recorded
   before the load and the entries after it are replayed over it: they are absolute,
   so the load converges to the newest snapshot, and the mirror serves only once it
@@ -41,7 +41,8 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from rankflow.api.store import Polling
+from rankflow.api.change_feed import FeedGap, chain_end
+from rankflow.api.watch import Polling
 from rankflow.connectors.board_read import (
     AsyncBoardReader,
     NoSuchBoard,
@@ -53,7 +54,8 @@ from rankflow.connectors.board_read import (
 )
 from rankflow.connectors.redis_boards import REACHED_DIGITS
 from rankflow.connectors.redis_keys import Keys, boards_namespace
-from rankflow.connectors.redis_scripts import BOARD_CHUNK_LUA
+from rankflow.connectors.script_query import bind
+from rankflow.connectors.scripts import BOARD_CHUNK
 from rankflow.state.board_index import (
     BoardIndex,
     BoardsCopy,
@@ -92,8 +94,8 @@ async def pause(started: float) -> float:
     return time.perf_counter()
 
 
-class CannotFollow(RuntimeError):
-    """The stream does not continue the mirror's state: load everything again."""
+class CannotFollow(FeedGap):
+    """The boards moved under the mirror (or changed too fast to load): load everything again."""
 
 
 class BoardMirror(Polling):
@@ -103,10 +105,9 @@ class BoardMirror(Polling):
 
     def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int = 100,
                  slice_ops: int = SLICE_OPS, load_chunk: int = LOAD_CHUNK) -> None:
-        super().__init__()
+        super().__init__(poll_ms)
         self.client = client
         self.keys = Keys(boards_namespace(namespace))
-        self.poll_s = poll_ms / 1000
         self.slice_ops, self.load_chunk = slice_ops, load_chunk
         self.ready = False  # the serving copy is exactly one snapshot of the current generation
         self.loads = 0  # whole loads (the rest are changes)
@@ -115,35 +116,29 @@ class BoardMirror(Polling):
         self._generation = 0
         self._last_id = "0-0"  # the last stream entry read
         self._tail: int | None = None  # the snapshot id of the last change set read
-        self._chunk = client.register_script(BOARD_CHUNK_LUA)
+        self._chunk = bind(client, BOARD_CHUNK)
 
-    # -- following Redis -------------------------------------------------------------
-    def start(self) -> None:
-        self._start_polling()
+    # -- following Redis (:class:`api.watch.Polling` calls these) ------------------------
+    async def poll_once(self) -> None:
+        if self.ready:
+            await self.follow()
+        else:
+            await self.load()
+        self.problem = None
 
-    async def stop(self) -> None:
-        await self._stop_polling()
-
-    async def _poll(self) -> None:
-        while not self._stopping:
-            try:
-                if self.ready:
-                    await self.follow()
-                else:
-                    await self.load()
-                self.problem = None
-            except (redis.RedisError, OSError) as exc:
-                self._lost(f"cannot reach Redis: {exc!r}")  # keep serving what we have
-                if not self.ready:
-                    self._buffer = None
-            except CannotFollow as exc:
-                log.info("board mirror: %s; loading the boards again", exc)
-                self._reset(str(exc))
-                continue
-            except Exception as exc:  # noqa: BLE001 - the poller must outlive one bad read
-                log.exception("board mirror: cannot follow the published boards")
-                self._reset(f"cannot read the published boards: {exc!r}")
-            await asyncio.sleep(self.poll_s)
+    def poll_failed(self, exc: Exception) -> bool:
+        if isinstance(exc, (redis.RedisError, OSError)):
+            self._lost(f"cannot reach Redis: {exc!r}")  # keep serving what we have
+            if not self.ready:
+                self._buffer = None
+            return False
+        if isinstance(exc, FeedGap):
+            log.info("board mirror: %s; loading the boards again", exc)
+            self._reset(str(exc))
+            return True  # at once
+        log.exception("board mirror: cannot follow the published boards")
+        self._reset(f"cannot read the published boards: {exc!r}")
+        return False
 
     def _reset(self, problem: str) -> None:
         """Forget everything (its memory too, before the next load): answers come from Redis meanwhile."""
@@ -190,8 +185,9 @@ class BoardMirror(Polling):
         zset = k.board(game, board)[0]
         for _ in range(LOAD_ATTEMPTS):
             keys: dict[str, bytes] = {}
-            anchors: list[bytes] = []
-            while (flat := await self._chunk(keys=[zset], args=[self.load_chunk, *anchors])) is not None:
+            anchors: list[bytes] = []  # the last ANCHORS (member, score) pairs read
+            while (flat := await self._chunk(*BOARD_CHUNK.ordered({"board": zset}, {"size": self.load_chunk},
+                                                                  more_argv=anchors))) is not None:
                 started = time.perf_counter()
                 members = flat[::2]
                 for member, score in zip(members, flat[1::2]):
@@ -201,7 +197,7 @@ class BoardMirror(Polling):
                     ordered = sorted(keys.values())
                     await pause(started)
                     return keys, ordered
-                anchors = members[-ANCHORS:]
+                anchors = flat[-2 * ANCHORS:]  # member, score pairs: an anchor is a place
                 await pause(started)
         raise CannotFollow(f"board {game}/{board} changed too fast to load")
 
@@ -215,13 +211,10 @@ class BoardMirror(Polling):
             generation, entries = await pipe.execute()
         if int(generation or 0) != self._generation:
             raise CannotFollow(f"the boards moved to generation {int(generation or 0)}")
+        # full: sent every board again; large: too many changes to copy; a gap: trimmed before read
+        chain_end(str(self._tail).encode(), (fields for _, fields in entries))
         started = time.perf_counter()
         for entry_id, fields in entries:
-            if fields[b"full"] != b"delta":  # full: sent every board again; large: too many changes to copy
-                raise CannotFollow(f"snapshot {fields[b'snapshot_id'].decode()} is not in the stream "
-                                   f"({fields[b'full'].decode()})")
-            if fields[b"previous"] != str(self._tail).encode():
-                raise CannotFollow(f"the changes after snapshot {self._tail} left the stream")
             change = ChangeSet(int(fields[b"snapshot_id"]))
             for part in stream_ops(fields[b"aliases"], fields[b"boards"], fields[b"dropped"], self.slice_ops):
                 change.ops += part

@@ -37,7 +37,7 @@ from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 
-from rankflow.api.boards import UsageErrorsAre400
+from rankflow.api.responses import UsageErrorsAre400
 from rankflow.api.ingest import Checked, Records, bearer, body_items, ingest_responses, produce_request
 from rankflow.state.board_rules import FUTURE_MS
 from rankflow.state.events import InvalidEvent

@@ -26,28 +26,23 @@ Contract:
 
 from __future__ import annotations
 
-import asyncio
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import Callable
 from typing import Any
 
 import orjson
 from fastapi import APIRouter, Query, Request
-from fastapi.responses import JSONResponse, Response, StreamingResponse
+from fastapi.responses import Response, StreamingResponse
 
-from rankflow.api.boards import UsageErrorsAre400
+from rankflow.api import sse
+from rankflow.api.responses import Failure, STATUS, UsageErrorsAre400, error_response, json_response
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.redis_publish import dumps_document
 
 router = APIRouter(route_class=UsageErrorsAre400)  # k=ten is a 400, as on the other routes, never a 422
 
-STREAM_MIN_INTERVAL_S = 1.0
-KEEPALIVE_S = 15.0
-DISCONNECT_CHECK_S = 1.0  # a gone client is noticed within this, even when nothing changes
-
-
-def _json(body: Any, status: int = 200) -> Response:
-    return Response(orjson.dumps(body), status_code=status, media_type="application/json")
+Body = Callable[[dict[str, Any], int, bool], dict[str, Any]]
+"""A ranking body of a snapshot, its first k items, stale or not: :func:`ranking_body`, :func:`recent_body`."""
 
 
 class BodyCache:
@@ -63,7 +58,7 @@ class BodyCache:
         self.bodies: dict[tuple[Any, int, bool], tuple[bytes, bytes]] = {}
 
     def render(self, snap: dict[str, Any], k: int, stale: bool, error: str | None = None,
-               kind: Callable[[dict[str, Any], int, bool], dict[str, Any]] | None = None) -> bytes:
+               kind: Body | None = None) -> bytes:
         # the snapshot itself, not its id: after Redis lost its data a new run's ids start over,
         # and a new snapshot with an old id must not be served the old one's bodies
         if snap is not self.snapshot:
@@ -84,32 +79,26 @@ class BodyCache:
         return b"%s%d%s" % (parts[0], age, parts[1])
 
 
-def ranking_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
+def snapshot_head(snap: dict[str, Any], stale: bool) -> dict[str, Any]:
+    """What every ranking body starts with: which snapshot, how old, whether stale, its positions."""
     return {
         "snapshot_id": snap["snapshot_id"],
         "published_at": snap["published_at"],
         "age_ms": max(0, int(time.time() * 1000) - snap["published_at"]),
         "stale": stale,
         "positions": snap["positions"],
-        "total_listeners": snap["total_listeners"],
-        "items": snap["items"][:k],
     }
+
+
+def ranking_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
+    return {**snapshot_head(snap, stale), "total_listeners": snap["total_listeners"], "items": snap["items"][:k]}
 
 
 def recent_body(snap: dict[str, Any], k: int, stale: bool) -> dict[str, Any]:
     """``GET /rankings/recent``: the snapshot's recent plays, its first ``k`` items."""
     recent = snap["recent"]
-    return {
-        "snapshot_id": snap["snapshot_id"],
-        "published_at": snap["published_at"],
-        "age_ms": max(0, int(time.time() * 1000) - snap["published_at"]),
-        "stale": stale,
-        "positions": snap["positions"],
-        "window_start": recent["window_start"],
-        "window_end": recent["window_end"],
-        "watermark": recent["watermark"],
-        "items": recent["items"][:k],
-    }
+    return {**snapshot_head(snap, stale), "window_start": recent["window_start"], "window_end": recent["window_end"],
+            "watermark": recent["watermark"], "items": recent["items"][:k]}
 
 
 def _check_k(k: int, snap: dict[str, Any] | None) -> str | None:
@@ -122,21 +111,33 @@ def _check_k(k: int, snap: dict[str, Any] | None) -> str | None:
     return None
 
 
+def ranking_response(request: Request, k: int, kind: Body) -> Response:
+    """``kind`` (:func:`ranking_body` or :func:`recent_body`) of the cached snapshot: ``400``
+    for a bad k, ``503`` while Redis has no usable ranking (the last one seen marked stale)."""
+    cache: SnapshotCache = request.app.state.cache
+    snap = cache.snapshot
+    if (problem := _check_k(k, snap)) is not None:
+        return error_response(STATUS[Failure.USAGE], problem)
+    if snap is None:
+        return json_response({"error": cache.problem}, STATUS[Failure.NOT_PUBLISHED])
+    if kind is recent_body and snap.get("recent") is None:
+        if not cache.fresh:
+            return json_response({"error": cache.problem}, STATUS[Failure.NOT_PUBLISHED])
+        return error_response(STATUS[Failure.MISSING],
+                              "no recent plays in the latest snapshot: the flow runs with --recent-minutes 0")
+    bodies: BodyCache = request.app.state.bodies
+    if not cache.fresh:
+        return Response(bodies.render(snap, k, True, cache.problem, kind), STATUS[Failure.NOT_PUBLISHED],
+                        media_type="application/json")
+    too_old = time.time() * 1000 - snap["published_at"] > request.app.state.settings.stale_after_ms
+    return Response(bodies.render(snap, k, too_old, kind=kind), media_type="application/json")
+
+
 @router.get("/rankings", summary="The top K songs of the latest snapshot",
             responses={400: {"description": "k outside 1..K_max"},
                        503: {"description": "no usable ranking; the last one seen, if any, comes marked stale"}})
 async def get_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
-    cache: SnapshotCache = request.app.state.cache
-    snap = cache.snapshot
-    if (problem := _check_k(k, snap)) is not None:
-        return _json({"error": problem}, 400)
-    if snap is None:
-        return _json({"error": cache.problem}, 503)
-    bodies: BodyCache = request.app.state.bodies
-    if not cache.fresh:
-        return Response(bodies.render(snap, k, True, cache.problem), 503, media_type="application/json")
-    too_old = time.time() * 1000 - snap["published_at"] > request.app.state.settings.stale_after_ms
-    return Response(bodies.render(snap, k, too_old), media_type="application/json")
+    return ranking_response(request, k, ranking_body)
 
 
 @router.get("/rankings/recent", summary="The top K songs by plays in the last minutes, of the latest snapshot",
@@ -144,22 +145,7 @@ async def get_rankings(request: Request, k: int = Query(10, description="how man
                        404: {"description": "the flow publishes no recent plays (--recent-minutes 0)"},
                        503: {"description": "no usable ranking; the last one seen, if any, comes marked stale"}})
 async def get_recent(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
-    cache: SnapshotCache = request.app.state.cache
-    snap = cache.snapshot
-    if (problem := _check_k(k, snap)) is not None:
-        return _json({"error": problem}, 400)
-    if snap is None:
-        return _json({"error": cache.problem}, 503)
-    if snap.get("recent") is None:
-        if not cache.fresh:
-            return _json({"error": cache.problem}, 503)
-        return _json({"error": "no recent plays in the latest snapshot: the flow runs with --recent-minutes 0"}, 404)
-    bodies: BodyCache = request.app.state.bodies
-    if not cache.fresh:
-        return Response(bodies.render(snap, k, True, cache.problem, recent_body), 503,
-                        media_type="application/json")
-    too_old = time.time() * 1000 - snap["published_at"] > request.app.state.settings.stale_after_ms
-    return Response(bodies.render(snap, k, too_old, kind=recent_body), media_type="application/json")
+    return ranking_response(request, k, recent_body)
 
 
 @router.get("/songs/{song_id}", summary="One song's listeners and rank in the latest snapshot",
@@ -169,10 +155,10 @@ async def get_song(request: Request, song_id: str) -> Response:
     cache: SnapshotCache = request.app.state.cache
     song = cache.song(song_id)
     if not cache.fresh:
-        return _json({"error": cache.problem, **(song or {}), "stale": True}, 503)
+        return json_response({"error": cache.problem, **(song or {}), "stale": True}, STATUS[Failure.NOT_PUBLISHED])
     if song is None:
-        return _json({"error": f"song {song_id!r} has no listeners in the latest snapshot"}, 404)
-    return _json(song)
+        return error_response(STATUS[Failure.MISSING], f"song {song_id!r} has no listeners in the latest snapshot")
+    return json_response(song)
 
 
 def diff_event(previous: list[dict[str, Any]] | None, snap: dict[str, Any], k: int) -> dict[str, Any] | None:
@@ -191,30 +177,27 @@ def diff_event(previous: list[dict[str, Any]] | None, snap: dict[str, Any], k: i
             "removed": removed, "full": previous is None}
 
 
-async def ranking_events(request: Request, cache: SnapshotCache, k: int) -> AsyncIterator[bytes]:
-    sent: list[dict[str, Any]] | None = None
-    sent_at = 0.0
-    last_id = None
-    quiet_since = time.monotonic()
-    stopping = request.app.state.stopping
-    while not stopping.is_set() and not await request.is_disconnected():
-        snap = cache.snapshot
-        if snap is not None and snap["snapshot_id"] != last_id:
-            wait = sent_at + STREAM_MIN_INTERVAL_S - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-                snap = cache.snapshot or snap  # coalesce: send the newest
-            event = diff_event(sent, snap, k)
-            last_id = snap["snapshot_id"]
-            if event is not None:
-                yield b"event: ranking\nid: %d\ndata: %s\n\n" % (snap["snapshot_id"], orjson.dumps(event))
-                sent, sent_at = snap["items"][:k], time.monotonic()
-                continue
-        if await cache.wait_for_change(DISCONNECT_CHECK_S):
-            quiet_since = time.monotonic()
-        elif time.monotonic() - quiet_since >= KEEPALIVE_S:
-            yield b": keepalive\n\n"
-            quiet_since = time.monotonic()
+class RankingFeed:
+    """A ``/rankings/stream`` subscriber's :class:`api.sse.Feed`: the changes of its top K."""
+
+    def __init__(self, cache: SnapshotCache, k: int) -> None:
+        self.cache, self.k = cache, k
+        self.sent: list[dict[str, Any]] | None = None
+        self.last_id: int | None = None
+
+    def changed(self) -> bool:
+        snap = self.cache.snapshot
+        return snap is not None and snap["snapshot_id"] != self.last_id
+
+    async def message(self) -> bytes | None:
+        snap = self.cache.snapshot
+        assert snap is not None  # changed() saw one, and the cache keeps its last
+        event = diff_event(self.sent, snap, self.k)
+        self.last_id = snap["snapshot_id"]
+        if event is None:
+            return None
+        self.sent = snap["items"][:self.k]
+        return b"event: ranking\nid: %d\ndata: %s\n\n" % (snap["snapshot_id"], orjson.dumps(event))
 
 
 @router.get("/rankings/stream", summary="Server-Sent Events: changes of the top K",
@@ -222,6 +205,5 @@ async def ranking_events(request: Request, cache: SnapshotCache, k: int) -> Asyn
 async def stream_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
     cache: SnapshotCache = request.app.state.cache
     if (problem := _check_k(k, cache.snapshot)) is not None:
-        return JSONResponse({"error": problem}, status_code=400)
-    return StreamingResponse(ranking_events(request, cache, k), media_type="text/event-stream",
-                             headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"})
+        return error_response(STATUS[Failure.USAGE], problem)
+    return sse.event_stream(request, cache, RankingFeed(cache, k))

@@ -3,7 +3,7 @@
 Readers never touch the flow: everything comes from the keys the publisher writes
 (``connectors.redis_publish``). A background task (:class:`SnapshotCache`) asks
 Redis every ``poll_ms`` for the current snapshot id, a few bytes, with one script
-(``READ_LUA``; called a second time after a rebuild's switch, with the new
+(``scripts.READ_LISTENERS``; called a second time after a rebuild's switch, with the new
 generation's keys); when the id changed the same call returns the new snapshot and
 the count changes published since the ones this process applied. The service keeps its
 own copy of the full count table (a :class:`state.ranking_index.SongIndex`), so
@@ -26,73 +26,57 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
+from rankflow.api.change_feed import FeedGap, chain_end
+from rankflow.api.watch import Polling, wait_bounded
 from rankflow.connectors.redis_generations import GenerationMoving
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_publish import loads_document
-from rankflow.connectors.redis_scripts import MOVED, MOVES, READ_LUA
+from rankflow.connectors.script_query import arun, bind
+from rankflow.connectors.scripts import MOVED, MOVES, READ_LISTENERS, Call
 from rankflow.state.ranking_index import SongIndex
 
 log = logging.getLogger("rankflow.api")
 
 
-class Polling:
-    """A reader's background task that polls Redis (its ``_poll`` loop, which ends when
-    ``_stopping`` is set), started and stopped in one place.
+class CurrentRead:
+    """One call of ``READ_LISTENERS`` for a cache (a ``script_query.Query``), in the
+    generation Redis last called current, following it when it moved."""
 
-    Cancelling alone is not enough on Python 3.11: its ``asyncio.wait_for`` (which
-    redis-py uses for socket timeouts) swallows a cancellation that arrives just as the
-    awaited call completes, and the poll loop would go on forever (this hung a CI run
-    in the test client's shutdown). So the loop also checks a flag, and stopping never
-    re-cancels: :func:`wait_bounded` only waits.
-    """
+    attempts = MOVES
 
-    name = "poller"
+    def __init__(self, cache: SnapshotCache, snapshot_id: int | str, generation: str, changes_at: str) -> None:
+        self.cache, self.held = cache, (snapshot_id, generation, changes_at)
+        self.reply: list[Any] = []
 
-    def __init__(self) -> None:
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
-        self._changed = asyncio.Event()  # set, and replaced, at each new snapshot
+    def call(self) -> Call:
+        current = self.cache._current
+        k = self.cache.keys.of_generation(int(current))
+        snapshot_id, generation, changes_at = self.held
+        return READ_LISTENERS.ordered(
+            {"generation": k.generation, "snapshot_id": k.snapshot_id, "snapshot": k.snapshot, "changes": k.changes,
+             "counts": k.counts},
+            {"generation": current, "held_snapshot_id": snapshot_id, "held_generation": generation,
+             "changes_at": changes_at})
 
-    async def _poll(self) -> None:
-        raise NotImplementedError
+    def settle(self, reply: list[Any]) -> bool:
+        if reply[0] == MOVED:
+            self.cache._current = reply[1].decode()
+            return False
+        self.reply = reply
+        return True
 
-    def _start_polling(self) -> None:
-        self._stopping = False
-        self._task = asyncio.create_task(self._poll(), name=self.name)
-
-    async def _stop_polling(self) -> None:
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await wait_bounded(self._task, f"the {self.name} did not stop in time")
-
-    def _announce_change(self) -> None:
-        """Wake every :meth:`wait_for_change`: the snapshot served is a new one."""
-        self._changed.set()
-        self._changed = asyncio.Event()
-
-    async def wait_for_change(self, timeout: float) -> bool:
-        """True if a new snapshot arrived within ``timeout``.
-
-        ``asyncio.wait`` rather than ``wait_for``: on Python 3.11 the latter can swallow
-        the cancellation of a stream whose client left or whose server is stopping.
-        """
-        waiter = asyncio.ensure_future(self._changed.wait())
-        try:
-            done, _ = await asyncio.wait({waiter}, timeout=timeout)
-        finally:
-            waiter.cancel()
-        return bool(done)
+    def gave_up(self) -> Exception:
+        return GenerationMoving(self.cache.keys.namespace)
 
 
 class SnapshotCache(Polling):
     name = "snapshot poller"
+    wait_first = True  # :meth:`start` read the first snapshot
 
     def __init__(self, url: str, namespace: str, poll_ms: int = 100) -> None:
-        super().__init__()
+        super().__init__(poll_ms)
         self.keys = Keys(namespace)
         self.client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
-        self.poll_s = poll_ms / 1000
         self.snapshot: dict[str, Any] | None = None
         self.fresh = False  # the cached snapshot is Redis's current one
         self.problem: str | None = "not read yet"
@@ -101,30 +85,27 @@ class SnapshotCache(Polling):
         self._generation: str | None = None
         self._current = "0"  # the generation Redis last called current: whose keys the read script gets
         self._changes_at = ""  # id of the last ``changes`` entry applied to ``table``
-        self._read = self.client.register_script(READ_LUA)
+        self._read = bind(self.client, READ_LISTENERS)
 
-    async def start(self) -> None:
+    async def start(self) -> None:  # type: ignore[override]  # the first snapshot is read before serving
         await self.refresh()
-        self._start_polling()
+        super().start()
 
     async def stop(self) -> None:
         """Stop polling and close the Redis connections, in bounded time (:class:`Polling`)."""
-        await self._stop_polling()
+        await super().stop()
         await wait_bounded(asyncio.ensure_future(self.client.aclose()), "Redis connections did not close in time")
 
-    async def _poll(self) -> None:
-        while not self._stopping:
-            await asyncio.sleep(self.poll_s)
-            if self._stopping:
-                break
-            try:
-                await self.refresh()
-            except Exception as exc:  # noqa: BLE001 - the poller must outlive one bad read
-                # Something in Redis this reader cannot follow (not our keys' shape?):
-                # serve what we have as stale and load the whole table next time.
-                log.exception("cannot follow the published snapshots")
-                self._generation, self._changes_at = None, ""
-                self._lost(f"cannot read the published snapshots: {exc!r}")
+    async def poll_once(self) -> None:
+        await self.refresh()
+
+    def poll_failed(self, exc: Exception) -> bool:
+        # Something in Redis this reader cannot follow (not our keys' shape?):
+        # serve what we have as stale and load the whole table next time.
+        log.exception("cannot follow the published snapshots")
+        self._generation, self._changes_at = None, ""
+        self._lost(f"cannot read the published snapshots: {exc!r}")
+        return False
 
     async def refresh(self) -> None:
         try:
@@ -143,15 +124,8 @@ class SnapshotCache(Polling):
             self.fresh, self.problem = True, None
 
     async def _read_current(self, snapshot_id: int | str, generation: str, changes_at: str) -> list[Any]:
-        """``READ_LUA``'s reply for the current generation, following it if it moved."""
-        for _ in range(MOVES):
-            k = self.keys.of_generation(int(self._current))
-            reply = await self._read(keys=[k.generation, k.snapshot_id, k.snapshot, k.changes, k.counts],
-                                     args=[self._current, snapshot_id, generation, changes_at])
-            if reply[0] != MOVED:
-                return reply
-            self._current = reply[1].decode()
-        raise GenerationMoving(self.keys.namespace)
+        """``READ_LISTENERS``'s reply for the current generation, following it if it moved."""
+        return (await arun(self._read, CurrentRead(self, snapshot_id, generation, changes_at))).reply
 
     def _follow(self, reply: list[Any]) -> bool:
         """Switch to the snapshot in ``reply``; False if its changes do not follow ours."""
@@ -183,14 +157,14 @@ class SnapshotCache(Polling):
 
     def _continues(self, entries: list[tuple[str, dict[bytes, bytes]]], sid: int) -> bool:
         """Whether ``entries`` lead from our snapshot to ``sid`` without a gap (a trimmed
-        or lost entry); a whole-table entry starts a new chain."""
+        or lost entry); a whole-table entry starts a new chain (``api.change_feed``)."""
         if not entries or self.snapshot is None:
             return False
-        at = str(self.snapshot["snapshot_id"]).encode()
-        for _, entry in entries:
-            if entry[b"full"] != b"full" and entry[b"previous"] != at:
-                return False
-            at = entry[b"snapshot_id"]
+        try:
+            at = chain_end(str(self.snapshot["snapshot_id"]).encode(), (entry for _, entry in entries),
+                           full_starts_over=True)
+        except FeedGap:
+            return False
         return at == str(sid).encode()
 
     def _lost(self, problem: str) -> None:
@@ -213,11 +187,3 @@ class SnapshotCache(Polling):
             return bool(await self.client.ping())
         except (redis.RedisError, OSError):
             return False
-
-
-async def wait_bounded(task: "asyncio.Future[Any]", late: str, timeout_s: float = 5.0) -> None:
-    """Wait for ``task`` at most ``timeout_s``, logging ``late`` if it is still running.
-    Never re-cancels: ``asyncio.wait`` only waits (see :class:`Polling`)."""
-    _, pending = await asyncio.wait({task}, timeout=timeout_s)
-    if pending:
-        log.warning("%s", late)

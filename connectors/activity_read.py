@@ -1,6 +1,6 @@
 """Reading the activity rankings: a workspace's top, the global top, one channel.
 
-Every query is one Lua script (``redis_scripts.ACTIVITY_READ_LUA``), so the snapshot
+Every query is one Lua script (``scripts.READ_ACTIVITY``), so the snapshot
 id, the window and every item of an answer come from one state: the publish script
 changes the workspaces' sorted sets (or switches them to the slots a large snapshot
 was staged in, ``connectors.activity_staging``) and the snapshot id in one atomic step. A
@@ -30,8 +30,10 @@ from typing import Any
 import redis
 import redis.asyncio as aioredis
 
+from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, activity_namespace
-from rankflow.connectors.redis_scripts import ACTIVITY_READ_LUA, MOVES
+from rankflow.connectors.script_query import arun, bind, run
+from rankflow.connectors.scripts import MOVES, READ_ACTIVITY, Call
 
 WINDOW_FIELDS = ("window_start", "window_end", "watermark")
 SNAPSHOT_FIELDS = ("snapshot_id", "published_at", "watermark", "window_start", "window_end", "bucket_ms",
@@ -64,14 +66,13 @@ def check_k(k: int, k_max: int) -> None:
         raise ValueError(f"k must be between 1 and K_max = {k_max}, got {k}")
 
 
-class Held:
+class Held(GenerationHint):
     """What a reader last learnt about its namespace: the current generation, and the
     newest snapshot document it read (with the generation it came from). Only ever a
     hint: the script checks the generation, and sends the document when its id moved."""
 
     def __init__(self, namespace: str) -> None:
-        self.keys = Keys(activity_namespace(namespace))
-        self.generation = 0
+        super().__init__(Keys(activity_namespace(namespace)))
         self.doc: tuple[int, dict[str, Any]] | None = None  # (generation, document)
 
     def current_doc(self) -> dict[str, Any] | None:
@@ -90,13 +91,15 @@ class Held:
 
 
 class ActivityQuery:
-    """One query's calls of ``ACTIVITY_READ_LUA``: :meth:`call` gives the keys and
-    arguments of the next one, :meth:`settle` reads its reply and says whether the
+    """One query's calls of ``scripts.READ_ACTIVITY`` (a ``script_query.Query``): :meth:`call`
+    gives the keys and arguments of the next one, :meth:`settle` reads its reply and says whether the
     query is answered (then :attr:`doc` and :attr:`answer` hold it) or must call again.
 
     The query remembers the document whose id it sent: if the script says the reader
     holds it (no document in the reply), that one is the answer's, whatever another
     query settled meanwhile."""
+
+    attempts = ATTEMPTS
 
     def __init__(self, held: Held, query: str, workspace: str = "", k: int = 0, channel: str = "") -> None:
         self.held, self.query, self.workspace, self.k, self.channel = held, query, workspace, k, channel
@@ -105,14 +108,17 @@ class ActivityQuery:
         self._generation = 0
         self._sent: dict[str, Any] | None = None
 
-    def call(self) -> tuple[list[str], list[Any]]:
+    def call(self) -> Call:
         h = self.held
         self._generation, self._sent = h.generation, h.current_doc()
         keys = h.keys.of_generation(self._generation)
         sent_id = str(self._sent["snapshot_id"]) if self._sent else ""
-        return ([keys.generation, keys.snapshot_id, keys.snapshot, keys.workspace_slots,
-                 *keys.workspace_both(self.workspace)],
-                [self._generation, sent_id, self.query, self.k, self.channel, self.workspace])
+        slot_a, slot_b = keys.workspace_both(self.workspace)
+        return READ_ACTIVITY.ordered(
+            {"generation": keys.generation, "snapshot_id": keys.snapshot_id, "snapshot": keys.snapshot,
+             "workspace_slots": keys.workspace_slots, "slot_a": slot_a, "slot_b": slot_b},
+            {"generation": self._generation, "held_snapshot_id": sent_id, "query": self.query, "k": self.k,
+             "channel": self.channel, "workspace": self.workspace})
 
     def settle(self, reply: list[Any]) -> bool:
         tag = reply[0]
@@ -206,7 +212,7 @@ class ActivityReader:
         self.client = client
         self.held = Held(namespace)
         self.keys = self.held.keys
-        self._script = client.register_script(ACTIVITY_READ_LUA)
+        self._script = bind(client, READ_ACTIVITY)
 
     def top(self, workspace: str, k: int) -> dict[str, Any]:
         """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (docs/semantics/windows.md 6).
@@ -229,11 +235,7 @@ class ActivityReader:
         return snapshot_answer(self._query(ActivityQuery(self.held, "global")))
 
     def _query(self, query: ActivityQuery) -> ActivityQuery:
-        for _ in range(ATTEMPTS):
-            keys, args = query.call()
-            if query.settle(self._script(keys=keys, args=args)):
-                return query
-        raise query.gave_up()
+        return run(self._script, query)
 
 
 class AsyncActivityReader:
@@ -243,7 +245,7 @@ class AsyncActivityReader:
         self.client = client
         self.held = Held(namespace)
         self.keys = self.held.keys
-        self._script = client.register_script(ACTIVITY_READ_LUA)
+        self._script = bind(client, READ_ACTIVITY)
 
     async def top(self, workspace: str, k: int) -> dict[str, Any]:
         if not check_k_known(k, self.held):
@@ -260,8 +262,4 @@ class AsyncActivityReader:
         return snapshot_answer(await self._query(ActivityQuery(self.held, "global")))
 
     async def _query(self, query: ActivityQuery) -> ActivityQuery:
-        for _ in range(ATTEMPTS):
-            keys, args = query.call()
-            if query.settle(await self._script(keys=keys, args=args)):
-                return query
-        raise query.gave_up()
+        return await arun(self._script, query)

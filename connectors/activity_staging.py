@@ -7,7 +7,7 @@ waits (the benchmark saw 40-96 ms). Readers must still see one snapshot at a tim
 So each workspace has two sorted sets (slots ``a`` and ``b``, ``redis_keys``) and a
 hash says which one readers read. A large snapshot is written into the other slots
 by :func:`stage`, in calls of about :data:`STAGE_BUDGET` members each
-(``STAGE_ACTIVITY_LUA``: a copy of the read slot, then the changes), while readers
+(``scripts.STAGE_ACTIVITY``: a copy of the read slot, then the changes), while readers
 go on reading the previous snapshot; then the publish script stores the snapshot and
 switches the slots in one short step; :func:`drop` frees the previous slots after it.
 
@@ -27,14 +27,15 @@ import redis
 
 from rankflow.connectors.redis_generations import Fence
 from rankflow.connectors.redis_keys import Keys
-from rankflow.connectors.redis_scripts import DROP_ACTIVITY_LUA, STAGE_ACTIVITY_LUA
+from rankflow.connectors.script_query import bind
+from rankflow.connectors.scripts import DROP_ACTIVITY, STAGE_ACTIVITY
 
 STAGE_BUDGET = 2_000
 """Members one staging call may copy and change, and the changes above which a snapshot
 is staged at all: about 1-2 ms of Redis per call on these machines."""
 
 DROP_PER_CALL = 500
-"""Workspaces one call of ``DROP_ACTIVITY_LUA`` frees (``UNLINK``: freed off Redis's main
+"""Workspaces one call of ``scripts.DROP_ACTIVITY`` frees (``UNLINK``: freed off Redis's main
 thread)."""
 
 
@@ -75,16 +76,16 @@ def stage(client: redis.Redis, k: Keys, fence: Fence, pending: dict[str, dict[st
 
     Raises ``redis.ResponseError`` ``FENCED ...`` or ``SWITCHED ...`` (the publisher's
     errors) when the run no longer owns the generation."""
-    script = client.register_script(STAGE_ACTIVITY_LUA)
+    script = bind(client, STAGE_ACTIVITY)
     todo = list(items(pending, full, budget))
     slot: dict[str, tuple[str, int]] = {}
-    head = [k.generation, k.owner, k.workspace_slots, k.workspaces_staged]
     done = 0
     while done < len(todo):
         batch = todo[done:done + budget]  # the script stops at its budget: at most this many fit
-        keys = head + [key for ws, _, _ in batch for key in k.workspace_both(ws)]
-        args = [*fence.args(), budget, *(x for item in batch for x in item)]
-        reply = script(keys=keys, args=args)
+        reply = script(*STAGE_ACTIVITY.ordered(
+            staging_keys(k), {**fence._asdict(), "budget": budget},
+            more_keys=[key for ws, _, _ in batch for key in k.workspace_both(ws)],
+            more_argv=[x for item in batch for x in item]))
         for (ws, _, _), (written, members) in zip(batch, reply[1:]):
             slot[ws] = (written.decode(), members)  # a workspace's last item says whether it has members
         done += int(reply[0])
@@ -95,8 +96,15 @@ def stage(client: redis.Redis, k: Keys, fence: Fence, pending: dict[str, dict[st
 def drop(client: redis.Redis, k: Keys, fence: Fence, workspaces: list[str]) -> None:
     """Free the slot readers do not read of each of ``workspaces`` (after a switch: the
     previous rankings; after a refused snapshot: what was staged for it)."""
-    script = client.register_script(DROP_ACTIVITY_LUA)
+    script = bind(client, DROP_ACTIVITY)
     for i in range(0, len(workspaces), DROP_PER_CALL):
         part = workspaces[i:i + DROP_PER_CALL]
-        keys = [k.generation, k.owner, k.workspace_slots, k.workspaces_staged, *(key for ws in part for key in k.workspace_both(ws))]
-        script(keys=keys, args=[*fence.args(), *part])
+        script(*DROP_ACTIVITY.ordered(staging_keys(k), fence._asdict(),
+                                      more_keys=[key for ws in part for key in k.workspace_both(ws)],
+                                      more_argv=part))
+
+
+def staging_keys(k: Keys) -> dict[str, str]:
+    """The fixed ``KEYS`` of the staging scripts, by name."""
+    return {"generation": k.generation, "owner": k.owner, "workspace_slots": k.workspace_slots,
+            "workspaces_staged": k.workspaces_staged}

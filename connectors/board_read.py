@@ -1,10 +1,10 @@
 """Reading a board: top, one player, around a player, each from one snapshot.
 
-Every query is one Lua script (``redis_scripts.BOARD_READ_LUA``), so the snapshot id, the
+Every query is one Lua script (``scripts.READ_BOARD``), so the snapshot id, the
 player count and every item of an answer come from the same state: the publish
 script changes a board and the snapshot id in one atomic step. Ranks are exact for
 every player: ``ZRANK`` of the player's member is the rank - 1 (docs/semantics/boards.md 4, see
-``PUBLISH_BOARDS_LUA``), and ``ZCOUNT`` of the strictly better scores gives the
+``scripts.PUBLISH_BOARDS``), and ``ZCOUNT`` of the strictly better scores gives the
 competition rank.
 
 One round trip per query in the common case: the reader remembers the generation and
@@ -31,8 +31,10 @@ import redis.asyncio as aioredis
 
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_boards import REACHED_DIGITS
+from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
-from rankflow.connectors.redis_scripts import BOARD_READ_LUA, MOVES
+from rankflow.connectors.script_query import arun, bind, run
+from rankflow.connectors.scripts import MOVES, READ_BOARD, Call
 
 MAX_N = 1000
 MAX_R = 50
@@ -87,13 +89,12 @@ class Reply(NamedTuple):
     board: str  # the concrete board (an alias resolved)
 
 
-class Guesses:
+class Guesses(GenerationHint):
     """What a reader last learnt about its namespace: the current generation and where
     each ``(game, alias)`` pointed. Only ever a hint: the script checks it."""
 
     def __init__(self, namespace: str) -> None:
-        self.keys = Keys(boards_namespace(namespace))
-        self.generation = 0
+        super().__init__(Keys(boards_namespace(namespace)))
         self.aliases: dict[tuple[str, str], str] = {}
 
     def learn_alias(self, game: str, alias: str, board: str) -> None:
@@ -106,9 +107,11 @@ class Guesses:
 
 
 class BoardQuery:
-    """One query's calls of ``BOARD_READ_LUA``: :meth:`call` gives the keys and
-    arguments of the next one, :meth:`settle` reads its reply and says whether the
-    query is answered (then :attr:`reply` holds it) or must call again."""
+    """One query's calls of ``scripts.READ_BOARD`` (a ``script_query.Query``): :meth:`call`
+    gives the keys and arguments of the next one, :meth:`settle` reads its reply and says
+    whether the query is answered (then :attr:`reply` holds it) or must call again."""
+
+    attempts = ATTEMPTS
 
     def __init__(self, guesses: Guesses, game: str, board: str, query: str, arg: int, player: str = "") -> None:
         check_board(board)
@@ -118,7 +121,7 @@ class BoardQuery:
         self.name = board
         self.reply: Reply | None = None
 
-    def call(self) -> tuple[list[str], list[Any]]:
+    def call(self) -> Call:
         g = self.guesses
         keys = g.keys.of_generation(g.generation)
         guess = ""
@@ -129,8 +132,11 @@ class BoardQuery:
             guess = g.aliases.get((self.game, self.alias), "")
             self.name = guess or self.alias
         zset, hashed = keys.board(self.game, self.name)
-        return ([keys.generation, keys.snapshot_id, keys.aliases, zset, hashed],
-                [g.generation, self.alias, guess, self.query, self.arg, self.player, self.game])
+        return READ_BOARD.ordered(
+            {"generation": keys.generation, "snapshot_id": keys.snapshot_id, "aliases": keys.aliases,
+             "board": zset, "reached_at": hashed},
+            {"generation": g.generation, "alias": self.alias, "guess": guess, "query": self.query, "n": self.arg,
+             "player": self.player, "game": self.game})
 
     def settle(self, reply: list[Any]) -> bool:
         tag = reply[0]
@@ -178,7 +184,7 @@ class BoardReader:
         self.client = client
         self.guesses = Guesses(namespace)
         self.keys = self.guesses.keys
-        self.script = client.register_script(BOARD_READ_LUA)
+        self.script = bind(client, READ_BOARD)
 
     def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
         check_n(n)
@@ -192,11 +198,7 @@ class BoardReader:
         return around_answer(game, player, self._query(BoardQuery(self.guesses, game, board, "around", r, player)))
 
     def _query(self, query: BoardQuery) -> Reply:
-        for _ in range(ATTEMPTS):
-            keys, args = query.call()
-            if query.settle(self.script(keys=keys, args=args)):
-                return query.reply  # type: ignore[return-value]
-        raise query.gave_up()
+        return run(self.script, query).reply  # type: ignore[return-value]
 
 
 class AsyncBoardReader:
@@ -206,7 +208,7 @@ class AsyncBoardReader:
         self.client = client
         self.guesses = Guesses(namespace)
         self.keys = self.guesses.keys
-        self.script = client.register_script(BOARD_READ_LUA)
+        self.script = bind(client, READ_BOARD)
 
     async def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
         check_n(n)
@@ -236,11 +238,7 @@ class AsyncBoardReader:
         raise BoardsMoving("the boards kept changing generation while being read; try again")
 
     async def _query(self, query: BoardQuery) -> Reply:
-        for _ in range(ATTEMPTS):
-            keys, args = query.call()
-            if query.settle(await self.script(keys=keys, args=args)):
-                return query.reply  # type: ignore[return-value]
-        raise query.gave_up()
+        return (await arun(self.script, query)).reply  # type: ignore[return-value]
 
 
 def ordered_boards(boards: list[str]) -> list[str]:

@@ -2,7 +2,7 @@
 
 :class:`ActivityState` is the activity flow's :class:`connectors.redis_publish.ProductState`:
 it turns an :class:`state.activity_snapshot.ActivitySnapshot` into the arguments of
-``PUBLISH_ACTIVITY_LUA`` (layout in ``redis_keys``), staging a large one first
+``scripts.PUBLISH_ACTIVITY`` (layout in ``redis_keys``), staging a large one first
 (``activity_staging``). Changes not yet in Redis wait for the next snapshot Redis
 stores, newest count per channel.
 
@@ -25,7 +25,7 @@ import redis
 from rankflow.connectors.activity_staging import STAGE_BUDGET, Staged, drop, stage
 from rankflow.connectors.redis_generations import Fence
 from rankflow.connectors.redis_keys import Keys
-from rankflow.connectors.redis_scripts import PUBLISH_ACTIVITY_LUA
+from rankflow.connectors.scripts import PUBLISH_ACTIVITY
 from rankflow.operators.metrics import METRICS
 from rankflow.state.activity_snapshot import ActivitySnapshot
 
@@ -54,7 +54,7 @@ class ActivityState:
     written).
     """
 
-    script = PUBLISH_ACTIVITY_LUA
+    script = PUBLISH_ACTIVITY
 
     def __init__(self, stage_at: int = STAGE_BUDGET, stage_every_s: float | None = None) -> None:
         self._pending: dict[str, dict[str, int]] = {}
@@ -144,14 +144,17 @@ class ActivityState:
     def keys(self, k: Keys) -> list[str]:
         both = k.workspace_both
         stale = [key for ws in self._stale for key in both(ws)] if self._full else []
+        fixed = PUBLISH_ACTIVITY.product_keys(workspaces=k.workspaces, workspace_slots=k.workspace_slots)
         if self._staged is None:
-            return [k.workspaces, k.workspace_slots, *(key for ws in self._pending for key in both(ws)), *stale]
-        return [k.workspaces, k.workspace_slots, *(key for ws in self._staged.gone for key in both(ws)), *stale]
+            return [*fixed, *(key for ws in self._pending for key in both(ws)), *stale]
+        return [*fixed, *(key for ws in self._staged.gone for key in both(ws)), *stale]
 
     def args(self) -> list[Any]:
-        args: list[Any] = ["full" if self._full else "delta"]
+        full = "full" if self._full else "delta"
         if self._staged is None:
             pending = self._pending
-            return [*args, len(pending), *pending, orjson.dumps(pending) if pending else b"{}", 0, 0]
+            return [*PUBLISH_ACTIVITY.at_p(full=full, direct=len(pending)), *pending,
+                    orjson.dumps(pending) if pending else b"{}", 0, 0]
         present, gone = self._staged
-        return [*args, 0, b"{}", len(present), *(x for pair in present for x in pair), len(gone), *gone]
+        return [*PUBLISH_ACTIVITY.at_p(full=full, direct=0), b"{}", len(present),
+                *(x for pair in present for x in pair), len(gone), *gone]

@@ -2,8 +2,8 @@
 
 :class:`BoardsState` is the boards flow's :class:`connectors.redis_publish.ProductState`:
 it turns a :class:`state.board_snapshot.BoardsSnapshot` into the arguments of
-``PUBLISH_BOARDS_LUA`` (the layout is in ``redis_keys``; why a board's order is
-Redis's own order, in ``redis_scripts``). Entries not yet in Redis wait for the next
+``scripts.PUBLISH_BOARDS`` (the layout is in ``redis_keys``; why a board's order is
+Redis's own order, in ``scripts``). Entries not yet in Redis wait for the next
 snapshot Redis stores, latest value per player and board. What happens when Redis lost
 its data: :class:`BoardsState`.
 """
@@ -15,7 +15,7 @@ from typing import Any
 import orjson
 
 from rankflow.connectors.redis_keys import Keys
-from rankflow.connectors.redis_scripts import PUBLISH_BOARDS_LUA
+from rankflow.connectors.scripts import PUBLISH_BOARDS
 from rankflow.state.board_snapshot import BoardsSnapshot
 
 BOARD_CHANGES_MAXLEN = 100
@@ -31,7 +31,7 @@ stream at about 100 MB whatever the flow publishes."""
 REACHED_DIGITS = 15
 """A board's sorted-set member is ``reached_at`` zero-padded to 15 digits (it is at most
 253402300799999, docs/semantics/boards.md 1) followed by the player id, so that the members of one
-score sort by time, then by id: ``001798884000000ana`` (built in ``PUBLISH_BOARDS_LUA``)."""
+score sort by time, then by id: ``001798884000000ana`` (built in ``scripts.PUBLISH_BOARDS``)."""
 
 BoardEntries = dict[str, tuple[int, int]]  # player -> (score, reached_at)
 
@@ -56,7 +56,7 @@ class BoardsState:
     to heal in place would double the flow's memory, and a restart heals exactly.
     """
 
-    script = PUBLISH_BOARDS_LUA
+    script = PUBLISH_BOARDS
 
     def __init__(self, complete: bool = True) -> None:
         self._pending: dict[tuple[str, str], BoardEntries] = {}
@@ -90,7 +90,7 @@ class BoardsState:
         self._pending, self._aliases, self._dropped, self._full, self._whole = {}, {}, set(), False, False
 
     def keys(self, k: Keys) -> list[str]:
-        out = [k.aliases, k.boards, k.board_changes]
+        out = PUBLISH_BOARDS.product_keys(aliases=k.aliases, boards=k.boards, board_changes=k.board_changes)
         for game, board in self._pending:
             out.extend(k.board(game, board))
         for game, board in self._dropped:
@@ -98,8 +98,9 @@ class BoardsState:
         return out
 
     def args(self) -> list[Any]:
-        args: list[Any] = ["full" if self._full else "delta", BOARD_CHANGES_MAXLEN, BOARD_CHANGES_MAX_BYTES,
-                           len(self._pending), len(self._dropped), len(self._aliases)]
+        args = PUBLISH_BOARDS.at_p(full="full" if self._full else "delta", changes_cap=BOARD_CHANGES_MAXLEN,
+                                   entry_bytes=BOARD_CHANGES_MAX_BYTES, changed=len(self._pending),
+                                   dropped=len(self._dropped), aliases=len(self._aliases))
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         dumps = orjson.dumps

@@ -19,7 +19,8 @@ from typing import NamedTuple
 import redis
 
 from rankflow.connectors.redis_keys import Keys
-from rankflow.connectors.redis_scripts import CLAIM_LUA, JOIN_LUA, MOVED, MOVES, PUBLISHED, SWITCH_LUA
+from rankflow.connectors.script_query import bind, run
+from rankflow.connectors.scripts import CLAIM, JOIN, MOVED, MOVES, PUBLISHED, SWITCH, Call
 from rankflow.state.snapshot import SNAPSHOT_ID_RUN_FACTOR
 
 
@@ -33,16 +34,13 @@ class GenerationSwitched(RuntimeError):
 
 class Fence(NamedTuple):
     """What a script writing for a run checks before anything else (the publish scripts'
-    prelude, ``redis_scripts.ACTIVITY_FENCE``): the run's token, the generation it
+    prelude, ``lua/activity_fence.lua``): the run's token, the generation it
     writes, and ``live`` (a run: the generation must stay current) or ``build`` (a
-    rebuild's generation)."""
+    rebuild's generation). Its fields are the fence's ``ARGV`` by name (``scripts.FENCE_ARGV``)."""
 
     token: int
     generation: int
     mode: str
-
-    def args(self) -> list[int | str]:
-        return [self.token, self.generation, self.mode]
 
 
 class RunAlreadyPublished(RuntimeError):
@@ -74,7 +72,7 @@ def new_run_token(client: redis.Redis, namespace: str) -> int:
 def claim_generation(client: redis.Redis, namespace: str, generation: int, token: int) -> None:
     """Make ``token`` the owner of ``generation``: older runs are fenced from now on."""
     keys = Keys(namespace, generation)
-    client.eval(CLAIM_LUA, 1, keys.owner, token)
+    bind(client, CLAIM)(*CLAIM.ordered({"owner": keys.owner}, {"token": token}))
 
 
 def join_run(client: redis.Redis, namespace: str, run_id: str, fresh: bool = False,
@@ -91,19 +89,39 @@ def join_run(client: redis.Redis, namespace: str, run_id: str, fresh: bool = Fal
     with the run's token its epochs, so its snapshot ids, would start over below the
     stored ones and never be published.
     """
-    keys = Keys(namespace)
-    generation = current_generation(client, namespace)
-    for _ in range(MOVES):
-        g = keys.of_generation(generation)
-        reply = client.eval(JOIN_LUA, 6, keys.run(run_id), keys.runs, keys.generation, g.owner, g.positions,
-                            g.snapshot_id, ttl_s, "1" if fresh else "0", generation, SNAPSHOT_ID_RUN_FACTOR)
-        if reply[0] != MOVED:
-            token, joined_generation = (int(x) for x in reply[1].decode().split(":"))
-            if reply[0] == PUBLISHED:
-                raise RunAlreadyPublished(namespace, run_id, token)
-            return token, joined_generation
-        generation = int(reply[1])
-    raise GenerationMoving(namespace)
+    join = run(bind(client, JOIN), Join(Keys(namespace), run_id, fresh, ttl_s, current_generation(client, namespace)))
+    token, joined_generation = (int(x) for x in join.reply[1].decode().split(":"))
+    if join.reply[0] == PUBLISHED:
+        raise RunAlreadyPublished(namespace, run_id, token)
+    return token, joined_generation
+
+
+class Join:
+    """The calls of :data:`scripts.JOIN` of one process (a ``script_query.Query``): in the
+    generation it read, then in the one the script says the run is in."""
+
+    attempts = MOVES
+
+    def __init__(self, keys: Keys, run_id: str, fresh: bool, ttl_s: int, generation: int) -> None:
+        self.keys, self.run_id, self.fresh, self.ttl_s, self.generation = keys, run_id, fresh, ttl_s, generation
+        self.reply: list[bytes] = []
+
+    def call(self) -> Call:
+        keys, g = self.keys, self.keys.of_generation(self.generation)
+        return JOIN.ordered({"run": keys.run(self.run_id), "runs": keys.runs, "generation": keys.generation,
+                             "owner": g.owner, "positions": g.positions, "snapshot_id": g.snapshot_id},
+                            {"ttl_s": self.ttl_s, "fresh": "1" if self.fresh else "0", "generation": self.generation,
+                             "run_factor": SNAPSHOT_ID_RUN_FACTOR})
+
+    def settle(self, reply: list[bytes]) -> bool:
+        if reply[0] == MOVED:
+            self.generation = int(reply[1])
+            return False
+        self.reply = reply
+        return True
+
+    def gave_up(self) -> Exception:
+        return GenerationMoving(self.keys.namespace)
 
 
 def switch_generation(client: redis.Redis, namespace: str, old: int, new: int) -> None:
@@ -114,7 +132,8 @@ def switch_generation(client: redis.Redis, namespace: str, old: int, new: int) -
     A live run of ``old`` writes nothing more: its scripts find it replaced (``SWITCHED``)."""
     keys = Keys(namespace)
     try:
-        client.eval(SWITCH_LUA, 2, keys.generation, keys.retired, old, new)
+        bind(client, SWITCH)(*SWITCH.ordered({"generation": keys.generation, "retired": keys.retired},
+                                             {"old": old, "new": new}))
     except redis.ResponseError as exc:
         raise GenerationSwitched(str(exc).replace("SWITCHED ", "")) from None
     remove_retired(client, namespace, new)

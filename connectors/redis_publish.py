@@ -1,6 +1,6 @@
 """Publishing a run's snapshots into Redis, one atomic script per snapshot.
 
-The publish script (``redis_scripts.PUBLISH_PRELUDE`` and a flow's body) decides what is stored; this
+The publish script (``scripts.PUBLISH_ARGV``'s prelude and a flow's body) decides what is stored; this
 module keeps what Redis has not stored yet, and waits out a Redis that is
 unreachable, stalled or answering "not now" (:func:`is_transient`) for
 ``retry_for_s`` (5 minutes) before the run stops with :class:`RedisUnavailable`.
@@ -27,7 +27,8 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
 from rankflow.connectors.redis_generations import Fence, FencedError, GenerationSwitched
 from rankflow.connectors.redis_keys import Keys, connect
-from rankflow.connectors.redis_scripts import PUBLISH_LUA, Published
+from rankflow.connectors.script_query import bind
+from rankflow.connectors.scripts import PUBLISH_LISTENERS, Published, Script, publish_call
 from rankflow.operators.metrics import METRICS
 from rankflow.state.snapshot import Snapshot
 
@@ -93,7 +94,7 @@ class CountTable:
     publisher mirrors the whole table, to send it whole when Redis has none.
     """
 
-    script = PUBLISH_LUA
+    script = PUBLISH_LISTENERS
 
     def __init__(self) -> None:
         self._pending: dict[str, int] = {}
@@ -119,16 +120,17 @@ class CountTable:
         self._pending, self._full = {}, False
 
     def keys(self, k: Keys) -> list[str]:
-        return [k.counts, k.changes]
+        return PUBLISH_LISTENERS.product_keys(counts=k.counts, changes=k.changes)
 
     def args(self) -> list[Any]:
-        return ["full" if self._full else "delta", orjson.dumps(self._pending), CHANGES_MAXLEN]
+        return PUBLISH_LISTENERS.at_p(full="full" if self._full else "delta", counts=orjson.dumps(self._pending),
+                                      changes_cap=CHANGES_MAXLEN)
 
 
 class ProductState(Protocol):
     """What a flow keeps in Redis beside the snapshot document, and how it is sent."""
 
-    script: str
+    script: Script
 
     def remember(self, snapshot: Any) -> None:
         """Take a snapshot's changes: pending until Redis stores a snapshot."""
@@ -140,10 +142,10 @@ class ProductState(Protocol):
         """Redis stored the pending changes."""
 
     def keys(self, k: Keys) -> list[str]:
-        """The script's keys after the shared seven."""
+        """The script's keys after the shared ones (``scripts.PUBLISH_KEYS``)."""
 
     def args(self) -> list[Any]:
-        """The script's arguments after the positions: ``full`` or ``delta`` first."""
+        """The script's arguments from ``ARGV[P]`` (after the positions): ``full`` or ``delta`` first."""
 
     # Optional: ``prepare(client, keys, fence, hurry)``, called before every call of the script, and
     # ``finish(client, keys, fence)`` after each call that returned, for a state that reads
@@ -164,11 +166,11 @@ class Publisher:
         self._client = connect(url)
         self._keys = Keys(namespace, generation)
         self._state: ProductState = state or CountTable()
-        self._script = self._client.register_script(self._state.script)
-        self._token = run_token
-        self._generation = generation
-        self._mode = "live" if live else "build"
-        self._fence = Fence(run_token, generation, self._mode)
+        self._script = bind(self._client, self._state.script)
+        self._fence = Fence(run_token, generation, "live" if live else "build")
+        k = self._keys
+        self._shared_keys = {"generation": k.generation, "owner": k.owner, "snapshot_id": k.snapshot_id,
+                             "snapshot": k.snapshot, "positions": k.positions, "stream": k.stream, "runs": k.runs}
         self._hurry = False
         self._retry_for_s = retry_for_s
 
@@ -220,16 +222,11 @@ class Publisher:
     def _call(self, snapshot: Any, body: bytes) -> Any:
         k, state = self._keys, self._state
         prepare, finish = getattr(state, "prepare", None), getattr(state, "finish", None)
-        positions = [x for part, offset in sorted(snapshot.positions.items()) for x in (part, offset)]
         try:
             if prepare is not None:
                 prepare(self._client, k, self._fence, self._hurry)
-            reply = self._script(
-                keys=[k.generation, k.owner, k.snapshot_id, k.snapshot, k.positions, k.stream, k.runs,
-                      *state.keys(k)],
-                args=[self._token, self._generation, snapshot.snapshot_id, body, STREAM_MAXLEN, self._mode,
-                      len(positions) // 2, *positions, *state.args()],
-            )
+            reply = self._script(*publish_call(state.script, self._fence, snapshot.snapshot_id, body, STREAM_MAXLEN,
+                                               snapshot.positions, self._shared_keys, state.keys(k), state.args()))
             if finish is not None:
                 finish(self._client, k, self._fence)
             return reply

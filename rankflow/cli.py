@@ -29,7 +29,7 @@ from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, 
                               ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
                               default_redis_url, redacted)
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
-from rankflow.bench import activity as bench_activity
+from rankflow import cli_bench
 from rankflow.products.boards import signing_key
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
@@ -245,61 +245,7 @@ def build_parser() -> argparse.ArgumentParser:
                          "(default: all of them)")
     _add_redis(sv)
 
-    bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
-    bn.add_argument("--events", type=_positive, default=1_000_000, help="backlog size (default: %(default)s)")
-    bn.add_argument("--users", type=_positive, default=100_000)
-    bn.add_argument("--songs", type=_positive, default=20_000)
-    bn.add_argument("--rate", type=_positive, default=20_000, help="steady events/s for freshness")
-    bn.add_argument("--steady-s", type=float, default=30.0, help="seconds of steady traffic")
-    bn.add_argument("--memory-users", type=_positive, default=1_000_000)
-    bn.add_argument("--out", default="bench-results", help="where bench.json and bench.png go")
-    bn.add_argument("--parts", type=lambda t: tuple(x for x in t.split(",") if x),
-                    default=("throughput", "freshness", "memory"), metavar="PART,...",
-                    help="throughput, freshness, memory (default: all)")
-    bn.add_argument("--recent-minutes", type=_not_negative, metavar="N",
-                    help="rankflow runs with --recent-minutes N (default: run's default, 5; 0: recent plays off)")
-
-    sw = sub.add_parser("bench-sweep", help="throughput across partitions x users vs the lean baseline")
-    sw.add_argument("--events", type=_positive, default=1_000_000, help="events per log (default: %(default)s)")
-    sw.add_argument("--users", type=lambda t: tuple(int(x) for x in t.split(",")), default=(100_000, 1_000_000),
-                    metavar="N,...", help="users of each log (default: 100000,1000000)")
-    sw.add_argument("--partitions", type=lambda t: tuple(int(x) for x in t.split(",")), default=(4, 8, 16, 32),
-                    metavar="P,...", help="partitions of each topic (default: 4,8,16,32)")
-    sw.add_argument("--out", default="bench-results", help="where sweep.json and sweep.png go")
-
-    bb = sub.add_parser("bench-boards", help="the score-board flow vs the seed's design: throughput, freshness, "
-                                            "memory, reads, 10M players")
-    bb.add_argument("--results", type=_positive, default=1_000_000, help="backlog size (default: %(default)s)")
-    bb.add_argument("--players", type=_positive, default=200_000, help="players of the backlog (default: %(default)s)")
-    bb.add_argument("--games", type=_positive, default=4, help="games of the backlog (default: %(default)s)")
-    bb.add_argument("--partitions", type=_positive, default=8, help="topic partitions (default: %(default)s)")
-    bb.add_argument("--reps", type=_positive, default=2, help="runs of each system, alternating (default: %(default)s)")
-    bb.add_argument("--rate", type=_positive, default=12_000,
-                    help="steady results/s for freshness (default: %(default)s)")
-    bb.add_argument("--steady-s", type=float, default=30.0, help="seconds of steady traffic (default: %(default)s)")
-    bb.add_argument("--memory-players", type=_positive, default=1_000_000,
-                    help="players with one result each, on 4 boards (default: %(default)s)")
-    bb.add_argument("--reads-players", type=_positive, default=1_000_000,
-                    help="players on the board the readers query (default: %(default)s)")
-    bb.add_argument("--reads-traffic", type=_positive, default=2_000,
-                    help="results/s the flow publishes while the readers run (default: %(default)s)")
-    bb.add_argument("--reads-rate", type=_positive, default=1_000,
-                    help="requests/s of each query (default: %(default)s)")
-    bb.add_argument("--reads-s", type=float, default=10.0, help="seconds of each query's load (default: %(default)s)")
-    bb.add_argument("--big-players", type=_positive, default=10_000_000,
-                    help="players on one board (default: %(default)s)")
-    bb.add_argument("--big-mode", choices=("flow", "redis", "both"), default="both",
-                    help="flow: the flow loads a log of one result per player; redis: the boards publisher alone "
-                         "writes one board; both: one then the other (default: %(default)s)")
-    bb.add_argument("--big-min-free-gib", type=float, default=2.0,
-                    help="stop the big run when the machine has less memory available (default: %(default)s)")
-    bb.add_argument("--seed", type=int, default=1)
-    bb.add_argument("--out", default="bench-results", help="where boards.json and boards.png go")
-    bb.add_argument("--parts", type=lambda t: tuple(x for x in t.split(",") if x),
-                    default=("throughput", "freshness", "memory", "reads"), metavar="PART,...",
-                    help="throughput, freshness, memory, reads, big (default: all but big)")
-
-    bench_activity.add_parser(sub)  # bench-activity: its options are in rankflow/bench/activity.py
+    cli_bench.add_parsers(sub, _positive, _not_negative)  # bench, bench-sweep, bench-boards, bench-activity
 
     for product in products.PRODUCTS.values():  # the readers: `top`, `boards ...`, `activity ...`
         READERS.update(product.add_readers(sub, _add_redis))
@@ -501,42 +447,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 128 + server.stopped_by
 
 
-def cmd_bench(args: argparse.Namespace) -> int:
-    from rankflow.bench.run import BenchConfig, main as bench_main
-
-    bench_main(BenchConfig(events=args.events, users=args.users, songs=args.songs, rate=args.rate,
-                           steady_s=args.steady_s, memory_users=args.memory_users, out=args.out,
-                           parts=args.parts, recent_minutes=args.recent_minutes))
-    return 0
-
-
-def cmd_bench_sweep(args: argparse.Namespace) -> int:
-    from rankflow.bench.sweep import SweepConfig, main as sweep_main
-
-    sweep_main(SweepConfig(events=args.events, users=args.users, partitions=args.partitions, out=args.out))
-    return 0
-
-
-def cmd_bench_boards(args: argparse.Namespace) -> int:
-    from rankflow.bench.boards import PARTS, BoardsBenchConfig, main as boards_main
-
-    unknown = [p for p in args.parts if p not in PARTS]
-    if unknown:
-        raise UsageError(f"--parts: unknown {', '.join(unknown)}; choose from {', '.join(PARTS)}")
-    boards_main(BoardsBenchConfig(
-        results=args.results, players=args.players, games=args.games, partitions=args.partitions, reps=args.reps,
-        rate=args.rate, steady_s=args.steady_s, memory_players=args.memory_players, reads_players=args.reads_players,
-        reads_traffic=args.reads_traffic, reads_rate=args.reads_rate, reads_s=args.reads_s,
-        big_players=args.big_players, big_mode=args.big_mode, big_min_free_gib=args.big_min_free_gib,
-        seed=args.seed, out=args.out, parts=args.parts))
-    return 0
-
-
 READERS: dict[str, products.Command] = {}
 """The products' reader commands (``Product.add_readers``), filled when the parser is built."""
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
-            "serve": cmd_serve, "bench": cmd_bench, "bench-sweep": cmd_bench_sweep,
-            "bench-boards": cmd_bench_boards, "bench-activity": bench_activity.cmd}
+            "serve": cmd_serve, **cli_bench.COMMANDS}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,11 +18,15 @@ import os
 import statistics
 import subprocess
 import sys
-import time
 import uuid
 from pathlib import Path
 
 import redis
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from rankflow.bench.rig import timed  # noqa: E402
 
 LOGS = {
     "listeners": (["--users", "100000", "--songs", "20000", "--events", "1000000"], []),
@@ -39,18 +43,19 @@ def redis_cpu(client: redis.Redis) -> float:
 def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) -> dict[str, float]:
     namespace = f"ab-{uuid.uuid4().hex[:8]}"
     dead = Path(f"/tmp/{namespace}-dead.jsonl")
-    before, started = redis_cpu(client), time.monotonic()
-    done = subprocess.run(["/usr/bin/time", "-f", "%U %S", rankflow, "run", *LOGS[flow][1], "--input", f"jsonl:{log}",
-                           "--until-eof", "--redis", url, "--namespace", namespace, "--dead-letter", f"jsonl:{dead}"],
-                          capture_output=True, text=True, check=False)
-    wall, redis_s = time.monotonic() - started, redis_cpu(client) - before
-    if done.returncode != 0:
-        sys.exit(f"{rankflow} {flow}: exit {done.returncode}: {done.stderr[-500:]}")
-    user, system = map(float, done.stderr.strip().splitlines()[-1].split())
+    before = redis_cpu(client)
+    stderr = Path(f"/tmp/{namespace}.stderr")
+    try:
+        run = timed([rankflow, "run", *LOGS[flow][1], "--input", f"jsonl:{log}", "--until-eof", "--redis", url,
+                     "--namespace", namespace, "--dead-letter", f"jsonl:{dead}"], stderr)
+    except RuntimeError as exc:
+        sys.exit(f"{rankflow} {flow}: {exc}")
+    redis_s = redis_cpu(client) - before
     dead.unlink(missing_ok=True)
+    stderr.unlink(missing_ok=True)
     for key in client.scan_iter(match=f"{{{namespace}}}*", count=1000):
         client.unlink(key)
-    return {"flow_cpu": user + system, "redis_cpu": redis_s, "wall": wall, "load": os.getloadavg()[0]}
+    return {"flow_cpu": run.cpu_s, "redis_cpu": redis_s, "wall": run.seconds, "load": os.getloadavg()[0]}
 
 
 def main() -> None:

@@ -4,7 +4,7 @@
         [--baseline-python OTHER_CHECKOUT/.venv/bin/python]
 
 Produces the benchmark's log (``rankflow bench``'s, kept in ``data/``) to a topic of a
-local broker (``rankflow.bench.rig.Rig``), then runs ``rankflow run --until-eof`` on it
+local broker (``rankflow.bench.listeners.ListenersRig``), then runs ``rankflow run --until-eof`` on it
 with ``--recent-minutes 0`` and ``5`` (and, with ``--baseline-python``, another
 checkout's rankflow, e.g. the commit before recent plays), round-robin and each variant
 first in turn, so that drift of the machine hits every variant alike. Every run's listener ranking must equal the first
@@ -17,27 +17,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import statistics
-import subprocess
 import sys
-import time
 from pathlib import Path
 
-from rankflow.bench.rig import Rig
-
-
-def timed(cmd: list[str]) -> tuple[float, float]:
-    """Run to completion: (wall seconds, CPU seconds of the process). CPU time says what a
-    variant costs even while other work shares the machine's cores; wall time does not."""
-    started = time.perf_counter()
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    seconds = time.perf_counter() - started
-    if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(f"{' '.join(cmd[:6])} failed: {proc.stderr.read().decode()[-2000:]}")
-    proc.stderr.close()
-    return seconds, usage.ru_utime + usage.ru_stime
+from rankflow.bench.listeners import ListenersRig
 
 
 def main() -> None:
@@ -58,7 +42,7 @@ def main() -> None:
     variants["recent_off"] = (sys.executable, ["--recent-minutes", "0"])
     variants["recent_5"] = (sys.executable, ["--recent-minutes", "5"])
     runs: dict[str, list[float]] = {name: [] for name in variants}
-    with Rig() as rig:
+    with ListenersRig() as rig:
         rig.produce(rig.log_file(args.events, args.users, args.songs), "backlog", args.partitions)
         first_top = None
         names = list(variants)
@@ -71,7 +55,8 @@ def main() -> None:
                 cmd[0:1] = [python, "-P"]  # not the working directory's rankflow: the interpreter's own
                 if args.durable:
                     cmd += ["--recovery-dir", str(rig.work / f"{namespace}.recovery")]
-                seconds, cpu = timed(cmd)
+                run = rig.timed(cmd, namespace)  # CPU seconds say what a variant costs on a shared machine
+                seconds, cpu = run.seconds, run.cpu_s
                 top = rig.top("rankflow", namespace, 100)
                 first_top = first_top or top
                 assert top == first_top, f"{name} ranked differently"

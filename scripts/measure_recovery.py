@@ -12,10 +12,9 @@ recovered ranking equals the uninterrupted one.
 from __future__ import annotations
 
 import argparse
+import os
 import signal
-import subprocess
 import sys
-import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -25,11 +24,8 @@ import redis
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from rankflow.connectors.kafka import KafkaEndpoint  # noqa: E402
+from rankflow.bench.listeners import ListenersRig  # noqa: E402
 from rankflow.connectors.redis_read import read_latest  # noqa: E402
-from rankflow.generate import generate  # noqa: E402
-from rankflow.produce import produce_file  # noqa: E402
-from rankflow.services import LocalRedis, LocalTansu, free_port  # noqa: E402
 
 
 def progress(client: redis.Redis, ns: str) -> int:
@@ -44,31 +40,19 @@ def main() -> int:
     p.add_argument("--songs", type=int, default=20_000)
     p.add_argument("--kill-at", type=float, default=0.5)
     a = p.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="rankflow-recovery-"))
-    log = ROOT / "data" / f"bench-{a.events}-{a.users}-{a.songs}.jsonl"
-    if not log.exists():
-        generate(a.users, a.songs, a.events, seed=1, out=log)
-    rds = LocalRedis(free_port(), work / "redis").start()
-    broker = LocalTansu(free_port(), work / "tansu").start()
-    client = redis.Redis.from_url(rds.url)
-    try:
+    os.chdir(ROOT)  # the benchmarks' logs are kept in data/
+    with ListenersRig() as bench:
+        client = bench.client
+        assert client is not None
         topic = f"events-{uuid.uuid4().hex[:6]}"
-        produce_file(str(log), KafkaEndpoint(broker.url, topic), partitions=4, progress=False)
+        bench.produce(bench.log_file(a.events, a.users, a.songs), topic, 4)
 
         def command(ns: str, recovery: str | None) -> list[str]:
-            cmd = [sys.executable, "-m", "rankflow.cli", "run", "--input", f"kafka:{broker.url}/{topic}",
-                   "--until-eof", "--redis", rds.url, "--namespace", ns, "--dead-letter", f"jsonl:{work / ns}.dl"]
-            return cmd + (["--recovery-dir", recovery] if recovery else [])
+            return bench.rankflow_cmd(topic, ns, "--until-eof", *(["--recovery-dir", recovery] if recovery else []))
 
-        t = time.perf_counter()
-        subprocess.run(command("plain", None), check=True, capture_output=True)
-        plain = time.perf_counter() - t
-        t = time.perf_counter()
-        subprocess.run(command("recovering", str(work / "rec-full")), check=True, capture_output=True)
-        with_recovery = time.perf_counter() - t
-
-        proc = subprocess.Popen(command("crash", str(work / "rec")), stdout=subprocess.DEVNULL,
-                                stderr=subprocess.DEVNULL)
+        plain = bench.timed(command("plain", None), "plain").seconds
+        with_recovery = bench.timed(command("recovering", str(bench.work / "rec-full")), "recovering").seconds
+        proc = bench.start(command("crash", str(bench.work / "rec")), "crash")
         while progress(client, "crash") < a.kill_at * a.events:
             if proc.poll() is not None:
                 raise SystemExit("finished before the kill point")
@@ -77,8 +61,7 @@ def main() -> int:
         proc.wait()
         killed_at = progress(client, "crash")
         t = time.perf_counter()
-        resumed = subprocess.Popen(command("crash", str(work / "rec")), stdout=subprocess.DEVNULL,
-                                   stderr=subprocess.DEVNULL)
+        resumed = bench.start(command("crash", str(bench.work / "rec")), "resumed")
         while progress(client, "crash") < a.events:
             time.sleep(0.01)
         caught_up = time.perf_counter() - t
@@ -88,10 +71,6 @@ def main() -> int:
               f"{with_recovery:.1f}s with --recovery-dir; killed at {killed_at} events published; "
               f"restart to caught up: {caught_up:.1f}s; ranking equal to the uninterrupted run: {same}")
         return 0 if same else 1
-    finally:
-        client.close()
-        broker.stop()
-        rds.stop()
 
 
 if __name__ == "__main__":

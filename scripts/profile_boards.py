@@ -14,19 +14,15 @@ flow, Redis and the broker used, so a change can be judged by where its time mov
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
-import subprocess
 import sys
-import time
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from rankflow.bench import rig  # noqa: E402
 from rankflow.bench.boards import BoardsBench, BoardsBenchConfig  # noqa: E402
-from rankflow.bench.rig import _cpu_seconds  # noqa: E402
 
 CONFIGS = {"plain": [], "durable": ["--recovery-dir", "{work}/recovery"]}
 PARTS = {  # a frame whose name contains a key counts for the part (innermost frame first, first match wins)
@@ -49,25 +45,6 @@ GENERIC = {  # library frames, counted for them only when no frame of the flow's
     "parse (JSON, validation)": ("orjson",),
     "publisher: redis-py (pack, send, wait)": ("redis/",),
 }
-IDLE = ("Condition.wait", "Queue.get", "Event.wait", "time_sleep", "poll (libc")  # waiting for work, a reply, or time
-
-
-def shares(collapsed: Path) -> dict[str, float]:
-    counts: Counter[str] = Counter()
-    total = 0
-    for line in collapsed.read_text().splitlines():
-        stack, _, n = line.rpartition(" ")
-        frames = [f for f in stack.split(";")[::-1] if not f.startswith("process ")]
-        if any(idle in f for f in frames for idle in IDLE):
-            continue
-        total += int(n)
-        part = next((name for frame in frames for name, keys in PARTS.items() if any(k in frame for k in keys)),
-                    None) or next((name for frame in frames for name, keys in GENERIC.items()
-                                   if any(k in frame for k in keys)), "Bytewax runtime and the rest")
-        counts[part] += int(n)
-    return {part: n / total for part, n in counts.most_common()}
-
-
 def main() -> int:
     p = argparse.ArgumentParser()
     p.add_argument("--results", type=int, default=1_000_000)
@@ -77,38 +54,28 @@ def main() -> int:
     p.add_argument("--configs", default="plain,durable")
     p.add_argument("--out", default="bench-results")
     a = p.parse_args()
-    spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
     out = Path(a.out)
     out.mkdir(parents=True, exist_ok=True)
     bench = BoardsBench(BoardsBenchConfig(results=a.results, players=a.players, games=a.games,
                                           partitions=a.partitions))
     try:
-        with bench.rig as rig:
-            bench.client = rig.client
+        with bench.rig as services:
             bench.data.mkdir(exist_ok=True)
             bench.produce(bench.score_log(a.results, a.players, a.games), "profile")
             for name in a.configs.split(","):
-                extra = [x.format(work=rig.work) for x in CONFIGS[name]]
+                extra = [x.format(work=services.work) for x in CONFIGS[name]]
                 for fmt, suffix in (("flamegraph", "svg"), ("raw", "txt")):
                     bench.flush()
-                    shutil.rmtree(rig.work / "recovery", ignore_errors=True)
+                    shutil.rmtree(services.work / "recovery", ignore_errors=True)
                     cmd = bench.flow_cmd("profile", f"prof-{name}-{fmt}", "--until-eof", *extra)
-                    r0, b0 = _cpu_seconds(rig.redis.pid()), _cpu_seconds(rig.broker.pid())
-                    started = time.perf_counter()
-                    proc = subprocess.Popen([spy, "record", "--native", "-r", "100", "-f", fmt,
-                                             "-o", str(out / f"profile-boards-{name}.{suffix}"), "--", *cmd],
-                                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-                    _, status, usage = os.wait4(proc.pid, 0)
-                    wall = time.perf_counter() - started
-                    if os.waitstatus_to_exitcode(status) != 0:
-                        raise RuntimeError(proc.stderr.read().decode()[-2000:])
-                    children = usage.ru_utime + usage.ru_stime  # py-spy and the flow
-                    print(f"{name} ({fmt}): {wall:.1f} s wall, {a.results / wall:,.0f} results/s under py-spy; "
-                          f"Redis {_cpu_seconds(rig.redis.pid()) - r0:.1f} CPU-s, broker "
-                          f"{_cpu_seconds(rig.broker.pid()) - b0:.1f} CPU-s, flow + py-spy {children:.1f} CPU-s",
-                          flush=True)
+                    broker0, redis0 = services.services_cpu()
+                    timed = rig.py_spy(cmd, out / f"profile-boards-{name}.{suffix}", fmt)
+                    broker1, redis1 = services.services_cpu()
+                    print(f"{name} ({fmt}): {timed.seconds:.1f} s wall, {a.results / timed.seconds:,.0f} results/s "
+                          f"under py-spy; Redis {redis1 - redis0:.1f} CPU-s, broker {broker1 - broker0:.1f} CPU-s, "
+                          f"flow + py-spy {timed.cpu_s:.1f} CPU-s", flush=True)
                 print(f"\n{name} ({out / f'profile-boards-{name}.svg'}), share of the flow's CPU samples:")
-                for part, share in shares(out / f"profile-boards-{name}.txt").items():
+                for part, share in rig.profile_shares(out / f"profile-boards-{name}.txt", PARTS, GENERIC).items():
                     print(f"  {share * 100:5.1f}%  {part}")
                 print(flush=True)
     finally:

@@ -124,7 +124,7 @@ def test_docstring_examples():
 def test_the_memory_logs_hold_the_pairs_they_say(tmp_path):
     """The memory part's logs: the last hour's pairs are all in one window, the hours before
     hold as many other pairs, and ts only grows."""
-    from rankflow.bench.activity import HOUR_MS, MEMORY_START_MS, active_pairs_log
+    from rankflow.bench.activity.logs import HOUR_MS, MEMORY_START_MS, active_pairs_log
 
     path = tmp_path / "m.jsonl"
     active_pairs_log(path, 600, 7, 2, seed=3)
@@ -140,7 +140,7 @@ def test_the_memory_logs_hold_the_pairs_they_say(tmp_path):
 
 
 def test_freshness_is_measured_to_the_first_state_that_covers_a_message():
-    from rankflow.bench.activity import first_covering
+    from rankflow.bench.rig import first_covering
 
     states = [(10.0, {"t/0": 5}), (11.0, {"t/0": 5, "t/1": 3}), (12.5, {"t/0": 9, "t/1": 3})]
     samples = {(0, 4): 9.0, (0, 5): 9.5, (1, 2): 10.0, (1, 3): 10.0}

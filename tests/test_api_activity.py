@@ -25,6 +25,7 @@ import redis
 from fastapi.testclient import TestClient
 
 from rankflow.api import activity as activity_api
+from rankflow.api import sse
 from rankflow.api.app import Settings, create_app
 from rankflow.connectors.activity_read import ActivityReader
 from rankflow.connectors.redis_keys import activity_namespace
@@ -394,4 +395,4 @@ def test_streams_follow_the_workspaces_top(redis_url, redis_client, tmp_path):
                     [(_, burst)] = sse_events(a_lines, 1)
                     gaps.append(time.monotonic() - at)
                 assert items(burst) == newest and same_but_newer(burst, reader.top("A", 10))
-                assert min(gaps) >= activity_api.STREAM_MIN_INTERVAL_S * 0.9, gaps
+                assert min(gaps) >= sse.STREAM_MIN_INTERVAL_S * 0.9, gaps

@@ -294,3 +294,22 @@ def test_it_loads_again_after_a_trim_a_full_state_a_large_one_and_a_rebuild(redi
         asyncio.run(scenario())
     finally:
         boards.close()
+
+
+def test_a_chunk_never_continues_after_an_anchor_whose_score_changed(redis_client, namespace):
+    """An anchor is a place (member and score): a member that stayed but whose score
+    changed (a total that fell, with the same ``reached_at``) has moved, and continuing
+    after its new place would skip every unchanged entry between the two."""
+    from rankflow.connectors.script_query import bind
+    from rankflow.connectors.scripts import BOARD_CHUNK
+
+    zset = f"{namespace}:chunk"
+    redis_client.zadd(zset, {m: s for s, m in enumerate([b"a", b"b", b"c", b"d", b"e", b"f"])})
+    chunk = bind(redis_client, BOARD_CHUNK)
+    first = chunk(*BOARD_CHUNK.ordered({"board": zset}, {"size": 2}))
+    assert first == [b"a", b"0", b"b", b"1"]
+    redis_client.zadd(zset, {b"b": 9})  # b moves behind f; c, d, e and f did not change
+    rest = chunk(*BOARD_CHUNK.ordered({"board": zset}, {"size": 10}, more_argv=first))
+    assert rest[::2] == [b"c", b"d", b"e", b"f", b"b"]
+    redis_client.zadd(zset, {b"a": 10})  # every anchor moved: start the board over
+    assert chunk(*BOARD_CHUNK.ordered({"board": zset}, {"size": 10}, more_argv=first)) is None

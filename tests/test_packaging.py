@@ -30,6 +30,10 @@ def test_the_wheel_is_one_package_that_runs_from_a_new_venv(tmp_path, redis_url,
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {"rankflow"}, f"top-level names in the wheel: {sorted(top)}"
     assert "rankflow/api/static/dashboard.html" in names
+    assert {"rankflow/bench/rig.py", "rankflow/bench/boards/__init__.py", "rankflow/bench/activity/__init__.py",
+            "rankflow/bench/baseline.py"} <= set(names)
+    lua = {f"rankflow/connectors/lua/{path.name}" for path in (ROOT / "connectors" / "lua").glob("*.lua")}
+    assert lua and lua <= set(names), f"Lua scripts missing from the wheel: {sorted(lua - set(names))}"
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
@@ -54,9 +58,31 @@ def test_the_wheel_is_one_package_that_runs_from_a_new_venv(tmp_path, redis_url,
     assert ranking(orjson.loads(top_k.stdout)) == [("song_b", 2), ("song_a", 1)]
     where = subprocess.run([str(venv / "bin" / "python"), "-c",
                             "import rankflow.flows.listeners as m, importlib.util as u; print(m.__file__); "
-                            "print([n for n in ('flows', 'operators', 'state', 'connectors', 'api') "
+                            "print([n for n in ('flows', 'operators', 'state', 'connectors', 'api', 'bench') "
                             "if u.find_spec(n) is not None])"],
                            cwd=outside, env=env, capture_output=True, text=True, timeout=60)
     module_file, leaked = where.stdout.splitlines()
     assert module_file.startswith(str(venv)), "imported from the installed wheel, not the checkout"
     assert leaked == "[]", f"top-level modules installed: {leaked}"
+
+
+def _modules_after(code: str) -> list[str]:
+    """The ``rankflow.bench`` modules loaded once ``code`` ran, in a fresh interpreter."""
+    probe = f"import sys\n{code}\nprint([m for m in sys.modules if m.startswith('rankflow.bench')])"
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    return orjson.loads(done.stdout.strip().splitlines()[-1].replace("'", '"'))
+
+
+def test_rankflow_starts_without_the_benchmarks():
+    """The benchmarks are not the runtime: ``rankflow`` (its parser, every command's options,
+    bench-activity's too) loads none of them; a bench command loads its own when it runs."""
+    assert _modules_after("import rankflow.cli") == []
+    assert _modules_after("import rankflow.cli\nrankflow.cli.build_parser().parse_args(['bench-activity'])") == []
+    help_all = subprocess.run([sys.executable, "-c", "import sys, rankflow.cli\n"
+                               "try:\n    rankflow.cli.main(['bench-activity', '--help'])\n"
+                               "except SystemExit:\n    pass\n"
+                               "print([m for m in sys.modules if m.startswith('rankflow.bench')], file=sys.stderr)"],
+                              capture_output=True, text=True, timeout=120)
+    assert "--memory-pairs" in help_all.stdout
+    assert help_all.stderr.strip().splitlines()[-1] == "[]"

@@ -1,10 +1,10 @@
-"""``api.store.Polling``'s new-snapshot signal, shared by the API's three pollers."""
+"""``api.watch.Polling``'s new-snapshot signal, shared by the API's three pollers."""
 
 from __future__ import annotations
 
 import asyncio
 
-from rankflow.api.store import Polling
+from rankflow.api.watch import Polling
 
 
 def test_wait_for_change_wakes_once_per_change():

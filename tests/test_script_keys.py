@@ -7,11 +7,17 @@ keys (``COMMAND GETKEYS``, Redis's own answer) and records any key not in ``KEYS
 The scripts then run their real paths: joins, claims, publishes (whole table,
 changes, Redis lost its data), a reader following snapshots across a rebuild's
 switch.
+
+The registry (``connectors.scripts.SCRIPTS``) is checked too, script by script, so a new
+one is covered once it is listed: Redis compiles it (``SCRIPT LOAD``), its named ``KEYS``
+and ``ARGV`` are the indices its Lua reads, and the query runner calls it again where
+it says.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 import uuid
 
 import pytest
@@ -20,7 +26,7 @@ import redis.asyncio as aioredis
 
 from rankflow.api.board_mirror import BoardMirror
 from rankflow.api.store import SnapshotCache
-from rankflow.connectors import redis_generations, redis_scripts
+from rankflow.connectors import redis_generations, script_query, scripts
 from rankflow.connectors.redis_generations import (
     claim_generation,
     join_run,
@@ -38,7 +44,7 @@ from rankflow.state.board_snapshot import BoardsSnapshot
 from rankflow.connectors.redis_read import read_counts
 from rankflow.state.snapshot import Snapshot, snapshot_id
 
-SCRIPTS = {getattr(redis_scripts, name): name for name in dir(redis_scripts) if name.endswith("_LUA")}
+SCRIPTS = {script.source: script.name for script in scripts.SCRIPTS}
 
 PRELUDE = """
 local declared = {}
@@ -235,3 +241,128 @@ def activity_publish_and_read(client: redis.Redis, url: str, namespace: str) -> 
     assert reader.top("D", 5)["items"][0] == {"rank": 1, "channel_id": "f", "count": 3}
     assert reader.top("A", 5)["items"] == []
     assert {m.decode() for m in client.smembers(Keys(ns, generation).workspaces)} == {"D"}
+
+
+@pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda script: script.name)
+def test_every_script_loads_into_redis(redis_client, script):
+    """``SCRIPT LOAD`` compiles the script: a syntax error in any ``.lua`` piece fails here,
+    not in the first run that calls it. The SHA1 Redis answers is the one callers send."""
+    assert redis_client.script_load(script.source) == script.sha
+
+
+def test_every_lua_file_is_part_of_a_script():
+    used = {part for script in scripts.SCRIPTS for part in script.parts if isinstance(part, str)}
+    files = {path.name.removesuffix(".lua") for path in scripts.LUA_DIR.iterdir() if path.name.endswith(".lua")}
+    assert files == used
+
+
+def indices(source: str, table: str) -> tuple[set[int], set[str]]:
+    """The literal indices a script reads of ``KEYS`` or ``ARGV``, and the other index expressions."""
+    found = re.findall(rf"\b{table}\[([^\]]+)\]", source)
+    return {int(i) for i in found if i.isdigit()}, {i for i in found if not i.isdigit()}
+
+
+@pytest.mark.parametrize("script", scripts.SCRIPTS, ids=lambda script: script.name)
+def test_the_named_keys_and_argv_are_the_ones_the_lua_reads(script):
+    """Every fixed ``KEYS`` and ``ARGV`` name of the registry is read by its number (a
+    ``local`` constant such as ``SLOTS`` counts), no number beyond them; a script reads
+    past them (an index computed, ``#KEYS``) only if its registry entry says what follows;
+    and a publish script's ``P`` starts right after the positions, its ``ARGV[P + n]``
+    reaching exactly the named arguments from ``ARGV[P]``."""
+    source = script.source
+    constants = {part.name: part.value for part in script.parts if isinstance(part, scripts.Local)}
+    for table, names, more in (("KEYS", script.keys, script.more_keys),
+                               ("ARGV", script.argv, script.more_argv or script.argv_at_p)):
+        literal, computed = indices(source, table)
+        literal |= {constants[i] for i in computed if i in constants}
+        computed -= constants.keys()
+        assert literal == set(range(1, len(names) + 1)), f"{script.name} reads {table} {sorted(literal)}: {names}"
+        if not more:
+            assert not computed and f"#{table}" not in source, f"{script.name} reads more {table}: {computed}"
+    p = re.search(r"local P = (\d+) \+ 2 \* tonumber\(ARGV\[(\d+)\]\)", source)
+    if not script.argv_at_p:
+        assert p is None
+        return
+    assert p is not None and int(p[1]) == len(script.argv) + 1
+    assert int(p[2]) == script.argv.index("partitions") + 1
+    assert "ARGV[P]" in source
+    assert max(int(n) for n in re.findall(r"\bP \+ (\d+)", source)) == len(script.argv_at_p) - 1
+
+
+def test_the_builders_order_by_name_and_refuse_a_wrong_name():
+    call = scripts.SWITCH.ordered({"retired": "r", "generation": "g"}, {"new": 2, "old": 1})
+    assert call == (["g", "r"], [1, 2])
+    with pytest.raises(TypeError, match="switch's ARGV"):
+        scripts.SWITCH.ordered({"retired": "r", "generation": "g"}, {"new": 2})
+    with pytest.raises(TypeError, match="switch's KEYS"):
+        scripts.SWITCH.ordered({"retired": "r", "generation": "g", "owner": "o"}, {"new": 2, "old": 1})
+
+
+def test_a_publish_call_puts_the_products_arguments_at_p():
+    """``P = 8 + 2 * ARGV[7]`` (the prelude) is where the builder put ``full``, whatever the
+    number of source partitions."""
+    shared = {name: f"key:{name}" for name in scripts.PUBLISH_KEYS}
+    for positions in ({}, {"f": 3}, {"b": 1, "a": 7, "c": 0}):
+        product = scripts.PUBLISH_LISTENERS
+        keys, args = scripts.publish_call(product, (5, 2, "live"), 17, b"{}", 100, positions, shared,
+                                          product.product_keys(counts="c", changes="ch"),
+                                          product.at_p(full="full", counts=b"{}", changes_cap=9))
+        assert keys == [f"key:{name}" for name in scripts.PUBLISH_KEYS] + ["c", "ch"]
+        assert len(keys) == len(product.keys)
+        p = 8 + 2 * args[6]
+        assert args[:7] == [5, 2, 17, b"{}", 100, "live", len(positions)]
+        assert args[7:p - 1] == [x for part in sorted(positions) for x in (part, positions[part])]
+        assert args[p - 1:] == ["full", b"{}", 9]
+
+
+class Probe:
+    """A ``script_query.Query`` of ``READ_LISTENERS`` following the generation, counting its calls."""
+
+    def __init__(self, namespace: str, attempts: int) -> None:
+        self.keys, self.attempts, self.generation, self.calls = Keys(namespace), attempts, "0", 0
+        self.reply: list = []
+
+    def call(self) -> scripts.Call:
+        self.calls += 1
+        k = self.keys.of_generation(int(self.generation))
+        return scripts.READ_LISTENERS.ordered(
+            {"generation": k.generation, "snapshot_id": k.snapshot_id, "snapshot": k.snapshot, "changes": k.changes,
+             "counts": k.counts},
+            {"generation": self.generation, "held_snapshot_id": "", "held_generation": "", "changes_at": ""})
+
+    def settle(self, reply: list) -> bool:
+        if reply[0] == scripts.MOVED:
+            self.generation = reply[1].decode()
+            return False
+        self.reply = reply
+        return True
+
+    def gave_up(self) -> Exception:
+        return RuntimeError(f"gave up after {self.calls} calls")
+
+
+def test_the_runner_follows_moves_loads_forgotten_scripts_and_gives_up(redis_client, redis_url, namespace):
+    """Sync and async alike: a query calls again where the script says (here generation 5),
+    a Redis that forgot its scripts (``SCRIPT FLUSH``: restarted) gets them again, and a
+    query still moving after its attempts raises its own error."""
+    redis_client.set(Keys(namespace).generation, 5)
+    sync = script_query.bind(redis_client, scripts.READ_LISTENERS)
+    redis_client.script_flush()
+    probe = script_query.run(sync, Probe(namespace, attempts=2))
+    assert (probe.calls, probe.reply) == (2, [b"5"])
+    with pytest.raises(RuntimeError, match="gave up after 1 calls"):
+        script_query.run(sync, Probe(namespace, attempts=1))
+
+    async def both() -> None:
+        client = aioredis.Redis.from_url(redis_url)
+        try:
+            bound = script_query.bind(client, scripts.READ_LISTENERS)
+            await client.script_flush()
+            probe = await script_query.arun(bound, Probe(namespace, attempts=2))
+            assert (probe.calls, probe.reply) == (2, [b"5"])
+            with pytest.raises(RuntimeError, match="gave up after 1 calls"):
+                await script_query.arun(bound, Probe(namespace, attempts=1))
+        finally:
+            await client.aclose()
+
+    asyncio.run(both())

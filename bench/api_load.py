@@ -15,6 +15,8 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from rankflow.bench.rig import percentile
+
 
 @dataclass
 class LoadResult:
@@ -25,8 +27,8 @@ class LoadResult:
     seconds: float = 0.0
 
     def percentile(self, q: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))] if ordered else float("nan")
+        value = percentile(self.latencies, q)
+        return float("nan") if value is None else value
 
     def summary(self) -> dict[str, float]:
         return {"requests": self.requests, "errors": self.errors, "rps": self.requests / self.seconds,

@@ -1,0 +1,28 @@
+"""Path parameters for ids that may hold ``/``: ``{game:game}``, ``{workspace:workspace}``.
+
+Contract: an id parameter matches the shortest part of the path that the route's rest
+still fits, as is (``%2F`` arrives decoded as ``/``); see ``api.boards`` and
+``api.activity`` for what that means for their routes.
+"""
+
+from __future__ import annotations
+
+from starlette.convertors import Convertor, register_url_convertor
+
+
+class IdConvertor(Convertor[str]):
+    """An id as it stands in the path, matched by ``regex`` (lazy: the shortest that fits)."""
+
+    def __init__(self, regex: str) -> None:
+        self.regex = regex
+
+    def convert(self, value: str) -> str:
+        return value
+
+    def to_string(self, value: str) -> str:
+        return value
+
+
+def register_id(name: str, regex: str) -> None:
+    """Make ``{param:name}`` an id matched by ``regex`` in every route."""
+    register_url_convertor(name, IdConvertor(regex))

@@ -1,0 +1,54 @@
+"""Reads that every request and stream of one snapshot shares: :class:`SharedTops`.
+
+Contract: :meth:`SharedTops.top` answers as the reader's ``top(*query)`` does (the
+boards' ``(game, board, n)``, the activity rankings' ``(workspace, k)``), but while the
+watcher (``api.watch.Watched``) names a version, the first request of a query reads it
+and every other request of that query and version shares the read: Redis sees one call
+per query and snapshot, whatever the number of requests. An answer is thus at most one
+poll interval behind the newest snapshot, and still wholly from one snapshot. Only
+answers are kept: a failed read (no such board, Redis down) is asked again; while the
+watcher names no version (not read yet, Redis unreachable) every request reads.
+At most ``limit`` answers are kept per version; past this they start over.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Hashable
+from typing import Any
+
+from rankflow.api.watch import Watched
+
+MAX_SHARED_TOPS = 10_000
+"""Answers kept for one snapshot (the queries asked for); past this they start over."""
+
+
+class SharedTops:
+    """Each query's top of the watcher's current snapshot, read once and shared."""
+
+    def __init__(self, reader: Any, watch: Watched, limit: int = MAX_SHARED_TOPS) -> None:
+        self.reader = reader
+        self.watch = watch
+        self.limit = limit
+        self._version: Hashable | None = None
+        self._reads: dict[tuple[Any, ...], asyncio.Future[dict[str, Any]]] = {}
+
+    async def top(self, *query: Any) -> dict[str, Any]:
+        version = self.watch.version
+        if version is None:
+            return await self.reader.top(*query)
+        if version != self._version or len(self._reads) >= self.limit:
+            self._version, self._reads = version, {}
+        read = self._reads.get(query)
+        if read is None:
+            read = self._reads[query] = asyncio.ensure_future(self.reader.top(*query))
+            read.add_done_callback(self._forget_failure(query))
+        return await asyncio.shield(read)  # a request that leaves must not cancel the others' read
+
+    def _forget_failure(self, query: tuple[Any, ...]) -> Callable[[asyncio.Future[dict[str, Any]]], None]:
+        """Only answers are kept: a failed read is asked again."""
+        def done(read: asyncio.Future[dict[str, Any]]) -> None:
+            if read.cancelled() or read.exception() is not None:  # retrieved: never "never retrieved"
+                if self._reads.get(query) is read:
+                    del self._reads[query]
+        return done

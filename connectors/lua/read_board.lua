@@ -1,0 +1,37 @@
+-- One board query.
+-- KEYS, ARGV and replies: connectors/scripts.py (this header is not sent to Redis).
+if ARGV[2] ~= '' then
+  local periods = redis.call('HGET', KEYS[3], ARGV[7])
+  local resolved = ''
+  if periods then
+    local p = cjson.decode(periods)
+    local name = p[ARGV[2] == 'daily' and 1 or 2]
+    if name ~= cjson.null then
+      resolved = ARGV[2] .. ':' .. name
+    end
+  end
+  if resolved ~= ARGV[3] then
+    return {'alias', resolved}
+  end
+end
+local sid = redis.call('GET', KEYS[2]) or ''
+local card = redis.call('ZCARD', KEYS[4])
+if card == 0 then
+  return {'board', sid, 0}
+end
+if ARGV[4] == 'top' then
+  return {'board', sid, card, redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')}
+end
+local at = redis.call('HGET', KEYS[5], ARGV[6])
+if not at then
+  return {'board', sid, card, false}
+end
+local m = at .. ARGV[6]
+local score = redis.call('ZSCORE', KEYS[4], m)
+local rank = redis.call('ZRANK', KEYS[4], m)
+if ARGV[4] == 'player' then
+  return {'board', sid, card, {score, rank, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}}
+end
+local start = math.max(0, rank - tonumber(ARGV[5]))
+local items = redis.call('ZRANGE', KEYS[4], start, rank + tonumber(ARGV[5]), 'WITHSCORES')
+return {'board', sid, card, {start, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. items[2]), items}}

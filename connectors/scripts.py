@@ -1,0 +1,429 @@
+"""Every Lua script rankflow runs in Redis: its files, its ``KEYS`` and ``ARGV``, its replies.
+
+The Lua is in ``connectors/lua/*.lua`` (package data, read with ``importlib.resources``);
+a script is one or more of those files joined in the order its :class:`Script` names
+(:func:`compose`, the only place pieces are put together). Each :class:`Script` also
+names its ``KEYS`` and ``ARGV`` in order, and builds them from named values
+(:meth:`Script.ordered` and the functions below), so no caller counts positions: the
+one position a script computes itself, ``P`` of the publish scripts (the first argument
+after the source positions), comes from the partition count the builder puts in
+``ARGV[7]``. ``tests/test_script_keys.py`` checks these names against the indices the
+Lua reads, and loads every script of :data:`SCRIPTS` into Redis.
+
+Every key a script touches is passed in ``KEYS``: Redis Cluster routes a script by
+its keys and refuses one that reaches others. A script whose keys depend on the current
+generation therefore gets the keys of the generation the caller read, checks that it is
+still current, and otherwise answers ``MOVED`` with the current one so the caller calls
+again (``connectors.script_query`` runs those calls).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import IntEnum
+from functools import cached_property
+from importlib.resources import files
+from typing import Any, NamedTuple
+
+LUA_DIR = files("rankflow.connectors").joinpath("lua")
+"""Where the ``.lua`` files are, inside the installed package."""
+
+
+class Local(NamedTuple):
+    """A ``local NAME = value`` line between a script's pieces (a constant the next piece reads)."""
+
+    name: str
+    value: int
+
+    def text(self) -> str:
+        return f"local {self.name} = {self.value}\n"
+
+
+def piece(name: str) -> str:
+    """The code of ``lua/<name>.lua``: its leading ``--`` comment lines (for readers of
+    the file) are not sent to Redis."""
+    lines = LUA_DIR.joinpath(f"{name}.lua").read_text(encoding="utf-8").splitlines(keepends=True)
+    start = 0
+    while start < len(lines) and lines[start].startswith("--"):
+        start += 1
+    return "".join(lines[start:])
+
+
+def compose(parts: Iterable[str | Local]) -> str:
+    """One script from its pieces in order: each file's code on a new line after the text
+    before it, each :class:`Local` as its line."""
+    return "".join(part.text() if isinstance(part, Local) else "\n" + piece(part) for part in parts)
+
+
+class Call(NamedTuple):
+    """One call's ``KEYS`` and ``ARGV``."""
+
+    keys: list[Any]
+    args: list[Any]
+
+
+def _ordered(names: tuple[str, ...], named: Mapping[str, Any], script: str, what: str) -> list[Any]:
+    """``named``'s values in the order of ``names``, which must be exactly its names (cheap:
+    readers build one per query)."""
+    if len(named) == len(names):
+        try:
+            return [named[n] for n in names]
+        except KeyError:
+            pass
+    raise TypeError(f"{script}'s {what} are {names}, got {sorted(named)}")
+
+
+@dataclass(frozen=True)
+class Script:
+    """One script: its pieces (``lua/`` file names and :class:`Local` lines, in order),
+    its fixed ``KEYS`` and ``ARGV`` by name, and what follows them.
+
+    ``argv_at_p``: for the publish scripts, the fixed arguments from ``ARGV[P]`` on (``P
+    = 8 + 2N``, after the N source positions): ``full`` or ``delta``, then the product's."""
+
+    name: str
+    parts: tuple[str | Local, ...]
+    keys: tuple[str, ...]
+    argv: tuple[str, ...]
+    more_keys: str = ""
+    more_argv: str = ""
+    argv_at_p: tuple[str, ...] = ()
+
+    @cached_property
+    def source(self) -> str:
+        return compose(self.parts)
+
+    @cached_property
+    def sha(self) -> str:
+        """The SHA1 Redis knows the script by (``EVALSHA``, ``SCRIPT LOAD``'s reply)."""
+        return hashlib.sha1(self.source.encode()).hexdigest()
+
+    def key_index(self, name: str) -> int:
+        """``name``'s index in ``KEYS`` (from 1, as Lua counts)."""
+        return self.keys.index(name) + 1
+
+    def ordered(self, keys: Mapping[str, Any], argv: Mapping[str, Any], more_keys: Iterable[Any] = (),
+                more_argv: Iterable[Any] = ()) -> Call:
+        """The call's lists: the fixed ``KEYS`` and ``ARGV`` in this script's order (every
+        name given, no other), then the variable parts as the caller built them."""
+        return Call(_ordered(self.keys, keys, self.name, "KEYS") + list(more_keys),
+                    _ordered(self.argv, argv, self.name, "ARGV") + list(more_argv))
+
+    def product_keys(self, **named: Any) -> list[Any]:
+        """A publish script's fixed keys after the shared :data:`PUBLISH_KEYS`, in order."""
+        return _ordered(self.keys[len(PUBLISH_KEYS):], named, self.name, "product KEYS")
+
+    def at_p(self, **named: Any) -> list[Any]:
+        """A publish script's fixed arguments from ``ARGV[P]`` (:attr:`argv_at_p`), in order."""
+        return _ordered(self.argv_at_p, named, self.name, "ARGV from P")
+
+
+def slots_at(keys: tuple[str, ...]) -> Local:
+    """``SLOTS`` for ``lua/activity_slot.lua``: the index of the slots hash in ``keys``."""
+    return Local("SLOTS", keys.index("workspace_slots") + 1)
+
+
+MOVED = b"moved"
+"""The first element of a reply asking the caller to call again with another
+generation's keys."""
+
+MOVES = 3
+"""How often a caller follows ``MOVED`` before giving up: a generation changes once
+per rebuild, so one more call is almost always enough."""
+
+PUBLISHED = b"published"
+"""The first element of :data:`JOIN`'s refusal of a fresh process."""
+
+
+# -- publishing --------------------------------------------------------------------------
+
+PUBLISH_KEYS = ("generation", "owner", "snapshot_id", "snapshot", "positions", "stream", "runs")
+"""``KEYS`` 1-7 of every publish script: the generation pointer, and of the run's
+generation: owner, snapshot_id, snapshot, positions, snapshots stream; then the run-token
+counter."""
+
+PUBLISH_ARGV = ("token", "generation", "snapshot_id", "snapshot", "stream_cap", "mode", "partitions")
+"""``ARGV`` 1-7 of every publish script: run token, generation, snapshot id, snapshot JSON,
+stream cap, ``live`` or ``build``, N source partitions; then N (partition, offset) pairs;
+then at ``ARGV[P]`` (``P = 8 + 2N``) :attr:`Script.argv_at_p`.
+
+``lua/publish_prelude.lua`` refuses, in this order:
+
+* a live run whose generation is no longer current (a rebuild replaced it): error
+  ``SWITCHED ...``;
+* a run whose token is older than the generation's owner: error ``FENCED ...``;
+* changes (``delta``) when the generation has no snapshot yet (a new generation, or
+  Redis lost its data): ``NO_TABLE``, and the publisher sends its whole state;
+* the stored snapshot itself, same id and same positions (a retry of a call whose
+  answer was lost): ``ALREADY_STORED``; its changes are in Redis;
+* any other snapshot whose id is not newer than the stored one (a run resumed from
+  recovery state with its old token replays older epochs): ``OLDER``;
+* a snapshot whose positions are behind the stored ones for any source partition
+  (a restarted run still catching up): ``BEHIND``. Published positions never go
+  backwards.
+
+Otherwise it stores the snapshot and its positions, and the product's body (run
+next, in the same script) stores its changes: ``STORED`` (replies: ``Published``).
+Every call also re-creates the generation pointer (live), the owner and the run-token
+counter (at least this token) if Redis lost them, so a run started later still gets a
+newer token and takes over.
+
+"Same positions" is what makes a retry safe to forget: the state of a cut is a
+function of the input before it, so Redis's state is the one the caller has.
+Within one run a replayed epoch may cut the input elsewhere under the same id.
+"""
+
+PUBLISH_LISTENERS = Script(
+    "publish_listeners", ("publish_prelude", "publish_listeners"),
+    keys=PUBLISH_KEYS + ("counts", "changes"), argv=PUBLISH_ARGV, more_argv="the source positions",
+    argv_at_p=("full", "counts", "changes_cap"))
+"""Stores one snapshot of the listener flow, atomically (``redis_publish.CountTable``).
+
+The prelude, then ``KEYS`` 8-9: the generation's counts and changes; from ``ARGV[P]``:
+``full`` or ``delta``, the count changes (JSON), the changes stream's cap. A ``full``
+table replaces the counts; the changes go to the changes stream, naming the snapshot
+before them (readers follow it, ``api.store``)."""
+
+PUBLISH_BOARDS = Script(
+    "publish_boards", ("publish_prelude", "publish_boards"),
+    keys=PUBLISH_KEYS + ("aliases", "boards", "board_changes"),
+    more_keys="per changed board its sorted set and its reached_at hash, then the same two keys of every "
+              "dropped board",
+    argv=PUBLISH_ARGV, more_argv="the source positions",
+    argv_at_p=("full", "changes_cap", "entry_bytes", "changed", "dropped", "aliases"))
+"""Stores one snapshot of the boards flow, atomically (``redis_boards.BoardsState``).
+
+The prelude, then ``KEYS``: 8 the games' aliases (hash: game -> JSON ``[daily,
+weekly]``), 9 the set of boards (members: JSON ``[game, board]``), 10 the
+``board_changes`` stream, then per changed board its sorted set and its ``reached_at``
+hash, then the same two keys of every dropped board. ``ARGV`` from ``ARGV[P]``: ``full``
+or ``delta``, the changes stream's cap (entries), the most bytes of entries one stream
+entry copies, the number of changed boards B, of dropped boards D, of alias updates A;
+then A (game, JSON) pairs; per changed board its JSON name and its entries as one JSON
+object ``{player: [score, reached_at]}`` (one argument per board: packing it is
+orjson's work in C, unpacking it Redis's, on the core the flow is not using); per
+dropped board its JSON name.
+
+A board's sorted set orders its entries as docs/semantics/boards.md section 4 does with
+Redis's own order: the score is ``-score`` (ascending = score descending) and the member
+is the 15-digit ``reached_at`` followed by the player id, so equal scores order by
+``reached_at`` then by the id's bytes. ``ZRANK`` is then the exact rank - 1, and
+``ZCOUNT key -inf (s`` the number of players with a strictly greater score. The hash
+gives a player's member back from their id.
+
+Every stored snapshot also adds one entry to the ``board_changes`` stream (capped with
+``MAXLEN ~``), for the API's in-process mirror (``api.board_mirror``): ``snapshot_id``,
+``previous`` (the snapshot id stored before it, '' if none: entries chain), ``full``
+(``delta``, ``full`` or ``large``), and for a ``delta`` the snapshot's changes as the
+script received them, joined without re-encoding: ``aliases`` a JSON array ``[game,
+periods JSON, ...]``, ``boards`` a JSON array ``[[game, board], {player: [score,
+reached_at]}, ...]``, ``dropped`` a JSON array of ``[game, board]``. Entries are
+absolute (the new score and ``reached_at``), so replaying them over any older state
+converges. A ``full`` entry carries nothing: the publisher sent its whole state (Redis
+had lost it, or a new generation), and a mirror reloads the boards. Nor does a
+``large`` one, whose entries exceed the byte bound (a backlog's catch-up, not steady
+traffic): the stream's memory stays bounded by cap x bound, and a mirror reloads rather
+than replays it."""
+
+_PUBLISH_ACTIVITY_KEYS = PUBLISH_KEYS + ("workspaces", "workspace_slots")
+PUBLISH_ACTIVITY = Script(
+    "publish_activity",
+    ("publish_prelude", slots_at(_PUBLISH_ACTIVITY_KEYS), "activity_slot", "publish_activity"),
+    keys=_PUBLISH_ACTIVITY_KEYS,
+    more_keys="both slots of the W workspaces, then of the G ones, then (full only) of the stale ones",
+    argv=PUBLISH_ARGV, more_argv="the source positions", argv_at_p=("full", "direct"))
+"""Stores one snapshot of the activity flow, atomically (``redis_activity.ActivityState``).
+
+The prelude, then ``KEYS`` 8: the set of workspaces with a count, 9: the slots hash
+(``redis_keys``: which of its two sorted sets a workspace's readers read). A snapshot's
+changed workspaces come in two ways, and ``ARGV`` after ``ARGV[P]`` (``full`` or
+``delta``) holds three lists, each its length first:
+
+* W workspaces whose changes the script applies to the slot readers read (all of a
+  small snapshot's): their ids, then their changes as one JSON object ``{workspace:
+  {channel: count}}`` (0 removes the channel; one document, decoded once, costs Redis
+  less than one per workspace);
+* S workspaces :data:`STAGE_ACTIVITY` already wrote into the slot readers do not read
+  (a large snapshot's, in calls short enough not to hold readers up), still with a
+  count: pairs (workspace id, the slot it was written in); the script switches them;
+* G workspaces staged that are left without a count: their ids.
+
+``KEYS`` from 10: both slots of the W workspaces, then of the G ones and (``full`` only)
+of the workspaces Redis holds that the snapshot does not name, all of which it removes
+(``UNLINK``: Redis frees them off its main thread). A ``full`` snapshot (an execution's
+first: every count) starts from no workspaces and no slots.
+
+``lua/activity_slot.lua`` (shared with the staging scripts): a workspace's slot
+(``SLOTS``, set before it, is the index of the slots hash in ``KEYS``), a command over a
+long list in pieces (Lua's ``unpack`` stops at about 8,000 values), and applying one
+workspace's changes to a sorted set with one ``ZADD`` and one ``ZREM`` for many
+channels, not one call each (a call from Lua costs about as much as the command itself).
+
+A workspace's sorted set holds its channels with a positive count, score = count:
+``ZREVRANGE`` then orders them count descending, then channel id descending byte-wise
+(Redis orders equal scores by the member's bytes), which is docs/semantics/windows.md 4,
+and ``ZREVRANK`` is the rank - 1."""
+
+FENCE_KEYS = ("generation", "owner")
+FENCE_ARGV = ("token", "generation", "mode")
+"""``lua/activity_fence.lua``: the checks of the publish prelude that concern a writer, for
+the activity scripts that write only what readers do not read: ``KEYS`` the generation
+pointer and the generation's owner; ``ARGV`` run token, generation, ``live`` or
+``build`` (``redis_generations.Fence``). They claim nothing: the publish script that
+follows does."""
+
+_STAGING_KEYS = FENCE_KEYS + ("workspace_slots", "workspaces_staged")
+STAGE_ACTIVITY = Script(
+    "stage_activity", (slots_at(_STAGING_KEYS), "activity_slot", "activity_fence", "stage_activity"),
+    keys=_STAGING_KEYS, more_keys="both slots of each item's workspace",
+    argv=FENCE_ARGV + ("budget",), more_argv="items of three: workspace id, copy/fresh/more, changes JSON")
+"""Writes part of a large activity snapshot where readers do not look (``activity_staging``).
+
+The fence, then ``KEYS`` 3: the slots hash, 4: the set of workspaces with a staged slot
+(so that a crash before the switch leaks nothing: the next full snapshot removes them),
+then both slots of each item's workspace. ``ARGV`` after the fence's: a budget, then
+items of three (workspace id, how, changes): ``copy`` starts the slot readers do not
+read from the one they read, ``fresh`` from nothing (a ``full`` snapshot), ``more`` goes
+on with a workspace an earlier item started (a workspace with many changes comes in
+several items); then its changes, as in :data:`PUBLISH_ACTIVITY`. Items are done in
+order while the members copied and changed, and 16 for each item (its own calls), stay
+within the budget (the first always), so one call holds Redis about as long as the
+budget's worth of ``ZADD``. Replies the number of items done, then per item done the
+slot it wrote and whether that sorted set has members (1) or not (0): the caller sends
+the rest in another call. Nothing here is visible to a reader until
+:data:`PUBLISH_ACTIVITY` switches the slots."""
+
+DROP_ACTIVITY = Script(
+    "drop_activity", (slots_at(_STAGING_KEYS), "activity_slot", "activity_fence", "drop_activity"),
+    keys=_STAGING_KEYS, more_keys="both slots of each workspace", argv=FENCE_ARGV, more_argv="the workspace ids")
+"""Frees the slot readers do not read of each workspace (the previous ranking after a
+switch, or a staged one a refused snapshot left). The fence, then ``KEYS`` 3: the slots
+hash, 4: the set of staged workspaces, then both slots of each workspace; ``ARGV`` after
+the fence's: the workspace ids."""
+
+
+# -- runs and generations ------------------------------------------------------------------
+
+CLAIM = Script("claim", ("claim",), keys=("owner",), argv=("token",))
+"""Makes ``token`` the owner of a generation unless a newer token owns it. ``KEYS``: the
+generation's owner. Replies the owner after the call."""
+
+JOIN = Script("join", ("join",), keys=("run", "runs", "generation", "owner", "positions", "snapshot_id"),
+              argv=("ttl_s", "fresh", "generation", "run_factor"))
+"""The token and generation of one run, the same for every process of it.
+
+``KEYS``: the run's key, the run-token counter, the generation pointer, then of
+generation G (the run's, or the current one for a new run, as the caller read it):
+owner, positions, snapshot_id. ``ARGV``: how long the run's key lives (seconds), ``1``
+for a fresh run (one without recovery state), G, the snapshot-id run factor.
+Replies ``{'moved', generation}`` when the run's generation is not G: call again
+with that generation's keys. Else ``{'joined', 'token:generation'}``: the run's
+stored answer, or a new token that now owns G (a fresh run's first process also
+forgets G's positions, as its input starts over). Refuses a fresh process joining
+a run whose token has published G's latest snapshot, ``{'published',
+'token:generation'}``: that process starts its input over, so its snapshot ids
+would restart below the stored one and be ignored. Within one start of a run every
+process joins before any publishes (Bytewax connects them all first)."""
+
+SWITCH = Script("switch", ("switch",), keys=("generation", "retired"), argv=("old", "new"))
+"""Points readers at a new generation and retires the old one, atomically.
+
+``KEYS``: the generation pointer, the set of retired generations. ``ARGV``: the old and
+the new generation. Errors ``SWITCHED ...`` if the pointer is not the old generation
+(someone switched already); else replies 1. The caller then removes the retired
+generation's keys by their prefix (``redis_generations.drop_generation``)."""
+
+
+# -- reading -------------------------------------------------------------------------------
+
+# Every read script starts with ``lua/moved.lua``: ``{'moved', current}`` unless ``ARGV[1]`` is
+# the current generation (``KEYS[1]`` its pointer); the caller calls again in that one.
+
+READ_LISTENERS = Script(
+    "read_listeners", ("moved", "read_listeners"),
+    keys=("generation", "snapshot_id", "snapshot", "changes", "counts"),
+    argv=("generation", "held_snapshot_id", "held_generation", "changes_at"))
+"""What a reader needs to follow the latest snapshot, atomically (``api.store``).
+
+``KEYS``: the generation pointer, then of generation G (the one the reader expects to be
+current): snapshot_id, snapshot, changes, counts. ``ARGV``: G, the snapshot id and
+generation the reader holds, the id of the last ``changes`` entry it applied ('' for
+none). Replies ``{'moved', current}`` when G is not the current generation (call again
+with that generation's keys); ``{G}`` when there is no snapshot; ``{G, id}`` when the
+reader is current; else ``{G, id, snapshot, 'table', changes_at, [song, count, ...]}``
+(the whole count table, for a reader without one or of another generation) or ``{G, id,
+snapshot, 'changes', entries}`` (the ``changes`` entries after the reader's)."""
+
+READ_BOARD = Script(
+    "read_board", ("moved", "read_board"), keys=("generation", "snapshot_id", "aliases", "board", "reached_at"),
+    argv=("generation", "alias", "guess", "query", "n", "player", "game"))
+"""One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
+generation G: snapshot_id, aliases, the board's sorted set and its ``reached_at`` hash.
+``ARGV``: G, the alias asked for (``daily``, ``weekly`` or ''), the board it resolved to,
+the query (``top``, ``player``, ``around``), n or r, the player, the game. Replies
+``{'moved', current}`` (call again in that generation), ``{'alias', board}`` (the alias
+names another board now), or ``{'board', snapshot id, players, answer}``: for ``top`` the
+first n ``member, score`` pairs; for ``player`` ``{score, rank - 1, players with a better
+score}`` or false; for ``around`` ``{first rank - 1, the first item's players with a
+better score, member, score ...}`` or false."""
+
+READ_ACTIVITY = Script(
+    "read_activity", ("moved", "read_activity"),
+    keys=("generation", "snapshot_id", "snapshot", "workspace_slots", "slot_a", "slot_b"),
+    argv=("generation", "held_snapshot_id", "query", "k", "channel", "workspace"))
+"""One activity query, atomically (``activity_read``). ``KEYS``: the generation pointer,
+then of generation G: snapshot_id, snapshot, the slots hash and both slots of the
+workspace (any keys for ``global``). ``ARGV``: G, the snapshot id whose document the
+reader holds ('' for none), the query (``top``, ``channel``, ``global``), k, the channel,
+the workspace. Replies ``{'moved', current}``, ``{'none'}`` (nothing published yet) or
+``{'snapshot', id, document or false (the reader holds it), answer}``: for ``top`` the
+first k ``channel, count`` pairs, for ``channel`` ``{count, rank - 1}`` or false."""
+
+BOARD_CHUNK = Script("board_chunk", ("board_chunk",), keys=("board",), argv=("size",),
+                     more_argv="anchors: (member, score) pairs the reader read last, oldest first")
+"""The next chunk of a board for a reader loading it in pieces (``api.board_mirror``).
+
+``KEYS``: the board's sorted set. ``ARGV``: the chunk's size, then anchors, ``member,
+score`` pairs as a chunk replied them. Replies the ``member, score`` pairs after the
+newest anchor still in its place, the same member with the same score (from the start
+without anchors), or false when every anchor has left its place (their players
+changed): start the board over. Entries that did not change keep their order among
+themselves, so every one of them after an unchanged anchor is still after it: a load in
+chunks misses none, whatever is published meanwhile (the changed ones come back from the
+changes stream). A member whose score changed has moved, so it is no anchor: after its
+new place a load would skip the unchanged entries between the two."""
+
+
+SCRIPTS: tuple[Script, ...] = (PUBLISH_LISTENERS, PUBLISH_BOARDS, PUBLISH_ACTIVITY, STAGE_ACTIVITY, DROP_ACTIVITY,
+                               CLAIM, JOIN, SWITCH, READ_LISTENERS, READ_BOARD, READ_ACTIVITY, BOARD_CHUNK)
+"""Every script rankflow sends (a new one goes here, and so into the tests that load them all)."""
+
+
+def publish_call(script: Script, fence: tuple[int, int, str], snapshot_id: int, snapshot: bytes, stream_cap: int,
+                 positions: Mapping[Any, int], keys: Mapping[str, Any], product_keys: list[Any],
+                 product_args: list[Any]) -> Call:
+    """A publish script's call: the shared keys (``keys``, by :data:`PUBLISH_KEYS` name)
+    and arguments, the source positions in partition order (their count in ``ARGV[7]``
+    tells the script where ``P`` is), then the product's keys and arguments
+    (:meth:`Script.product_keys`, :meth:`Script.at_p` and its variable parts)."""
+    token, generation, mode = fence
+    pairs = [x for part, offset in sorted(positions.items()) for x in (part, offset)]
+    return Call(_ordered(PUBLISH_KEYS, keys, script.name, "KEYS") + product_keys,
+                _ordered(PUBLISH_ARGV, {"token": token, "generation": generation, "snapshot_id": snapshot_id,
+                                        "snapshot": snapshot, "stream_cap": stream_cap, "mode": mode,
+                                        "partitions": len(pairs) // 2}, script.name, "ARGV")
+                + pairs + product_args)
+
+
+class Published(IntEnum):
+    """The publish scripts' replies (:data:`PUBLISH_ARGV`). After ``OLDER``, ``BEHIND``
+    and ``NO_TABLE`` the changes are not in Redis: they must go with the next snapshot
+    it stores."""
+
+    STORED = 1
+    ALREADY_STORED = 0
+    BEHIND = -1
+    NO_TABLE = -2
+    OLDER = -3

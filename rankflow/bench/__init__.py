@@ -1,1 +1,0 @@
-"""``rankflow bench``: rankflow against the seed's first design, side by side."""
