@@ -7,7 +7,8 @@ Routes: ``POST /events`` (ingest, ``api.ingest``), ``GET /rankings``,
 /activity``, ``GET /activity/global/top``, ``GET /activity/{workspace}/top``, ``GET
 /activity/{workspace}/channels/{channel}``, ``GET /activity/{workspace}/stream`` and
 their query forms for any ids (``api.activity``), ``GET /health``, ``GET /metrics``,
-and the dashboard at ``GET /`` (``api.dashboard``). The OpenAPI
+and the dashboard at ``GET /`` (``api.dashboard``). Each product's routes are mounted when
+``Settings.products`` names it (``rankflow serve --products``; all by default). The OpenAPI
 schema is at ``/openapi.json``, browsable at ``/docs``.
 """
 
@@ -27,7 +28,8 @@ from fastapi import FastAPI, Request, Response
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
-from rankflow.api import activity, board_stream, boards, dashboard, ingest, match_results, rankings, responses, server
+from rankflow import products as product_registry
+from rankflow.api import dashboard, ingest, rankings, responses, server
 from rankflow.api.activity_watch import ActivityWatch
 from rankflow.api.board_mirror import BoardMirror, MirroredBoards
 from rankflow.api.board_watch import BoardWatch
@@ -56,6 +58,7 @@ class Settings:
     board_index: str = "redis"  # board queries: "redis" (a script per query) or "memory" (api.board_mirror)
     stale_after_ms: int = 10_000  # a ranking older than this is marked stale
     body_timeout_ms: int = server.DEFAULT_BODY_TIMEOUT_MS  # a request body must arrive within this of its head (408)
+    products: tuple[str, ...] = tuple(product_registry.PRODUCTS)  # whose routes are mounted (``Product.routers``): all
 
 
 class ApiMetrics:
@@ -164,12 +167,9 @@ def create_app(settings: Settings) -> FastAPI:
                      b"rankflow_api_board_entries %d\n") % (mirror.loads, mirror.entries())
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
-    app.include_router(ingest.router)
-    app.include_router(match_results.router)
-    app.include_router(rankings.router)
-    app.include_router(boards.router)
-    app.include_router(board_stream.router)
-    app.include_router(activity.router)
+    routers = [router for name in settings.products for router in product_registry.get(name).routers()]
+    for router in routers:
+        app.include_router(router)
     app.include_router(dashboard.router)
     app.add_middleware(server.BoundedBodies, timeout_s=settings.body_timeout_ms / 1000)
     app.add_middleware(MeasureRequests, metrics=metrics)  # outside: it counts the 408 of a late body
@@ -177,9 +177,7 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            responses.drop_422(default_openapi(), [*boards.router.routes, *board_stream.router.routes,
-                                                *activity.router.routes, *rankings.router.routes,
-                                                *match_results.router.routes])  # and caches it
+            responses.drop_422(default_openapi(), [route for router in routers for route in router.routes])  # caches it
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

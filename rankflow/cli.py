@@ -17,28 +17,26 @@ from datetime import datetime, timezone
 from typing import Any, NoReturn
 
 import redis
-from rich.console import Console
-from rich.table import Table
 
-from rankflow.connectors.activity_staging import STAGE_BUDGET
+from rankflow import products
+from rankflow.arg_types import not_negative as _not_negative, port as _port, positive as _positive, rate as _rate
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
-from rankflow.connectors.redis_publish import dumps_document
 from rankflow.execution import stop_signal, tune_gc
-from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, DEFAULT_RECENT_MINUTES,
-                              DEFAULT_USER_SHARDS, FLOWS, SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError,
-                              check_input_file, check_output_file, check_redis_url, default_redis_url, redacted)
-from rankflow import cli_activity, cli_bench, cli_boards
+from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, SIGNING_KEY_ENV, RunOptions,
+                              ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
+                              default_redis_url, redacted)
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
+from rankflow import cli_bench
+from rankflow.products.boards import signing_key
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
 from rankflow.generate import Chaos, generate
 from rankflow.generate_scores import DEFAULT_DAYS, DEFAULT_START_MS, ScoreChaos, generate_scores
 from rankflow import generate_messages as gm
 from rankflow.produce import produce_file
-from rankflow.reader import RankingReader, default_cache_path
 from rankflow.services import cannot_listen
 from rankflow.state.signatures import parse_key
 
@@ -49,49 +47,34 @@ INGEST_TOKEN_ENV = "RANKFLOW_INGEST_TOKEN"
 
 class _Parser(argparse.ArgumentParser):
     """Bad usage is one line, as every other refusal of the command line: the usage
-    summary argparse prints first would push the cause out of sight."""
+    summary argparse prints first would push the cause out of sight. No abbreviations
+    (``allow_abbrev=False``): ``activity top --n 5`` is refused, not taken for ``--namespace 5``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)  # every parser and subparser is one of these
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
-def _port(text: str) -> int:
-    """A TCP port: 1 to 65535 (a server given more would listen elsewhere, or fail deep inside)."""
-    value = _positive(text)
-    if value > 65535:
-        raise argparse.ArgumentTypeError(f"must be 1 to 65535, got {value}")
-    return value
+def _products(text: str) -> tuple[str, ...]:
+    """``--products``: names of products, each once, in the registry's order."""
+    names = {name for name in text.split(",") if name}
+    unknown = sorted(names - set(products.PRODUCTS))
+    if unknown or not names:
+        raise argparse.ArgumentTypeError(f"expected products among {', '.join(products.PRODUCTS)}, got {text!r}")
+    return tuple(name for name in products.PRODUCTS if name in names)
 
 
-def _positive(text: str) -> int:
+def _version() -> str:
+    """The installed package's version (``pyproject.toml``)."""
+    from importlib.metadata import PackageNotFoundError, version
+
     try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be >= 1, got {value}")
-    return value
-
-
-def _rate(text: str) -> float:
-    """A probability per event: 0 to 1."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not 0 <= value <= 1:
-        raise argparse.ArgumentTypeError(f"must be 0 to 1, got {value}")
-    return value
-
-
-def _not_negative(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be >= 0, got {value}")
-    return value
+        return version("rankflow")
+    except PackageNotFoundError:  # run from a checkout that is not installed
+        return "unknown (not installed)"
 
 
 def _add_redis(p: argparse.ArgumentParser) -> None:
@@ -101,17 +84,16 @@ def _add_redis(p: argparse.ArgumentParser) -> None:
                    help="key namespace in Redis (default: %(default)s)")
 
 
-def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
+def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str) -> None:
+    """The options of ``run`` or ``rebuild`` (``command``): those of every flow, then each
+    product's own in a group titled by the product (``rankflow.products``)."""
     p.add_argument("--input", required=True, metavar="URI", help="jsonl:PATH or kafka:HOST:PORT/TOPIC")
     _add_redis(p)
     p.add_argument("--dead-letter", default=dead_letter, metavar="URI",
                    help="where invalid events go: jsonl:PATH or kafka:HOST:PORT/TOPIC (default: %(default)s)")
-    p.add_argument("--flow", choices=FLOWS, default="listeners",
-                   help="listeners: songs by current listeners; boards: game score boards; activity: most active "
-                        "channels in a sliding window (default: %(default)s)")
-    p.add_argument("--signing-key", metavar="HEX",
-                   help=f"boards: the match servers' HMAC-SHA256 key; results must carry a valid sig "
-                        f"(default: ${SIGNING_KEY_ENV}; without either, signatures are not checked)")
+    p.add_argument("--flow", choices=tuple(products.PRODUCTS), default=products.DEFAULT,
+                   help="; ".join(f"{p.name}: {p.title}" for p in products.PRODUCTS.values())
+                        + " (default: %(default)s)")
     p.add_argument("--song-partitions", "--partitions", type=_positive, default=16, metavar="P",
                    help="counter partitions: of songs, or of board entries with --flow boards (default: %(default)s)")
     p.add_argument("--k-max", type=_positive, metavar="K",
@@ -125,43 +107,35 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str) -> None:
                         "(default: %(default)s, 1 MiB)")
     p.add_argument("--recovery-dir", metavar="DIR",
                    help="keep state and input positions here at every barrier and resume from them")
-    p.add_argument("--user-shards", type=int, default=DEFAULT_USER_SHARDS, metavar="N",
-                   help="key the user stage by N shards of users, each with a changelog under --recovery-dir, "
-                        "or 0 for one key per user (default: %(default)s)")
-    p.add_argument("--hot-threshold", type=float, default=20_000, metavar="N",
-                   help="split a song whose changes pass N per second (per process) into partial "
-                        "counters; 0 never splits (default: %(default)s)")
-    p.add_argument("--hot-salts", type=_positive, default=4, metavar="S",
-                   help="partial counters per split song (default: %(default)s)")
-    p.add_argument("--bucket-seconds", type=_positive, default=60, metavar="S",
-                   help="activity: the width of a time bucket (default: %(default)s)")
-    p.add_argument("--window-buckets", type=_positive, default=60, metavar="N",
-                   help="activity: buckets in the window (default: %(default)s: one hour of 60 s buckets)")
-    p.add_argument("--count", choices=("messages", "users"), default="messages",
-                   help="activity: count messages, or distinct users per channel (default: %(default)s)")
-    p.add_argument("--global-summary", type=int, default=0, metavar="N",
-                   help="activity: rank globally from mergeable summaries of N counters per bucket (bounded memory; "
-                        "items carry count_low and count_high); 0 ranks exactly (default: %(default)s)")
-    p.add_argument("--publish-stage", type=_not_negative, default=None, metavar="N",
-                   help="activity: a snapshot changing more than N channels (a bucket leaving the window) is "
-                        "written where readers do not look, in Redis calls of about N members, then switched in "
-                        f"one short step, so queries never wait long for it; 0 writes every snapshot in one call "
-                        f"(default: {STAGE_BUDGET} in a live run, 0 with --until-eof)")
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="live runs of the activity flow, and the listener flow's recent plays: an input partition "
                         "with nothing to read this long stops holding the watermark back until its next event "
                         "(default: %(default)s)")
-    p.add_argument("--recent-minutes", type=_not_negative, default=DEFAULT_RECENT_MINUTES, metavar="N",
-                   help="listeners: also rank songs by plays (accepted starts) in the last N minutes of event "
-                        "time, read with `rankflow top --recent`; 0 turns it off (default: %(default)s)")
-    p.add_argument("--split-songs", type=lambda text: [s for s in text.split(",") if s], default=[],
-                   metavar="SONG,...", help="split these songs into partial counters at their first change, "
-                                            "whatever their rate (songs known to be hot)")
+    _add_product_options(p, command)
+
+
+def _add_product_options(p: argparse.ArgumentParser, command: str) -> None:
+    """One argument group per product, of its options of ``command``; an option several products
+    have is in the first one's group and says which others have it."""
+    defaults = RunOptions.__dataclass_fields__
+    owners = products.owners()
+    added: set[str] = set()
+    for product in products.PRODUCTS.values():
+        mine = [o for o in product.options if command in o.commands and o.dest not in added]
+        if not mine:
+            continue
+        group = p.add_argument_group(f"--flow {product.name}", f"{product.title}; refused with another --flow")
+        for option in mine:
+            others = [q.name for q in owners[option.dest] if q is not product]
+            option.add_to(group, defaults[option.dest].default if option.dest in defaults else option.default,
+                          also=" or ".join(f"--flow {name}" for name in others))
+            added.add(option.dest)
 
 
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="rankflow", description="Real-time rankings from event streams: songs by "
-                                     "current listeners, game score boards.")
+                                     "current listeners, game score boards, most active channels.")
+    parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     g = sub.add_parser("generate", help="write a realistic playback, score or message log (JSON Lines) with chaos")
@@ -207,7 +181,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
 
     r = sub.add_parser("run", help="run a flow (--flow listeners, boards or activity) and publish its snapshots to Redis")
-    _add_flow_options(r, DEFAULT_DEAD_LETTER)
+    _add_flow_options(r, DEFAULT_DEAD_LETTER, "run")
     r.add_argument("--until-eof", action="store_true",
                    help="stop at the end of the input seen at start-up (default: keep following it)")
     r.add_argument("--processes", type=_positive, default=1, metavar="N",
@@ -220,13 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="serve Prometheus metrics on PORT (process i of --processes on PORT + i)")
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="the address the metrics listen on (default: %(default)s; 0.0.0.0 for every interface)")
-    r.add_argument("--idle-timeout-ms", type=_not_negative, default=0, metavar="T",
-                   help="listeners, live Kafka input: the idle-playback sweeper (docs/semantics/listeners.md 6) writes a TIMEOUT "
-                        "into the input for a counted playback with no HEARTBEAT for T ms, once the flow has "
-                        "processed its input up to that deadline; needs --user-shards >= 1; 0: off (default)")
 
     b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it")
-    _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER)
+    _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER, "rebuild")
 
     pr = sub.add_parser("produce", help="load a JSON Lines log into a Kafka topic, keyed by one field")
     pr.add_argument("--key-field", default="user_id", metavar="NAME",
@@ -270,19 +240,15 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--max-connections", type=_positive, default=DEFAULT_MAX_CONNECTIONS, metavar="N",
                     help="connections served at once (event streams too); a request on one more is answered 503 "
                          "(default: %(default)s)")
+    sv.add_argument("--products", type=_products, default=tuple(products.PRODUCTS), metavar="NAME,...",
+                    help=f"the products whose routes are served: {', '.join(products.PRODUCTS)} "
+                         "(default: all of them)")
     _add_redis(sv)
 
     cli_bench.add_parsers(sub, _positive, _not_negative)  # bench, bench-sweep, bench-boards, bench-activity
 
-    cli_boards.add_parser(sub, _add_redis)
-    cli_activity.add_parser(sub, _add_redis)
-
-    t = sub.add_parser("top", help="print the latest published ranking")
-    t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
-    t.add_argument("--recent", action="store_true",
-                   help="songs by plays in the last --recent-minutes of event time (default: by current listeners)")
-    t.add_argument("--json", action="store_true", help="print one JSON object")
-    _add_redis(t)
+    for product in products.PRODUCTS.values():  # the readers: `top`, `boards ...`, `activity ...`
+        READERS.update(product.add_readers(sub, _add_redis))
     return parser
 
 
@@ -349,6 +315,11 @@ def _generate_messages(args: argparse.Namespace, started: float) -> int:
 
 
 def _run_options(args: argparse.Namespace) -> RunOptions:
+    """The options of ``run`` or ``rebuild``: an option of another flow than ``--flow``'s is refused
+    (ignored, it would silently not do what its user meant)."""
+    given = vars(args)
+    products.refuse_foreign(args.flow, [dest for dest in products.owners() if dest in given])
+    own = products.product_values(args.flow, given)
     addresses = getattr(args, "addresses", None)
     return RunOptions(
         processes=getattr(args, "processes", 1), process_id=getattr(args, "process_id", None),
@@ -357,37 +328,15 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
-        max_line_bytes=args.max_line_bytes,
-        hot_threshold=args.hot_threshold, hot_salts=args.hot_salts, user_shards=args.user_shards,
-        split_songs=args.split_songs, flow=args.flow, signing_key=signing_key(args.signing_key, os.environ),
-        bucket_seconds=args.bucket_seconds, window_buckets=args.window_buckets, count=args.count,
-        idle_timeout_s=args.idle_timeout, global_summary=args.global_summary, publish_stage=args.publish_stage,
-        recent_minutes=args.recent_minutes, idle_timeout_ms=getattr(args, "idle_timeout_ms", 0),
+        max_line_bytes=args.max_line_bytes, flow=args.flow, idle_timeout_s=args.idle_timeout,
+        **{k: v for k, v in own.items() if k in RunOptions.__dataclass_fields__},
+        extra={k: v for k, v in own.items() if k not in RunOptions.__dataclass_fields__},
     )
 
 
-def signing_key(option: str | None, environ: Mapping[str, str]) -> bytes | None:
-    """``--signing-key``, else ``$RANKFLOW_SIGNING_KEY`` (which keeps the key out of the process list)."""
-    text = option if option is not None else environ.get(SIGNING_KEY_ENV)
-    if text is None:
-        return None
-    try:
-        return parse_key(text)
-    except ValueError as exc:
-        raise UsageError(f"--signing-key / ${SIGNING_KEY_ENV}: {exc}") from None
-
-
-def _summary(final: dict[str, Any], took: float, dead_letter: str) -> str:
-    if "watermark" in final:  # the activity flow
-        return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {final['active_pairs']} active channels, watermark "
-                f"{final['watermark']}, {final['dead_letters']} dead letters -> {dead_letter}; "
-                f"positions {final['positions']}")
-    if "total_listeners" not in final:  # the boards flow
-        return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {final['dead_letters']} dead letters -> "
-                f"{dead_letter}; positions {final['positions']}")
-    return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {final['total_listeners']} listeners on "
-            f"{final['active_songs']} songs, {final['dead_letters']} dead letters -> {dead_letter}; "
-            f"positions {final['positions']}")
+def _summary(opts: RunOptions, final: dict[str, Any], took: float) -> str:
+    return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {opts.product.counts(final)}{final['dead_letters']} "
+            f"dead letters -> {opts.dead_letter}; positions {final['positions']}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -396,7 +345,7 @@ def cmd_run(args: argparse.Namespace) -> int:
     final = run(opts)
     stopped = stop_signal()
     if final is not None:
-        print(f"{'stopped' if stopped else 'done'} in {_summary(final, time.perf_counter() - started, opts.dead_letter)}",
+        print(f"{'stopped' if stopped else 'done'} in {_summary(opts, final, time.perf_counter() - started)}",
               file=sys.stderr)
     if stopped is not None:
         print("rankflow: interrupted; stopped at a barrier, everything read so far is published", file=sys.stderr)
@@ -408,7 +357,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     started = time.perf_counter()
     final = rebuild(opts)
-    print(f"rebuilt and switched in {_summary(final, time.perf_counter() - started, opts.dead_letter)}",
+    print(f"rebuilt and switched in {_summary(opts, final, time.perf_counter() - started)}",
           file=sys.stderr)
     return 0
 
@@ -463,7 +412,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
                         ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index,
-                        body_timeout_ms=args.body_timeout_ms)
+                        body_timeout_ms=args.body_timeout_ms, products=args.products)
     problem = cannot_listen(args.host, args.port)
     if problem is not None:  # else uvicorn logs a traceback-sized error, or listens on another port
         raise UsageError(f"--host/--port: {problem}")
@@ -498,106 +447,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 128 + server.stopped_by
 
 
-def cmd_top(args: argparse.Namespace) -> int:
-    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.redis, args.namespace)).read()
-    snap = reading.snapshot
-    if snap is None:
-        print(f"rankflow: {reading.problem}; no earlier ranking cached", file=sys.stderr)
-        return 1
-    k_max = snap["k_max"]
-    if not 1 <= args.k <= k_max:
-        print(f"rankflow: --k must be between 1 and K_max ({k_max}), got {args.k}", file=sys.stderr)
-        return 2
-    if args.recent:
-        if snap.get("recent") is None:
-            print("rankflow: this ranking has no recent plays: the flow runs with --recent-minutes 0",
-                  file=sys.stderr)
-            return 1
-        view = recent_view(snap, args.k, reading.stale, reading.age_ms)
-    else:
-        view = top_view(snap, args.k, reading.stale, reading.age_ms)
-    if args.json:
-        sys.stdout.buffer.write(dumps_document(view) + b"\n")
-    elif args.recent:
-        print_recent_table(view)
-    else:
-        print_table(view)
-    if reading.stale:
-        print(f"rankflow: {reading.problem}; showing the last ranking read, "
-              f"{(reading.age_ms or 0) / 1000:.0f}s old (stale)", file=sys.stderr)
-        return 1
-    return 0
-
-
-def top_view(snap: dict[str, Any], k: int, stale: bool, age_ms: int | None) -> dict[str, Any]:
-    """The reader's view of a snapshot: its metadata and its first ``k`` items."""
-    fields = ("snapshot_id", "positions", "published_at", "total_listeners", "counted_users")
-    return {**{f: snap[f] for f in fields}, "stale": stale, "age_ms": age_ms, "items": snap["items"][:k]}
-
-
-def recent_view(snap: dict[str, Any], k: int, stale: bool, age_ms: int | None) -> dict[str, Any]:
-    """The reader's view of a snapshot's recent plays (docs/semantics/windows.md 7): the snapshot's metadata,
-    the window, the watermark and the first ``k`` items ``{rank, song_id, plays}``."""
-    recent = snap["recent"]
-    return {**{f: snap[f] for f in ("snapshot_id", "positions", "published_at")}, "stale": stale, "age_ms": age_ms,
-            **{f: recent[f] for f in ("window_start", "window_end", "watermark")}, "items": recent["items"][:k]}
-
-
-def print_recent_table(view: dict[str, Any]) -> None:
-    published = datetime.fromtimestamp(view["published_at"] / 1000, tz=timezone.utc)
-    table = Table()
-    table.add_column("rank", justify="right")
-    table.add_column("song_id")
-    table.add_column("plays", justify="right")
-    for item in view["items"]:
-        table.add_row(str(item["rank"]), item["song_id"], f"{item['plays']:,}")
-    console = Console()
-    if view["stale"]:
-        console.print(f"STALE: this ranking is {view['age_ms'] / 1000:.0f}s old", style="bold red")
-    span = "" if view["watermark"] is None else f" in the last {(view['window_end'] - view['window_start']) // 60_000} " \
-        "minutes"
-    console.print(f"Top {len(view['items'])} songs by plays{span}", style="bold")
-    console.print(table)
-    if view["watermark"] is None:
-        window = "no event time yet"
-    else:
-        window = (f"window {_event_time(view['window_start'])} to {_event_time(view['window_end'])} UTC "
-                  f"(event time), watermark {_event_time(view['watermark'])}")
-    positions = ", ".join(f"{p}: {o:,}" for p, o in sorted(view["positions"].items()))
-    console.print(f"{window}; snapshot {view['snapshot_id']} published {published:%Y-%m-%d %H:%M:%S} UTC; "
-                  f"input through {positions}", soft_wrap=True, highlight=False)
-
-
-def _event_time(ms: int) -> str:
-    """An event time for people: UTC to the second, or the raw ms when it is no date."""
-    try:
-        return f"{datetime.fromtimestamp(ms / 1000, tz=timezone.utc):%Y-%m-%d %H:%M:%S}"
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"
-
-
-def print_table(view: dict[str, Any]) -> None:
-    published = datetime.fromtimestamp(view["published_at"] / 1000, tz=timezone.utc)
-    table = Table()
-    table.add_column("rank", justify="right")
-    table.add_column("song_id")
-    table.add_column("listeners", justify="right")
-    for item in view["items"]:
-        table.add_row(str(item["rank"]), item["song_id"], f"{item['listeners']:,}")
-    console = Console()
-    if view["stale"]:
-        console.print(f"STALE: this ranking is {view['age_ms'] / 1000:.0f}s old", style="bold red")
-    console.print(f"Top {len(view['items'])} songs by current listeners", style="bold")
-    console.print(table)
-    positions = ", ".join(f"{p}: {o:,}" for p, o in sorted(view["positions"].items()))
-    console.print(f"snapshot {view['snapshot_id']} published {published:%Y-%m-%d %H:%M:%S} UTC; "
-                  f"{view['total_listeners']:,} listeners in all; input through {positions}",
-                  soft_wrap=True, highlight=False)
-
-
+READERS: dict[str, products.Command] = {}
+"""The products' reader commands (``Product.add_readers``), filled when the parser is built."""
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
-            "serve": cmd_serve, **cli_bench.COMMANDS,
-            "top": cmd_top, "boards": cli_boards.cmd_boards, "activity": cli_activity.cmd_activity}
+            "serve": cmd_serve, **cli_bench.COMMANDS}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -606,7 +459,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "redis", None) is not None:
             check_redis_url(args.redis)
-        return COMMANDS[args.command](args)
+        return {**COMMANDS, **READERS}[args.command](args)
     except UsageError as exc:
         print(f"rankflow: {exc}", file=sys.stderr)
         return 2

@@ -10,35 +10,29 @@ from __future__ import annotations
 
 import os
 import stat
-from dataclasses import dataclass, field
+from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
+from rankflow import products
 from rankflow.connectors.activity_staging import STAGE_BUDGET
 from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES
-from rankflow.connectors.redis_keys import (DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys, activity_namespace,
-                                            boards_namespace)
+from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys
+from rankflow.errors import ServiceError, UsageError
+from rankflow.products.boards import BOARDS_K_MAX, SIGNING_KEY_ENV
 
 DEFAULT_DEAD_LETTER = "jsonl:dead-letters.jsonl"
 DEFAULT_REBUILD_DEAD_LETTER = "jsonl:rebuild-dead-letters.jsonl"
 """A rebuild writes its own file: it starts its dead letters over, and must not
 truncate the ones a live run is appending to."""
 DEFAULT_USER_SHARDS = 16
-FLOWS = ("listeners", "boards", "activity")
+FLOWS = tuple(products.PRODUCTS)
 DEFAULT_K_MAX = 100
 DEFAULT_RECENT_MINUTES = 5  # docs/semantics/windows.md 7
-BOARDS_K_MAX = 10
-SIGNING_KEY_ENV = "RANKFLOW_SIGNING_KEY"
-
-
-class UsageError(ValueError):
-    """Bad options: the CLI prints the message and exits with status 2."""
-
-
-class ServiceError(RuntimeError):
-    """A service the run needs (Redis, a broker) is unreachable or refused it."""
+__all__ = ["BOARDS_K_MAX", "SIGNING_KEY_ENV", "ServiceError", "UsageError"]  # where they were before the products
 
 
 def default_redis_url() -> str:
@@ -138,7 +132,7 @@ def _check_creatable(path: str, option: str) -> None:
 @dataclass
 class RunOptions:
     input: str
-    flow: str = "listeners"  # listeners (songs by current listeners) or boards (game score boards)
+    flow: str = products.DEFAULT  # a product's name (``rankflow.products``): listeners, boards or activity
     signing_key: bytes | None = None  # boards: results must carry a valid HMAC-SHA256 ``sig``
     until_eof: bool = False
     redis_url: str = DEFAULT_REDIS_URL
@@ -172,6 +166,7 @@ class RunOptions:
     # and the listener flow's recent plays)
     recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
     idle_timeout_ms: int = 0  # listeners, live Kafka runs: the sweeper's T (docs/semantics/listeners.md 6); 0: no sweeper
+    extra: dict[str, Any] = field(default_factory=dict)  # options of a product that have no field here, by dest
 
     @property
     def top_k(self) -> int:
@@ -181,7 +176,7 @@ class RunOptions:
         are in Redis, and a longer list costs every partition and the merger at every barrier)."""
         if self.k_max is not None:
             return self.k_max
-        return BOARDS_K_MAX if self.flow == "boards" else DEFAULT_K_MAX
+        return self.product.k_max
 
     @property
     def stage_at(self) -> int:
@@ -195,42 +190,34 @@ class RunOptions:
     @property
     def redis_namespace(self) -> str:
         """Where this flow publishes: the boards and activity flows beside the listener flow, never in its keys."""
-        if self.flow == "boards":
-            return boards_namespace(self.namespace)
-        if self.flow == "activity":
-            return activity_namespace(self.namespace)
-        return self.namespace
+        return self.product.namespace(self.namespace)
+
+    @property
+    def product(self) -> products.Product:
+        """The product ``flow`` names (``rankflow.products``)."""
+        return products.get(self.flow)
+
+    def option(self, dest: str) -> Any:
+        """The value of the product option ``dest``: its field, or what ``extra`` holds (else its default)."""
+        if dest in RunOptions.__dataclass_fields__:
+            return getattr(self, dest)
+        return self.extra.get(dest, next(o.default for o in self.product.options if o.dest == dest))
 
     def check(self) -> None:
-        if self.flow not in FLOWS:
-            raise UsageError(f"--flow must be one of {', '.join(FLOWS)}, got {self.flow!r}")
+        """Refuse options a run cannot start with: the shared ones here, the flow's own by its
+        product, and any option of another flow set (it would be silently ignored)."""
+        product = products.get(self.flow)
+        products.refuse_foreign(self.flow, changed_fields(self))
         if self.user_shards < 0:
             raise UsageError("--user-shards must be >= 0")
         for name, flag in (("song_partitions", "song-partitions"), ("top_k", "k-max"), ("workers", "workers"),
                            ("barrier_ms", "barrier-ms"), ("read_chunk_bytes", "read-chunk-bytes"),
-                           ("max_line_bytes", "max-line-bytes"), ("hot_salts", "hot-salts")):
+                           ("max_line_bytes", "max-line-bytes")):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{flag} must be >= 1")
-        for name, flag in (("bucket_seconds", "bucket-seconds"), ("window_buckets", "window-buckets")):
-            if getattr(self, name) < 1:
-                raise UsageError(f"--{flag} must be >= 1")
-        if self.count not in ("messages", "users"):
-            raise UsageError(f"--count must be messages or users, got {self.count!r}")
-        if self.recent_minutes < 0:
-            raise UsageError("--recent-minutes must be >= 0 (0 turns recent plays off)")
-        if self.global_summary < 0:
-            raise UsageError("--global-summary must be >= 1 (or 0: exact)")
-        if self.global_summary and self.count != "messages":
-            raise UsageError("--global-summary counts messages: with --count users distinct users do not add up "
-                             "across buckets (docs/semantics/windows.md 5)")
-        if self.publish_stage is not None and self.publish_stage < 0:
-            raise UsageError("--publish-stage must be >= 0 (0: every snapshot in one script)")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")
-        if self.idle_timeout_ms:
-            self._check_sweeper()
-        if self.hot_threshold < 0:
-            raise UsageError("--hot-threshold must be >= 0")
+        product.check(self)
         if self.processes < 1:
             raise UsageError("--processes must be >= 1")
         if self.metrics_port is not None:
@@ -248,19 +235,12 @@ class RunOptions:
         except ValueError as exc:
             raise UsageError(str(exc)) from None
 
-    def _check_sweeper(self) -> None:
-        """``--idle-timeout-ms``: the sweeper of docs/semantics/listeners.md 6 writes ``TIMEOUT`` events into the input."""
-        if self.idle_timeout_ms < 0:
-            raise UsageError("--idle-timeout-ms must be >= 1 (or 0: no sweeper)")
-        if self.flow != "listeners":
-            raise UsageError("--idle-timeout-ms is the listener flow's sweeper (docs/semantics/listeners.md 6)")
-        if self.until_eof:
-            raise UsageError("--idle-timeout-ms cannot be used with --until-eof: a replay reads its log, it must "
-                             "not write to it")
-        if not self.input.startswith("kafka:"):
-            raise UsageError("--idle-timeout-ms needs a Kafka input (kafka:HOST:PORT/TOPIC): the sweeper writes its "
-                             "TIMEOUT events into the input, and a JSONL log carries them only if something else "
-                             "wrote them")
-        if self.user_shards < 1:
-            raise UsageError("--idle-timeout-ms needs --user-shards >= 1: the sweeper lives in the user shards "
-                             "(with --user-shards 0 it could not list a shard's users)")
+
+def changed_fields(opts: RunOptions) -> list[str]:
+    """The fields of ``opts`` that differ from their defaults: what a caller set."""
+    changed = []
+    for f in fields(opts):
+        default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
+        if default is not MISSING and getattr(opts, f.name) != default and f.name != "extra":
+            changed.append(f.name)
+    return changed + list(opts.extra)

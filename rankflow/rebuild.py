@@ -10,7 +10,8 @@ A rebuild switches only a ranking that is complete and sound:
   last snapshot's positions are those ends. A graceful stop (Ctrl-C, SIGTERM)
   ends the sources early and the flow finishes as if the input had ended there;
   such a partial replay satisfies every invariant, so only the positions tell;
-* **sound**: no errors, and ``total_listeners == counted_users``.
+* **sound**: no errors, and what the flow's product checks (the listener flow:
+  ``total_listeners == counted_users``).
 
 Otherwise the new generation is dropped, readers stay where they were, and the
 command fails saying why.
@@ -35,6 +36,7 @@ from rankflow.connectors.source_batch import ENDS
 from rankflow.endpoints import make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.options import RunOptions
+from rankflow.products import Product
 from rankflow.recovery import recovery_config, resumes_from_recovery
 from rankflow.runner import build_dataflow, check_run, connect_redis, must_republish, warn_unchecked
 
@@ -75,7 +77,7 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
             execute(flow, opts, recovery)
             final = read_generation(client, opts.redis_namespace, new)
             _check_complete(final, source.list_parts())
-            _check_sound(final)
+            _check_sound(final, opts.product)
             switch_generation(client, opts.redis_namespace, old, new)
         except BaseException:
             _drop(client, opts.redis_namespace, new, old)
@@ -105,11 +107,13 @@ def _check_complete(final: dict[str, Any] | None, parts: list[str]) -> None:
                         "nothing was switched", stopped)
 
 
-def _check_sound(final: dict[str, Any] | None) -> None:
+def _check_sound(final: dict[str, Any] | None, product: Product) -> None:
+    """No errors, and what the product checks of its final snapshot (``Product.rebuild_problem``)."""
     if final is None:
         raise RebuildFailed("the rebuild published no snapshot")
     if final["errors"]:
         raise RebuildFailed(f"the rebuilt ranking has errors: {final['errors'][:3]}")
-    if "total_listeners" in final and final["total_listeners"] != final["counted_users"]:
-        raise RebuildFailed("the rebuilt ranking breaks total_listeners == counted_users")
+    problem = product.rebuild_problem(final)
+    if problem is not None:
+        raise RebuildFailed(problem)
 

@@ -18,17 +18,26 @@ from __future__ import annotations
 
 import hmac
 import shutil
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from bytewax.recovery import RecoveryConfig, init_db_dir
 
 from rankflow.endpoints import input_identity
-from rankflow.options import SIGNING_KEY_ENV, RunOptions, UsageError
+from rankflow.errors import UsageError
+from rankflow.products.boards import SIGNING_KEY_ENV
+
+if TYPE_CHECKING:
+    from rankflow.options import RunOptions
 
 RECOVERY_PARTITIONS = 2
 LAYOUT_FILE = "rankflow-layout.json"
+FORMAT_KEY = "format"
+LAYOUT_FORMAT = 1
+"""The layout file's format, recorded in it (``FORMAT_KEY``): what a reader goes by to read the
+rest. A layout without it is legacy (:func:`_legacy_layout`)."""
 USER_CHANGELOG = "user-changelog"
 WINDOW_CHANGELOG = "window-changelog"
 KEY_FINGERPRINT = "signing_key_fingerprint"
@@ -52,20 +61,15 @@ def resumes_from_recovery(recovery_dir: str | None) -> bool:
 
 
 def recorded(opts: RunOptions) -> dict[str, Any]:
-    """What the directory must have been made with for ``opts`` to resume from it.
+    """What the directory must have been made with for ``opts`` to resume from it: the shared
+    layout, and what the run's product adds (``Product.layout``).
 
     The dead-letter output too: a JSON Lines sink resumes at a byte offset of the
     file it wrote, which in another file would cut someone else's data.
     """
     layout = {"flow": opts.flow, "song_partitions": opts.song_partitions, "user_shards": opts.user_shards,
               "input": input_identity(opts.input), "dead_letter": opts.dead_letter}
-    if opts.flow == "listeners":  # the song partitions' window state is made for its length (0: none)
-        layout["recent_minutes"] = opts.recent_minutes
-    if opts.flow == "activity":  # the window's shape and what it counts are in the stored buckets
-        layout.update(bucket_seconds=opts.bucket_seconds, window_buckets=opts.window_buckets, count=opts.count,
-                      global_summary=opts.global_summary)
-    if opts.flow == "boards":  # the boards hold only results checked with this key (or none, unchecked)
-        layout[KEY_FINGERPRINT] = key_fingerprint(opts.signing_key)
+    layout.update(opts.product.layout(opts))
     return layout
 
 
@@ -91,8 +95,9 @@ def check_resumable(opts: RunOptions) -> None:
     if not resumes_from_recovery(opts.recovery_dir):
         return
     path = Path(opts.recovery_dir)  # type: ignore[arg-type]  # resumes_from_recovery: not None
-    if (path / LAYOUT_FILE).exists():
-        _refuse_other(path, orjson.loads((path / LAYOUT_FILE).read_bytes()), recorded(opts))
+    stored = read_layout(path)
+    if stored is not None:
+        _refuse_other(path, stored, recorded(opts))
 
 
 def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
@@ -109,23 +114,73 @@ def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
         for left in (USER_CHANGELOG, WINDOW_CHANGELOG):  # no store refers to what may be left there
             shutil.rmtree(path / left, ignore_errors=True)
         init_db_dir(path, RECOVERY_PARTITIONS)
-    (path / LAYOUT_FILE).write_bytes(orjson.dumps(recorded(opts)))
+    write_layout(path, recorded(opts))
     return RecoveryConfig(str(path))
 
 
-def _refuse_other(path: Path, stored: dict[str, Any], wanted: dict[str, Any]) -> None:
-    """Stop a resume whose layout or input differs from the stored one (keys a directory
-    from before inputs were recorded does not have are not compared)."""
-    if stored.get("input", wanted["input"]) != wanted["input"]:
-        raise UsageError(f"{path} holds state of a run reading {_describe(stored['input'])}, but this run reads "
+@dataclass(frozen=True)
+class StoredLayout:
+    """A directory's layout as read: what it recorded, and the names of the current layout its
+    writer did not record (a legacy directory's), which a resume cannot be compared on."""
+
+    values: dict[str, Any]
+    unrecorded: frozenset[str] = frozenset()
+
+
+def write_layout(path: Path, layout: dict[str, Any]) -> None:
+    """Record ``layout`` under the current format (:data:`LAYOUT_FORMAT`), replacing whatever was there."""
+    (path / LAYOUT_FILE).write_bytes(orjson.dumps({FORMAT_KEY: LAYOUT_FORMAT, **layout}))
+
+
+def read_layout(path: Path) -> StoredLayout | None:
+    """The layout ``path`` records, by the format it says it has; None if it records none (a
+    directory from before layouts were recorded: nothing to compare a resume with)."""
+    try:
+        stored = orjson.loads((path / LAYOUT_FILE).read_bytes())
+    except FileNotFoundError:
+        return None
+    except (OSError, orjson.JSONDecodeError) as exc:
+        raise UsageError(f"{path / LAYOUT_FILE} cannot be read ({exc}): start over in an empty --recovery-dir") \
+            from None
+    version = stored.pop(FORMAT_KEY, None) if isinstance(stored, dict) else None
+    if version is None:
+        return _legacy_layout(stored)
+    if version != LAYOUT_FORMAT:
+        raise UsageError(f"{path} was written by another rankflow (recovery layout format {version}, this one "
+                         f"reads format {LAYOUT_FORMAT}): resume with that version, or start over in an empty "
+                         "--recovery-dir")
+    return StoredLayout(stored)
+
+
+LEGACY_RECORDED_LATER = ("input", "dead_letter", KEY_FINGERPRINT, "recent_minutes")
+"""What a layout without a format marker may lack: the fields added to it one by one."""
+
+
+def _legacy_layout(stored: dict[str, Any]) -> StoredLayout:
+    """Legacy: a layout written before layouts carried their format (``LAYOUT_FORMAT``), i.e. by
+    every rankflow until then. It holds ``flow``, ``song_partitions``, ``user_shards`` and the
+    product's fields of its time; the fields recorded later (:data:`LEGACY_RECORDED_LATER`: the
+    input, the dead-letter output, a boards run's key fingerprint, the listener flow's recent
+    plays) are there only if its writer knew them. What it lacks is not compared, except the key
+    fingerprint (``_refuse_other_key``). The only place that recognises a layout by its shape: a
+    resume writes the current format, so a directory is legacy until its first resume."""
+    return StoredLayout(stored, frozenset(k for k in LEGACY_RECORDED_LATER if k not in stored))
+
+
+def _refuse_other(path: Path, stored: StoredLayout, wanted: dict[str, Any]) -> None:
+    """Stop a resume whose layout or input differs from the stored one (what the directory
+    did not record is not compared)."""
+    had = stored.values
+    if "input" not in stored.unrecorded and had["input"] != wanted["input"]:
+        raise UsageError(f"{path} holds state of a run reading {_describe(had['input'])}, but this run reads "
                          f"{_describe(wanted['input'])}: resume with the same input, or start over in an empty "
                          "--recovery-dir")
-    if stored.get("dead_letter", wanted["dead_letter"]) != wanted["dead_letter"]:
-        raise UsageError(f"{path} holds state of a run writing dead letters to {stored['dead_letter']}, but this "
+    if "dead_letter" not in stored.unrecorded and had["dead_letter"] != wanted["dead_letter"]:
+        raise UsageError(f"{path} holds state of a run writing dead letters to {had['dead_letter']}, but this "
                          f"run writes them to {wanted['dead_letter']}: resume with --dead-letter "
-                         f"{stored['dead_letter']}, or start over in an empty --recovery-dir")
-    layout = {k: v for k, v in stored.items() if k not in ("input", "dead_letter", KEY_FINGERPRINT)}
-    if layout != {k: wanted[k] for k in layout}:
+                         f"{had['dead_letter']}, or start over in an empty --recovery-dir")
+    layout = {k: v for k, v in had.items() if k not in ("input", "dead_letter", KEY_FINGERPRINT)}
+    if layout != {k: wanted.get(k) for k in layout}:  # another flow's layout has other fields
         options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in layout.items())
         raise UsageError(f"{path} holds state of a run with {options}: resume with the same options, "
                          "or start over in an empty --recovery-dir")
@@ -133,20 +188,20 @@ def _refuse_other(path: Path, stored: dict[str, Any], wanted: dict[str, Any]) ->
         _refuse_other_key(path, stored, wanted[KEY_FINGERPRINT])
 
 
-def _refuse_other_key(path: Path, stored: dict[str, Any], wanted: str | None) -> None:
+def _refuse_other_key(path: Path, stored: StoredLayout, wanted: str | None) -> None:
     """Stop a boards resume whose signing key is not the stored run's (same key, or none for both).
 
     A directory of a version that did not record the key cannot tell whether its run
     checked signatures: a resume with a key is taken (and recorded from then on), one
     without is refused, as it would count forged results if the stored run had a key.
     """
-    if KEY_FINGERPRINT not in stored:
+    if KEY_FINGERPRINT in stored.unrecorded:
         if wanted is None:
             raise UsageError(f"{path} was written by an older rankflow, which did not record whether the run "
                              f"checked signatures: resume with its --signing-key (or ${SIGNING_KEY_ENV}), or "
                              "start over in an empty --recovery-dir")
         return
-    had = stored[KEY_FINGERPRINT]
+    had = stored.values.get(KEY_FINGERPRINT)
     if had == wanted:
         return
     same_key = f"resume with the key it had (--signing-key or ${SIGNING_KEY_ENV})"

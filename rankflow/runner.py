@@ -1,4 +1,4 @@
-"""Running the listener flow live: one process, or several processes of one run.
+"""Running a flow live: one process, or several processes of one run.
 
 Every run first takes a run token from Redis (``INCR {ns}:runs``) and claims the
 current generation with it. Snapshot ids are built from the token, and the publish
@@ -20,7 +20,6 @@ import sys
 import time
 import uuid
 from dataclasses import replace
-from functools import partial
 from typing import Any
 
 import redis
@@ -28,24 +27,15 @@ from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
-from rankflow.connectors.kafka import KafkaEndpoint
+from rankflow.products import listeners
 from rankflow.connectors.redis_generations import join_run
-from rankflow.connectors.redis_keys import Keys, connect
-from rankflow.connectors.redis_activity import ActivityState
-from rankflow.connectors.redis_boards import BoardsState
-from rankflow.connectors.redis_publish import RedisSnapshotSink
+from rankflow.connectors.redis_keys import connect
 from rankflow.connectors.redis_read import read_latest
 from rankflow.endpoints import check_endpoints, make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
-from rankflow.flows.activity import build_flow as build_activity_flow
-from rankflow.flows.boards import build_flow as build_boards_flow
-from rankflow.flows.listeners import build_flow
 from rankflow.operators.metrics import METRICS
-from rankflow.operators.routing import HOT_SONGS
-from rankflow.operators.user_stage import SweeperConfig
-from rankflow.options import SIGNING_KEY_ENV, RunOptions, ServiceError, UsageError, check_redis_url, redacted
-from rankflow.recovery import (check_resumable, recovery_config, resumes_from_recovery, user_changelog,
-                               window_changelog)
+from rankflow.options import RunOptions, ServiceError, UsageError, check_redis_url, redacted
+from rankflow.recovery import check_resumable, recovery_config, resumes_from_recovery
 from rankflow.services import cannot_listen, free_port
 
 log = logging.getLogger("rankflow.run")
@@ -78,103 +68,29 @@ def check_run(opts: RunOptions) -> None:
 
 def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, source: Source, fresh: bool,
                    republish: bool = False, dead_letter: Sink | None = None) -> Dataflow:
-    """The flow ``opts.flow`` names, publishing into ``generation`` with run token ``token``;
-    ``fresh``: it starts its input over (no recovery state to resume from). ``dead_letter``:
+    """The flow of the product ``opts.flow`` names, publishing into ``generation`` with run token
+    ``token``; ``fresh``: it starts its input over (no recovery state to resume from). ``dead_letter``:
     the sink made (and its topic created) before the run claimed anything, else made here."""
     if dead_letter is None:
         dead_letter = make_dead_letter_sink(opts.dead_letter)
-    if opts.flow == "boards":
-        return boards_flow(opts, token, generation, live, source, dead_letter, fresh, republish)
-    if opts.flow == "activity":
-        return activity_flow(opts, token, generation, live, source, dead_letter)
-    return listener_flow(opts, token, generation, live, source, dead_letter)
+    return opts.product.build_flow(opts, token, generation, live, source, dead_letter, fresh, republish)
 
 
 def warn_unchecked(opts: RunOptions) -> None:
-    """A boards run without a signing key counts every result as its match server sent it:
-    say so once at start, as ``serve`` does for an ingest without a token."""
-    if opts.flow == "boards" and opts.signing_key is None:
-        log.warning("no signing key: results' signatures are not checked, anyone who can write to the input can "
-                    "post scores; set --signing-key or $%s", SIGNING_KEY_ENV)
+    """What the run will not check, said once at start (a boards run without a signing key)."""
+    opts.product.warn(opts)
 
 
 def must_republish(client: redis.Redis, opts: RunOptions, generation: int, fresh: bool) -> bool:
-    """Whether a resumed boards run must send every board again: Redis has no snapshot of
-    its generation (it lost its data while the run was down). The listener flow's
-    counters send their whole table with every execution's first snapshot instead."""
-    if fresh or opts.flow != "boards" or client.exists(Keys(opts.redis_namespace, generation).snapshot_id):
-        return False
-    if not opts.user_shards:
-        raise ServiceError("Redis has none of this run's boards, and a run with --user-shards 0 cannot send them "
-                           "again: resume with the default player shards, or rebuild (`rankflow rebuild --flow "
-                           "boards`)")
-    log.warning("Redis has no snapshot of generation %s: every player's entries are published again", generation)
-    return True
-
-
-def boards_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source, dead_letter: Sink,
-                fresh: bool, republish: bool = False) -> Dataflow:
-    return build_boards_flow(
-        source,
-        dead_letter,
-        RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live,
-                          state=lambda: BoardsState(complete=fresh or republish)),
-        board_partitions=opts.song_partitions,
-        k_max=opts.top_k,
-        signing_key=opts.signing_key,
-        user_shards=opts.user_shards,
-        run_token=token,
-        recoverable=opts.recovery_dir is not None,
-        user_changelog=user_changelog(opts.recovery_dir),
-        republish=republish,
-    )
-
-
-def activity_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source,
-                  dead_letter: Sink) -> Dataflow:
-    return build_activity_flow(
-        source,
-        dead_letter,
-        RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live,
-                          state=partial(ActivityState, opts.stage_at)),
-        partitions=opts.song_partitions,
-        k_max=opts.top_k,
-        run_token=token,
-        bucket_ms=opts.bucket_seconds * 1000,
-        window_buckets=opts.window_buckets,
-        mode=opts.count,
-        idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
-        summary=opts.global_summary,
-        recoverable=opts.recovery_dir is not None,
-        changelog=window_changelog(opts.recovery_dir),
-    )
-
-
-def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
-    """The sweeper of docs/semantics/listeners.md 6, when ``--idle-timeout-ms`` asks for it (a live run of a Kafka input)."""
-    if not opts.idle_timeout_ms:
-        return None
-    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000),
-                         KafkaEndpoint.parse(opts.input.removeprefix("kafka:")))
+    """Whether a resumed run must send its whole state again: Redis lost it while the run was down."""
+    return opts.product.must_republish(client, opts, generation, fresh)
 
 
 def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source,
                   dead_letter: Sink) -> Dataflow:
-    HOT_SONGS.configure(opts.hot_threshold, opts.hot_salts, opts.hot_window_s, frozenset(opts.split_songs))
-    return build_flow(
-        source,
-        dead_letter,
-        RedisSnapshotSink(opts.redis_url, opts.namespace, token, generation, live),
-        song_partitions=opts.song_partitions,
-        k_max=opts.top_k,
-        user_shards=opts.user_shards,
-        run_token=token,
-        recoverable=opts.recovery_dir is not None,
-        user_changelog=user_changelog(opts.recovery_dir),
-        recent_minutes=opts.recent_minutes,
-        idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
-        sweeper=sweeper_config(opts),
-    )
+    """The listener flow of ``opts`` (tests build it beside a run)."""
+    return listeners.PRODUCT.build_flow(opts, token, generation, live, source, dead_letter, fresh=True,
+                                        republish=False)
 
 
 def run(opts: RunOptions) -> dict[str, Any] | None:

@@ -189,7 +189,8 @@ def stop_processes(procs: list[subprocess.Popen], timeout: float = 20.0) -> None
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="python -m rankflow.services", description=__doc__.split("\n")[0])
+    p = argparse.ArgumentParser(prog="python -m rankflow.services", description=__doc__.split("\n")[0],
+                                allow_abbrev=False)
     p.add_argument("action", choices=["start", "stop"])
     p.add_argument("service", choices=sorted(SERVICES))
     p.add_argument("--port", type=int, default=None, help="the port to listen on; 0: a free one")

@@ -184,7 +184,8 @@ def test_a_recovery_directory_from_before_key_fingerprints(tmp_path, redis_url, 
     assert subprocess.run([*command, "--signing-key", KEY.hex()], capture_output=True, timeout=120).returncode == 0
     layout_file = rec / "rankflow-layout.json"
     layout = orjson.loads(layout_file.read_bytes())
-    layout_file.write_bytes(orjson.dumps({k: v for k, v in layout.items() if "sign" not in k}))  # an older version's
+    older = {k: v for k, v in layout.items() if "sign" not in k and k != "format"}  # an older version's: no format
+    layout_file.write_bytes(orjson.dumps(older))
     r = subprocess.run(command, capture_output=True, text=True, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1 and "--signing-key" in r.stderr, r.stderr
     r = subprocess.run([*command, "--signing-key", KEY.hex()], capture_output=True, text=True, timeout=120)

@@ -3,6 +3,7 @@ never a traceback or a Rust panic; and a mistaken command never disturbs a healt
 
 from __future__ import annotations
 
+import argparse
 import os
 import re
 import signal
@@ -276,3 +277,127 @@ def test_kafka_mistakes_are_one_line(tmp_path, redis_url, kafka_brokers, topic):
 
     with pytest.raises(Exception):  # noqa: B017 - nothing was produced, the topic was not even created
         topic_partitions(kafka_brokers, topic)
+
+
+def _foreign_options() -> list[tuple[str, str, str, str]]:
+    """Every product option of ``run`` with every flow that does not have it: (command, flow,
+    option, a value its type takes)."""
+    from rankflow import products
+
+    cases = []
+    for option in products.options_of("run").values():
+        holders = {p.name for p in products.owners()[option.dest]}
+        value = option.choices[0] if option.choices else "3"
+        for flow in products.PRODUCTS:
+            if flow not in holders:
+                for command in ("run", "rebuild"):
+                    if command in option.commands:
+                        cases.append((command, flow, option.flags[-1], value))
+    return cases
+
+
+@pytest.mark.parametrize("command, flow, option, value", _foreign_options())
+def test_an_option_of_another_flow_is_refused(tmp_path, capsys, command, flow, option, value):
+    """Issue 20.1: ``run --flow activity --signing-key X`` or ``--flow boards --bucket-seconds 60`` used
+    to run, ignoring the option; now one line naming the option and the flows it belongs to,
+    exit 2, before anything touches Redis (none listens on the URL given)."""
+    from rankflow import products
+    from rankflow.cli import main
+
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"")
+    code = main([command, "--flow", flow, "--input", f"jsonl:{log}", "--redis", f"redis://127.0.0.1:{free_port()}/0",
+                 "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}", option, value])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1, err
+    dest = next(o.dest for o in products.options_of(command).values() if option in o.flags)
+    owners = [p.name for p in products.owners()[dest]]
+    assert err.startswith(f"rankflow: {option} is an option of ") and f"not of --flow {flow}" in err, err
+    assert all(f"--flow {name}" in err for name in owners), err
+
+
+def test_the_refusals_of_the_issue(tmp_path):
+    """The two cases issue 20 names, through the installed command."""
+    log = tmp_path / "events.jsonl"
+    log.write_bytes(b"")
+    base = ["run", "--until-eof", "--input", f"jsonl:{log}", "--redis", f"redis://127.0.0.1:{free_port()}/0"]
+    r = cli(*base, "--flow", "activity", "--signing-key", "ab" * 32)
+    assert r.returncode == 2 and one_line(r) == ("rankflow: --signing-key is an option of --flow boards, not of "
+                                                 "--flow activity"), r.stderr
+    r = cli(*base, "--flow", "boards", "--bucket-seconds", "60")
+    assert r.returncode == 2 and one_line(r) == ("rankflow: --bucket-seconds is an option of --flow activity, not "
+                                                 "of --flow boards"), r.stderr
+
+
+def test_run_options_of_another_flow_are_refused_without_the_command_line():
+    """``RunOptions`` built by a program: a field of another product set is refused too."""
+    from rankflow.options import UsageError
+
+    with pytest.raises(UsageError, match="--signing-key is an option of --flow boards, not of --flow activity"):
+        RunOptions(input="jsonl:x", flow="activity", signing_key=b"k" * 32).check()
+    with pytest.raises(UsageError, match="--bucket-seconds is an option of --flow activity"):
+        RunOptions(input="jsonl:x", flow="listeners", bucket_seconds=10).check()
+    RunOptions(input="jsonl:x", flow="activity", bucket_seconds=10).check()  # its own
+
+
+def test_the_signing_key_variable_is_no_option_of_other_flows(tmp_path, capsys, monkeypatch):
+    """``$RANKFLOW_SIGNING_KEY`` (set for ``serve`` or the boards flow) does not make an activity or
+    listener run refuse to start: only the option is the boards flow's."""
+    from rankflow.cli import _run_options, build_parser
+
+    monkeypatch.setenv("RANKFLOW_SIGNING_KEY", "ab" * 32)
+    for flow in ("listeners", "activity"):
+        opts = _run_options(build_parser().parse_args(["run", "--flow", flow, "--input", "jsonl:x"]))
+        assert opts.signing_key is None
+        opts.check()
+    opts = _run_options(build_parser().parse_args(["run", "--flow", "boards", "--input", "jsonl:x"]))
+    assert opts.signing_key == bytes.fromhex("ab" * 32)
+
+
+@pytest.mark.parametrize("args, unrecognized", [
+    (["activity", "top", "--n", "5", "--workspace", "w"], "--n"),  # was --namespace 5
+    (["top", "--name", "x"], "--name"),
+    (["run", "--input", "jsonl:x", "--until"], "--until"),
+    (["boards", "top", "--game", "g", "--board", "all", "--nam", "x"], "--nam"),
+])
+def test_abbreviated_options_are_refused(args, unrecognized):
+    """Issue 20.7: argparse took any unambiguous prefix of an option (``activity top --n 5`` meant
+    ``--namespace 5``); now every parser has ``allow_abbrev=False``."""
+    r = cli(*args, "--redis", f"redis://127.0.0.1:{free_port()}/0")
+    assert r.returncode == 2 and f"unrecognized arguments: {unrecognized}" in one_line(r), r.stderr
+
+
+def test_version():
+    from importlib.metadata import version
+
+    r = cli("--version")
+    assert r.returncode == 0 and r.stdout == f"rankflow {version('rankflow')}\n", (r.stdout, r.stderr)
+
+
+@pytest.mark.parametrize("command", ["run", "rebuild"])
+def test_help_groups_the_options_per_product(command):
+    """``run --help`` and ``rebuild --help``: each product's options in a group titled by it,
+    generated from the registry; an option two products have is in the first one's group."""
+    from rankflow import products
+    from rankflow.cli import build_parser
+
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction)).choices[command]
+    groups = {g.title: {a.dest for a in g._group_actions} for g in sub._action_groups}
+    placed: set[str] = set()
+    for name, product in products.PRODUCTS.items():
+        own = {o.dest for o in product.options if command in o.commands}
+        assert own - placed <= groups.get(f"--flow {name}", set()), (name, groups)
+        placed |= own
+    common = groups["options"]
+    assert not common & placed and {"input", "flow", "song_partitions", "k_max", "recovery_dir"} <= common
+    text = sub.format_help()
+    assert "--flow listeners:" in text and "--flow boards:" in text and "--flow activity:" in text
+    assert "(also --flow boards)" in text  # --user-shards
+
+
+def test_the_services_command_takes_no_abbreviations(tmp_path):
+    r = subprocess.run([sys.executable, "-m", "rankflow.services", "start", "redis", "--dir", str(tmp_path), "--po", "1"],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "unrecognized arguments: --po" in r.stderr, r.stderr
+    assert not (tmp_path / "redis.pid").exists()

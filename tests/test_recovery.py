@@ -13,6 +13,7 @@ from collections import Counter
 import re
 import subprocess
 import sys
+from pathlib import Path
 
 import orjson
 import pytest
@@ -24,6 +25,7 @@ from rankflow.produce import produce_file
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.cli import build_parser
 from rankflow.options import ServiceError, UsageError
+from rankflow.recovery import FORMAT_KEY, LAYOUT_FILE, LAYOUT_FORMAT
 from tests.crashes import kill_9_while_publishing
 from tests.events import ev, ranking
 from tests.test_fencing_and_rebuild import recreate_topic
@@ -106,6 +108,59 @@ def test_a_resume_with_another_layout_is_refused(flow, tmp_path):
         flow.run(path, recovery_dir=recovery, dead_letter=dead, user_shards=4)
     again = flow.run(path, recovery_dir=recovery, dead_letter=dead, user_shards=4, song_partitions=2, namespace=first["namespace"])
     assert ranking(again["final"]) == [("song_b", 1), ("song_a", 1)]
+
+
+def _layout(recovery: str) -> dict:
+    return orjson.loads((Path(recovery) / LAYOUT_FILE).read_bytes())
+
+
+def test_a_recovery_directory_records_its_layout_format(flow, tmp_path):
+    """Issue 20.9: the layout says its format, and a reader goes by it instead of its shape."""
+    path = flow.write_log([ev("u1", "p1", "song_a", "START", 1)])
+    recovery = str(tmp_path / "recovery")
+    flow.run(path, recovery_dir=recovery, dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}")
+    assert _layout(recovery)[FORMAT_KEY] == LAYOUT_FORMAT
+
+
+def test_a_directory_from_before_the_format_marker_still_resumes(flow, tmp_path):
+    """A directory made before layouts carried their format (legacy: exactly what earlier versions
+    wrote) resumes, is still compared on what it recorded, and carries the format from then on."""
+    lines = [ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1)]
+    path = flow.write_log(lines)
+    recovery, dead = str(tmp_path / "recovery"), f"jsonl:{tmp_path / 'dead.jsonl'}"
+    first = flow.run(path, recovery_dir=recovery, dead_letter=dead, user_shards=4)
+    current = _layout(recovery)
+    legacy = {k: v for k, v in current.items() if k != FORMAT_KEY}
+    (Path(recovery) / LAYOUT_FILE).write_bytes(orjson.dumps(legacy))
+    with pytest.raises(UsageError, match="--user-shards 4"):
+        flow.run(path, recovery_dir=recovery, dead_letter=dead)
+    without_input = {k: v for k, v in legacy.items() if k not in ("input", "dead_letter", "recent_minutes")}
+    (Path(recovery) / LAYOUT_FILE).write_bytes(orjson.dumps(without_input))  # older still
+    flow.write_log([*lines, ev("u3", "p3", "song_b", "START", 1)])
+    again = flow.run(path, recovery_dir=recovery, dead_letter=dead, user_shards=4, namespace=first["namespace"])
+    assert ranking(again["final"]) == [("song_b", 2), ("song_a", 1)], "resumed: the first two lines not twice"
+    assert _layout(recovery) == current, "recorded in the current format from now on"
+
+
+def test_a_directory_of_another_layout_format_is_refused(flow, tmp_path):
+    path = flow.write_log([ev("u1", "p1", "song_a", "START", 1)])
+    recovery, dead = str(tmp_path / "recovery"), f"jsonl:{tmp_path / 'dead.jsonl'}"
+    flow.run(path, recovery_dir=recovery, dead_letter=dead)
+    (Path(recovery) / LAYOUT_FILE).write_bytes(orjson.dumps({**_layout(recovery), FORMAT_KEY: LAYOUT_FORMAT + 1}))
+    with pytest.raises(UsageError, match=f"recovery layout format {LAYOUT_FORMAT + 1}, this one reads format "
+                                         f"{LAYOUT_FORMAT}"):
+        flow.run(path, recovery_dir=recovery, dead_letter=dead)
+
+
+@pytest.mark.parametrize("other", ["boards", "activity"])
+def test_a_resume_with_another_flow_is_refused(flow, tmp_path, other):
+    """A directory of the listener flow resumed with ``--flow boards`` or ``activity``: one usage error
+    naming the stored flow (the other flow's layout has other fields: this was a KeyError)."""
+    path = flow.write_log([ev("u1", "p1", "song_a", "START", 1)])
+    recovery, dead = str(tmp_path / "recovery"), f"jsonl:{tmp_path / 'dead.jsonl'}"
+    flow.run(path, recovery_dir=recovery, dead_letter=dead)
+    with pytest.raises(UsageError, match="holds state of a run with --flow listeners "):
+        flow.run(path, recovery_dir=recovery, dead_letter=dead, flow=other)
 
 
 def test_recovery_beyond_a_re_created_topics_end_is_refused(tmp_path, kafka_brokers, topic, redis_url, redis_client,

@@ -1,0 +1,106 @@
+"""The boards product: game score boards (docs/semantics/boards.md)."""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Mapping
+from typing import TYPE_CHECKING, Any
+
+from rankflow.errors import ServiceError, UsageError
+from rankflow.products import Option, Product
+from rankflow.products.listeners import USER_SHARDS
+
+if TYPE_CHECKING:
+    import redis
+    from bytewax.dataflow import Dataflow
+    from bytewax.inputs import Source
+    from bytewax.outputs import Sink
+
+    from rankflow.options import RunOptions
+
+log = logging.getLogger("rankflow.run")
+
+SIGNING_KEY_ENV = "RANKFLOW_SIGNING_KEY"
+BOARDS_K_MAX = 10
+
+
+def signing_key(option: str | None, environ: Mapping[str, str]) -> bytes | None:
+    """``--signing-key``, else ``$RANKFLOW_SIGNING_KEY`` (which keeps the key out of the process list)."""
+    from rankflow.state.signatures import parse_key
+
+    text = option if option is not None else environ.get(SIGNING_KEY_ENV)
+    if text is None:
+        return None
+    try:
+        return parse_key(text)
+    except ValueError as exc:
+        raise UsageError(f"--signing-key / ${SIGNING_KEY_ENV}: {exc}") from None
+
+
+class Boards(Product):
+    name = "boards"
+    title = "game score boards"
+    readers = (("rankflow.cli_boards", "boards", "cmd_boards"),)
+    routes = ("rankflow.api.match_results", "rankflow.api.boards", "rankflow.api.board_stream")
+    options = (
+        Option(("--signing-key",), "signing_key", metavar="HEX",
+               resolve=lambda given: signing_key(given, os.environ),
+               help=f"the match servers' HMAC-SHA256 key; results must carry a valid sig (default: "
+                    f"${SIGNING_KEY_ENV}; without either, signatures are not checked)"),
+        USER_SHARDS,
+    )
+    k_max = BOARDS_K_MAX  # the live top 10: the whole boards are in Redis, and a longer list costs every barrier
+
+    def namespace(self, namespace: str) -> str:
+        from rankflow.connectors.redis_keys import boards_namespace
+
+        return boards_namespace(namespace)
+
+    def layout(self, opts: RunOptions) -> dict[str, Any]:
+        from rankflow.recovery import KEY_FINGERPRINT, key_fingerprint
+
+        return {KEY_FINGERPRINT: key_fingerprint(opts.signing_key)}  # the boards hold results checked with it
+
+    def warn(self, opts: RunOptions) -> None:
+        """A run without a signing key counts every result as its match server sent it: say so once
+        at start, as ``serve`` does for an ingest without a token."""
+        if opts.signing_key is None:
+            log.warning("no signing key: results' signatures are not checked, anyone who can write to the input "
+                        "can post scores; set --signing-key or $%s", SIGNING_KEY_ENV)
+
+    def must_republish(self, client: redis.Redis, opts: RunOptions, generation: int, fresh: bool) -> bool:
+        """A resumed run must send every board again when Redis has no snapshot of its generation
+        (it lost its data while the run was down). The listener flow's counters send their whole
+        table with every execution's first snapshot instead."""
+        from rankflow.connectors.redis_keys import Keys
+
+        if fresh or client.exists(Keys(opts.redis_namespace, generation).snapshot_id):
+            return False
+        if not opts.user_shards:
+            raise ServiceError("Redis has none of this run's boards, and a run with --user-shards 0 cannot send "
+                               "them again: resume with the default player shards, or rebuild (`rankflow rebuild "
+                               "--flow boards`)")
+        log.warning("Redis has no snapshot of generation %s: every player's entries are published again", generation)
+        return True
+
+    def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
+                   dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
+        from rankflow.connectors.redis_boards import BoardsState
+        from rankflow.flows.boards import build_flow
+        from rankflow.recovery import user_changelog
+
+        return build_flow(
+            source,
+            dead_letter,
+            self.sink(opts, token, generation, live, state=lambda: BoardsState(complete=fresh or republish)),
+            board_partitions=opts.song_partitions,
+            signing_key=opts.signing_key,
+            user_shards=opts.user_shards,
+            user_changelog=user_changelog(opts.recovery_dir),
+            republish=republish,
+            **self.engine(opts, token),
+        )
+
+
+PRODUCT = Boards()

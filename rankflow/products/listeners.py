@@ -1,0 +1,123 @@
+"""The listener product: songs ranked by current listeners (docs/semantics/listeners.md), and by
+recent plays (docs/semantics/windows.md 7)."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from rankflow.arg_types import comma_list, not_negative, positive
+from rankflow.errors import UsageError
+from rankflow.products import Option, Product
+
+if TYPE_CHECKING:
+    from bytewax.dataflow import Dataflow
+    from bytewax.inputs import Source
+    from bytewax.outputs import Sink
+
+    from rankflow.operators.user_stage import SweeperConfig
+    from rankflow.options import RunOptions
+
+USER_SHARDS = Option(
+    ("--user-shards",), "user_shards", type=int, metavar="N",
+    help="key the user stage by N shards of users (players with --flow boards), each with a changelog under "
+         "--recovery-dir, or 0 for one key per user (default: %(default)s)")
+"""Shared with the boards product, whose player stage is the same keyed shards."""
+
+
+class Listeners(Product):
+    name = "listeners"
+    title = "songs by current listeners"
+    readers = (("rankflow.cli_listeners", "top", "cmd_top"),)
+    routes = ("rankflow.api.ingest", "rankflow.api.rankings")
+    options = (
+        USER_SHARDS,
+        Option(("--hot-threshold",), "hot_threshold", type=float, metavar="N",
+               help="split a song whose changes pass N per second (per process) into partial counters; "
+                    "0 never splits (default: %(default)s)"),
+        Option(("--hot-salts",), "hot_salts", type=positive, metavar="S",
+               help="partial counters per split song (default: %(default)s)"),
+        Option(("--split-songs",), "split_songs", type=comma_list, metavar="SONG,...",
+               help="split these songs into partial counters at their first change, whatever their rate (songs "
+                    "known to be hot)"),
+        Option(("--recent-minutes",), "recent_minutes", type=not_negative, metavar="N",
+               help="also rank songs by plays (accepted starts) in the last N minutes of event time, read with "
+                    "`rankflow top --recent`; 0 turns it off (default: %(default)s)"),
+        Option(("--idle-timeout-ms",), "idle_timeout_ms", type=not_negative, metavar="T", commands=("run",),
+               note=" (the listener flow's sweeper, docs/semantics/listeners.md 6)",
+               help="live Kafka input: the idle-playback sweeper (docs/semantics/listeners.md 6) writes a TIMEOUT "
+                    "into the input for a counted playback with no HEARTBEAT for T ms, once the flow has processed "
+                    "its input up to that deadline; needs --user-shards >= 1; 0: off (default)"),
+    )
+
+    def check(self, opts: RunOptions) -> None:
+        if opts.hot_salts < 1:
+            raise UsageError("--hot-salts must be >= 1")
+        if opts.recent_minutes < 0:
+            raise UsageError("--recent-minutes must be >= 0 (0 turns recent plays off)")
+        if opts.idle_timeout_ms:
+            _check_sweeper(opts)
+        if opts.hot_threshold < 0:
+            raise UsageError("--hot-threshold must be >= 0")
+
+    def layout(self, opts: RunOptions) -> dict[str, Any]:
+        return {"recent_minutes": opts.recent_minutes}  # the song partitions' window state is made for its length
+
+    def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
+                   dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
+        from rankflow.flows.listeners import build_flow
+        from rankflow.operators.routing import HOT_SONGS
+        from rankflow.recovery import user_changelog
+
+        HOT_SONGS.configure(opts.hot_threshold, opts.hot_salts, opts.hot_window_s, frozenset(opts.split_songs))
+        return build_flow(
+            source,
+            dead_letter,
+            self.sink(opts, token, generation, live),
+            song_partitions=opts.song_partitions,
+            user_shards=opts.user_shards,
+            user_changelog=user_changelog(opts.recovery_dir),
+            recent_minutes=opts.recent_minutes,
+            idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
+            sweeper=sweeper_config(opts),
+            **self.engine(opts, token),
+        )
+
+    def rebuild_problem(self, final: dict[str, Any]) -> str | None:
+        if final["total_listeners"] != final["counted_users"]:
+            return "the rebuilt ranking breaks total_listeners == counted_users"
+        return None
+
+    def counts(self, final: dict[str, Any]) -> str:
+        return f"{final['total_listeners']} listeners on {final['active_songs']} songs, "
+
+
+
+def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
+    """The sweeper of docs/semantics/listeners.md 6, when ``--idle-timeout-ms`` asks for it (a live run of a Kafka
+    input)."""
+    if not opts.idle_timeout_ms:
+        return None
+    from rankflow.connectors.kafka import KafkaEndpoint
+    from rankflow.operators.user_stage import SweeperConfig
+
+    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000),
+                         KafkaEndpoint.parse(opts.input.removeprefix("kafka:")))
+
+
+def _check_sweeper(opts: RunOptions) -> None:
+    """``--idle-timeout-ms``: the sweeper of docs/semantics/listeners.md 6 writes ``TIMEOUT`` events into the input."""
+    if opts.idle_timeout_ms < 0:
+        raise UsageError("--idle-timeout-ms must be >= 1 (or 0: no sweeper)")
+    if opts.until_eof:
+        raise UsageError("--idle-timeout-ms cannot be used with --until-eof: a replay reads its log, it must "
+                         "not write to it")
+    if not opts.input.startswith("kafka:"):
+        raise UsageError("--idle-timeout-ms needs a Kafka input (kafka:HOST:PORT/TOPIC): the sweeper writes its "
+                         "TIMEOUT events into the input, and a JSONL log carries them only if something else "
+                         "wrote them")
+    if opts.user_shards < 1:
+        raise UsageError("--idle-timeout-ms needs --user-shards >= 1: the sweeper lives in the user shards "
+                         "(with --user-shards 0 it could not list a shard's users)")
+
+
+PRODUCT = Listeners()
