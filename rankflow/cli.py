@@ -38,7 +38,6 @@ from rankflow.generate_scores import DEFAULT_DAYS, DEFAULT_START_MS, ScoreChaos,
 from rankflow import generate_messages as gm
 from rankflow.produce import produce_file
 from rankflow.services import cannot_listen
-from rankflow.state.signatures import parse_key
 
 log = logging.getLogger("rankflow")
 
@@ -171,7 +170,8 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--start-ms", type=_not_negative, default=gm.DEFAULT_START_MS, metavar="MS",
                    help="messages: ts of the first event, ms since the Unix epoch (default: %(default)s, "
                         "2026-01-01T00:00Z)")
-    g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field)")
+    g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field; "
+                   f"default: ${SIGNING_KEY_ENV}; without either, unsigned)")
     g.add_argument("--timeouts", type=_rate, default=0.0, metavar="RATE",
                    help="playback: also write, at this rate per event, what the idle-playback sweeper writes "
                         "(docs/semantics/listeners.md 6): TIMEOUT events for playbacks idle for --idle-ms, and stale, early and "
@@ -201,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr = sub.add_parser("produce", help="load a JSON Lines log into a Kafka topic, keyed by one field")
     pr.add_argument("--key-field", default="user_id", metavar="NAME",
                     help="the message key is this string field of each line (default: %(default)s; "
-                         "player_id for score logs)")
+                         "score logs are keyed with --key-field player_id, messages with --key-field workspace_id)")
     pr.add_argument("--input", required=True, metavar="PATH")
     pr.add_argument("--kafka", required=True, metavar="HOST:PORT/TOPIC")
     pr.add_argument("--partitions", type=_positive, default=4, metavar="N",
@@ -282,10 +282,7 @@ def cmd_generate(args: argparse.Namespace) -> int:
 def _generate_scores(args: argparse.Namespace, started: float) -> int:
     if args.days <= 0 or args.chaos < 0:
         raise UsageError("--days must be positive and --chaos not negative")
-    try:
-        key = parse_key(args.signing_key) if args.signing_key is not None else None
-    except ValueError as exc:
-        raise UsageError(f"--signing-key: {exc}") from None
+    key = signing_key(args.signing_key, os.environ)  # as run and serve: the variable is the default
     stats = generate_scores(args.players, args.games, args.events, args.seed, args.out, start_ms=args.start,
                             days=args.days, key=key, chaos=ScoreChaos().scaled(args.chaos), clean=args.clean)
     took = time.perf_counter() - started

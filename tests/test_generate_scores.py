@@ -280,3 +280,19 @@ def test_produce_keys_a_score_log_by_player(tmp_path, kafka_brokers, topic):
     assert all(partitions_of[p] and len(partitions_of[p]) == 1 for p in players), "one partition per player"
     assert all(order[p] == expected[p] for p in players), "each player's lines in file order"
     assert len(order[b""]) == len(expected[b""]) > 0, "lines without a string player_id get the empty key"
+
+
+def test_generate_signs_with_the_key_in_the_environment_as_run_checks_with_it(tmp_path):
+    """``$RANKFLOW_SIGNING_KEY`` is ``--signing-key``'s default for ``generate`` as for
+    ``run`` and ``serve``: a log made with the variable set is signed with it."""
+    out = tmp_path / "env.jsonl"
+    env = {**os.environ, "RANKFLOW_SIGNING_KEY": KEY.hex()}
+    r = subprocess.run([*RANKFLOW, "generate", "--kind", "scores", "--players", "50", "--events", "200", "--clean",
+                        "--out", str(out)], capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    events = [json.loads(line) for line in out.read_bytes().splitlines()]
+    assert events and all(ev["sig"] == expected_sig(ev) for ev in events)
+    env["RANKFLOW_SIGNING_KEY"] = "nothex"
+    r = subprocess.run([*RANKFLOW, "generate", "--kind", "scores", "--events", "10", "--out", str(out)],
+                       capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 2 and "RANKFLOW_SIGNING_KEY" in r.stderr and "Traceback" not in r.stderr
