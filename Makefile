@@ -21,7 +21,7 @@ EVENTS ?= 200000
 SEED ?= 1
 TOPIC ?= playback-events
 
-.PHONY: setup run test bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-recovery demo services-start services-stop clean
+.PHONY: setup run test lint bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-recovery demo services-start services-stop clean
 
 $(BIN)/rankflow: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
@@ -58,6 +58,9 @@ run: setup
 
 test: setup
 	$(BIN)/pytest -q
+
+lint: setup  ## ruff over the whole tree (its rules are in pyproject.toml)
+	$(BIN)/ruff check .
 
 bench: setup  ## rankflow vs the seed's first design: writes bench-results/bench.json and bench.png
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true

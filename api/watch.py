@@ -146,7 +146,7 @@ class VersionWatch(Polling):
         self.version, self.problem = None, problem
 
 
-async def wait_bounded(task: "asyncio.Future[Any]", late: str, timeout_s: float = 5.0) -> None:
+async def wait_bounded(task: asyncio.Future[Any], late: str, timeout_s: float = 5.0) -> None:
     """Wait for ``task`` at most ``timeout_s``, logging ``late`` if it is still running.
     Never re-cancels: ``asyncio.wait`` only waits (see :class:`Polling`)."""
     _, pending = await asyncio.wait({task}, timeout=timeout_s)

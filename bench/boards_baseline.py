@@ -26,7 +26,7 @@ import argparse
 import sys
 import time
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 import orjson
@@ -88,7 +88,7 @@ class _Periods:
         day = played_at // DAY_MS
         names = self._by_day.get(day)
         if names is None:
-            date = datetime.fromtimestamp(day * 86_400, tz=timezone.utc).date()
+            date = datetime.fromtimestamp(day * 86_400, tz=UTC).date()
             year, week, _ = date.isocalendar()
             names = self._by_day[day] = (f"daily:{date.isoformat()}", f"weekly:{year}-W{week:02d}")
         return names

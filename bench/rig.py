@@ -42,7 +42,7 @@ import typing
 from collections import Counter
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, is_dataclass
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
 
@@ -533,7 +533,7 @@ class PartClock:
     def measured(self, wall: float, config: dict[str, Any], wall_s: float | None = None,
                  **extra: Any) -> dict[str, Any]:
         """The ``measured`` entry of the part (``wall_s``: the part's own, if not ``wall``)."""
-        return {"at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        return {"at": datetime.now(UTC).isoformat(timespec="seconds"),
                 "wall_s": round(wall if wall_s is None else wall_s, 1),
                 "loadavg_before_after": [self.load, os.getloadavg()],
                 "machine_busy_cores": round((busy_cpu_seconds() - self.busy) / wall, 2), **extra, "config": config}

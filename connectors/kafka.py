@@ -63,7 +63,7 @@ class KafkaEndpoint:
     topic: str
 
     @classmethod
-    def parse(cls, target: str) -> "KafkaEndpoint":
+    def parse(cls, target: str) -> KafkaEndpoint:
         """``HOST:PORT[,HOST:PORT]/TOPIC`` (the part after ``kafka:``)."""
         brokers, sep, topic = target.rpartition("/")
         if not sep or not brokers or not topic:

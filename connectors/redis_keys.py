@@ -92,7 +92,7 @@ class Keys:
         self.counts = f"{g}counts"
         self.changes = f"{g}changes"
 
-    def of_generation(self, generation: int) -> "Keys":
+    def of_generation(self, generation: int) -> Keys:
         return Keys(self.namespace, generation)
 
     def run(self, run_id: str) -> str:

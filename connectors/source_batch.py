@@ -20,7 +20,7 @@ import threading
 import time
 from abc import abstractmethod
 from collections.abc import Sequence
-from datetime import datetime, timedelta, timezone
+from datetime import datetime, timedelta, UTC
 from typing import Generic, TypeVar
 
 from bytewax.inputs import StatefulSourcePartition
@@ -178,7 +178,7 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
     def next_awake(self) -> datetime | None:
         # When idle, poll gently; a new epoch still gets its tick within IDLE_POLL.
         if self._idle:
-            return datetime.now(timezone.utc) + self.idle_poll
+            return datetime.now(UTC) + self.idle_poll
         return None
 
     def snapshot(self) -> S:

@@ -61,7 +61,7 @@ class CounterLogic(StatefulBatchLogic[tuple[int, Sequence[Any]], R, CounterState
 
     @classmethod
     def builder(cls, make_table: Callable[[Any], Table], recoverable: bool
-                ) -> Callable[[CounterState | None], "CounterLogic"]:
+                ) -> Callable[[CounterState | None], CounterLogic]:
         """``make_table(stored table state or None)`` builds the partition's table."""
         return lambda resume: cls(make_table(resume.table if resume else None), resume, recoverable)
 

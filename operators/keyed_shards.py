@@ -22,7 +22,8 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from bytewax.operators import StatefulBatchLogic
 
@@ -76,7 +77,7 @@ class ShardLogic(StatefulBatchLogic):
 
     @classmethod
     def builder(cls, changelog: Path | None = None, shards: int = 1, whole: bool = False,
-                **extra: Any) -> Callable[[Any], "ShardLogic"]:
+                **extra: Any) -> Callable[[Any], ShardLogic]:
         """``changelog``: the directory of the shards' changelogs (recovery on, shards);
         ``whole``: recovery on, one key per entity; ``extra``: the subclass's own arguments."""
         return lambda resume: cls(resume, changelog, shards, whole, **extra)

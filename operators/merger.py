@@ -90,7 +90,7 @@ class MergerState(NamedTuple):
 class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
     """Epoch completion, positions and dead-letter counts around a product's :class:`Combiner`."""
 
-    def __init__(self, partitions: int, combiner: "Combiner", run_token: int, resume: MergerState | None) -> None:
+    def __init__(self, partitions: int, combiner: Combiner, run_token: int, resume: MergerState | None) -> None:
         self.partitions = partitions
         self.combiner = combiner
         self.run_token = run_token
@@ -107,14 +107,14 @@ class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
         self.counts = dict(s.counts)  # running totals: tallies, and dead letters per reason
 
     @classmethod
-    def builder(cls, partitions: int, make_combiner: Callable[[Any], "Combiner"], run_token: int
-                ) -> Callable[[MergerState | None], "MergerLogic"]:
+    def builder(cls, partitions: int, make_combiner: Callable[[Any], Combiner], run_token: int
+                ) -> Callable[[MergerState | None], MergerLogic]:
         """``make_combiner(stored combiner state or None)`` builds the product's combiner."""
         return lambda resume: cls(partitions, make_combiner(resume.combiner if resume else None), run_token, resume)
 
     @classmethod
     def for_songs(cls, song_partitions: int, k_max: int, run_token: int, resume: MergerState | None = None,
-                  recent_minutes: int = 0) -> "MergerLogic":
+                  recent_minutes: int = 0) -> MergerLogic:
         """The listener flow's merger (what tests build without the runtime)."""
         return cls(song_partitions, SongRanking(k_max, recent_minutes), run_token, resume)
 

@@ -161,7 +161,7 @@ class SongCounterLogic(CounterLogic[PartitionReport]):
 
     @classmethod
     def builder(cls, k_max: int, recoverable: bool, recent_minutes: int = 0
-                ) -> Callable[[CounterState | None], "SongCounterLogic"]:
+                ) -> Callable[[CounterState | None], SongCounterLogic]:
         return lambda resume: cls(k_max, resume, recoverable, recent_minutes)
 
     @property

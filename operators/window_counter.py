@@ -41,7 +41,6 @@ import zlib
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from rankflow.connectors.changelog import TAG as CHANGELOG
 from rankflow.connectors.changelog import ShardChangelog
 from rankflow.state.events import DeadLetter
 from rankflow.state.heavy_hitters import MisraGries

@@ -13,7 +13,7 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any, NoReturn
 
 import redis
@@ -259,7 +259,7 @@ def _utc_ms(text: str) -> int:
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an ISO 8601 time such as 2026-12-30T20:00Z, got {text!r}") from None
     if at.tzinfo is None:
-        at = at.replace(tzinfo=timezone.utc)
+        at = at.replace(tzinfo=UTC)
     return int(at.timestamp() * 1000)
 
 

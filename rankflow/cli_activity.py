@@ -9,8 +9,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import datetime, UTC
+from typing import Any
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -67,7 +68,7 @@ def _utc(ms: int | None) -> str:
     if ms is None:
         return "none yet"
     try:
-        return datetime.fromtimestamp(ms / 1000, tz=timezone.utc).isoformat(timespec="milliseconds")
+        return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
     except (OverflowError, ValueError, OSError):  # beyond year 9999: event time is trusted (docs/semantics/windows.md 2)
         return f"{ms} ms"
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import argparse
 import sys
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import orjson
 from rich.console import Console

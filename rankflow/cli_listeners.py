@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, timezone
-from typing import Any, Callable
+from datetime import datetime, UTC
+from typing import Any
+from collections.abc import Callable
 
 from rich.console import Console
 from rich.table import Table
@@ -89,7 +90,7 @@ def print_recent_table(view: dict[str, Any]) -> None:
 def _event_time(ms: int) -> str:
     """An event time for people: UTC to the second, or the raw ms when it is no date."""
     try:
-        return f"{datetime.fromtimestamp(ms / 1000, tz=timezone.utc):%Y-%m-%d %H:%M:%S}"
+        return f"{datetime.fromtimestamp(ms / 1000, tz=UTC):%Y-%m-%d %H:%M:%S}"
     except (OverflowError, OSError, ValueError):
         return f"{ms} ms"
 
@@ -117,7 +118,7 @@ def _print_songs(view: dict[str, Any], column: str, what: str, footer: str) -> N
 
 
 def _published(view: dict[str, Any]) -> str:
-    return f"{datetime.fromtimestamp(view['published_at'] / 1000, tz=timezone.utc):%Y-%m-%d %H:%M:%S}"
+    return f"{datetime.fromtimestamp(view['published_at'] / 1000, tz=UTC):%Y-%m-%d %H:%M:%S}"
 
 
 def _positions(view: dict[str, Any]) -> str:

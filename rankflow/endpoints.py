@@ -8,7 +8,8 @@
 from __future__ import annotations
 
 import os
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 from bytewax.inputs import Source
 from bytewax.outputs import Sink

@@ -24,7 +24,8 @@ import random
 from dataclasses import dataclass, field
 from pathlib import Path
 from collections.abc import Iterable
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import orjson
 

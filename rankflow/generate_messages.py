@@ -68,7 +68,7 @@ class MessageChaos:
     variety: float = 0.03  # valid: ignored extra fields, another field order, escaped non-ASCII
     jitter_ms: int = 50  # mean delivery delay of an ordinary message (exponential, capped at 2 s)
 
-    def scaled(self, factor: float) -> "MessageChaos":
+    def scaled(self, factor: float) -> MessageChaos:
         """Every rate (not the jitter) times ``factor`` (0 turns chaos off)."""
         return replace(self, **{f.name: getattr(self, f.name) * factor for f in fields(self) if f.name != "jitter_ms"})
 

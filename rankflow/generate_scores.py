@@ -70,7 +70,7 @@ class ScoreChaos:
     late: float = 0.01
     variety: float = 0.03  # ignored extra fields, another field order, a junk sig when unsigned
 
-    def scaled(self, factor: float) -> "ScoreChaos":
+    def scaled(self, factor: float) -> ScoreChaos:
         """Every rate times ``factor`` (0 turns chaos off)."""
         return replace(self, **{f.name: getattr(self, f.name) * factor for f in fields(self)})
 

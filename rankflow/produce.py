@@ -59,7 +59,7 @@ def check_key_field(path: str, field: str, sample: int = KEY_SAMPLE_LINES) -> No
     fields: set[str] = set()
     with open(path, "rb") as f:
         lines = 0
-        for lines, line in enumerate(islice(f, sample), 1):
+        for lines, line in enumerate(islice(f, sample), 1):  # noqa: B007 - the count is read after the loop
             if field_key(line, field):
                 return
             fields.update(_object(line) or ())

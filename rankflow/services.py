@@ -77,7 +77,7 @@ class LocalService:
     def url(self) -> str:
         raise NotImplementedError
 
-    def start(self, timeout: float = 20.0) -> "LocalService":
+    def start(self, timeout: float = 20.0) -> LocalService:
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.running() and self.ready():
             return self

@@ -85,7 +85,7 @@ class BoardIndex:
         self.keys = keys if keys is not None else {}
 
     @classmethod
-    def of(cls, keys: dict[str, bytes], ordered: list[bytes]) -> "BoardIndex":
+    def of(cls, keys: dict[str, bytes], ordered: list[bytes]) -> BoardIndex:
         """A board from its keys per player and the same keys in board order."""
         return cls(SortedList(ordered), keys)
 
@@ -136,7 +136,7 @@ class ChangeSet:
     ops: list[tuple[Any, ...]] = field(default_factory=list)
 
     @classmethod
-    def from_stream(cls, snapshot_id: int, aliases: bytes, boards: bytes, dropped: bytes) -> "ChangeSet":
+    def from_stream(cls, snapshot_id: int, aliases: bytes, boards: bytes, dropped: bytes) -> ChangeSet:
         """From a ``board_changes`` entry's fields (``PUBLISH_BOARDS_LUA``), at once."""
         return cls(snapshot_id, [op for part in stream_ops(aliases, boards, dropped) for op in part])
 
@@ -177,7 +177,7 @@ class BoardsCopy:
         self.at = 0
         self.op = 0
 
-    def twin(self) -> "BoardsCopy":
+    def twin(self) -> BoardsCopy:
         """A second copy of the same state, sharing the keys (each board's list re-sorted: O(n) when sorted)."""
         boards = {bid: BoardIndex(SortedList(b.order), dict(b.keys)) for bid, b in self.boards.items()}
         twin = BoardsCopy(self.snapshot_id, boards, dict(self.aliases))

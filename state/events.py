@@ -186,7 +186,7 @@ def parse_event(
 
 
 def parse_records(
-    records: list[bytes], offsets: "range | list[int]", partition: str, epoch: int
+    records: list[bytes], offsets: range | list[int], partition: str, epoch: int
 ) -> tuple[list[Event], list[tuple[str, DeadLetter]]]:
     """Parse a batch: the valid :data:`Event`\\ s, and ``(partition, dead letter)`` pairs.
 

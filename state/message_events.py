@@ -140,7 +140,7 @@ def parse_message(raw: bytes, partition: str, offset: int, epoch: int) -> Messag
 
 
 def parse_message_records(
-    records: list[bytes], offsets: "range | list[int]", partition: str, epoch: int
+    records: list[bytes], offsets: range | list[int], partition: str, epoch: int
 ) -> tuple[list[MessageEvent], list[tuple[str, DeadLetter]]]:
     """Parse a batch: the valid :data:`MessageEvent`\\ s and ``(partition, dead letter)`` pairs.
 

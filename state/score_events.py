@@ -195,7 +195,7 @@ def _signer(key: bytes) -> Signer:
 
 
 def parse_score_records(
-    records: list[bytes], offsets: "range | list[int]", partition: str, epoch: int, key: bytes | None
+    records: list[bytes], offsets: range | list[int], partition: str, epoch: int, key: bytes | None
 ) -> tuple[list[ScoreEvent], list[tuple[str, DeadLetter]]]:
     """Parse a batch: the valid :data:`ScoreEvent`\\ s and ``(partition, dead letter)`` pairs.
 

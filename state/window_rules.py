@@ -199,7 +199,7 @@ class WindowCounts:
 
     @classmethod
     def from_buckets(cls, bucket_ms: int, n: int, mode: str, first: int | None, last: int | None,
-                     buckets: dict[int, dict[Hashable, Any]]) -> "WindowCounts":
+                     buckets: dict[int, dict[Hashable, Any]]) -> WindowCounts:
         """The counts of a window rebuilt from its buckets (what a changelog keeps): every
         bucket from ``first`` to ``last`` joins, later ones stay held."""
         counts = cls(bucket_ms, n, mode)

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from rankflow.cli import main
 from rankflow.connectors import redis_activity
-from rankflow.connectors.activity_read import ActivityReader, NoCount, NoSnapshot
+from rankflow.connectors.activity_read import ActivityReader, NoCount
 from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.connectors.source_batch import STOP
 from rankflow.connectors.redis_keys import activity_namespace
@@ -152,7 +152,7 @@ def test_every_snapshot_is_the_model_of_its_input(redis_url, redis_client, tmp_p
     its positions (docs/semantics/windows.md 6), however the barriers cut it."""
     monkeypatch.setattr(redis_activity, "STAGE_EVERY_S", 0.0)  # stage every large snapshot
     rnd = random.Random(7)
-    log = [("w%d" % rnd.randrange(3), "c%d" % rnd.randrange(5), "u%d" % rnd.randrange(4),
+    log = [(f"w{rnd.randrange(3)}", f"c{rnd.randrange(5)}", f"u{rnd.randrange(4)}",
             rnd.randrange(0, 40) * 20_000) for _ in range(300)]
     out = follow_in_chunks(redis_url, tmp_path, [line(*e) for e in log], 7, window_buckets=4, song_partitions=3,
                            publish_stage=1)  # most snapshots staged (those changing 2 channels or more)

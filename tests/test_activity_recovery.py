@@ -37,7 +37,7 @@ RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
 def message_log(n: int, seed: int) -> list[bytes]:
     rnd = random.Random(seed)
     lines, t = [], 1_800_000_000_000
-    for i in range(n):
+    for _ in range(n):
         t += rnd.randrange(0, 40)
         ts = t - rnd.randrange(0, 30_000) if rnd.random() < 0.2 else t
         if rnd.random() < 0.01:
@@ -86,7 +86,7 @@ def model_of(parts: dict[int, list[bytes]], topic: str, window_buckets: int, use
             if i < len(events[p]):
                 order.append(events[p][i])
     valid = [(part, off, tuple(e[:4])) for part, off, e in order if type(e) is tuple]
-    shape = Counter(e.reason for _, _, e in order if not (type(e) is tuple))
+    shape = Counter(e.reason for _, _, e in order if type(e) is not tuple)
     return run_model(valid, 60_000, window_buckets, users), shape
 
 

@@ -229,7 +229,7 @@ def test_match_ids_of_any_characters_can_be_posted(ingest, kafka_brokers):
     played = time.time_ns() // 1_000_000
     ids = {"a/b": "a/b", "a%2Fb": "a/b", "x/result": "x/result", quote("é🎮 ?#"): "é🎮 ?#", "m" * 64: "m" * 64,
            quote("é" * 64): "é" * 64, "%2F": "/"}
-    for n, (path, match) in enumerate(ids.items()):
+    for n, path in enumerate(ids):
         result = {"game_id": "g1", "player_id": f"p{n}", "points": 5, "played_at": played}
         r = client.post(f"/matches/{path}/result", content=orjson.dumps(result))
         assert r.status_code == 202, (path, r.text)
@@ -260,9 +260,9 @@ def test_the_exact_readings_verdict_does_not_depend_on_the_callers_stack():
         event = EVENT.replace(b'"version": 1', b'"version": 18446744073709551617') + b', "d": ' + nested(depth)
         for frames in (0, 300, 600):
             stamped = result + b', "match_id": "m1", "received_at": %d}' % now
-            assert at_stack_depth(frames, lambda: score_flow_accepts(stamped)) == accepted, (depth, frames)
-            records, refusal = at_stack_depth(frames, lambda: check_results(result + b"}", "m1", None, now))
+            assert at_stack_depth(frames, lambda: score_flow_accepts(stamped)) == accepted, (depth, frames)  # noqa: B023 - called at once
+            records, refusal = at_stack_depth(frames, lambda: check_results(result + b"}", "m1", None, now))  # noqa: B023 - called at once
             assert (refusal is None) == accepted, (depth, frames, refusal)
             if depth < 1024:  # orjson reads the event; its version is read exactly
-                assert at_stack_depth(frames, lambda: flow_accepts(event + b"}")), (depth, frames)
-                assert not at_stack_depth(frames, lambda: check_events(event + b"}"))[1], (depth, frames)
+                assert at_stack_depth(frames, lambda: flow_accepts(event + b"}")), (depth, frames)  # noqa: B023 - called at once
+                assert not at_stack_depth(frames, lambda: check_events(event + b"}"))[1], (depth, frames)  # noqa: B023 - called at once

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import uuid
 from collections import defaultdict
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 import pytest
@@ -24,7 +24,7 @@ def expected_boards(events: list[dict[str, Any]]) -> dict[str, dict[str, dict[st
     """docs/semantics/boards.md section 3 for a log where every result is accepted."""
     boards: dict[str, dict[str, dict[str, int]]] = defaultdict(lambda: defaultdict(dict))
     for ev in events:
-        played = datetime.fromtimestamp(ev["played_at"] / 1000, tz=timezone.utc)
+        played = datetime.fromtimestamp(ev["played_at"] / 1000, tz=UTC)
         year, week, _ = played.isocalendar()
         game, player, points = boards[ev["game_id"]], ev["player_id"], ev["points"]
         for board in ("all", f"daily:{played.date().isoformat()}", f"weekly:{year}-W{week:02d}"):

@@ -11,7 +11,7 @@ import subprocess
 import sys
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, UTC
 from typing import Any
 
 from confluent_kafka import Consumer, KafkaError, TopicPartition
@@ -123,7 +123,7 @@ def outcomes(lines: list[bytes], key: bool) -> Outcomes:
 
 
 def utc(ms: int) -> datetime:
-    return datetime.fromtimestamp(ms / 1000, tz=timezone.utc)
+    return datetime.fromtimestamp(ms / 1000, tz=UTC)
 
 
 def week(ms: int) -> str:
@@ -224,7 +224,7 @@ def test_cli_round_trip(tmp_path):
     assert r.returncode == 0, r.stderr
     assert "result" in r.stderr and "3000" in r.stderr
     same = tmp_path / "api.jsonl"
-    start = int(datetime(2027, 1, 3, 12, tzinfo=timezone.utc).timestamp() * 1000)
+    start = int(datetime(2027, 1, 3, 12, tzinfo=UTC).timestamp() * 1000)
     generate_scores(200, 3, 3000, 4, same, key=KEY, start_ms=start, days=1)
     assert out.read_bytes() == same.read_bytes()
     days = {utc(ev["played_at"]).date().isoformat() for ev in outcomes(out.read_bytes().splitlines(), True).accepted}

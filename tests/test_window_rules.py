@@ -36,7 +36,7 @@ class Tables:
     def batch(self, partition: str, start: int, events: list[tuple[str, str, str, int]], quiet: float = 0.0) -> None:
         parsed = SimpleNamespace(partition=partition, start=start, epoch=self.epoch, quiet_s=quiet,
                                  events=[(*e, start + i, b"raw") for i, e in enumerate(events)])
-        for p, (epoch, wb) in route_messages(parsed, len(self.tables), 5.0):
+        for p, (_epoch, wb) in route_messages(parsed, len(self.tables), 5.0):
             self.tables[int(p)].stage(wb)
 
     def close(self):

@@ -19,7 +19,8 @@ import random
 import threading
 import time
 from subprocess import Popen
-from typing import Any, Callable
+from typing import Any
+from collections.abc import Callable
 
 import redis
 
