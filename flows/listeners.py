@@ -33,6 +33,9 @@ when its first item of a later epoch (a tick, at least) arrives, so each publish
 snapshot is exactly the input before the positions it names; a user's -1 and +1
 always share one epoch, so a switch is never split across snapshots.
 
+The tail from ``merger`` on (with the stateless ``merger_input`` composite that feeds it)
+is ``operators.ranking_stage.rank_and_publish``, the same in every product's flow.
+
 Recent plays (``--recent-minutes N``, docs/semantics/windows.md 7; ``operators.recent_plays``) ride
 on the same steps: the user stage's accepted starts and the ticks' watermark marks
 reach the song partitions in the epoch they belong to, so the recent ranking in a

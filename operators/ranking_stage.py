@@ -17,7 +17,8 @@ assembly of the merger's input is the composite ``merger_input``.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import bytewax.operators as op
 from bytewax.dataflow import Stream, operator
