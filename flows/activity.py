@@ -42,8 +42,9 @@ from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
 from rankflow.operators.counter import CounterLogic
-from rankflow.operators.merger import MERGER_KEY, MergerLogic
+from rankflow.operators.merger import MergerLogic
 from rankflow.operators.parse import ParsedBatch, stamp_epoch
+from rankflow.operators.ranking_stage import rank_and_publish
 from rankflow.operators.window_counter import WindowTable, expired_dead_letters, route_messages
 from rankflow.operators.window_ranking import ActivityRanking
 from rankflow.state.message_events import parse_message_records
@@ -94,16 +95,8 @@ def build_flow(
                                    changelog if recoverable else None), recoverable))
 
     dead_letters = op.flat_map("shape_dead_letters", parsed, ParsedBatch.keyed_dead_letters)
-    merger_in = op.merge(
-        "merger_input",
-        op.map("partition_reports", reports, lambda kv: (MERGER_KEY, kv)),
-        op.map("positions", parsed, ParsedBatch.position_report),
-        op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
-    )
-    snapshots = op.stateful_batch("merger", merger_in, MergerLogic.builder(
-        partitions, lambda stored: ActivityRanking(k_max, bucket_ms, window_buckets, mode, stored, summary), run_token))
-    op.output("publish", snapshots, snapshot_sink)
-    op.output("dead_letter_output", op.merge("dead_letters", dead_letters,
-                                             op.flat_map("expired", reports, expired_dead_letters)),
-              dead_letter_sink)
+    rank_and_publish(parsed, reports, dead_letters, MergerLogic.builder(
+        partitions, lambda stored: ActivityRanking(k_max, bucket_ms, window_buckets, mode, stored, summary), run_token),
+        snapshot_sink, dead_letter_sink,
+        dead_letter_output=op.merge("dead_letters", dead_letters, op.flat_map("expired", reports, expired_dead_letters)))
     return flow

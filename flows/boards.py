@@ -44,9 +44,10 @@ from rankflow.operators.board_counter import BoardTable
 from rankflow.operators.board_ranking import BoardRanking
 from rankflow.operators.counter import CounterLogic
 from rankflow.operators.keyed_shards import ShardRouter
-from rankflow.operators.merger import MERGER_KEY, MergerLogic
+from rankflow.operators.merger import MergerLogic
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.parse import ParsedBatch, stamp_epoch
+from rankflow.operators.ranking_stage import rank_and_publish
 from rankflow.operators.player_stage import VERDICTS, PlayerShardLogic, select_dead_letters, select_tallies
 from rankflow.operators.routing import route_board_entries
 from rankflow.state.score_events import PLAYER_ID, parse_score_records
@@ -107,16 +108,7 @@ def build_flow(
         op.flat_map("shape_dead_letters", parsed, ParsedBatch.keyed_dead_letters),
         op.flat_map_batch("rejected", decisions, select_dead_letters),
     )
-    merger_in = op.merge(
-        "merger_input",
-        op.map("partition_reports", reports, lambda kv: (MERGER_KEY, kv)),
-        op.map("positions", parsed, ParsedBatch.position_report),
-        op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
-        op.flat_map_batch("tallies", decisions, select_tallies),
-    )
-    snapshots = op.stateful_batch(
-        "merger", merger_in, MergerLogic.builder(board_partitions, lambda stored: BoardRanking(k_max, stored), run_token)
-    )
-    op.output("publish", snapshots, snapshot_sink)
-    op.output("dead_letter_output", dead_letters, dead_letter_sink)
+    rank_and_publish(parsed, reports, dead_letters, MergerLogic.builder(
+        board_partitions, lambda stored: BoardRanking(k_max, stored), run_token), snapshot_sink, dead_letter_sink,
+        op.flat_map_batch("tallies", decisions, select_tallies))
     return flow

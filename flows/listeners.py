@@ -33,6 +33,9 @@ when its first item of a later epoch (a tick, at least) arrives, so each publish
 snapshot is exactly the input before the positions it names; a user's -1 and +1
 always share one epoch, so a switch is never split across snapshots.
 
+The tail from ``merger`` on (with the stateless ``merger_input`` composite that feeds it)
+is ``operators.ranking_stage.rank_and_publish``, the same in every product's flow.
+
 Recent plays (``--recent-minutes N``, docs/semantics/windows.md 7; ``operators.recent_plays``) ride
 on the same steps: the user stage's accepted starts and the ticks' watermark marks
 reach the song partitions in the epoch they belong to, so the recent ranking in a
@@ -50,8 +53,9 @@ from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
 from bytewax.outputs import Sink
 
-from rankflow.operators.merger import MERGER_KEY, MergerLogic, SongRanking
+from rankflow.operators.merger import MergerLogic, SongRanking
 from rankflow.operators.parse import ParsedBatch, parse_batch, stamp_epoch
+from rankflow.operators.ranking_stage import rank_and_publish
 from rankflow.operators.routing import combine_song_deltas
 from rankflow.operators.song_counter import SongCounterLogic
 from rankflow.operators.keyed_shards import MarkingShardRouter
@@ -133,16 +137,6 @@ def build_flow(
         op.flat_map("shape_dead_letters", parsed, ParsedBatch.keyed_dead_letters),
         op.flat_map_batch("conflicts", decisions, select_conflicts),
     )
-    merger_in = op.merge(
-        "merger_input",
-        op.map("partition_reports", reports, lambda kv: (MERGER_KEY, kv)),
-        op.map("positions", parsed, ParsedBatch.position_report),
-        op.map("dead_letter_counts", dead_letters, lambda kv: (MERGER_KEY, kv[1])),
-    )
-    snapshots = op.stateful_batch(
-        "merger", merger_in,
-        MergerLogic.builder(song_partitions, lambda _: SongRanking(k_max, recent_minutes), run_token)
-    )
-    op.output("publish", snapshots, snapshot_sink)
-    op.output("dead_letter_output", dead_letters, dead_letter_sink)
+    rank_and_publish(parsed, reports, dead_letters, MergerLogic.builder(
+        song_partitions, lambda _: SongRanking(k_max, recent_minutes), run_token), snapshot_sink, dead_letter_sink)
     return flow
