@@ -37,7 +37,7 @@ class ActivityWatch(VersionWatch):
 
     async def read_version(self) -> Version:
         snapshot = await self.reader.snapshot()
-        return self.reader.held.generation, snapshot["snapshot_id"]
+        return self.reader.hint.generation, snapshot["snapshot_id"]
 
     def poll_failed(self, exc: Exception) -> bool:
         if isinstance(exc, NoSnapshot):

@@ -32,7 +32,7 @@ import redis.asyncio as aioredis
 
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, activity_namespace
-from rankflow.connectors.script_query import arun, bind, run
+from rankflow.connectors.script_query import ScriptReader, arun, run
 from rankflow.connectors.scripts import MOVES, READ_ACTIVITY, Call
 
 WINDOW_FIELDS = ("window_start", "window_end", "watermark")
@@ -205,61 +205,55 @@ def snapshot_answer(query: ActivityQuery) -> dict[str, Any]:
     return {f: doc.get(f) for f in SNAPSHOT_FIELDS}
 
 
-class ActivityReader:
+class ActivityReader(ScriptReader[redis.Redis, Held]):
     """Queries on a sync client (the CLI, tests)."""
 
-    def __init__(self, client: redis.Redis, namespace: str) -> None:
-        self.client = client
-        self.held = Held(namespace)
-        self.keys = self.held.keys
-        self._script = bind(client, READ_ACTIVITY)
+    hint_type = Held
+    source = READ_ACTIVITY
 
     def top(self, workspace: str, k: int) -> dict[str, Any]:
         """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (docs/semantics/windows.md 6).
 
         A reader holding no snapshot reads it first (one small call) to learn K_max."""
-        if not check_k_known(k, self.held):
+        if not check_k_known(k, self.hint):
             check_k(k, self.snapshot()["k_max"])
-        return top_answer(self._query(top_query(self.held, workspace, k)))
+        return top_answer(self._query(top_query(self.hint, workspace, k)))
 
     def global_top(self, k: int) -> dict[str, Any]:
         """The global ranking's first ``k`` from the snapshot document."""
-        return global_answer(self._query(global_query(self.held, k)), k)
+        return global_answer(self._query(global_query(self.hint, k)), k)
 
     def channel(self, workspace: str, channel: str) -> dict[str, Any]:
         """``{snapshot_id, workspace_id, channel_id, count, rank}``; :class:`NoCount` when it has none."""
-        return channel_answer(self._query(ActivityQuery(self.held, "channel", workspace, 0, channel)))
+        return channel_answer(self._query(ActivityQuery(self.hint, "channel", workspace, 0, channel)))
 
     def snapshot(self) -> dict[str, Any]:
         """:data:`SNAPSHOT_FIELDS` of the current snapshot."""
-        return snapshot_answer(self._query(ActivityQuery(self.held, "global")))
+        return snapshot_answer(self._query(ActivityQuery(self.hint, "global")))
 
     def _query(self, query: ActivityQuery) -> ActivityQuery:
-        return run(self._script, query)
+        return run(self.script, query)
 
 
-class AsyncActivityReader:
+class AsyncActivityReader(ScriptReader[aioredis.Redis, Held]):
     """:class:`ActivityReader` on a ``redis.asyncio`` client: the same queries and answers."""
 
-    def __init__(self, client: aioredis.Redis, namespace: str) -> None:
-        self.client = client
-        self.held = Held(namespace)
-        self.keys = self.held.keys
-        self._script = bind(client, READ_ACTIVITY)
+    hint_type = Held
+    source = READ_ACTIVITY
 
     async def top(self, workspace: str, k: int) -> dict[str, Any]:
-        if not check_k_known(k, self.held):
+        if not check_k_known(k, self.hint):
             check_k(k, (await self.snapshot())["k_max"])
-        return top_answer(await self._query(top_query(self.held, workspace, k)))
+        return top_answer(await self._query(top_query(self.hint, workspace, k)))
 
     async def global_top(self, k: int) -> dict[str, Any]:
-        return global_answer(await self._query(global_query(self.held, k)), k)
+        return global_answer(await self._query(global_query(self.hint, k)), k)
 
     async def channel(self, workspace: str, channel: str) -> dict[str, Any]:
-        return channel_answer(await self._query(ActivityQuery(self.held, "channel", workspace, 0, channel)))
+        return channel_answer(await self._query(ActivityQuery(self.hint, "channel", workspace, 0, channel)))
 
     async def snapshot(self) -> dict[str, Any]:
-        return snapshot_answer(await self._query(ActivityQuery(self.held, "global")))
+        return snapshot_answer(await self._query(ActivityQuery(self.hint, "global")))
 
     async def _query(self, query: ActivityQuery) -> ActivityQuery:
-        return await arun(self._script, query)
+        return await arun(self.script, query)

@@ -33,7 +33,7 @@ from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_boards import REACHED_DIGITS
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
-from rankflow.connectors.script_query import arun, bind, run
+from rankflow.connectors.script_query import ScriptReader, arun, run
 from rankflow.connectors.scripts import MOVES, READ_BOARD, Call
 
 MAX_N = 1000
@@ -177,57 +177,51 @@ def around_answer(game: str, player: str, reply: Reply) -> dict[str, Any]:
             "items": _items(flat, int(start) + 1, int(better) + 1)}
 
 
-class BoardReader:
+class BoardReader(ScriptReader[redis.Redis, Guesses]):
     """Board queries of one namespace (the boards flow's, :func:`boards_namespace`), on a sync client."""
 
-    def __init__(self, client: redis.Redis, namespace: str) -> None:
-        self.client = client
-        self.guesses = Guesses(namespace)
-        self.keys = self.guesses.keys
-        self.script = bind(client, READ_BOARD)
+    hint_type = Guesses
+    source = READ_BOARD
 
     def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
         check_n(n)
-        return top_answer(game, self._query(BoardQuery(self.guesses, game, board, "top", n)))
+        return top_answer(game, self._query(BoardQuery(self.hint, game, board, "top", n)))
 
     def player(self, game: str, board: str, player: str) -> dict[str, Any]:
-        return player_answer(game, player, self._query(BoardQuery(self.guesses, game, board, "player", 0, player)))
+        return player_answer(game, player, self._query(BoardQuery(self.hint, game, board, "player", 0, player)))
 
     def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
         check_r(r)
-        return around_answer(game, player, self._query(BoardQuery(self.guesses, game, board, "around", r, player)))
+        return around_answer(game, player, self._query(BoardQuery(self.hint, game, board, "around", r, player)))
 
     def _query(self, query: BoardQuery) -> Reply:
         return run(self.script, query).reply  # type: ignore[return-value]
 
 
-class AsyncBoardReader:
+class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
     """:class:`BoardReader` on a ``redis.asyncio`` client: the same queries and answers."""
 
-    def __init__(self, client: aioredis.Redis, namespace: str) -> None:
-        self.client = client
-        self.guesses = Guesses(namespace)
-        self.keys = self.guesses.keys
-        self.script = bind(client, READ_BOARD)
+    hint_type = Guesses
+    source = READ_BOARD
 
     async def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
         check_n(n)
-        return top_answer(game, await self._query(BoardQuery(self.guesses, game, board, "top", n)))
+        return top_answer(game, await self._query(BoardQuery(self.hint, game, board, "top", n)))
 
     async def player(self, game: str, board: str, player: str) -> dict[str, Any]:
         return player_answer(game, player,
-                             await self._query(BoardQuery(self.guesses, game, board, "player", 0, player)))
+                             await self._query(BoardQuery(self.hint, game, board, "player", 0, player)))
 
     async def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
         check_r(r)
         return around_answer(game, player,
-                             await self._query(BoardQuery(self.guesses, game, board, "around", r, player)))
+                             await self._query(BoardQuery(self.hint, game, board, "around", r, player)))
 
     async def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot (one ``MULTI``: the publish
         script changes them and the snapshot id in one step)."""
         for _ in range(ATTEMPTS):
-            g = self.guesses
+            g = self.hint
             keys = g.keys.of_generation(g.generation)
             async with self.client.pipeline(transaction=True) as pipe:
                 pipe.get(keys.generation).get(keys.snapshot_id).smembers(keys.boards).hgetall(keys.aliases)

@@ -25,6 +25,7 @@ import redis
 from rankflow.connectors.activity_staging import STAGE_BUDGET, Staged, drop, stage
 from rankflow.connectors.redis_generations import Fence
 from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_publish import merge_pending
 from rankflow.connectors.scripts import PUBLISH_ACTIVITY
 from rankflow.operators.metrics import METRICS
 from rankflow.state.activity_snapshot import ActivitySnapshot
@@ -72,13 +73,7 @@ class ActivityState:
             self._pending = {ws: dict(channels) for ws, channels in snapshot.changed.items()}
             self._full = True
             return
-        pending = self._pending
-        for ws, channels in snapshot.changed.items():
-            got = pending.get(ws)
-            if got is None:
-                pending[ws] = dict(channels)
-            else:
-                got.update(channels)  # a newer snapshot's count replaces the one waiting
+        merge_pending(self._pending, snapshot.changed)
 
     def resend_all(self) -> None:
         if not self._full:

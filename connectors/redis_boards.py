@@ -15,6 +15,7 @@ from typing import Any
 import orjson
 
 from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_publish import merge_pending
 from rankflow.connectors.scripts import PUBLISH_BOARDS
 from rankflow.state.board_snapshot import BoardsSnapshot
 
@@ -67,12 +68,7 @@ class BoardsState:
 
     def remember(self, snapshot: BoardsSnapshot) -> None:
         pending = self._pending
-        for bid, entries in snapshot.entries.items():
-            got = pending.get(bid)
-            if got is None:
-                pending[bid] = dict(entries)
-            else:
-                got.update(entries)  # a newer snapshot's entry replaces the one waiting
+        merge_pending(pending, snapshot.entries)
         for bid in snapshot.dropped:
             pending.pop(bid, None)
             self._dropped.add(bid)

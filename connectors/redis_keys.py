@@ -64,10 +64,33 @@ generation holds, besides the shared keys (without counts and changes):
 
 from __future__ import annotations
 
+from typing import Any, overload
+
 import redis
 
 DEFAULT_REDIS_URL = "redis://127.0.0.1:6379/0"
 DEFAULT_NAMESPACE = "rankflow"
+
+
+class InGeneration:
+    """A key of one generation that a fixed suffix names: ``Keys.prefix + suffix``, read
+    as an attribute of :class:`Keys` and built when read (most users of a :class:`Keys`
+    need none of a given product's keys).
+
+    >>> Keys("ns", 3).aliases
+    '{ns}:g3:aliases'
+    """
+
+    def __init__(self, suffix: str) -> None:
+        self.suffix = suffix
+
+    @overload
+    def __get__(self, keys: None, owner: Any = None) -> InGeneration: ...
+    @overload
+    def __get__(self, keys: Keys, owner: Any = None) -> str: ...
+
+    def __get__(self, keys: Keys | None, owner: Any = None) -> str | InGeneration:
+        return self if keys is None else keys.prefix + self.suffix
 
 
 class Keys:
@@ -116,29 +139,13 @@ class Keys:
         must declare both (Redis Cluster)."""
         return self.workspace(workspace, "a"), self.workspace(workspace, "b")
 
-    @property
-    def workspaces_staged(self) -> str:
-        return f"{self.prefix}staged"
-
-    @property
-    def workspace_slots(self) -> str:
-        return f"{self.prefix}slots"
-
-    @property
-    def workspaces(self) -> str:
-        return f"{self.prefix}workspaces"
-
-    @property
-    def aliases(self) -> str:
-        return f"{self.prefix}aliases"
-
-    @property
-    def boards(self) -> str:
-        return f"{self.prefix}boards"
-
-    @property
-    def board_changes(self) -> str:
-        return f"{self.prefix}board_changes"
+    # A product's keys of the generation named by their suffix alone (the layout above).
+    workspaces_staged = InGeneration("staged")
+    workspace_slots = InGeneration("slots")
+    workspaces = InGeneration("workspaces")
+    aliases = InGeneration("aliases")
+    boards = InGeneration("boards")
+    board_changes = InGeneration("board_changes")
 
     def generation_keys(self) -> list[str]:
         return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts, self.changes]

@@ -127,6 +127,24 @@ class CountTable:
                                       changes_cap=CHANGES_MAXLEN)
 
 
+def merge_pending(pending: dict[Any, dict[Any, Any]], changes: dict[Any, dict[Any, Any]]) -> None:
+    """Fold one snapshot's changes (per group: a workspace, a board, its members' new
+    values) into the changes still waiting for Redis: a newer snapshot's value replaces
+    the one waiting, so only the newest of each member is sent.
+
+    >>> pending = {"w": {"a": 1}}
+    >>> merge_pending(pending, {"w": {"a": 2, "b": 1}, "v": {"c": 0}})
+    >>> pending
+    {'w': {'a': 2, 'b': 1}, 'v': {'c': 0}}
+    """
+    for group, members in changes.items():
+        got = pending.get(group)
+        if got is None:
+            pending[group] = dict(members)
+        else:
+            got.update(members)
+
+
 class ProductState(Protocol):
     """What a flow keeps in Redis beside the snapshot document, and how it is sent."""
 

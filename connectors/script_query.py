@@ -16,8 +16,9 @@ an ``asyncio`` client; both follow :func:`_steps`, so the two differ only in ``a
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable, Generator
-from typing import Any, Protocol, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
+from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.scripts import Call, Script
 
 
@@ -43,6 +44,28 @@ Q = TypeVar("Q", bound=Query)
 def bind(client: Any, script: Script) -> Any:
     """``script`` on ``client`` (sync or asyncio): call it with ``keys=`` and ``args=``."""
     return client.register_script(script.source)
+
+
+C = TypeVar("C")
+H = TypeVar("H", bound=GenerationHint)
+
+
+class ScriptReader(Generic[C, H]):
+    """What every product's reader holds, sync or asyncio alike: its client, its
+    :attr:`hint` of where the namespace's state is now, that hint's keys, and its read
+    script bound to the client. A product's reader names the two (:attr:`hint_type`,
+    :attr:`source`) and adds its queries, each a :class:`Query` for :func:`run` or :func:`arun`."""
+
+    hint_type: Callable[[str], H]
+    """Builds the reader's hint from its namespace."""
+    source: Script
+    """The read script its queries call."""
+
+    def __init__(self, client: C, namespace: str) -> None:
+        self.client = client
+        self.hint: H = self.hint_type(namespace)
+        self.keys = self.hint.keys
+        self.script = bind(client, self.source)
 
 
 def _steps(query: Q) -> Generator[Call, Any, Q]:

@@ -8,18 +8,17 @@ window (the message says which), 2 bad usage (``--k`` outside 1..K_max: never cl
 from __future__ import annotations
 
 import argparse
-import sys
 from datetime import datetime, UTC
 from typing import Any
 from collections.abc import Callable
 
+import redis
 from rich.console import Console
 from rich.table import Table
 
 from rankflow.connectors.activity_read import ActivityQueryError, ActivityReader
-from rankflow.connectors.redis_keys import connect
+from rankflow.cli_query import answer_query
 from rankflow.connectors.redis_publish import dumps_document
-from rankflow.options import UsageError
 
 
 def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -40,27 +39,16 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
 
 
 def cmd_activity(args: argparse.Namespace) -> int:
-    client = connect(args.redis)
-    try:
+    def ask(client: redis.Redis) -> dict[str, Any]:
         reader = ActivityReader(client, args.namespace)
         if args.query == "channel":
-            answer = reader.channel(args.workspace, args.channel)
-        elif args.everywhere:
-            answer = reader.global_top(args.k)
-        else:
-            answer = reader.top(args.workspace, args.k)
-    except ValueError as exc:
-        raise UsageError(str(exc)) from None
-    except ActivityQueryError as exc:
-        print(f"rankflow: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        client.close()
-    if args.json:
-        sys.stdout.buffer.write(dumps_document(answer) + b"\n")  # a watermark may be beyond 64 bits
-    else:
-        print_answer(answer)
-    return 0
+            return reader.channel(args.workspace, args.channel)
+        if args.everywhere:
+            return reader.global_top(args.k)
+        return reader.top(args.workspace, args.k)
+
+    # dumps_document: a watermark may be beyond 64 bits
+    return answer_query(args.redis, ask, ActivityQueryError, args.json, dumps_document, print_answer)
 
 
 def _utc(ms: int | None) -> str:

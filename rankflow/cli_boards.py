@@ -9,16 +9,16 @@ unknown board name: never clamped).
 from __future__ import annotations
 
 import argparse
-import sys
 from typing import Any
 from collections.abc import Callable
 
 import orjson
+import redis
 from rich.console import Console
 from rich.table import Table
 
 from rankflow.connectors.board_read import BoardQueryError, BoardReader, check_board, check_n, check_r
-from rankflow.connectors.redis_keys import connect
+from rankflow.cli_query import answer_query
 from rankflow.options import UsageError
 
 
@@ -49,25 +49,16 @@ def cmd_boards(args: argparse.Namespace) -> int:
             check_r(args.r)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
-    client = connect(args.redis)
-    try:
+
+    def ask(client: redis.Redis) -> dict[str, Any]:
         reader = BoardReader(client, args.namespace)
         if args.query == "top":
-            answer = reader.top(args.game, args.board, args.n)
-        elif args.query == "player":
-            answer = reader.player(args.game, args.board, args.player)
-        else:
-            answer = reader.around(args.game, args.board, args.player, args.r)
-    except BoardQueryError as exc:
-        print(f"rankflow: {exc}", file=sys.stderr)
-        return 1
-    finally:
-        client.close()
-    if args.json:
-        sys.stdout.buffer.write(orjson.dumps(answer) + b"\n")
-    else:
-        print_answer(answer)
-    return 0
+            return reader.top(args.game, args.board, args.n)
+        if args.query == "player":
+            return reader.player(args.game, args.board, args.player)
+        return reader.around(args.game, args.board, args.player, args.r)
+
+    return answer_query(args.redis, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
 
 
 def print_answer(answer: dict[str, Any]) -> None:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from rankflow.state.snapshot import Gauge, cut_gauges
+from rankflow.state.snapshot import Gauge, cut_gauges, cut_header, dead_letters_by_reason
 from rankflow.state.window_rules import window_bounds
 
 
@@ -43,11 +43,7 @@ class ActivitySnapshot(NamedTuple):
     def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
         start, end = window_bounds(self.watermark, self.bucket_ms, self.window_buckets)
         return {
-            "snapshot_id": self.snapshot_id,
-            "run": self.run,
-            "epoch": self.epoch,
-            "positions": self.positions,
-            "published_at": published_at_ms,
+            **cut_header(self, published_at_ms),
             "watermark": self.watermark,
             "window_start": start,
             "window_end": end,
@@ -55,8 +51,7 @@ class ActivitySnapshot(NamedTuple):
             "window_buckets": self.window_buckets,
             "count": self.mode,
             "dead_letters": self.dead_letters,
-            "dead_letters_by_reason": {name.split(".", 1)[1]: n for name, n in sorted(self.counts.items())
-                                       if name.startswith("dead_letters.")},
+            "dead_letters_by_reason": dead_letters_by_reason(self.counts),
             "k_max": self.k_max,
             "active_pairs": self.active_pairs,
             "global_summary": self.summary or None,

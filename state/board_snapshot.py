@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-from rankflow.state.snapshot import Gauge, cut_gauges
+from rankflow.state.snapshot import Gauge, cut_gauges, cut_header, dead_letters_by_reason
 
 Board = tuple[str, str]  # (game_id, board)
 
@@ -45,14 +45,9 @@ class BoardsSnapshot(NamedTuple):
                         for i, (p, s, at) in enumerate(top, start=1)],
             }
         return {
-            "snapshot_id": self.snapshot_id,
-            "run": self.run,
-            "epoch": self.epoch,
-            "positions": self.positions,
-            "published_at": published_at_ms,
+            **cut_header(self, published_at_ms),
             "dead_letters": self.dead_letters,
-            "dead_letters_by_reason": {name.split(".", 1)[1]: n for name, n in sorted(self.counts.items())
-                                       if name.startswith("dead_letters.")},
+            "dead_letters_by_reason": dead_letters_by_reason(self.counts),
             "duplicates": self.counts.get("duplicates", 0),
             "k_max": self.k_max,
             "changed_boards": games,

@@ -40,6 +40,9 @@ MISSING_FIELD = "missing_field"
 WRONG_TYPE = "wrong_type"
 OUT_OF_RANGE = "out_of_range"
 UNKNOWN_TYPE = "unknown_type"
+SHAPE_REASONS = (INVALID_JSON, NOT_AN_OBJECT, MISSING_FIELD, WRONG_TYPE, OUT_OF_RANGE)
+"""The shape checks every product's events start with, in the order they are made: each
+product's own ``REASONS`` adds its checks after these."""
 
 _INTEGER_LITERAL = re.compile(rb"-?(?:0|[1-9][0-9]*)")
 

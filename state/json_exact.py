@@ -24,11 +24,11 @@ from typing import Any
 
 import orjson
 
-from rankflow.state.events import INVALID_JSON, InvalidEvent
+from rankflow.state.events import INVALID_JSON, NOT_AN_OBJECT, InvalidEvent
 from rankflow.state.json_spans import nesting_depth
 
 __all__ = ["exact_int", "reject_constant", "lone_surrogate", "loads_exact", "loads_json", "exact_object",
-           "json_kind"]
+           "json_kind", "require_object"]
 
 ParseInt = Callable[[str], int]
 
@@ -195,3 +195,16 @@ def json_kind(obj: Any) -> str:
     if type(obj) is bool:
         return "a boolean"
     return {str: "a string", list: "an array", dict: "an object"}.get(type(obj), "a number")
+
+
+def require_object(obj: Any) -> dict[str, Any]:
+    """``obj`` if it is a JSON object, else :class:`InvalidEvent` ``not_an_object`` naming what it is:
+    the second check of the score and activity flows, worded the same in both.
+
+    >>> require_object([1])
+    Traceback (most recent call last):
+    rankflow.state.events.InvalidEvent: not_an_object: expected a JSON object, got an array
+    """
+    if type(obj) is not dict:
+        raise InvalidEvent(NOT_AN_OBJECT, f"expected a JSON object, got {json_kind(obj)}")
+    return obj

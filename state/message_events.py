@@ -23,19 +23,11 @@ from typing import Any
 
 import orjson
 
-from rankflow.state.events import (
-    INVALID_JSON,
-    MISSING_FIELD,
-    NOT_AN_OBJECT,
-    OUT_OF_RANGE,
-    WRONG_TYPE,
-    DeadLetter,
-    InvalidEvent,
-)
-from rankflow.state.json_exact import exact_object, json_kind, loads_json
+from rankflow.state.events import MISSING_FIELD, OUT_OF_RANGE, SHAPE_REASONS, WRONG_TYPE, DeadLetter, InvalidEvent
+from rankflow.state.json_exact import exact_object, loads_json, require_object
 
 __all__ = [
-    "INVALID_JSON", "NOT_AN_OBJECT", "MISSING_FIELD", "WRONG_TYPE", "OUT_OF_RANGE", "EXPIRED", "REASONS",
+    "EXPIRED", "REASONS",
     "ID_FIELDS", "FIELDS", "MAX_ID_CHARS", "MessageEvent", "WORKSPACE", "CHANNEL", "USER", "TS", "OFFSET", "RAW",
     "validate_message", "parse_message", "parse_message_records",
 ]
@@ -43,7 +35,7 @@ __all__ = [
 EXPIRED = "expired"
 """Check 4: valid by shape but before the window, never to count (decided by the window rules)."""
 
-REASONS = (INVALID_JSON, NOT_AN_OBJECT, MISSING_FIELD, WRONG_TYPE, OUT_OF_RANGE, EXPIRED)
+REASONS = (*SHAPE_REASONS, EXPIRED)
 """The six reason codes of the activity flow's dead letters, in the order of the checks."""
 
 ID_FIELDS = ("workspace_id", "channel_id", "user_id")
@@ -113,8 +105,7 @@ def validate_message(obj: Any, raw: bytes) -> tuple[str, str, str, int]:
     Traceback (most recent call last):
     rankflow.state.events.InvalidEvent: not_an_object: expected a JSON object, got an array
     """
-    if type(obj) is not dict:
-        raise InvalidEvent(NOT_AN_OBJECT, f"expected a JSON object, got {json_kind(obj)}")
+    obj = require_object(obj)
     if raw and type(obj.get("ts")) is float:
         obj = exact_object(obj, raw)
     _check_fields(obj)

@@ -25,29 +25,21 @@ from typing import Any, NamedTuple
 import orjson
 
 from rankflow.state import json_exact
-from rankflow.state.events import (
-    INVALID_JSON,
-    MISSING_FIELD,
-    NOT_AN_OBJECT,
-    OUT_OF_RANGE,
-    WRONG_TYPE,
-    DeadLetter,
-    InvalidEvent,
-)
-from rankflow.state.json_exact import exact_object, json_kind
+from rankflow.state.events import MISSING_FIELD, OUT_OF_RANGE, SHAPE_REASONS, WRONG_TYPE, DeadLetter, InvalidEvent
+from rankflow.state.json_exact import exact_object, require_object
 from rankflow.state.signatures import Signer, sign
 
 __all__ = [
-    "INVALID_JSON", "NOT_AN_OBJECT", "MISSING_FIELD", "WRONG_TYPE", "OUT_OF_RANGE", "BAD_SIGNATURE",
+    "BAD_SIGNATURE",
     "REASONS", "ID_FIELDS", "INT_FIELDS", "FIELDS", "MAX_ID_CHARS", "MAX_POINTS", "MAX_TIME",
     "ScoreResult", "ScoreEvent", "validate_score", "check_score", "parse_score", "parse_score_records", "loads_json",
 ]
 
-# Reason codes of checks 1 to 6. The first five are the listener flow's own strings
-# (imported, so each is defined in one place); checks 7 and 8 and conflicts are
+# Reason codes of checks 1 to 6. The first five are the shape checks of every flow
+# (state.events.SHAPE_REASONS, defined once); checks 7 and 8 and conflicts are
 # verdicts of the per-player rules (state.board_rules.Verdict).
 BAD_SIGNATURE = "bad_signature"
-REASONS = (INVALID_JSON, NOT_AN_OBJECT, MISSING_FIELD, WRONG_TYPE, OUT_OF_RANGE, BAD_SIGNATURE)
+REASONS = (*SHAPE_REASONS, BAD_SIGNATURE)
 
 ID_FIELDS = ("game_id", "match_id", "player_id")
 INT_FIELDS = ("points", "played_at", "received_at")
@@ -156,8 +148,7 @@ def validate_score(obj: Any, raw: bytes, key: bytes | None) -> tuple[str, str, s
     Traceback (most recent call last):
     rankflow.state.events.InvalidEvent: bad_signature: sig is missing
     """
-    if type(obj) is not dict:
-        raise InvalidEvent(NOT_AN_OBJECT, f"expected a JSON object, got {json_kind(obj)}")
+    obj = require_object(obj)
     if raw and any(type(obj.get(f)) is float for f in INT_FIELDS):
         obj = exact_object(obj, raw, _parse_int)
     _check_fields(obj)

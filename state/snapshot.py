@@ -7,7 +7,7 @@ Its top ``K_max`` comes from the song partitions' local tops by
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 SNAPSHOT_ID_RUN_FACTOR = 1_000_000_000
 """Snapshot ids are ``run_token * 10**9 + epoch``: growing within a run (epochs grow)
@@ -38,6 +38,33 @@ def cut_gauges(snapshot_id: int, partition_lag_ms: Mapping[str, int]) -> list[Ga
     return [Gauge("snapshot_id", "Id of the last published snapshot", snapshot_id),
             Gauge("partition_lag_seconds", "How far each partition's counts trailed the input in the last "
                   "snapshot", {part: ms / 1000 for part, ms in partition_lag_ms.items()}, "partition")]
+
+
+class Cut(Protocol):
+    """What every flow's snapshot says of the cut it is (the fields :func:`cut_header` reads)."""
+
+    @property
+    def snapshot_id(self) -> int: ...
+    @property
+    def run(self) -> int: ...
+    @property
+    def epoch(self) -> int: ...
+    @property
+    def positions(self) -> dict[str, int]: ...
+
+
+def cut_header(cut: Cut, published_at_ms: int) -> dict[str, Any]:
+    """The fields that open every flow's snapshot document, in this order: which cut it is,
+    where each partition stood, and when it was published. One place, so that a reader
+    of any product finds the same header."""
+    return {"snapshot_id": cut.snapshot_id, "run": cut.run, "epoch": cut.epoch, "positions": cut.positions,
+            "published_at": published_at_ms}
+
+
+def dead_letters_by_reason(counts: Mapping[str, int]) -> dict[str, int]:
+    """The ``dead_letters.<reason>`` running totals of ``counts``, by reason, sorted by name
+    (the boards and activity documents' ``dead_letters_by_reason``)."""
+    return {name.split(".", 1)[1]: n for name, n in sorted(counts.items()) if name.startswith("dead_letters.")}
 
 
 class RecentRanking(NamedTuple):
@@ -77,11 +104,7 @@ class Snapshot(NamedTuple):
 
     def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
         obj = {
-            "snapshot_id": self.snapshot_id,
-            "run": self.run,
-            "epoch": self.epoch,
-            "positions": self.positions,
-            "published_at": published_at_ms,
+            **cut_header(self, published_at_ms),
             "total_listeners": self.total_listeners,
             "counted_users": self.counted_users,
             "active_songs": self.active_songs,

@@ -401,3 +401,11 @@ def test_the_services_command_takes_no_abbreviations(tmp_path):
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "unrecognized arguments: --po" in r.stderr, r.stderr
     assert not (tmp_path / "redis.pid").exists()
+
+
+@pytest.mark.parametrize("command", [("boards", "top", "--game", "g", "--board", "all"),
+                                     ("activity", "top", "--workspace", "w")])
+def test_a_reader_refuses_a_namespace_it_cannot_name_keys_in(redis_url, command):
+    """Braces would break the namespace's hash tag: one line and status 2 from every product's reader."""
+    r = cli(*command, "--redis", redis_url, "--namespace", "a{b")
+    assert r.returncode == 2 and "invalid namespace" in one_line(r)

@@ -12,7 +12,8 @@ MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signature
            "rankflow.connectors.board_read", "rankflow.state.board_index", "rankflow.state.window_rules",
            "rankflow.state.heavy_hitters", "rankflow.connectors.redis_publish", "rankflow.state.message_events",
            "rankflow.operators.recent_plays", "rankflow.state.timers", "rankflow.reader",
-           "rankflow.recovery", "rankflow.panic_filter", "rankflow.connectors.redis_generations"]
+           "rankflow.recovery", "rankflow.panic_filter", "rankflow.connectors.redis_generations",
+           "rankflow.connectors.redis_keys", "rankflow.state.json_exact"]
 
 
 @pytest.mark.parametrize("name", MODULES)

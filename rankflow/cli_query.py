@@ -1,0 +1,42 @@
+"""What the commands reading a product's Redis state share (``rankflow boards``, ``rankflow activity``).
+
+One query on a client of its own, closed after; the reader's "nothing to answer" errors
+are one line on stderr and status 1, a bound the reader checks (``--k`` beyond K_max, a
+namespace that cannot name keys) is bad usage, status 2; the answer goes to stdout as one
+JSON object with ``--json``, else as the product's table.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+from typing import Any
+
+import redis
+
+from rankflow.connectors.redis_keys import connect
+from rankflow.options import UsageError
+
+Answer = dict[str, Any]
+
+
+def answer_query(redis_url: str, ask: Callable[[redis.Redis], Answer], nothing: type[Exception], json: bool,
+                 dumps: Callable[[Answer], bytes], show: Callable[[Answer], None]) -> int:
+    """The exit status of one reader command that ``ask``\\ s its query of a client of ``redis_url``:
+    ``nothing`` is the reader's error for a query with no answer; ``dumps`` writes the
+    answer for ``--json`` (``json``), ``show`` prints it for people."""
+    client = connect(redis_url)
+    try:
+        answer = ask(client)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    except nothing as exc:
+        print(f"rankflow: {exc}", file=sys.stderr)
+        return 1
+    finally:
+        client.close()
+    if json:
+        sys.stdout.buffer.write(dumps(answer) + b"\n")
+    else:
+        show(answer)
+    return 0
