@@ -112,3 +112,26 @@ def test_metrics_of_every_product(redis_url, published):
                        "rankflow_api_board_loads_total 1", f"rankflow_api_board_entries {own[3].split()[1]}"]
         assert int(own[3].split()[1]) > 0
         assert text.index("rankflow_api_requests") < text.index("rankflow_api_table_loads_total")
+
+
+def test_a_product_not_mounted_is_not_read(redis_url, published):
+    """``serve --products boards``: only the boards' parts run, and /health reports them alone
+    (no listener snapshot to find stale, no activity watcher polling)."""
+    settings = Settings(redis_url=redis_url, namespace=published["namespace"], poll_ms=20, products=("boards",))
+    with serving(settings, lambda body: body["boards_snapshot_id"] is not None) as api:
+        r = api.get("/health")
+        assert r.status_code == 200
+        assert list(r.json().items()) == [("status", "ok"), ("redis", "ok"),
+                                          ("boards_snapshot_id", published["boards"]), ("board_index", "redis")]
+        state = api.app.state
+        assert not hasattr(state, "cache") and not hasattr(state, "activity_watch")
+        assert "rankflow_api_table" not in api.get("/metrics").text
+
+
+def test_nothing_published_for_the_products_mounted_is_degraded(redis_url, published):
+    """The listener ranking alone mounted, in a namespace that holds only the others' snapshots."""
+    namespace = f"h-{uuid.uuid4().hex[:10]}"
+    with serving(Settings(redis_url=redis_url, namespace=namespace, poll_ms=20, products=("activity",))) as api:
+        r = api.get("/health")
+        assert r.status_code == 503
+        assert r.json() == {"status": "degraded", "redis": "ok", "activity_snapshot_id": None}
