@@ -157,9 +157,7 @@ class SystemResult:
 
 
 @dataclass
-class BenchResult:
-    config: dict[str, Any]
-    machine: dict[str, Any]
+class BenchResult(rig.Result):
     rankflow: SystemResult = field(default_factory=SystemResult)
     rankflow_durable: SystemResult = field(default_factory=SystemResult)
     rankflow_2p: SystemResult = field(default_factory=SystemResult)  # --processes 2
@@ -172,7 +170,6 @@ class BenchResult:
     ratio_full: float = 0.0  # rankflow / full baseline
     processes_speedup: float = 0.0  # --processes 2 / one process
     durable_processes_speedup: float = 0.0
-    targets: dict[str, Any] = field(default_factory=dict)
 
 
 class Bench:
@@ -403,11 +400,8 @@ class Cell:
 
 
 @dataclass
-class SweepResult:
-    config: dict[str, Any]
-    machine: dict[str, Any]
+class SweepResult(rig.Result):
     cells: list[Cell] = field(default_factory=list)
-    targets: dict[str, Any] = field(default_factory=dict)
 
 
 def cell(bench: ListenersRig, cfg: SweepConfig, users: int, partitions: int) -> Cell:

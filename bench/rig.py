@@ -41,7 +41,7 @@ import types
 import typing
 from collections import Counter
 from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, is_dataclass
+from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, UTC
 from pathlib import Path
 from typing import Any
@@ -510,6 +510,26 @@ def profile_shares(collapsed: Path, parts: dict[str, tuple[str, ...]], generic: 
 
 
 # -- results -----------------------------------------------------------------------------
+@dataclass
+class Result:
+    """What every benchmark's result records (``write_results``, read back by :func:`load_result`):
+    its configuration, the machine it ran on, and the targets it was held to (``targets``: what
+    each target is and whether it was met). A benchmark's result subclasses it with its parts,
+    every one with a default."""
+
+    config: dict[str, Any]
+    machine: dict[str, Any]
+    targets: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PartsResult(Result):
+    """A result whose parts may be measured one run at a time into one report (:func:`keep_previous`):
+    ``measured`` says, per part, when, how long and with which configuration it was measured."""
+
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
 def machine(memory: bool = False) -> dict[str, Any]:
     """The machine a result was measured on."""
     out: dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -563,8 +583,8 @@ def _typed(hint: Any, value: Any) -> Any:
     return value
 
 
-def keep_previous(result: Any, json_path: Path, parts: Iterable[str],
-                  targets: Callable[[Any], dict[str, Any]]) -> Any:
+def keep_previous(result: PartsResult, json_path: Path, parts: Iterable[str],
+                  targets: Callable[[Any], dict[str, Any]]) -> PartsResult:
     """Parts this run did not measure are kept from the previous ``json_path`` (each part
     says when and with which configuration it was measured), so the parts of a 2-core
     machine's long benchmark can be run one at a time into one report."""
@@ -587,7 +607,11 @@ def write_results(result: Any, out: Path, name: str, draw: Callable[[Any, Path],
     """``out/NAME.json`` (the result as it is) and ``out/NAME.png`` (``draw(result, path)``)."""
     out.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out / f"{name}.json", out / f"{name}.png"
-    json_path.write_text(json.dumps(asdict(result), indent=2) + "\n")
+    data = asdict(result)
+    for summary in ("targets", "measured"):  # after the parts, where the files have always had them
+        if summary in data:
+            data[summary] = data.pop(summary)
+    json_path.write_text(json.dumps(data, indent=2) + "\n")
     draw(result, png_path)
     return json_path, png_path
 

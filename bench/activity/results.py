@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankflow.bench.rig import Latency
+from rankflow.bench.rig import Latency, PartsResult
 
 PARTS = ("throughput", "freshness", "queries", "memory", "error", "profile")
 DEFAULT_PARTS = ("throughput", "freshness", "queries", "memory", "error")
@@ -193,17 +193,13 @@ class Profile:
 
 
 @dataclass
-class ActivityBenchResult:
-    config: dict[str, Any]
-    machine: dict[str, Any]
+class ActivityBenchResult(PartsResult):
     throughput: Throughput | None = None
     freshness: Freshness | None = None
     queries: Queries | None = None
     memory: Memory | None = None
     error: Error | None = None
     profile: Profile | None = None
-    targets: dict[str, Any] = field(default_factory=dict)
-    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # part -> when, wall s, its configuration
 
 
 def targets(r: ActivityBenchResult) -> dict[str, Any]:

@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from bytewax.inputs import Source
     from bytewax.outputs import Sink
 
+    from rankflow.api.parts import Part
+    from rankflow.api.settings import Settings
     from rankflow.operators.user_stage import SweeperConfig
     from rankflow.options import RunOptions
 
@@ -29,6 +31,7 @@ class Listeners(Product):
     title = "songs by current listeners"
     readers = (("rankflow.cli_listeners", "top", "cmd_top"),)
     routes = ("rankflow.api.ingest", "rankflow.api.rankings")
+    serves = "songs ranked by current listeners"
     options = (
         USER_SHARDS,
         Option(("--hot-threshold",), "hot_threshold", type=float, metavar="N",
@@ -81,6 +84,13 @@ class Listeners(Product):
             sweeper=sweeper_config(opts),
             **self.engine(opts, token),
         )
+
+    def serve_parts(self, settings: Settings) -> list[Part]:
+        from rankflow.api.parts import ProducerPart
+        from rankflow.api.store import ListenerSnapshots
+
+        return [ProducerPart(settings, settings.kafka, "producer", "Events in the POST /events producer's local queue"),
+                ListenerSnapshots(settings)]
 
     def rebuild_problem(self, final: dict[str, Any]) -> str | None:
         if final["total_listeners"] != final["counted_users"]:
