@@ -22,6 +22,9 @@ must store that record but tell the counters nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Final
+
 from rankflow.state.events import HEARTBEAT, START, STOP, TIMEOUT
 
 
@@ -39,13 +42,18 @@ It sits before ``playing`` on purpose: records are stored as they are held
 at index 3, so the type found there tells the two forms apart
 (:func:`from_stored`)."""
 
-VERSION, PLAYBACK_ID, SONG_ID, LAST_ACTIVE, PLAYING = range(5)
+# The fields of a UserRecord, Final so that the type checker knows each field's type.
+VERSION: Final = 0
+PLAYBACK_ID: Final = 1
+SONG_ID: Final = 2
+LAST_ACTIVE: Final = 3
+PLAYING: Final = 4
 
 UNKNOWN_ACTIVITY = 0
 """``last_active`` of a record stored before records kept it (:func:`from_stored`)."""
 
 
-def from_stored(stored: tuple | list) -> tuple[UserRecord, int]:
+def from_stored(stored: Sequence[Any]) -> tuple[UserRecord, int]:
     """A record as recovery state stored it, and the salt stored with it (0: none).
 
     Stored forms: this module's record, with the salt as a sixth field when it is
@@ -66,7 +74,7 @@ def from_stored(stored: tuple | list) -> tuple[UserRecord, int]:
     if type(stored[3]) is bool:
         salt = stored[4] if len(stored) > 4 else 0
         return (stored[0], stored[1], stored[2], UNKNOWN_ACTIVITY, stored[3]), salt
-    return tuple(stored[:5]), stored[5] if len(stored) > 5 else 0  # type: ignore[return-value]
+    return (stored[0], stored[1], stored[2], stored[3], stored[4]), stored[5] if len(stored) > 5 else 0
 
 
 class Verdict:
