@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis
@@ -97,7 +97,8 @@ class ActivityState:
         self._staged = None
         if self._full:
             def named(key: str) -> set[str]:
-                return {w.decode("utf-8", "surrogateescape") for w in client.smembers(key)}
+                members = cast(set[bytes], client.smembers(key))  # redis-py: `bytes | str`; ours never decode
+                return {w.decode("utf-8", "surrogateescape") for w in members}
             left = named(k.workspaces_staged)  # by a run that stopped before freeing them
             self._stale = [ws for ws in named(k.workspaces) | left if ws not in self._pending]
             self._drop = sorted(left | set(self._stale))  # freed after the script, and out of the set
