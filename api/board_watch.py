@@ -14,6 +14,7 @@ each time: it differs per request.
 from __future__ import annotations
 
 import logging
+from typing import cast
 
 import redis
 import redis.asyncio as aioredis
@@ -21,6 +22,7 @@ import redis.asyncio as aioredis
 from rankflow.api.watch import VersionWatch
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
+from rankflow.connectors.redis_replies import Values
 
 log = logging.getLogger("rankflow.api")
 
@@ -40,7 +42,8 @@ class BoardWatch(VersionWatch):
 
     async def read_version(self) -> Version | None:
         keys = self.hint.keys
-        generation, sid = await self.client.mget(keys.generation, keys.of_generation(self.hint.generation).snapshot_id)
+        snapshot_id = keys.of_generation(self.hint.generation).snapshot_id
+        generation, sid = cast(Values, await self.client.mget(keys.generation, snapshot_id))
         if self.hint.moved(int(generation or 0)):
             return None  # the new generation's snapshot id at the next poll
         return self.hint.generation, sid

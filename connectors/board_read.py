@@ -33,6 +33,7 @@ from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_boards import REACHED_DIGITS
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
+from rankflow.connectors.redis_replies import Hash, Scored
 from rankflow.connectors.script_query import ScriptReader, arun, run
 from rankflow.connectors.scripts import MOVES, READ_BOARD, Call
 
@@ -303,10 +304,9 @@ def read_boards(client: redis.Redis, namespace: str) -> dict[str, dict[str, list
     keys = Keys(boards_namespace(namespace))
     keys = keys.of_generation(current_generation(client, keys.namespace))
     out: dict[str, dict[str, list[tuple[str, int, int]]]] = {}
-    # redis-py types replies as `bytes | str` whatever the client's decode_responses; ours never decode
     for name in client.smembers(keys.boards):
         game, board = orjson.loads(name)
-        flat = cast(list[tuple[bytes, float]], client.zrange(keys.board(game, board)[0], 0, -1, withscores=True))
+        flat = cast(Scored, client.zrange(keys.board(game, board)[0], 0, -1, withscores=True))
         out.setdefault(game, {})[board] = [
             (m.decode()[REACHED_DIGITS:], -int(score), int(m[:REACHED_DIGITS])) for m, score in flat]
     return out
@@ -316,5 +316,5 @@ def read_aliases(client: redis.Redis, namespace: str) -> dict[str, dict[str, str
     """Each game's ``daily`` and ``weekly`` period in the current generation."""
     keys = Keys(boards_namespace(namespace))
     keys = keys.of_generation(current_generation(client, keys.namespace))
-    aliases = cast(dict[bytes, bytes], client.hgetall(keys.aliases))  # bytes: as read_boards
+    aliases = cast(Hash, client.hgetall(keys.aliases))
     return {game.decode(): dict(zip(("daily", "weekly"), orjson.loads(periods))) for game, periods in aliases.items()}

@@ -26,6 +26,7 @@ from rankflow.connectors.activity_staging import STAGE_BUDGET, Staged, drop, sta
 from rankflow.connectors.redis_generations import Fence
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_publish import merge_pending
+from rankflow.connectors.redis_replies import Members
 from rankflow.connectors.scripts import PUBLISH_ACTIVITY
 from rankflow.operators.metrics import METRICS
 from rankflow.state.activity_snapshot import ActivitySnapshot
@@ -97,7 +98,7 @@ class ActivityState:
         self._staged = None
         if self._full:
             def named(key: str) -> set[str]:
-                members = cast(set[bytes], client.smembers(key))  # redis-py: `bytes | str`; ours never decode
+                members = cast(Members, client.smembers(key))
                 return {w.decode("utf-8", "surrogateescape") for w in members}
             left = named(k.workspaces_staged)  # by a run that stopped before freeing them
             self._stale = [ws for ws in named(k.workspaces) | left if ws not in self._pending]

@@ -12,6 +12,7 @@ import redis
 
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_replies import Entries, Scored
 from rankflow.connectors.redis_publish import loads_document
 
 
@@ -36,8 +37,7 @@ def read_generation(client: redis.Redis, namespace: str, generation: int) -> dic
 def read_counts(client: redis.Redis, namespace: str) -> dict[str, int]:
     """Every song's count in the current generation's latest snapshot."""
     keys = Keys(namespace, current_generation(client, namespace))
-    # redis-py types replies as `bytes | str` whatever the client's decode_responses; ours never decode
-    counts = cast(list[tuple[bytes, float]], client.zrange(keys.counts, 0, -1, withscores=True))
+    counts = cast(Scored, client.zrange(keys.counts, 0, -1, withscores=True))
     return {song.decode(): int(count) for song, count in counts}
 
 
@@ -46,5 +46,5 @@ def read_history(client: redis.Redis, namespace: str, generation: int | None = N
     if generation is None:
         generation = current_generation(client, namespace)
     stream = Keys(namespace, generation).stream
-    entries = cast(list[tuple[bytes, dict[bytes, bytes]]], client.xrange(stream))  # bytes: as read_counts
+    entries = cast(Entries, client.xrange(stream))
     return [loads_document(fields[b"snapshot"]) for _, fields in entries]
