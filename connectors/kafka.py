@@ -115,7 +115,7 @@ def client_config(brokers: str, **extra: object) -> dict[str, Any]:
 
 def _offset(m: Message) -> int:
     """A consumed message's offset: confluent-kafka says ``int | None``, None only for an
-    error that names no partition, which :meth:`_check_errors` stops the run on."""
+    error event, and :meth:`_KafkaPartition.read` drops those before it reads offsets."""
     offset = m.offset()
     assert offset is not None
     return offset
