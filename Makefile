@@ -59,8 +59,9 @@ run: setup
 test: setup
 	$(BIN)/pytest -q
 
-lint: setup  ## ruff over the whole tree (its rules are in pyproject.toml)
+lint: setup  ## ruff over the whole tree, then mypy over the package (rules and options in pyproject.toml)
 	$(BIN)/ruff check .
+	$(BIN)/python scripts/typecheck.py
 
 bench: setup  ## rankflow vs the seed's first design: writes bench-results/bench.json and bench.png
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true

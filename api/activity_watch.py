@@ -33,7 +33,7 @@ Version = tuple[int, int]
 """The activity generation and snapshot id: a new one may change any workspace."""
 
 
-class ActivityWatch(VersionWatch):
+class ActivityWatch(VersionWatch[Version]):
     """Notices new activity snapshots for the whole process, polling once for all."""
 
     name = "activity watcher"

@@ -14,7 +14,7 @@ each time: it differs per request.
 from __future__ import annotations
 
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 import redis.asyncio as aioredis
@@ -23,6 +23,7 @@ from rankflow.api.parts import Health, Part, close_client, redis_client, gauge
 from rankflow.api.watch import VersionWatch
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
+from rankflow.connectors.redis_replies import Values
 
 if TYPE_CHECKING:
     from rankflow.api.board_mirror import BoardMirror
@@ -34,7 +35,7 @@ Version = tuple[int, bytes | None]
 """The boards' generation and snapshot id: a new one may change any board."""
 
 
-class BoardWatch(VersionWatch):
+class BoardWatch(VersionWatch[Version]):
     """Notices new board snapshots for the whole process, polling once for all."""
 
     name = "board watcher"
@@ -46,7 +47,8 @@ class BoardWatch(VersionWatch):
 
     async def read_version(self) -> Version | None:
         keys = self.hint.keys
-        generation, sid = await self.client.mget(keys.generation, keys.of_generation(self.hint.generation).snapshot_id)
+        snapshot_id = keys.of_generation(self.hint.generation).snapshot_id
+        generation, sid = cast(Values, await self.client.mget(keys.generation, snapshot_id))
         if self.hint.moved(int(generation or 0)):
             return None  # the new generation's snapshot id at the next poll
         return self.hint.generation, sid

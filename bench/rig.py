@@ -40,16 +40,17 @@ import time
 import types
 import typing
 from collections import Counter
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, TypeVar, cast
 
 import orjson
 import redis
 
 from rankflow.connectors.kafka import KafkaEndpoint, reliable_producer
+from rankflow.connectors.redis_replies import Hash
 from rankflow.produce import field_key, produce_file
 from rankflow.services import LocalRedis, LocalTansu, free_port
 
@@ -285,7 +286,7 @@ class PositionsPoller(threading.Thread):
     def of_hash(cls, redis_url: str, key: str, interval: float = 0.01) -> PositionsPoller:
         """A poller of a positions hash (partition -> next offset)."""
         def read(client: redis.Redis) -> tuple[Any, dict[str, int]]:
-            positions = {k.decode(): int(v) for k, v in client.hgetall(key).items()}
+            positions = {k.decode(): int(v) for k, v in cast(Hash, client.hgetall(key)).items()}
             return (positions or None), positions
         return cls(redis_url, read, interval)
 
@@ -479,9 +480,11 @@ def py_spy(cmd: list[str], out: Path, fmt: str, rate: int = 100, subprocesses: b
                              "-f", fmt, "-o", str(out), "--", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - started
+    stderr = proc.stderr
+    assert stderr is not None  # a pipe
     if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(proc.stderr.read().decode()[-2000:])
-    proc.stderr.close()
+        raise RuntimeError(stderr.read().decode()[-2000:])
+    stderr.close()
     return Timed(seconds, 0, usage.ru_utime + usage.ru_stime)
 
 
@@ -528,6 +531,9 @@ class PartsResult(Result):
     ``measured`` says, per part, when, how long and with which configuration it was measured."""
 
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+R = TypeVar("R", bound=PartsResult)
 
 
 def machine(memory: bool = False) -> dict[str, Any]:
@@ -577,14 +583,14 @@ def _typed(hint: Any, value: Any) -> Any:
     if origin is dict:
         _, item = typing.get_args(hint)
         return {k: _typed(item, v) for k, v in value.items()}
-    if is_dataclass(hint):
+    if isinstance(hint, type) and is_dataclass(hint):
         hints = typing.get_type_hints(hint)
         return hint(**{k: _typed(hints[k], v) for k, v in value.items()})
     return value
 
 
-def keep_previous(result: PartsResult, json_path: Path, parts: Iterable[str],
-                  targets: Callable[[Any], dict[str, Any]]) -> PartsResult:
+def keep_previous(result: R, json_path: Path, parts: Iterable[str],
+                  targets: Callable[[Any], dict[str, Any]]) -> R:
     """Parts this run did not measure are kept from the previous ``json_path`` (each part
     says when and with which configuration it was measured), so the parts of a 2-core
     machine's long benchmark can be run one at a time into one report."""
@@ -629,7 +635,7 @@ Panel = Callable[[Any], None]
 """Draws one chart on a matplotlib ``Axes``."""
 
 
-def chart(path: Path, title: str, panels: list[Panel], size: tuple[float, float], cols: int = 3,
+def chart(path: Path, title: str, panels: Sequence[Panel], size: tuple[float, float], cols: int = 3,
           dpi: int = 100) -> None:
     """A figure of ``panels`` (each ``size`` inches, up to ``cols`` a row) saved to ``path``.
     matplotlib is imported here only: a benchmark that draws nothing does not need it."""
@@ -681,7 +687,7 @@ class Rig:
         self.broker = LocalTansu(free_port(), self.work / "tansu")
         self.client: redis.Redis | None = None
 
-    def __enter__(self) -> Rig:
+    def __enter__(self) -> Self:
         self.redis.start()
         self.broker.start()
         self.client = redis.Redis.from_url(self.redis.url)

@@ -11,11 +11,12 @@ import os
 from typing import Any
 from collections.abc import Callable
 
-from bytewax.inputs import Source
+from bytewax.inputs import FixedPartitionedSource
 from bytewax.outputs import Sink
 
 from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES, JsonlDeadLetterSink, JsonlSource
 from rankflow.connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
+from rankflow.connectors.source_batch import SourceBatch
 from rankflow.options import ServiceError, UsageError, check_input_file, check_output_file
 
 ENDPOINT_KINDS = "use jsonl:PATH or kafka:HOST:PORT/TOPIC"
@@ -70,7 +71,7 @@ def _kafka_endpoint(target: str, option: str) -> KafkaEndpoint:
 
 
 def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES, whole_history: bool = False,
-                max_line_bytes: int = MAX_LINE_BYTES) -> Source:
+                max_line_bytes: int = MAX_LINE_BYTES) -> FixedPartitionedSource[SourceBatch, Any]:
     """The input's source. ``whole_history``: a fresh Kafka partition must still start at
     offset 0 (a rebuild from the beginning refuses a log that retention cut). ``max_line_bytes``
     caps a JSON Lines line (a Kafka message is capped by the broker)."""

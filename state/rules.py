@@ -22,6 +22,9 @@ must store that record but tell the counters nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Final
+
 from rankflow.state.events import HEARTBEAT, START, STOP, TIMEOUT
 
 
@@ -39,13 +42,18 @@ It sits before ``playing`` on purpose: records are stored as they are held
 boolean ``playing`` at index 3, so the type found there tells the two forms apart in
 state stored before snapshots carried their format (:func:`from_legacy`)."""
 
-VERSION, PLAYBACK_ID, SONG_ID, LAST_ACTIVE, PLAYING = range(5)
+# The fields of a UserRecord, Final so that the type checker knows each field's type.
+VERSION: Final = 0
+PLAYBACK_ID: Final = 1
+SONG_ID: Final = 2
+LAST_ACTIVE: Final = 3
+PLAYING: Final = 4
 
 UNKNOWN_ACTIVITY = 0
 """``last_active`` of a record stored before records kept it (:func:`from_legacy`)."""
 
 
-def from_stored(stored: tuple | list) -> tuple[UserRecord, int]:
+def from_stored(stored: Sequence[Any]) -> tuple[UserRecord, int]:
     """A record as this code stores it (a changelog holds it as a list), and the salt stored
     with it: this module's record, with the salt as a sixth field when it is not 0.
 
@@ -54,10 +62,10 @@ def from_stored(stored: tuple | list) -> tuple[UserRecord, int]:
     >>> from_stored((3, "pb3", "s", 1_500, False, 2))
     ((3, 'pb3', 's', 1500, False), 2)
     """
-    return tuple(stored[:5]), stored[5] if len(stored) > 5 else 0  # type: ignore[return-value]
+    return (stored[0], stored[1], stored[2], stored[3], stored[4]), stored[5] if len(stored) > 5 else 0
 
 
-def from_legacy(stored: tuple | list) -> tuple[UserRecord, int]:
+def from_legacy(stored: Sequence[Any]) -> tuple[UserRecord, int]:
     """Legacy: a record as recovery state stored it before its snapshots carried their format
     (``operators.keyed_shards.FORMAT``), and the salt stored with it (0: none). Read only for
     such state; the one place that tells a record's form by its shape.
