@@ -3,7 +3,7 @@
 The latest published ranking by current listeners, or with ``--recent`` by plays in the
 last minutes of event time (docs/semantics/windows.md 7); one JSON object with ``--json``, or a
 table. Exit status: 0 an answer, 1 no usable ranking (or a stale one: it is shown, and
-said to be stale), 2 bad usage (``--k`` outside 1..K_max: never clamped).
+said to be stale), 2 bad usage (``-k/--limit`` outside 1..K_max: never clamped).
 """
 
 from __future__ import annotations
@@ -17,13 +17,18 @@ from collections.abc import Callable
 from rich.console import Console
 from rich.table import Table
 
+from rankflow.cli_help import REDIS, example
+from rankflow.cli_query import add_option
 from rankflow.connectors.redis_publish import dumps_document
 from rankflow.reader import RankingReader, default_cache_path
 
 
 def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -> None:
-    t = sub.add_parser("top", help="print the latest published ranking")
-    t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
+    t = sub.add_parser("top", help="print the latest published ranking",
+                       epilog=example(f"rankflow top -k 10 --redis {REDIS}", f"rankflow top --recent -k 5 --json --redis {REDIS}",
+                                      after="the listeners run of `rankflow run --help`"))
+    add_option(t, ("-k", "--limit"), "--k", type=int, default=10, metavar="K",
+               help="how many songs: the first K (1..K_max, default %(default)s)")
     t.add_argument("--recent", action="store_true",
                    help="songs by plays in the last --recent-minutes of event time (default: by current listeners)")
     t.add_argument("--json", action="store_true", help="print one JSON object")
@@ -37,17 +42,17 @@ def cmd_top(args: argparse.Namespace) -> int:
         print(f"rankflow: {reading.problem}; no earlier ranking cached", file=sys.stderr)
         return 1
     k_max = snap["k_max"]
-    if not 1 <= args.k <= k_max:
-        print(f"rankflow: --k must be between 1 and K_max ({k_max}), got {args.k}", file=sys.stderr)
+    if not 1 <= args.limit <= k_max:
+        print(f"rankflow: -k/--limit must be between 1 and K_max ({k_max}), got {args.limit}", file=sys.stderr)
         return 2
     if args.recent:
         if snap.get("recent") is None:
             print("rankflow: this ranking has no recent plays: the flow runs with --recent-minutes 0",
                   file=sys.stderr)
             return 1
-        view = recent_view(snap, args.k, reading.stale, reading.age_ms)
+        view = recent_view(snap, args.limit, reading.stale, reading.age_ms)
     else:
-        view = top_view(snap, args.k, reading.stale, reading.age_ms)
+        view = top_view(snap, args.limit, reading.stale, reading.age_ms)
     if args.json:
         sys.stdout.buffer.write(dumps_document(view) + b"\n")
     elif args.recent:

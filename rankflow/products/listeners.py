@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rankflow.arg_types import comma_list, not_negative, positive
+from rankflow.arg_types import comma_list, kafka, not_negative, positive
 from rankflow.errors import UsageError
 from rankflow.products import Option, Product
 
@@ -107,11 +107,9 @@ def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
     input)."""
     if not opts.idle_timeout_ms:
         return None
-    from rankflow.connectors.kafka import KafkaEndpoint
     from rankflow.operators.user_stage import SweeperConfig
 
-    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000),
-                         KafkaEndpoint.parse(opts.input.removeprefix("kafka:")))
+    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000), kafka(opts.input))
 
 
 def _check_sweeper(opts: RunOptions) -> None:
