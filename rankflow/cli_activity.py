@@ -8,15 +8,12 @@ window (the message says which), 2 bad usage (``-k/--limit`` outside 1..K_max: n
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, UTC
 from typing import Any
 from collections.abc import Callable
 
 import redis
-from rich.console import Console
-from rich.table import Table
-
 from rankflow.connectors.activity_read import ActivityQueryError, ActivityReader
+from rankflow.cli_format import print_line, print_rows, quantity, utc
 from rankflow.cli_help import REDIS, example
 from rankflow.cli_query import add_option, answer_query
 from rankflow.connectors.redis_publish import dumps_document
@@ -59,31 +56,17 @@ def cmd_activity(args: argparse.Namespace) -> int:
     return answer_query(args.redis, ask, ActivityQueryError, args.json, dumps_document, print_answer)
 
 
-def _utc(ms: int | None) -> str:
-    """An event time for people: UTC to the millisecond (the JSON answer keeps the ms)."""
-    if ms is None:
-        return "none yet"
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
-    except (OverflowError, ValueError, OSError):  # beyond year 9999: event time is trusted (docs/semantics/windows.md 2)
-        return f"{ms} ms"
-
-
 def print_answer(answer: dict[str, Any]) -> None:
-    console = Console()
+    snapshot = f"snapshot {answer['snapshot_id']}"
     if "items" not in answer:
-        console.print(f"{answer['channel_id']} in {answer['workspace_id']}: {answer['count']:,}, rank "
-                      f"{answer['rank']:,}", highlight=False)
-    else:
-        table = Table(title=answer.get("workspace_id", "all workspaces"))
-        columns = ["rank", *(["workspace_id"] if "workspace_id" not in answer else []), "channel_id", "count"]
-        for column in columns:
-            table.add_column(column, justify="right" if column in ("rank", "count") else "left")
-        for item in answer["items"]:
-            count = item.get("count", f"{item.get('count_low')}..{item.get('count_high')}")
-            table.add_row(*(f"{item[c]:,}" if c == "rank" else str(count) if c == "count" else item[c]
-                            for c in columns))
-        console.print(table)
-        console.print(f"window {_utc(answer['window_start'])} .. {_utc(answer['window_end'])} (end excluded), "
-                      f"watermark {_utc(answer['watermark'])}", highlight=False)
-    console.print(f"snapshot {answer['snapshot_id']}", highlight=False)
+        print_line(f"{answer['channel_id']} in {answer['workspace_id']}: count {quantity(answer['count'])}, rank "
+                   f"{quantity(answer['rank'])}")
+        print_line(snapshot)
+        return
+    where = answer.get("workspace_id")
+    columns = ("rank", *(() if where is not None else ("workspace_id",)), "channel_id", "count")
+    rows = [item if "count" in item else {**item, "count": (item["count_low"], item["count_high"])}
+            for item in answer["items"]]  # --global-summary: bounds
+    print_rows(f"Top {len(rows)} channels of {where if where is not None else 'all workspaces'}", columns, rows,
+                [f"window {utc(answer['window_start'])} to {utc(answer['window_end'])} (end excluded, event time), "
+                 f"watermark {utc(answer['watermark'])}", snapshot])

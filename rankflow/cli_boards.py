@@ -14,10 +14,8 @@ from collections.abc import Callable
 
 import orjson
 import redis
-from rich.console import Console
-from rich.table import Table
-
 from rankflow.connectors.board_read import BoardQueryError, BoardReader, check_board, check_n, check_r
+from rankflow.cli_format import print_line, print_rows, quantity
 from rankflow.cli_help import REDIS, example
 from rankflow.cli_query import add_option, answer_query
 from rankflow.options import UsageError
@@ -72,18 +70,16 @@ def cmd_boards(args: argparse.Namespace) -> int:
 
 
 def print_answer(answer: dict[str, Any]) -> None:
-    console = Console()
-    title = f"{answer['game_id']} / {answer['board']}"
+    board = f"{answer['game_id']} / {answer['board']}"
+    snapshot = f"snapshot {answer['snapshot_id']}"
     if "items" not in answer:
-        console.print(f"{answer['player_id']} on {title}: score {answer['score']:,}, rank {answer['rank']:,} "
-                      f"(competition rank {answer['competition_rank']:,})", highlight=False)
+        print_line(f"{answer['player_id']} on {board}: score {quantity(answer['score'])}, rank "
+                   f"{quantity(answer['rank'])} (competition rank {quantity(answer['competition_rank'])})")
+        print_line(snapshot)
+        return
+    if "total_players" in answer:
+        title, footer = f"Top {len(answer['items'])} of {board}", [f"{quantity(answer['total_players'])} players "
+                                                                   "on the board", snapshot]
     else:
-        table = Table(title=title)
-        for column in ("rank", "competition_rank", "player_id", "score"):
-            table.add_column(column, justify="left" if column == "player_id" else "right")
-        for item in answer["items"]:
-            table.add_row(f"{item['rank']:,}", f"{item['competition_rank']:,}", item["player_id"], f"{item['score']:,}")
-        console.print(table)
-        if "total_players" in answer:
-            console.print(f"{answer['total_players']:,} players on the board", highlight=False)
-    console.print(f"snapshot {answer['snapshot_id']}", highlight=False)
+        title, footer = f"Around the player on {board}", [snapshot]
+    print_rows(title, ("rank", "competition_rank", "player_id", "score"), answer["items"], footer)
