@@ -31,7 +31,7 @@ from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, 
                               default_redis_url, redacted)
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
 from rankflow import cli_bench
-from rankflow.cli_help import KAFKA, REDIS, HelpFormatter, example
+from rankflow.cli_help import KAFKA, REDIS, HelpFormatter, example, produce_examples, run_examples
 from rankflow.products.boards import signing_key
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
@@ -190,15 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default: %(default)s)")
 
     r = sub.add_parser("run", help="run a flow (--flow listeners, boards or activity) and publish its snapshots to Redis",
-                       epilog=example(
-                           f"rankflow run --input {KAFKA}/playback-events --until-eof --redis {REDIS}",
-                           f"rankflow run --flow boards --input {KAFKA}/score-events --until-eof --redis {REDIS} "
-                           "--dead-letter jsonl:score-dead-letters.jsonl",
-                           f"rankflow run --flow activity --input {KAFKA}/messages --until-eof --redis {REDIS} "
-                           "--dead-letter jsonl:activity-dead-letters.jsonl",
-                           after="the examples of `rankflow produce --help`",
-                           note="Without --until-eof a run follows its input live until Ctrl-C; --input "
-                                "jsonl:events.jsonl reads the file instead of the topic."))
+                       epilog=run_examples())
     _add_flow_options(r, DEFAULT_DEAD_LETTER, "run")
     r.add_argument("--until-eof", action="store_true",
                    help="stop at the end of the input seen at start-up (default: keep following it)")
@@ -219,13 +211,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER, "rebuild")
 
     pr = sub.add_parser("produce", help="load a JSON Lines log into a Kafka topic, keyed by one field",
-                        epilog=example(
-                            f"rankflow produce --input events.jsonl --kafka {KAFKA}/playback-events --partitions 4",
-                            f"rankflow produce --input scores.jsonl --kafka {KAFKA}/score-events --partitions 4 "
-                            "--key-field player_id",
-                            f"rankflow produce --input messages.jsonl --kafka {KAFKA}/messages --partitions 4 "
-                            "--key-field workspace_id",
-                            after="the examples of `rankflow generate --help`"))
+                        epilog=produce_examples())
     pr.add_argument("--key-field", default="user_id", metavar="NAME",
                     help="the message key is this string field of each line (default: %(default)s; "
                          "score logs are keyed with --key-field player_id, messages with --key-field workspace_id)")

@@ -26,3 +26,23 @@ def example(*commands: str, after: str = "", note: str = "") -> str:
     when = "" if after is None else f" (after `make services-start`{f' and {after}' if after else ''})"
     head = f"{'Example' if len(commands) == 1 else 'Examples'}{when}:"
     return "\n".join([head, *(f"  {c}" for c in commands), *([note] if note else [])])
+
+
+LOGS = (("listeners", "events.jsonl", "playback-events", ""), ("boards", "scores.jsonl", "score-events", "player_id"),
+        ("activity", "messages.jsonl", "messages", "workspace_id"))
+"""Each product's example log, as ``generate`` writes it: (flow, file, topic, the field ``produce`` keys it by)."""
+
+
+def produce_examples() -> str:
+    return example(*(f"rankflow produce --input {path} --kafka {KAFKA}/{topic} --partitions 4"
+                     + (f" --key-field {key}" if key else "") for _, path, topic, key in LOGS),
+                   after="the examples of `rankflow generate --help`")
+
+
+def run_examples() -> str:
+    return example(*(f"rankflow run{'' if flow == 'listeners' else f' --flow {flow}'} --input {KAFKA}/{topic} "
+                     f"--until-eof --redis {REDIS} --dead-letter jsonl:{flow}-dead-letters.jsonl"
+                     for flow, _, topic, _ in LOGS),
+                   after="the examples of `rankflow produce --help`",
+                   note="Without --until-eof a run follows its input live until Ctrl-C; --input jsonl:events.jsonl "
+                        "reads the file instead of the topic.")

@@ -5,6 +5,7 @@ still taken; one form of Kafka address, taken by every option that names a topic
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shlex
 import subprocess
@@ -101,3 +102,33 @@ def test_a_bad_kafka_address_is_one_line_and_status_2(args, tmp_path):
     r = subprocess.run([*RANKFLOW, *args], capture_output=True, text=True, timeout=60, cwd=tmp_path)
     assert r.returncode == 2 and "Traceback" not in r.stderr, r.stderr
     assert len(r.stderr.splitlines()) == 1 and "expected kafka:HOST:PORT/TOPIC" in r.stderr, r.stderr
+
+
+HELP_ORDER = (("generate",), ("produce",), ("run",), ("rebuild",), ("top",), ("boards",), ("activity",))
+"""The commands whose examples read what the ones before wrote (``serve`` and the benchmarks aside:
+one keeps running, the others start services of their own)."""
+
+
+def test_the_examples_work_as_printed_after_make_services_start(tmp_path):
+    """Every example of these commands' help, in order, against the services of ``make
+    services-start`` (on free ports here: only the ports are changed)."""
+    from rankflow.services import free_port
+
+    redis_port, kafka_port, local = free_port(), free_port(), tmp_path / "local"
+    lines = [line.strip() for command in HELP_ORDER for line in COMMANDS[command].format_help().splitlines()
+             if line.startswith("  rankflow ")]
+    script = "\n".join(lines).replace("127.0.0.1:6399/", f"127.0.0.1:{redis_port}/").replace(
+        "127.0.0.1:19092/", f"127.0.0.1:{kafka_port}/").replace("rankflow ", f"{sys.executable} -m rankflow.cli ")
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MAKEFLAGS", "MFLAGS", "MAKELEVEL", "RANKFLOW_REDIS_URL", "RANKFLOW_SIGNING_KEY")}
+    env["XDG_CACHE_HOME"] = str(tmp_path / "cache")
+    make = ["make", "--no-print-directory", "-C", str(ROOT)]
+    try:
+        subprocess.run([*make, "services-start", f"REDIS_PORT={redis_port}", f"KAFKA_PORT={kafka_port}",
+                        f"LOCAL={local}"], env=env, check=True, capture_output=True, timeout=300)
+        r = subprocess.run(["bash", "-c", "set -euo pipefail -x\n" + script], cwd=tmp_path, env=env,
+                           capture_output=True, text=True, timeout=900)
+        assert r.returncode == 0, f"an example failed:\n{r.stdout[-3000:]}\n{r.stderr[-3000:]}"
+    finally:
+        subprocess.run([*make, "services-stop", f"LOCAL={local}"], env=env, capture_output=True, timeout=120)
+    assert len(lines) >= 14 and "song_0" in r.stdout and "p000042" in r.stdout and "general" in r.stdout, r.stdout
