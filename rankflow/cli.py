@@ -31,6 +31,7 @@ from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, 
                               default_redis_url, redacted)
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
 from rankflow import cli_bench
+from rankflow.cli_format import positions, quantity
 from rankflow.cli_help import KAFKA, REDIS, HelpFormatter, example, produce_examples, run_examples
 from rankflow.products.boards import signing_key
 from rankflow.rebuild import RebuildFailed, rebuild
@@ -351,8 +352,10 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
 
 
 def _summary(opts: RunOptions, final: dict[str, Any], took: float) -> str:
-    return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {opts.product.counts(final)}{final['dead_letters']} "
-            f"dead letters -> {opts.dead_letter}; positions {final['positions']}")
+    """The last line of ``run`` and ``rebuild``, in the readers' format (docs/cli.md)."""
+    return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {opts.product.counts(final)}"
+            f"{quantity(final['dead_letters'])} dead letters -> {opts.dead_letter}; input through "
+            f"{positions(final['positions'])}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:

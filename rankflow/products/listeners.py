@@ -98,7 +98,9 @@ class Listeners(Product):
         return None
 
     def counts(self, final: dict[str, Any]) -> str:
-        return f"{final['total_listeners']} listeners on {final['active_songs']} songs, "
+        from rankflow.cli_format import quantity
+
+        return f"{quantity(final['total_listeners'])} listeners on {quantity(final['active_songs'])} songs, "
 
 
 
