@@ -40,7 +40,7 @@ def produce_examples() -> str:
 
 
 def run_examples() -> str:
-    return example(*(f"rankflow run{'' if flow == 'listeners' else f' --flow {flow}'} --input {KAFKA}/{topic} "
+    return example(*(f"rankflow run --flow {flow} --input {KAFKA}/{topic} "
                      f"--until-eof --redis {REDIS} --dead-letter jsonl:{flow}-dead-letters.jsonl"
                      for flow, _, topic, _ in LOGS),
                    after="the examples of `rankflow produce --help`",
