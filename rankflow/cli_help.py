@@ -20,7 +20,7 @@ class HelpFormatter(argparse.RawDescriptionHelpFormatter):
     """The examples are printed as written, one command a line (argparse would rewrap them)."""
 
 
-def example(*commands: str, after: str = "", note: str = "") -> str:
+def example(*commands: str, after: str | None = "", note: str = "") -> str:
     """An ``epilog`` of ``commands``, one a line, run from the checkout after ``make services-start``
     and ``after`` (what they read), then ``note``; ``after=None``: they need no service."""
     when = "" if after is None else f" (after `make services-start`{f' and {after}' if after else ''})"

@@ -26,8 +26,8 @@ def add_option(parser: argparse.ArgumentParser, flags: tuple[str, ...], old: str
     long spelling (``--k``), unlisted: scripts written before the short forms keep working,
     and ``--help`` shows one spelling of each."""
     action = parser.add_argument(*flags, **kwargs)
-    parser.add_argument(old, dest=action.dest, type=action.type, metavar=action.metavar,
-                        default=argparse.SUPPRESS, help=argparse.SUPPRESS)
+    same = {key: kwargs[key] for key in ("type", "metavar") if key in kwargs}
+    parser.add_argument(old, dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **same)
 
 
 def answer_query(redis_url: str, ask: Callable[[redis.Redis], Answer], nothing: type[Exception], json: bool,
