@@ -51,10 +51,10 @@ run: setup
 	    [ $$rc -ne 0 ] || rm -rf "$$own"' EXIT && \
 	  redis=$$($(SERVICES) start redis --port 0 --dir "$$own/redis") && \
 	  kafka=$$($(SERVICES) start tansu --port 0 --dir "$$own/tansu") && \
-	  $(BIN)/rankflow produce --input $(DATA)/events.jsonl --kafka $$kafka/$(TOPIC) --partitions 4 && \
+	  $(BIN)/rankflow produce --input $(DATA)/events.jsonl --kafka kafka:$$kafka/$(TOPIC) --partitions 4 && \
 	  $(BIN)/rankflow run --input kafka:$$kafka/$(TOPIC) --until-eof --redis $$redis \
 	    --dead-letter jsonl:$(DATA)/dead-letters.jsonl && \
-	  $(BIN)/rankflow top --k 10 --redis $$redis
+	  $(BIN)/rankflow top -k 10 --redis $$redis
 
 test: setup
 	$(BIN)/pytest -q

@@ -1,6 +1,6 @@
 """Kafka input, dead-letter output and producer, over confluent-kafka.
 
-Endpoints are written ``kafka:HOST:PORT[,HOST:PORT...]/TOPIC``.
+Endpoints are written ``kafka:HOST:PORT[,HOST:PORT...]/TOPIC`` (read by ``rankflow.arg_types.kafka``).
 
 **Source.** One source partition per Kafka partition, named ``TOPIC/N``; its offset
 is the Kafka offset. Each partition has its own consumer with ``assign()``: no
@@ -62,14 +62,6 @@ class KafkaUnavailable(RuntimeError):
 class KafkaEndpoint:
     brokers: str
     topic: str
-
-    @classmethod
-    def parse(cls, target: str) -> KafkaEndpoint:
-        """``HOST:PORT[,HOST:PORT]/TOPIC`` (the part after ``kafka:``)."""
-        brokers, sep, topic = target.rpartition("/")
-        if not sep or not brokers or not topic:
-            raise ValueError(f"expected kafka:HOST:PORT/TOPIC, got kafka:{target}")
-        return cls(brokers, topic)
 
     def __str__(self) -> str:
         return f"kafka:{self.brokers}/{self.topic}"

@@ -94,7 +94,9 @@ class Activity(Product):
         )
 
     def counts(self, final: dict[str, Any]) -> str:
-        return f"{final['active_pairs']} active channels, watermark {final['watermark']}, "
+        from rankflow.cli_format import quantity, utc
+
+        return f"{quantity(final['active_pairs'])} active channels, watermark {utc(final['watermark'])}, "
 
 
 PRODUCT = Activity()

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rankflow.arg_types import comma_list, not_negative, positive
+from rankflow.arg_types import comma_list, kafka, not_negative, positive
 from rankflow.errors import UsageError
 from rankflow.products import Option, Product
 
@@ -98,7 +98,9 @@ class Listeners(Product):
         return None
 
     def counts(self, final: dict[str, Any]) -> str:
-        return f"{final['total_listeners']} listeners on {final['active_songs']} songs, "
+        from rankflow.cli_format import quantity
+
+        return f"{quantity(final['total_listeners'])} listeners on {quantity(final['active_songs'])} songs, "
 
 
 
@@ -107,11 +109,9 @@ def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
     input)."""
     if not opts.idle_timeout_ms:
         return None
-    from rankflow.connectors.kafka import KafkaEndpoint
     from rankflow.operators.user_stage import SweeperConfig
 
-    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000),
-                         KafkaEndpoint.parse(opts.input.removeprefix("kafka:")))
+    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000), kafka(opts.input))
 
 
 def _check_sweeper(opts: RunOptions) -> None:
