@@ -1,13 +1,22 @@
-"""CPU seconds of two checkouts' flows on the same JSON Lines backlogs, alternating.
+"""CPU seconds of two checkouts' flows on the same JSON Lines backlogs, alternating or together.
 
     .venv/bin/python scripts/bench_flows_ab.py --base OTHER/.venv/bin/rankflow --redis redis://127.0.0.1:6411/0
 
 Generates the three logs once under ``--data`` (1M playback events of 100k users and 20k
 songs; 600k score results of 100k players; 1M messages of 2,000 workspaces), then runs
-each flow with ``--until-eof`` in each checkout, ``--reps`` times, alternating which goes
-first, and prints one JSON line a run (the flow's user+sys CPU seconds, Redis's CPU
-seconds, wall seconds, the load average) and the medians. CPU seconds move much less
-than wall time on a shared machine: compare those.
+each flow with ``--until-eof`` in each checkout, ``--reps`` times, and prints one JSON
+line a run (the flow's user+sys CPU seconds, Redis's CPU seconds, wall seconds, the
+barriers the run closed, the load average), then per flow the medians with their range
+and the median of the reps' ratios new/base.
+
+Why ``--together``: a flow's CPU seconds grow with its wall time, because every barrier
+(``--barrier-ms``, an epoch of wall-clock time) costs the same work whatever it holds,
+and because other processes on the cores slow every instruction. On a shared machine
+whose load comes in bursts, two runs one after the other see different loads, and the
+difference between them can exceed the difference between the checkouts. With
+``--together`` each rep starts both checkouts' runs at the same moment, so both see the
+same load; read the ratios, which are then paired. Redis's CPU seconds are then the
+pair's (both runs share the Redis). Without it the runs alternate which goes first.
 """
 
 from __future__ import annotations
@@ -19,7 +28,9 @@ import statistics
 import subprocess
 import sys
 import uuid
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import redis
 
@@ -27,6 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rankflow.bench.rig import timed  # noqa: E402
+from rankflow.connectors.redis_read import read_latest  # noqa: E402
+from rankflow.products import get as product  # noqa: E402
 
 LOGS = {
     "listeners": (["--users", "100000", "--songs", "20000", "--events", "1000000"], []),
@@ -40,32 +53,78 @@ def redis_cpu(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
-def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) -> dict[str, float]:
+def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) -> dict[str, Any]:
+    """One flow run to the end of its log: its CPU and wall seconds and the barriers it closed
+    (the epoch of its last snapshot); its keys (in its product's namespace) and files are
+    removed after."""
     namespace = f"ab-{uuid.uuid4().hex[:8]}"
+    published = product(flow).namespace(namespace)
     dead = Path(f"/tmp/{namespace}-dead.jsonl")
-    before = redis_cpu(client)
     stderr = Path(f"/tmp/{namespace}.stderr")
     try:
         run = timed([rankflow, "run", *LOGS[flow][1], "--input", f"jsonl:{log}", "--until-eof", "--redis", url,
                      "--namespace", namespace, "--dead-letter", f"jsonl:{dead}"], stderr)
     except RuntimeError as exc:
         sys.exit(f"{rankflow} {flow}: {exc}")
-    redis_s = redis_cpu(client) - before
+    final = read_latest(client, published) or {}
     dead.unlink(missing_ok=True)
     stderr.unlink(missing_ok=True)
-    for key in client.scan_iter(match=f"{{{namespace}}}*", count=1000):
+    for key in client.scan_iter(match=f"{{{published}}}*", count=1000):
         client.unlink(key)
-    return {"flow_cpu": run.cpu_s, "redis_cpu": redis_s, "wall": run.seconds, "load": os.getloadavg()[0]}
+    return {"flow_cpu": run.cpu_s, "wall": run.seconds, "barriers": final.get("epoch"), "load": os.getloadavg()[0]}
+
+
+def one_rep(systems: dict[str, str], order: list[str], flow: str, log: Path, url: str, client: redis.Redis,
+            together: bool) -> list[dict[str, Any]]:
+    """Each system's run of ``flow``: one after the other in ``order``, or all at once."""
+    def run(name: str) -> dict[str, Any]:
+        return one_run(systems[name], flow, log, url, client)
+
+    if not together:
+        rows = []
+        for name in order:
+            before = redis_cpu(client)
+            rows.append({"system": name, **run(name), "redis_cpu": redis_cpu(client) - before})
+        return rows
+    before = redis_cpu(client)
+    with ThreadPoolExecutor(len(order)) as pool:
+        results = list(pool.map(run, order))
+    pair = redis_cpu(client) - before
+    return [{"system": name, **result, "redis_cpu": pair} for name, result in zip(order, results)]
+
+
+def summary(flow: str, rows: list[dict[str, Any]], systems: dict[str, str]) -> list[str]:
+    """Per system the medians and ranges; then the median and range of the reps' ratios new/base."""
+    lines = []
+    for name in systems:
+        mine = [r for r in rows if r["flow"] == flow and r["system"] == name]
+        cpu = [r["flow_cpu"] for r in mine]
+        lines.append(f"{flow} {name}: median flow CPU {statistics.median(cpu):.2f} s ({min(cpu):.2f}-{max(cpu):.2f}), "
+                     f"Redis CPU {statistics.median(r['redis_cpu'] for r in mine):.2f} s, "
+                     f"wall {statistics.median(r['wall'] for r in mine):.2f} s, "
+                     f"barriers {statistics.median(r['barriers'] or 0 for r in mine):.0f}")
+    by_rep: dict[int, dict[str, float]] = {}
+    for r in rows:
+        if r["flow"] == flow:
+            by_rep.setdefault(r["rep"], {})[r["system"]] = r["flow_cpu"]
+    ratios = [rep["new"] / rep["base"] for rep in by_rep.values() if {"new", "base"} <= rep.keys()]
+    if ratios:
+        lines.append(f"{flow} new/base flow CPU per rep: median x{statistics.median(ratios):.3f} "
+                     f"({min(ratios):.3f}-{max(ratios):.3f}, {sum(x < 1 for x in ratios)} of {len(ratios)} below 1)")
+    return lines
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
     parser.add_argument("--base", required=True, help="the other checkout's rankflow executable")
-    parser.add_argument("--new", default=str(Path(sys.executable).with_name("rankflow")))
-    parser.add_argument("--redis", required=True)
-    parser.add_argument("--data", type=Path, default=Path("data/ab"))
+    parser.add_argument("--new", default=str(Path(sys.executable).with_name("rankflow")),
+                        help="this checkout's rankflow executable (default: %(default)s)")
+    parser.add_argument("--redis", required=True, help="a Redis URL the runs publish to (their own namespaces)")
+    parser.add_argument("--data", type=Path, default=Path("data/ab"), help="where the logs are kept")
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--flows", default=",".join(LOGS))
+    parser.add_argument("--flows", default=",".join(LOGS), help="comma-separated, of: %(default)s")
+    parser.add_argument("--together", action="store_true",
+                        help="start both checkouts' runs of a rep at the same moment (same machine load)")
     args = parser.parse_args()
     systems, flows = {"base": args.base, "new": args.new}, args.flows.split(",")
     client = redis.Redis.from_url(args.redis)
@@ -77,18 +136,14 @@ def main() -> None:
                            capture_output=True)
     rows = []
     for rep in range(args.reps):
+        order = list(systems) if rep % 2 == 0 else list(systems)[::-1]
         for flow in flows:
-            for name in (list(systems) if rep % 2 == 0 else list(systems)[::-1]):
-                row = {"rep": rep, "flow": flow, "system": name, **one_run(systems[name], flow, logs[flow],
-                                                                          args.redis, client)}
+            for row in one_rep(systems, order, flow, logs[flow], args.redis, client, args.together):
+                row = {"rep": rep, "flow": flow, **row}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
     for flow in flows:
-        for name in systems:
-            mine = [r for r in rows if r["flow"] == flow and r["system"] == name]
-            print(f"{flow} {name}: median flow CPU {statistics.median(r['flow_cpu'] for r in mine):.2f} s, "
-                  f"Redis CPU {statistics.median(r['redis_cpu'] for r in mine):.2f} s, "
-                  f"wall {statistics.median(r['wall'] for r in mine):.2f} s")
+        print("\n".join(summary(flow, rows, systems)))
 
 
 if __name__ == "__main__":
