@@ -21,7 +21,7 @@ EVENTS ?= 200000
 SEED ?= 1
 TOPIC ?= playback-events
 
-.PHONY: setup run test lint bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-recovery demo services-start services-stop clean
+.PHONY: setup run test test-pure lint bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-recovery demo services-start services-stop clean
 
 $(BIN)/rankflow: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
@@ -58,6 +58,12 @@ run: setup
 
 test: setup
 	$(BIN)/pytest -q
+
+# The tests that need no Redis, broker or browser (tests/markers.py): seconds, and no
+# redis-server or chromium needed, so only the virtualenv is made.
+PURE := not redis and not broker and not browser
+test-pure: $(BIN)/rankflow
+	$(BIN)/pytest -q -m "$(PURE)"
 
 lint: setup  ## ruff over the whole tree (its rules are in pyproject.toml)
 	$(BIN)/ruff check .
