@@ -56,14 +56,17 @@ run: setup
 	    --dead-letter jsonl:$(DATA)/dead-letters.jsonl && \
 	  $(BIN)/rankflow top --k 10 --redis $$redis
 
+# Two workers, a file each at a time (a module's fixtures are made once): most tests wait on a
+# flow, a server or a broker, so two cores run two files at once. JOBS=0 runs in one process.
+JOBS ?= 2
 test: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile
 
 # The tests that need no Redis, broker or browser (tests/markers.py): seconds, and no
 # redis-server or chromium needed, so only the virtualenv is made.
 PURE := not redis and not broker and not browser
 test-pure: $(BIN)/rankflow
-	$(BIN)/pytest -q -m "$(PURE)"
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "$(PURE)"
 
 lint: setup  ## ruff over the whole tree (its rules are in pyproject.toml)
 	$(BIN)/ruff check .
