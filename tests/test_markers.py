@@ -8,7 +8,8 @@ import subprocess
 
 import pytest
 
-from rankflow.services import LocalRedis, free_port, tansu_binary
+from rankflow import services
+from rankflow.services import LocalRedis, LocalTansu, free_port
 
 
 def test_a_service_fixture_marks_its_test(request, redis_client, kafka_brokers):
@@ -25,7 +26,9 @@ def test_an_unmarked_test_cannot_start_a_service(tmp_path):
     with pytest.raises(RuntimeError, match="did not start"):
         LocalRedis(free_port(), tmp_path / "redis").start(timeout=5)
     with pytest.raises(RuntimeError, match="not marked broker"):
-        tansu_binary()
+        services.tansu_binary()
+    with pytest.raises(RuntimeError, match="not marked broker"):
+        LocalTansu(free_port(), tmp_path / "tansu").start(timeout=5)
 
 
 @pytest.mark.redis
