@@ -21,7 +21,7 @@ EVENTS ?= 200000
 SEED ?= 1
 TOPIC ?= playback-events
 
-.PHONY: setup run test lint bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-recovery demo services-start services-stop clean
+.PHONY: setup run test test-pure lint bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-recovery demo services-start services-stop clean
 
 $(BIN)/rankflow: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
@@ -56,8 +56,17 @@ run: setup
 	    --dead-letter jsonl:$(DATA)/dead-letters.jsonl && \
 	  $(BIN)/rankflow top -k 10 --redis $$redis
 
+# Two workers, a file each at a time (a module's fixtures are made once): most tests wait on a
+# flow, a server or a broker, so two cores run two files at once. JOBS=0 runs in one process.
+JOBS ?= 2
 test: setup
-	$(BIN)/pytest -q
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile
+
+# The tests that need no Redis, broker or browser (tests/markers.py): seconds, and no
+# redis-server or chromium needed, so only the virtualenv is made.
+PURE := not redis and not broker and not browser
+test-pure: $(BIN)/rankflow
+	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "$(PURE)"
 
 lint: setup  ## ruff over the whole tree, then mypy over the package (rules and options in pyproject.toml)
 	$(BIN)/ruff check .

@@ -7,7 +7,7 @@ names its ``KEYS`` and ``ARGV`` in order, and builds them from named values
 (:meth:`Script.ordered` and the functions below), so no caller counts positions: the
 one position a script computes itself, ``P`` of the publish scripts (the first argument
 after the source positions), comes from the partition count the builder puts in
-``ARGV[7]``. ``tests/test_script_keys.py`` checks these names against the indices the
+``ARGV[7]``. ``tests/engine/test_script_keys.py`` checks these names against the indices the
 Lua reads, and loads every script of :data:`SCRIPTS` into Redis.
 
 Every key a script touches is passed in ``KEYS``: Redis Cluster routes a script by

@@ -3,8 +3,8 @@
 The benchmarks live in ``rankflow.bench`` (the top-level ``bench/`` folder), beside the
 runtime: this module only declares their options, and each command imports its
 benchmark when it runs, so that ``rankflow`` starts without loading any of them
-(``tests/test_packaging.py`` checks it). The defaults are the benchmarks' own
-configurations' (``tests/test_cli_bench.py`` checks that they agree).
+(``tests/cli/test_packaging.py`` checks it). The defaults are the benchmarks' own
+configurations' (``tests/cli/test_cli_bench.py`` checks that they agree).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Each command's help ends with an example (``epilog``), written for the services that
 ``make services-start`` leaves running (the Makefile's ``REDIS_PORT`` and ``KAFKA_PORT``:
-``tests/test_cli_help.py`` checks they agree), run from the checkout in the order of README:
+``tests/cli/test_cli_help.py`` checks they agree), run from the checkout in the order of README:
 ``generate`` writes the logs the ``produce`` examples read, and so on.
 """
 

@@ -167,9 +167,11 @@ class BoardsModel:
 
 def board(name: str, results: list[tuple[str, int, int]]) -> list[tuple[str, int, int]]:
     """One board from the accepted results in its scope, in section 4's order."""
+    per_player: dict[str, list[tuple[int, int]]] = {}  # each player's results, in log order
+    for player, points, t in results:
+        per_player.setdefault(player, []).append((points, t))
     entries = []
-    for player in {p for p, _, _ in results}:
-        mine = [(points, t) for p, points, t in results if p == player]
+    for player, mine in per_player.items():
         if name == "best":
             score = max(points for points, _ in mine)
             reached = min(t for points, t in mine if points == score)

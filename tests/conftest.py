@@ -1,8 +1,13 @@
-"""Test services: a real Redis server started for the session, one namespace per test."""
+"""Test services: a real Redis server started for the session, one namespace per test.
+
+Each test is marked for the services it needs (``tests/markers.py``): ``make test-pure``
+runs the others."""
 
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import threading
 import time
 import uuid
@@ -22,6 +27,23 @@ from rankflow.connectors.source_batch import STOP
 from rankflow.options import RunOptions
 from rankflow.runner import run
 from rankflow.services import LocalRedis, LocalTansu, free_port
+from tests import markers
+
+_REFUSING_ROOT = Path(tempfile.mkdtemp(prefix="rankflow-refusing-"))  # the stand-ins of markers.guard
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    markers.mark_by_fixtures(items)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
+    with markers.guard(item, _REFUSING_ROOT):
+        yield
+
+
+def pytest_sessionfinish() -> None:
+    shutil.rmtree(_REFUSING_ROOT, ignore_errors=True)
 
 
 @pytest.fixture(scope="session")

@@ -22,7 +22,7 @@ from rankflow.runner import run
 from rankflow.services import free_port
 from tests import boards_example as example
 from tests.events import ev
-from tests.test_activity_flow import line, run_activity
+from tests.activity.test_activity_flow import line, run_activity
 
 
 @pytest.fixture(scope="module")

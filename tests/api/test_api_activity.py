@@ -33,7 +33,7 @@ from rankflow.connectors.redis_read import read_latest
 from rankflow.connectors.source_batch import STOP
 from rankflow.options import RunOptions
 from rankflow.runner import run
-from tests.test_activity_flow import line, run_activity
+from tests.activity.test_activity_flow import line, run_activity
 from tests.window_model import global_ranking, run_model, workspace_ranking
 
 K_MAX = 20

@@ -28,7 +28,7 @@ from rankflow.options import ServiceError, UsageError
 from rankflow.recovery import FORMAT_KEY, LAYOUT_FILE, LAYOUT_FORMAT
 from tests.crashes import kill_9_while_publishing
 from tests.events import ev, ranking
-from tests.test_fencing_and_rebuild import recreate_topic
+from tests.engine.test_fencing_and_rebuild import recreate_topic
 from tests.model import model_of_lines, read_lines
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]

@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from tests.events import ev, ranking
 from tests.conftest import run_line_by_line
 from tests.model import Model, model_of_lines
-from tests.test_flow_matches_model import SHARDS, SONGS, check_against_model, log_lines
+from tests.listeners.test_flow_matches_model import SHARDS, SONGS, check_against_model, log_lines
 
 
 def hot_log(n_events: int, seed: int) -> list[bytes]:

@@ -173,6 +173,7 @@ def test_a_mistaken_run_or_rebuild_leaves_a_healthy_run_alone(tmp_path, redis_ur
     assert code == 130, err
 
 
+@pytest.mark.redis  # a Redis of its own
 @pytest.mark.parametrize("flow", ["boards", "activity"])
 def test_a_run_whose_redis_loses_its_data_stops_with_one_line(tmp_path, namespace, flow):
     """Issue 19.7: Redis loses its data during a live run (FLUSHALL, a restart without

@@ -22,7 +22,7 @@ from rankflow.state.events import parse_records
 from rankflow.state.json_spans import WHITESPACE
 from rankflow.state.score_events import parse_score_records
 from tests.kafka_helpers import read_topic
-from tests.test_ingest import JSON
+from tests.api.test_ingest import JSON
 
 EVENT = b'{"user_id": "u1", "playback_id": "p1", "song_id": "s", "type": "START", "version": 1, "ts": 5'
 """An event's text without its closing brace: the tests add members."""

@@ -1,8 +1,8 @@
 """docs/semantics/listeners.md section 6 through the real flow and a real Redis: TIMEOUT events remove
 idle playbacks, and a log with them gives the same counts on any layout, resumed or not.
 
-The rules alone are in ``tests/test_rules.py``, the shape of a TIMEOUT in
-``tests/test_events.py``; here the stories run end to end, and generated logs with the
+The rules alone are in ``tests/listeners/test_rules.py``, the shape of a TIMEOUT in
+``tests/listeners/test_events.py``; here the stories run end to end, and generated logs with the
 sweeper's timers mixed in (``rankflow generate --timeouts``) are checked against the
 reference model.
 """

@@ -26,7 +26,8 @@ from rankflow.services import free_port
 from tests import boards_example as example
 from tests.events import ev
 
-ARTIFACTS = Path(__file__).resolve().parent.parent / "test-artifacts"
+pytestmark = pytest.mark.browser
+ARTIFACTS = Path(__file__).resolve().parents[2] / "test-artifacts"
 CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                  "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 

@@ -19,7 +19,7 @@ from rankflow.arg_types import kafka
 from rankflow.cli import build_parser
 from rankflow.cli_help import KAFKA, REDIS
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
 
 
@@ -109,6 +109,8 @@ HELP_ORDER = (("generate",), ("produce",), ("run",), ("rebuild",), ("top",), ("b
 one keeps running, the others start services of their own)."""
 
 
+@pytest.mark.redis  # `make services-start`
+@pytest.mark.broker
 def test_the_examples_work_as_printed_after_make_services_start(tmp_path):
     """Every example of these commands' help, in order, against the services of ``make
     services-start`` (on free ports here: only the ports are changed)."""

@@ -12,7 +12,7 @@ from rankflow import products
 from rankflow.api.app import Settings, create_app
 from rankflow.options import FLOWS, RunOptions
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 RUNTIME = ["rankflow", "api", "connectors", "flows", "operators", "state"]
 
 

@@ -13,7 +13,7 @@ import orjson
 
 from tests.events import ev, ranking
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def test_the_wheel_is_one_package_that_runs_from_a_new_venv(tmp_path, redis_url, namespace):

@@ -28,7 +28,7 @@ from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.produce import produce_file
 from rankflow.state.message_events import parse_message
 from tests.crashes import kill_9_while_publishing
-from tests.test_window_rules import check_summary_items
+from tests.activity.test_window_rules import check_summary_items
 from tests.window_model import global_ranking, run_model, workspace_ranking
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]

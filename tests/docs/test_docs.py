@@ -22,7 +22,7 @@ import pytest
 
 from rankflow.services import free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 OUTSIDE = "shared" + "/spec"  # spelled apart so that this file does not mention it
 OLD_NAMES = ("SEMANTICS" + ".md", "BOARDS" + ".md", "WINDOWS" + ".md")
@@ -224,6 +224,8 @@ def readme_service_script(redis_port: int, kafka_port: int, http_port: int, loca
     return "set -euo pipefail -x\ntrap 'kill $(jobs -p) 2>/dev/null || true' EXIT\n" + script + "\n"
 
 
+@pytest.mark.redis  # `make services-start`
+@pytest.mark.broker
 def test_readme_product_commands_work_as_printed(tmp_path: Path) -> None:
     local = tmp_path / "local"
     script = readme_service_script(free_port(), free_port(), free_port(), local)

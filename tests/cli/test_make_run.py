@@ -14,11 +14,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from confluent_kafka.admin import AdminClient
 
 from rankflow.services import LocalRedis, LocalTansu, free_port
 
-ROOT = Path(__file__).resolve().parents[1]
+pytestmark = [pytest.mark.redis, pytest.mark.broker]  # `make run` and `make services-start` start both
+ROOT = Path(__file__).resolve().parents[2]
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
 ROW = re.compile(r"^│\s*(\d+)\s*│\s*(\S+)\s*│\s*([\d,]+)\s*│$")  # counts print as 2,555
 

@@ -12,7 +12,7 @@ from hypothesis import strategies as st
 from tests import boards_example as example
 from tests.boards_example import ms, result
 from tests.boards_model import BoardsModel, around, rank_and_competition
-from tests.test_board_rules import boards_via_rules
+from tests.boards.test_board_rules import boards_via_rules
 
 DAY = 86_400_000
 H = 3_600_000

@@ -33,7 +33,7 @@ from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.state.board_index import ALIAS, CREATE, DROP, UPSERT, BoardsCopy, ChangeSet, DoubleBuffer, entry_key
 from rankflow.state.snapshot import snapshot_id
-from tests.test_script_keys import boards_snap  # a BoardsSnapshot from (player, changes) pairs
+from tests.engine.test_script_keys import boards_snap  # a BoardsSnapshot from (player, changes) pairs
 
 PLAYERS = ["a", "ab", "b", "é", "🎮", "z", "clan/zoe", "Z"]
 BOARDS = [("g", "all"), ("g", "best"), ("g", "daily:2027-01-01"), ("g", "daily:2027-01-02"), ("h", "all")]

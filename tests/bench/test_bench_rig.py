@@ -94,6 +94,8 @@ def test_profile_shares_count_busy_samples_by_part(tmp_path):
     assert shares == {"parse": 0.6, "json": 0.2, "rest": 0.2}
 
 
+@pytest.mark.redis  # the rig starts its own Redis and broker
+@pytest.mark.broker
 def test_the_rig_runs_a_flow_and_leaves_nothing_behind(tmp_path):
     """Its own Redis and broker, a produced topic, a timed flow; after it, no service and no work folder."""
     from rankflow.bench.listeners import ListenersRig

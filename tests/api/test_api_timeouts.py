@@ -17,7 +17,7 @@ import pytest
 
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, MAX_HEAD_BYTES
 from rankflow.connectors.kafka import ensure_topic
-from tests.test_ingest import served
+from tests.api.test_ingest import served
 
 BOUND_MS = 500
 WITHIN = 8.0

@@ -98,6 +98,7 @@ def start_outage(reply: str, client: redis.Redis, url: str) -> Callable[[], None
     return lambda: promote(client)
 
 
+@pytest.mark.redis  # own_redis
 @pytest.mark.parametrize("reply", ["READONLY", "MASTERDOWN", "BUSY"])
 def test_the_publisher_waits_out_a_redis_that_refuses_for_a_while(own_redis, caplog, reply):
     client = redis.Redis.from_url(own_redis.url)
@@ -123,6 +124,7 @@ def test_the_publisher_waits_out_a_redis_that_refuses_for_a_while(own_redis, cap
     client.close()
 
 
+@pytest.mark.redis  # own_redis
 def test_the_publisher_gives_up_after_its_bound_with_an_error_naming_redis(own_redis):
     client = redis.Redis.from_url(own_redis.url)
     token = join_run(client, "ns", uuid.uuid4().hex)[0]
@@ -148,6 +150,7 @@ def test_transient_replies_mean_lost_redis_to_the_cli(reply):
     assert isinstance(explain(exc), ServiceError) and "lost Redis" in str(explain(exc))
 
 
+@pytest.mark.redis  # own_redis
 def test_a_run_outlives_a_stalled_redis(own_redis, tmp_path):
     """Redis stops answering (SIGSTOP) for longer than the socket timeout while the run
     publishes a followed file; the run waits, then catches up with the right counts."""

@@ -39,22 +39,30 @@ def progress(client: redis.Redis, namespace: str) -> int:
     return sum(snap["positions"].values()) if snap else -1
 
 
-@pytest.mark.parametrize("shards,compact_bytes", [
-    ("0", None),  # one key per player: Bytewax stores every touched record
-    ("8", None),  # player shards: changelogs of the pieces of records that changed
-    ("8", "3000"),  # ... compacting into new generations (whole records) all the time
-])
-def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, topic, redis_url, redis_client, namespace,
-                                                  shards, compact_bytes, monkeypatch):
-    log = tmp_path / "scores.jsonl"
+@pytest.fixture(scope="module")
+def chaos_topic(tmp_path_factory, kafka_brokers) -> tuple[str, list[bytes], BoardsModel, dict]:
+    """One generated score log with chaos on a topic, its model and the model's boards: the same for
+    every layout below, so made once (a run only reads the topic; each has its own recovery dir)."""
+    log = tmp_path_factory.mktemp("chaos") / "scores.jsonl"
     generate_scores(players=3_000, games=3, events=60_000, seed=5, out=log, key=KEY, days=10,
                     chaos=ScoreChaos())
     lines = log.read_bytes().splitlines()
     model = BoardsModel(KEY)
     for offset, line in enumerate(lines):
         model.feed(line, "file", offset)
+    topic = "scores-" + log.parent.name
     produce_file(str(log), KafkaEndpoint(kafka_brokers, topic), partitions=3, progress=False, key_field="player_id")
+    return topic, lines, model, model.boards()
 
+
+@pytest.mark.parametrize("shards,compact_bytes", [
+    ("0", None),  # one key per player: Bytewax stores every touched record
+    ("8", None),  # player shards: changelogs of the pieces of records that changed
+    ("8", "3000"),  # ... compacting into new generations (whole records) all the time
+])
+def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, chaos_topic, redis_url, redis_client,
+                                                  namespace, shards, compact_bytes, monkeypatch):
+    topic, lines, model, boards = chaos_topic
     dead = tmp_path / "dead.jsonl"
     command = [*RANKFLOW, "run", "--flow", "boards", "--signing-key", KEY.hex(),
                "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
@@ -69,7 +77,7 @@ def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, topic
     assert done.returncode == 0, done.stderr
     final = read_latest(redis_client, boards_namespace(namespace))
     assert sum(final["positions"].values()) == len(lines)
-    got, expected = read_boards(redis_client, namespace), model.boards()
+    got, expected = read_boards(redis_client, namespace), boards
     assert got == expected, board_differences(got, expected)
     assert read_aliases(redis_client, namespace) == {
         g: {k: v.split(":", 1)[1] for k, v in a.items()} for g, a in model.aliases().items()}

@@ -20,7 +20,7 @@ from rankflow.options import RunOptions
 from rankflow.runner import run
 from tests import boards_example as example
 from tests.events import ev
-from tests.test_activity_flow import line, run_activity
+from tests.activity.test_activity_flow import line, run_activity
 
 K_MAX = 5
 HUGE = [K_MAX + 1, 1_000_000, 2**63 - 1, 2**63, 10**30]
