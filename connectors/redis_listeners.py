@@ -12,9 +12,10 @@ from typing import Any
 import orjson
 
 from rankflow.connectors.redis_keys import Keys
-from rankflow.connectors.redis_publish import CHANGES_MAXLEN
 from rankflow.connectors.scripts import PUBLISH_LISTENERS
 from rankflow.state.snapshot import Snapshot
+
+CHANGES_MAXLEN = 1_000  # about 4 minutes of snapshots at the default barrier; a reader further behind reloads
 
 
 class CountTable:

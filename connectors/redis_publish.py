@@ -34,7 +34,6 @@ from rankflow.operators.metrics import METRICS
 log = logging.getLogger("rankflow.publisher")
 
 STREAM_MAXLEN = 10_000
-CHANGES_MAXLEN = 1_000  # about 4 minutes of snapshots at the default barrier; a reader further behind reloads
 
 TRANSIENT_REPLIES = frozenset({"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"})
 """Redis replies that mean "not now": loading its data, running a long script, a
