@@ -51,16 +51,17 @@ run: setup
 	    [ $$rc -ne 0 ] || rm -rf "$$own"' EXIT && \
 	  redis=$$($(SERVICES) start redis --port 0 --dir "$$own/redis") && \
 	  kafka=$$($(SERVICES) start tansu --port 0 --dir "$$own/tansu") && \
-	  $(BIN)/rankflow produce --input $(DATA)/events.jsonl --kafka $$kafka/$(TOPIC) --partitions 4 && \
+	  $(BIN)/rankflow produce --input $(DATA)/events.jsonl --kafka kafka:$$kafka/$(TOPIC) --partitions 4 && \
 	  $(BIN)/rankflow run --input kafka:$$kafka/$(TOPIC) --until-eof --redis $$redis \
 	    --dead-letter jsonl:$(DATA)/dead-letters.jsonl && \
-	  $(BIN)/rankflow top --k 10 --redis $$redis
+	  $(BIN)/rankflow top -k 10 --redis $$redis
 
 test: setup
 	$(BIN)/pytest -q
 
-lint: setup  ## ruff over the whole tree (its rules are in pyproject.toml)
+lint: setup  ## ruff over the whole tree, then mypy over the package (rules and options in pyproject.toml)
 	$(BIN)/ruff check .
+	$(BIN)/python scripts/typecheck.py
 
 bench: setup  ## rankflow vs the seed's first design: writes bench-results/bench.json and bench.png
 	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true

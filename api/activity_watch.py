@@ -10,11 +10,18 @@ snapshot, each streamed workspace's top among its subscribers.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any
 
 import redis
 
+from rankflow.api.parts import Health, Part, close_client, redis_client
 from rankflow.api.watch import VersionWatch
 from rankflow.connectors.activity_read import ActivityMoving, AsyncActivityReader, NoSnapshot
+
+if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
+    from rankflow.api.settings import Settings
 
 log = logging.getLogger("rankflow.api")
 
@@ -26,7 +33,7 @@ Version = tuple[int, int]
 """The activity generation and snapshot id: a new one may change any workspace."""
 
 
-class ActivityWatch(VersionWatch):
+class ActivityWatch(VersionWatch[Version]):
     """Notices new activity snapshots for the whole process, polling once for all."""
 
     name = "activity watcher"
@@ -48,3 +55,36 @@ class ActivityWatch(VersionWatch):
             log.exception("activity watch")
             self.lost(f"cannot follow the activity snapshots: {exc!r}")
         return False
+
+
+class ActivityParts(Part):
+    """The activity product's part of ``rankflow serve`` (``api.parts``): the reader
+    (``state.activity``), the process's :class:`ActivityWatch` (``state.activity_watch``) and
+    the shared tops of the streams (``state.activity_tops``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.client: aioredis.Redis | None = None
+        self.watch: ActivityWatch | None = None
+
+    async def start(self, state: Any) -> None:
+        from rankflow.api.shared_cache import SharedTops
+
+        settings = self.settings
+        self.client = redis_client(settings.redis_url)
+        state.activity = reader = AsyncActivityReader(self.client, settings.namespace)
+        self.watch = state.activity_watch = ActivityWatch(reader, settings.poll_ms)
+        self.watch.start()
+        state.activity_tops = SharedTops(reader, self.watch)
+
+    async def stop(self) -> None:
+        if self.watch is not None:
+            await self.watch.stop()
+        await close_client(self.client)
+
+    def health(self) -> Health:
+        """The activity snapshot's id: serving when there is one."""
+        assert self.watch is not None
+        version = self.watch.version
+        activity_id = None if version is None else version[1]
+        return Health({"activity_snapshot_id": activity_id}, True if activity_id is not None else None)

@@ -57,6 +57,7 @@ from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.script_query import bind
 from rankflow.connectors.scripts import BOARD_CHUNK
 from rankflow.state.board_index import (
+    BoardId,
     BoardIndex,
     BoardsCopy,
     ChangeSet,
@@ -155,12 +156,18 @@ class BoardMirror(Polling):
         generation = int(await self.client.get(self.keys.generation) or 0)
         k = self.keys.of_generation(generation)
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.get(self.keys.generation).get(k.snapshot_id).xrevrange(k.board_changes, count=1)
-            pipe.smembers(k.boards).hgetall(k.aliases)
+            # one command per statement: redis-py types an async pipeline's commands as
+            # awaitables, though each returns the pipeline
+            pipe.get(self.keys.generation)
+            pipe.get(k.snapshot_id)
+            pipe.xrevrange(k.board_changes, count=1)
+            pipe.smembers(k.boards)
+            pipe.hgetall(k.aliases)
             now, sid, last, names, aliases = await pipe.execute()
         if int(now or 0) != generation:
             raise CannotFollow("the generation switched during the load")
-        boards, twins = {}, {}
+        boards: dict[BoardId, BoardIndex] = {}
+        twins: dict[BoardId, BoardIndex] = {}
         for name in sorted(names):
             game, board = orjson.loads(name)
             keys, ordered = await self._load_board(k, game, board)
@@ -207,7 +214,8 @@ class BoardMirror(Polling):
         assert buffer is not None
         k = self.keys.of_generation(self._generation)
         async with self.client.pipeline(transaction=True) as pipe:
-            pipe.get(self.keys.generation).xrange(k.board_changes, min=f"({self._last_id}", max="+", count=READ_MAX)
+            pipe.get(self.keys.generation)  # one command per statement, as in load
+            pipe.xrange(k.board_changes, min=f"({self._last_id}", max="+", count=READ_MAX)
             generation, entries = await pipe.execute()
         if int(generation or 0) != self._generation:
             raise CannotFollow(f"the boards moved to generation {int(generation or 0)}")

@@ -14,13 +14,20 @@ each time: it differs per request.
 from __future__ import annotations
 
 import logging
+from typing import TYPE_CHECKING, Any, cast
 
 import redis
 import redis.asyncio as aioredis
 
+from rankflow.api.parts import Health, Part, close_client, redis_client, gauge
 from rankflow.api.watch import VersionWatch
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
+from rankflow.connectors.redis_replies import Values
+
+if TYPE_CHECKING:
+    from rankflow.api.board_mirror import BoardMirror
+    from rankflow.api.settings import Settings
 
 log = logging.getLogger("rankflow.api")
 
@@ -28,7 +35,7 @@ Version = tuple[int, bytes | None]
 """The boards' generation and snapshot id: a new one may change any board."""
 
 
-class BoardWatch(VersionWatch):
+class BoardWatch(VersionWatch[Version]):
     """Notices new board snapshots for the whole process, polling once for all."""
 
     name = "board watcher"
@@ -40,7 +47,8 @@ class BoardWatch(VersionWatch):
 
     async def read_version(self) -> Version | None:
         keys = self.hint.keys
-        generation, sid = await self.client.mget(keys.generation, keys.of_generation(self.hint.generation).snapshot_id)
+        snapshot_id = keys.of_generation(self.hint.generation).snapshot_id
+        generation, sid = cast(Values, await self.client.mget(keys.generation, snapshot_id))
         if self.hint.moved(int(generation or 0)):
             return None  # the new generation's snapshot id at the next poll
         return self.hint.generation, sid
@@ -51,3 +59,69 @@ class BoardWatch(VersionWatch):
         log.debug("board watch: %r", exc)
         self.lost(f"cannot reach Redis: {exc!r}")  # nothing cached is known to be current: ask Redis
         return False
+
+
+def snapshot_id(version: Version | None) -> int | None:
+    """The snapshot id of a boards version (None: none known)."""
+    return None if version is None or version[1] is None else int(version[1])
+
+
+class BoardParts(Part):
+    """The boards product's part of ``rankflow serve`` (``api.parts``): the board reader
+    (``state.boards``), the process's :class:`BoardWatch` (``state.board_watch``), with
+    ``--board-index memory`` the in-memory copy (``state.board_mirror``, else None) that then
+    answers the queries and wakes the streams (``state.board_changes``), and the shared tops
+    (``state.board_tops``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.client: aioredis.Redis | None = None
+        self.watch: BoardWatch | None = None
+        self.mirror: BoardMirror | None = None
+
+    async def start(self, state: Any) -> None:
+        from rankflow.api.board_mirror import BoardMirror, MirroredBoards
+        from rankflow.api.shared_cache import SharedTops
+        from rankflow.connectors.board_read import AsyncBoardReader
+
+        settings = self.settings
+        self.client = client = redis_client(settings.redis_url)
+        state.boards = AsyncBoardReader(client, settings.namespace)
+        self.watch = state.board_watch = state.board_changes = BoardWatch(client, settings.namespace,
+                                                                          settings.poll_ms)
+        self.watch.start()
+        state.board_mirror = None
+        if settings.board_index == "memory":
+            self.mirror = state.board_mirror = mirror = BoardMirror(client, settings.namespace, settings.poll_ms)
+            mirror.start()
+            state.boards = MirroredBoards(mirror, state.boards)
+            state.board_changes = mirror  # streams wake when the mirror serves a new snapshot
+        state.board_tops = SharedTops(state.boards, state.board_changes)
+
+    async def stop(self) -> None:
+        if self.watch is not None:
+            await self.watch.stop()
+        if self.mirror is not None:
+            await self.mirror.stop()
+        await close_client(self.client)
+
+    def health(self) -> Health:
+        """The boards' snapshot id (serving when there is one) and the index; the mirror's state
+        informs, never degrades: until it serves, Redis answers the board queries."""
+        assert self.watch is not None
+        boards_id = snapshot_id(self.watch.version)
+        informs = {}
+        mirror = self.mirror
+        if mirror is not None:
+            informs["board_mirror"] = {"ready": mirror.ready, "problem": mirror.problem,
+                                       "snapshot_id": snapshot_id(mirror.version)}
+        return Health({"boards_snapshot_id": boards_id, "board_index": self.settings.board_index},
+                      True if boards_id is not None else None, informs)
+
+    def metrics(self) -> bytes:
+        mirror = self.mirror
+        if mirror is None:
+            return b""
+        return (gauge("board_loads_total", "Whole loads of the boards into memory (else changes)", mirror.loads,
+                      "counter")
+                + gauge("board_entries", "Board entries held in memory (--board-index memory)", mirror.entries()))

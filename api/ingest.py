@@ -102,7 +102,8 @@ class EventProducer:
         failures = [r for r in results if isinstance(r, BaseException)]
         if failures:
             raise BrokerUnavailable(str(failures[0]))
-        return [{"partition": f"{m.topic()}/{m.partition()}", "offset": m.offset()} for m in results]
+        return [{"partition": f"{m.topic()}/{m.partition()}", "offset": m.offset()}
+                for m in results if not isinstance(m, BaseException)]  # none is, after the check above
 
     async def _produce(self, key: bytes, value: bytes, loop: asyncio.AbstractEventLoop,
                        deadline: float) -> asyncio.Future[Message]:
@@ -181,7 +182,8 @@ class Items(NamedTuple):
     single: bool
     problem: dict[str, Any] | None  # the body's as a whole: not an array of values, empty, too many
 
-    def index(self, i: int, reason: str) -> int | None:
+    def problem_index(self, i: int, reason: str) -> int | None:
+        """The ``index`` a problem of item ``i`` names (not ``tuple.index``)."""
         return None if self.single and reason == INVALID_JSON else i
 
 
@@ -219,7 +221,7 @@ def check_events(body: bytes) -> tuple[Records, list[dict[str, Any]]]:
         try:
             user_id = check_event(raw)[0]
         except InvalidEvent as exc:
-            problems.append({"index": events.index(i, exc.reason), "reason": exc.reason, "detail": exc.detail})
+            problems.append({"index": events.problem_index(i, exc.reason), "reason": exc.reason, "detail": exc.detail})
             continue
         records.append((user_id.encode(), raw))
     return records, problems

@@ -60,7 +60,7 @@ def check_results(body: bytes, match_id: str, key: bytes | None, received_at: in
         try:
             records.append(stamped(raw, match_id, key, received_at))
         except InvalidEvent as exc:
-            return [], refusal(results.index(index, exc.reason), exc.reason, exc.detail)
+            return [], refusal(results.problem_index(index, exc.reason), exc.reason, exc.detail)
     return records, None
 
 

@@ -11,10 +11,8 @@ from starlette.convertors import Convertor, register_url_convertor
 
 
 class IdConvertor(Convertor[str]):
-    """An id as it stands in the path, matched by ``regex`` (lazy: the shortest that fits)."""
-
-    def __init__(self, regex: str) -> None:
-        self.regex = regex
+    """An id as it stands in the path, matched by its class's ``regex`` (lazy: the shortest
+    that fits). Starlette reads ``regex`` as a class attribute: one subclass per id."""
 
     def convert(self, value: str) -> str:
         return value
@@ -25,4 +23,8 @@ class IdConvertor(Convertor[str]):
 
 def register_id(name: str, regex: str) -> None:
     """Make ``{param:name}`` an id matched by ``regex`` in every route."""
-    register_url_convertor(name, IdConvertor(regex))
+    class Id(IdConvertor):
+        pass
+
+    Id.regex = regex
+    register_url_convertor(name, Id())

@@ -129,5 +129,5 @@ def drop_422(schema: dict[str, Any], routes: list[Any]) -> None:
     """
     for route in routes:
         if isinstance(route, UsageErrorsAre400):
-            for method in route.methods:
+            for method in route.methods or ():
                 schema["paths"][route.path_format][method.lower()]["responses"].pop("422", None)

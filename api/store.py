@@ -18,22 +18,25 @@ saw, so they can be served marked stale.
 
 from __future__ import annotations
 
-import asyncio
 import logging
-from typing import Any
+import time
+from typing import TYPE_CHECKING, Any
 
 import orjson
 import redis
-import redis.asyncio as aioredis
 
 from rankflow.api.change_feed import FeedGap, chain_end
-from rankflow.api.watch import Polling, wait_bounded
+from rankflow.api.parts import Health, Part, close_client, gauge, redis_client
+from rankflow.api.watch import Polling
 from rankflow.connectors.redis_generations import GenerationMoving
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_publish import loads_document
 from rankflow.connectors.script_query import arun, bind
 from rankflow.connectors.scripts import MOVED, MOVES, READ_LISTENERS, Call
 from rankflow.state.ranking_index import RetractableIndex
+
+if TYPE_CHECKING:
+    from rankflow.api.settings import Settings
 
 log = logging.getLogger("rankflow.api")
 
@@ -76,7 +79,7 @@ class SnapshotCache(Polling):
     def __init__(self, url: str, namespace: str, poll_ms: int = 100) -> None:
         super().__init__(poll_ms)
         self.keys = Keys(namespace)
-        self.client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+        self.client = redis_client(url)
         self.snapshot: dict[str, Any] | None = None
         self.fresh = False  # the cached snapshot is Redis's current one
         self.problem: str | None = "not read yet"
@@ -94,7 +97,7 @@ class SnapshotCache(Polling):
     async def stop(self) -> None:
         """Stop polling and close the Redis connections, in bounded time (:class:`Polling`)."""
         await super().stop()
-        await wait_bounded(asyncio.ensure_future(self.client.aclose()), "Redis connections did not close in time")
+        await close_client(self.client)
 
     async def poll_once(self) -> None:
         await self.refresh()
@@ -182,8 +185,43 @@ class SnapshotCache(Polling):
         return {"snapshot_id": self.snapshot["snapshot_id"], "song_id": song_id,
                 "listeners": self.table.count(song_id), "rank": rank}
 
-    async def ping(self) -> bool:
-        try:
-            return bool(await self.client.ping())
-        except (redis.RedisError, OSError):
-            return False
+
+
+class ListenerSnapshots(Part):
+    """The listener product's part of ``rankflow serve`` (``api.parts``): the process's
+    :class:`SnapshotCache` (``state.cache``) and the rendered ranking bodies
+    (``state.bodies``, ``api.rankings.BodyCache``)."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.cache: SnapshotCache | None = None
+
+    async def start(self, state: Any) -> None:
+        from rankflow.api.rankings import BodyCache
+
+        settings = self.settings
+        self.cache = state.cache = SnapshotCache(settings.redis_url, settings.namespace, settings.poll_ms)
+        state.bodies = BodyCache()
+        await self.cache.start()
+
+    async def stop(self) -> None:
+        if self.cache is not None:
+            await self.cache.stop()
+
+    def health(self) -> Health:
+        """The latest snapshot's id and age: stale (older than ``stale_after_ms``, or Redis no
+        longer has it) degrades the service; none at all does not (another product may serve)."""
+        cache = self.cache
+        assert cache is not None
+        snap = cache.snapshot
+        age = None if snap is None else max(0, int(time.time() * 1000) - snap["published_at"])
+        current = cache.fresh and age is not None and age <= self.settings.stale_after_ms
+        return Health({"snapshot_id": None if snap is None else snap["snapshot_id"], "snapshot_age_ms": age,
+                       "problem": cache.problem}, True if current else None if snap is None else False)
+
+    def metrics(self) -> bytes:
+        cache = self.cache
+        assert cache is not None
+        return (gauge("table_loads_total", "Whole count tables read from Redis (else changes)", cache.table_loads,
+                      "counter")
+                + gauge("table_songs", "Songs with listeners in this process's count table", len(cache.table)))

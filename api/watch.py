@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Hashable
-from typing import Any, Protocol
+from typing import Any, Generic, Protocol, TypeVar
 
 log = logging.getLogger("rankflow.api")
 
@@ -37,6 +37,10 @@ class Watched(Changes, Protocol):
 
     @property
     def version(self) -> Hashable | None: ...
+
+
+V = TypeVar("V", bound=Hashable)
+"""A product's snapshot version, as its :class:`VersionWatch` reads it."""
 
 
 class Polling:
@@ -111,7 +115,7 @@ class Polling:
         return bool(done)
 
 
-class VersionWatch(Polling):
+class VersionWatch(Polling, Generic[V]):
     """Notices a product's new snapshots for the whole process, polling once for all.
 
     A subclass says how to read the version (:meth:`read_version`, ``None`` when none is
@@ -122,16 +126,16 @@ class VersionWatch(Polling):
 
     def __init__(self, poll_ms: int) -> None:
         super().__init__(poll_ms)
-        self.version: Hashable | None = None  # None: not read yet, nothing published, or Redis unreachable
+        self.version: V | None = None  # None: not read yet, nothing published, or Redis unreachable
         self.problem: str | None = "not read yet"
 
-    async def read_version(self) -> Hashable | None:
+    async def read_version(self) -> V | None:
         raise NotImplementedError
 
     async def poll_once(self) -> None:
         self.see(await self.read_version())
 
-    def see(self, version: Hashable | None) -> None:
+    def see(self, version: V | None) -> None:
         """Take ``version`` as the current one; announce it if it is new (None is never announced)."""
         if version is None:
             self.version = None

@@ -55,13 +55,14 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from rankflow.connectors.kafka import topic_partitions
+from rankflow.connectors.redis_replies import Hash
 from rankflow.state.message_events import parse_message_records
 
 BATCH = 500  # messages per pipelined round trip (the listener and boards baselines' choice)
@@ -170,7 +171,9 @@ class ActivityBaseline:
         for key, ttl in last_ttl.items():
             expire(key, ttl)
         if self.positions:
-            pipe.hset(self.keys.positions, mapping=self.positions)
+            # redis-py hints `mapping` as a Mapping keyed by its union of key types, and a
+            # Mapping is invariant in its keys: a dict[str, int] does not fit the hint
+            pipe.hset(self.keys.positions, mapping=self.positions)  # type: ignore[arg-type]
         if self.clock >= 0:
             pipe.set(self.keys.clock, self.clock)
         pipe.execute()
@@ -195,15 +198,19 @@ class ActivityBaseline:
             while (follow or len(ended) < len(parts)) and not stop.is_set():
                 by_part: dict[int, tuple[list[int], list[bytes]]] = {}
                 for m in consumer.consume(batch, 0.05):
-                    if m.error() is not None:
-                        if m.error().code() != KafkaError._PARTITION_EOF:
-                            raise RuntimeError(m.error())
-                        ended.add(m.partition())
+                    err, part = m.error(), m.partition()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(err)
+                    assert part is not None  # a message or a partition's end: of a partition
+                    if err is not None:
+                        ended.add(part)
                         continue
-                    got = by_part.get(m.partition())
+                    offset = m.offset()
+                    assert offset is not None  # a message's
+                    got = by_part.get(part)
                     if got is None:
-                        got = by_part[m.partition()] = ([], [])
-                    got[0].append(m.offset())
+                        got = by_part[part] = ([], [])
+                    got[0].append(offset)
                     got[1].append(m.value() or b"")
                 if by_part:
                     self.apply((names[p], offsets, records) for p, (offsets, records) in by_part.items())
@@ -266,7 +273,7 @@ def read_clock(client: redis.Redis, prefix: str) -> int | None:
 
 
 def read_positions(client: redis.Redis, prefix: str) -> dict[str, int]:
-    return {k.decode(): int(v) for k, v in client.hgetall(BaselineKeys(prefix).positions).items()}
+    return {k.decode(): int(v) for k, v in cast(Hash, client.hgetall(BaselineKeys(prefix).positions)).items()}
 
 
 def window_counts(client: redis.Redis, prefix: str, workspace: str, first_bucket: int,

@@ -24,12 +24,14 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import cast
 
 import orjson
 import redis
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from rankflow.connectors.kafka import topic_partitions
+from rankflow.connectors.redis_replies import Scored
 from rankflow.state.events import InvalidEvent, validate
 
 APPLY_LUA = """
@@ -139,7 +141,7 @@ class Baseline:
         self.script_sha = self.client.script_load(LEAN_LUA if self.lean else APPLY_LUA)
 
     def top(self, k: int) -> list[tuple[str, int]]:
-        pairs = self.client.zrange(self.songs, 0, k - 1, desc=True, withscores=True)
+        pairs = cast(Scored, self.client.zrange(self.songs, 0, k - 1, desc=True, withscores=True))
         return [(song.decode(), int(score)) for song, score in pairs]
 
     def apply_batch(self, values: list[bytes], result: BaselineResult) -> None:
@@ -167,20 +169,27 @@ class Baseline:
         consumer = Consumer({"bootstrap.servers": brokers, "group.id": "baseline", "enable.auto.commit": False,
                              "enable.partition.eof": until_eof, "fetch.wait.max.ms": 10})
         consumer.assign([TopicPartition(topic, p, 0) for p in parts])
-        result, ended = BaselineResult(), set()
+        result, ended = BaselineResult(), set[int]()
         started = time.perf_counter()
         while not stop(result) and (not until_eof or len(ended) < len(parts)):
             msgs = consumer.consume(self.batch, 0.05)
-            values, sampled = [], []
+            values: list[bytes] = []
+            sampled: list[tuple[int, int]] = []
             for m in msgs:
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        ended.add(m.partition())
+                err = m.error()
+                if err is not None:
+                    if err.code() == KafkaError._PARTITION_EOF:
+                        part = m.partition()
+                        assert part is not None  # a partition's end names its partition
+                        ended.add(part)
                         continue
-                    raise RuntimeError(m.error())
+                    raise RuntimeError(err)
                 values.append(m.value() or b"")
-                if sample_every and m.offset() % sample_every == 0:
-                    sampled.append((m.partition(), m.offset()))
+                if sample_every:
+                    part, offset = m.partition(), m.offset()
+                    assert part is not None and offset is not None  # a message's
+                    if offset % sample_every == 0:
+                        sampled.append((part, offset))
             if values:
                 self.apply_batch(values, result)
                 result.events += len(values)

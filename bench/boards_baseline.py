@@ -27,13 +27,14 @@ import sys
 import time
 from collections.abc import Callable
 from datetime import datetime, UTC
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis
 from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from rankflow.connectors.kafka import topic_partitions
+from rankflow.connectors.redis_replies import Scored
 
 APPLY_SCORE_LUA = """
 -- KEYS: offset, all, daily, weekly, best
@@ -153,12 +154,16 @@ class BoardsBaseline:
             while len(ended) < len(parts) and not stop(self.stats):
                 messages = []
                 for m in consumer.consume(batch, 0.05):
-                    if m.error() is not None:
-                        if m.error().code() != KafkaError._PARTITION_EOF:
-                            raise RuntimeError(m.error())
-                        ended.add(m.partition())
+                    err, part = m.error(), m.partition()
+                    if err is not None and err.code() != KafkaError._PARTITION_EOF:
+                        raise RuntimeError(err)
+                    assert part is not None  # a message or a partition's end: of a partition
+                    if err is not None:
+                        ended.add(part)
                         continue
-                    messages.append((m.partition(), m.offset(), m.value() or b""))
+                    offset = m.offset()
+                    assert offset is not None  # a message's
+                    messages.append((part, offset, m.value() or b""))
                 if messages:
                     self.apply_batch(messages)
         finally:
@@ -191,7 +196,7 @@ def read_baseline_boards(redis_url: str, prefix: str) -> dict[str, dict[str, dic
         for key in client.scan_iter(match=pattern, count=1000):
             game, board = key.decode()[len(head):].rsplit("}:", 1)  # a board name holds no "}"
             decode = decode_best if board == "best" else int
-            entries = client.zrange(key, 0, -1, withscores=True)
+            entries = cast(Scored, client.zrange(key, 0, -1, withscores=True))
             boards.setdefault(game, {})[board] = {player.decode(): decode(score) for player, score in entries}
     finally:
         client.close()

@@ -35,7 +35,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -43,6 +43,7 @@ from rankflow.bench import rig
 from rankflow.bench.rig import Rig
 from rankflow.connectors.kafka import ensure_topic
 from rankflow.connectors.redis_read import read_history, read_latest
+from rankflow.connectors.redis_replies import Scored
 from rankflow.generate import generate
 from rankflow.produce import produce_steady
 
@@ -123,8 +124,10 @@ class ListenersRig(Rig):
     def top(self, system: str, namespace: str, k: int) -> list[tuple[str, int]]:
         assert self.client is not None
         if system.startswith("rankflow"):
-            return [(i["song_id"], i["listeners"]) for i in read_latest(self.client, namespace)["items"][:k]]
-        pairs = self.client.zrange("{" + namespace + "}:songs", 0, k - 1, desc=True, withscores=True)
+            snapshot = read_latest(self.client, namespace)
+            assert snapshot is not None, f"rankflow published nothing in {namespace}"
+            return [(i["song_id"], i["listeners"]) for i in snapshot["items"][:k]]
+        pairs = cast(Scored, self.client.zrange("{" + namespace + "}:songs", 0, k - 1, desc=True, withscores=True))
         return [(song.decode(), int(count)) for song, count in pairs]
 
 
@@ -157,9 +160,7 @@ class SystemResult:
 
 
 @dataclass
-class BenchResult:
-    config: dict[str, Any]
-    machine: dict[str, Any]
+class BenchResult(rig.Result):
     rankflow: SystemResult = field(default_factory=SystemResult)
     rankflow_durable: SystemResult = field(default_factory=SystemResult)
     rankflow_2p: SystemResult = field(default_factory=SystemResult)  # --processes 2
@@ -172,7 +173,6 @@ class BenchResult:
     ratio_full: float = 0.0  # rankflow / full baseline
     processes_speedup: float = 0.0  # --processes 2 / one process
     durable_processes_speedup: float = 0.0
-    targets: dict[str, Any] = field(default_factory=dict)
 
 
 class Bench:
@@ -300,7 +300,9 @@ class Bench:
         rss_full = self.rig.timed(self.rig.rankflow_cmd("memory", "rf-memory", "--until-eof"), "rf-memory")
         self.log(f"peak RSS: empty run {rss_empty.peak_rss_bytes / 2**20:.0f} MiB, full run "
                  f"{rss_full.peak_rss_bytes / 2**20:.0f} MiB")
-        counted = read_latest(self.client, "rf-memory")["counted_users"]
+        snapshot = read_latest(self.client, "rf-memory")
+        assert snapshot is not None, "the memory run published nothing"
+        counted = snapshot["counted_users"]
         result.rankflow.memory_bytes_per_user = (rss_full.peak_rss_bytes - rss_empty.peak_rss_bytes) / counted
         before = self.rig.used_memory()
         self.rig.timed(self.rig.listeners_baseline_cmd("memory", "bl-memory"), "bl-memory")
@@ -403,11 +405,8 @@ class Cell:
 
 
 @dataclass
-class SweepResult:
-    config: dict[str, Any]
-    machine: dict[str, Any]
+class SweepResult(rig.Result):
     cells: list[Cell] = field(default_factory=list)
-    targets: dict[str, Any] = field(default_factory=dict)
 
 
 def cell(bench: ListenersRig, cfg: SweepConfig, users: int, partitions: int) -> Cell:

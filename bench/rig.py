@@ -40,16 +40,17 @@ import time
 import types
 import typing
 from collections import Counter
-from collections.abc import Callable, Iterable
-from dataclasses import asdict, dataclass, is_dataclass
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import asdict, dataclass, field, is_dataclass
 from datetime import datetime, UTC
 from pathlib import Path
-from typing import Any
+from typing import Any, Self, TypeVar, cast
 
 import orjson
 import redis
 
 from rankflow.connectors.kafka import KafkaEndpoint, reliable_producer
+from rankflow.connectors.redis_replies import Hash
 from rankflow.produce import field_key, produce_file
 from rankflow.services import LocalRedis, LocalTansu, free_port
 
@@ -285,7 +286,7 @@ class PositionsPoller(threading.Thread):
     def of_hash(cls, redis_url: str, key: str, interval: float = 0.01) -> PositionsPoller:
         """A poller of a positions hash (partition -> next offset)."""
         def read(client: redis.Redis) -> tuple[Any, dict[str, int]]:
-            positions = {k.decode(): int(v) for k, v in client.hgetall(key).items()}
+            positions = {k.decode(): int(v) for k, v in cast(Hash, client.hgetall(key)).items()}
             return (positions or None), positions
         return cls(redis_url, read, interval)
 
@@ -479,9 +480,11 @@ def py_spy(cmd: list[str], out: Path, fmt: str, rate: int = 100, subprocesses: b
                              "-f", fmt, "-o", str(out), "--", *cmd], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     _, status, usage = os.wait4(proc.pid, 0)
     seconds = time.perf_counter() - started
+    stderr = proc.stderr
+    assert stderr is not None  # a pipe
     if os.waitstatus_to_exitcode(status) != 0:
-        raise RuntimeError(proc.stderr.read().decode()[-2000:])
-    proc.stderr.close()
+        raise RuntimeError(stderr.read().decode()[-2000:])
+    stderr.close()
     return Timed(seconds, 0, usage.ru_utime + usage.ru_stime)
 
 
@@ -510,6 +513,29 @@ def profile_shares(collapsed: Path, parts: dict[str, tuple[str, ...]], generic: 
 
 
 # -- results -----------------------------------------------------------------------------
+@dataclass
+class Result:
+    """What every benchmark's result records (``write_results``, read back by :func:`load_result`):
+    its configuration, the machine it ran on, and the targets it was held to (``targets``: what
+    each target is and whether it was met). A benchmark's result subclasses it with its parts,
+    every one with a default."""
+
+    config: dict[str, Any]
+    machine: dict[str, Any]
+    targets: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class PartsResult(Result):
+    """A result whose parts may be measured one run at a time into one report (:func:`keep_previous`):
+    ``measured`` says, per part, when, how long and with which configuration it was measured."""
+
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)
+
+
+R = TypeVar("R", bound=PartsResult)
+
+
 def machine(memory: bool = False) -> dict[str, Any]:
     """The machine a result was measured on."""
     out: dict[str, Any] = {"cpus": os.cpu_count(), "python": platform.python_version(),
@@ -557,14 +583,14 @@ def _typed(hint: Any, value: Any) -> Any:
     if origin is dict:
         _, item = typing.get_args(hint)
         return {k: _typed(item, v) for k, v in value.items()}
-    if is_dataclass(hint):
+    if isinstance(hint, type) and is_dataclass(hint):
         hints = typing.get_type_hints(hint)
         return hint(**{k: _typed(hints[k], v) for k, v in value.items()})
     return value
 
 
-def keep_previous(result: Any, json_path: Path, parts: Iterable[str],
-                  targets: Callable[[Any], dict[str, Any]]) -> Any:
+def keep_previous(result: R, json_path: Path, parts: Iterable[str],
+                  targets: Callable[[Any], dict[str, Any]]) -> R:
     """Parts this run did not measure are kept from the previous ``json_path`` (each part
     says when and with which configuration it was measured), so the parts of a 2-core
     machine's long benchmark can be run one at a time into one report."""
@@ -587,7 +613,11 @@ def write_results(result: Any, out: Path, name: str, draw: Callable[[Any, Path],
     """``out/NAME.json`` (the result as it is) and ``out/NAME.png`` (``draw(result, path)``)."""
     out.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out / f"{name}.json", out / f"{name}.png"
-    json_path.write_text(json.dumps(asdict(result), indent=2) + "\n")
+    data = asdict(result)
+    for summary in ("targets", "measured"):  # after the parts, where the files have always had them
+        if summary in data:
+            data[summary] = data.pop(summary)
+    json_path.write_text(json.dumps(data, indent=2) + "\n")
     draw(result, png_path)
     return json_path, png_path
 
@@ -605,7 +635,7 @@ Panel = Callable[[Any], None]
 """Draws one chart on a matplotlib ``Axes``."""
 
 
-def chart(path: Path, title: str, panels: list[Panel], size: tuple[float, float], cols: int = 3,
+def chart(path: Path, title: str, panels: Sequence[Panel], size: tuple[float, float], cols: int = 3,
           dpi: int = 100) -> None:
     """A figure of ``panels`` (each ``size`` inches, up to ``cols`` a row) saved to ``path``.
     matplotlib is imported here only: a benchmark that draws nothing does not need it."""
@@ -657,7 +687,7 @@ class Rig:
         self.broker = LocalTansu(free_port(), self.work / "tansu")
         self.client: redis.Redis | None = None
 
-    def __enter__(self) -> Rig:
+    def __enter__(self) -> Self:
         self.redis.start()
         self.broker.start()
         self.client = redis.Redis.from_url(self.redis.url)

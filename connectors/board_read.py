@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 import orjson
 import redis
@@ -33,6 +33,7 @@ from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_boards import REACHED_DIGITS
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
+from rankflow.connectors.redis_replies import Hash, Scored
 from rankflow.connectors.script_query import ScriptReader, arun, run
 from rankflow.connectors.scripts import MOVES, READ_BOARD, Call
 
@@ -156,6 +157,12 @@ class BoardQuery:
         return BoardsMoving("the boards kept changing generation or aliases while being read; try again")
 
 
+def answer_of(query: BoardQuery) -> Reply:
+    """The reply of a query that :func:`run` or :func:`arun` returned: it is settled."""
+    assert query.reply is not None
+    return query.reply
+
+
 def top_answer(game: str, reply: Reply) -> dict[str, Any]:
     return {"snapshot_id": reply.snapshot_id, "game_id": game, "board": reply.board,
             "total_players": reply.players, "items": _items(reply.answer, 1, 1)}
@@ -195,7 +202,7 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
         return around_answer(game, player, self._query(BoardQuery(self.hint, game, board, "around", r, player)))
 
     def _query(self, query: BoardQuery) -> Reply:
-        return run(self.script, query).reply  # type: ignore[return-value]
+        return answer_of(run(self.script, query))
 
 
 class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
@@ -224,7 +231,12 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
             g = self.hint
             keys = g.keys.of_generation(g.generation)
             async with self.client.pipeline(transaction=True) as pipe:
-                pipe.get(keys.generation).get(keys.snapshot_id).smembers(keys.boards).hgetall(keys.aliases)
+                # one command per statement: redis-py types an async pipeline's commands as
+                # awaitables, though each returns the pipeline
+                pipe.get(keys.generation)
+                pipe.get(keys.snapshot_id)
+                pipe.smembers(keys.boards)
+                pipe.hgetall(keys.aliases)
                 generation, sid, names, aliases = await pipe.execute()
             if int(generation or 0) == g.generation:
                 return boards_answer(sid, names, aliases)
@@ -232,7 +244,7 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
         raise BoardsMoving("the boards kept changing generation while being read; try again")
 
     async def _query(self, query: BoardQuery) -> Reply:
-        return (await arun(self.script, query)).reply  # type: ignore[return-value]
+        return answer_of(await arun(self.script, query))
 
 
 def ordered_boards(boards: list[str]) -> list[str]:
@@ -294,7 +306,7 @@ def read_boards(client: redis.Redis, namespace: str) -> dict[str, dict[str, list
     out: dict[str, dict[str, list[tuple[str, int, int]]]] = {}
     for name in client.smembers(keys.boards):
         game, board = orjson.loads(name)
-        flat = client.zrange(keys.board(game, board)[0], 0, -1, withscores=True)
+        flat = cast(Scored, client.zrange(keys.board(game, board)[0], 0, -1, withscores=True))
         out.setdefault(game, {})[board] = [
             (m.decode()[REACHED_DIGITS:], -int(score), int(m[:REACHED_DIGITS])) for m, score in flat]
     return out
@@ -304,5 +316,5 @@ def read_aliases(client: redis.Redis, namespace: str) -> dict[str, dict[str, str
     """Each game's ``daily`` and ``weekly`` period in the current generation."""
     keys = Keys(boards_namespace(namespace))
     keys = keys.of_generation(current_generation(client, keys.namespace))
-    return {game.decode(): dict(zip(("daily", "weekly"), orjson.loads(periods)))
-            for game, periods in client.hgetall(keys.aliases).items()}
+    aliases = cast(Hash, client.hgetall(keys.aliases))
+    return {game.decode(): dict(zip(("daily", "weekly"), orjson.loads(periods))) for game, periods in aliases.items()}

@@ -83,6 +83,7 @@ class ShardChangelog:
         self._image_bytes = 0
         self._delta_bytes = 0
         self._obsolete: list[tuple[int, int]] = []  # (generation, epoch it was replaced in)
+        self._image_due = False  # the next append starts a generation (:meth:`start_over`)
 
     def _path(self, generation: int) -> Path:
         return self.directory / f"{self.shard}.g{generation}.log"
@@ -148,14 +149,23 @@ class ShardChangelog:
         ``everything()`` is the whole shard, written as a new generation's image when
         the file has none yet or its deltas outgrew its image.
         """
-        if self._file is None or self._delta_bytes > max(COMPACT_FACTOR * self._image_bytes, COMPACT_MIN_BYTES):
+        if self._file is None or self._image_due \
+                or self._delta_bytes > max(COMPACT_FACTOR * self._image_bytes, COMPACT_MIN_BYTES):
             self._start_generation(everything(), epoch)
         elif changed:
             self._delta_bytes += self._write(DELTA, changed, epoch)
             os.fdatasync(self._file.fileno())
         return (TAG, self.shard, self.generation, self.offset)
 
+    def start_over(self) -> None:
+        """Make the next :meth:`append` start a new generation with the whole shard as its image,
+        whatever its deltas weigh: what the file holds was written in another format (records of
+        an earlier shape), which the new generation does not carry on. The old one stays until
+        Bytewax can no longer resume before it, as after a compaction."""
+        self._image_due = True
+
     def _start_generation(self, everything: dict[str, Any], epoch: int) -> None:
+        self._image_due = False
         previous = self._file
         if previous is not None:
             previous.close()

@@ -1,6 +1,6 @@
 """Kafka input, dead-letter output and producer, over confluent-kafka.
 
-Endpoints are written ``kafka:HOST:PORT[,HOST:PORT...]/TOPIC``.
+Endpoints are written ``kafka:HOST:PORT[,HOST:PORT...]/TOPIC`` (read by ``rankflow.arg_types.kafka``).
 
 **Source.** One source partition per Kafka partition, named ``TOPIC/N``; its offset
 is the Kafka offset. Each partition has its own consumer with ``assign()``: no
@@ -37,10 +37,11 @@ import threading
 import time
 from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
 from bytewax.inputs import FixedPartitionedSource
 from bytewax.outputs import FixedPartitionedSink, StatefulSinkPartition
-from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Message, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from rankflow.connectors.source_batch import BarrierPartition, PositionOutOfRange, SourceBatch
@@ -61,14 +62,6 @@ class KafkaUnavailable(RuntimeError):
 class KafkaEndpoint:
     brokers: str
     topic: str
-
-    @classmethod
-    def parse(cls, target: str) -> KafkaEndpoint:
-        """``HOST:PORT[,HOST:PORT]/TOPIC`` (the part after ``kafka:``)."""
-        brokers, sep, topic = target.rpartition("/")
-        if not sep or not brokers or not topic:
-            raise ValueError(f"expected kafka:HOST:PORT/TOPIC, got kafka:{target}")
-        return cls(brokers, topic)
 
     def __str__(self) -> str:
         return f"kafka:{self.brokers}/{self.topic}"
@@ -103,10 +96,21 @@ class _ClientLog:
             CLIENT_LOG.warning("Kafka: %s", err.str())
 
 
-def client_config(brokers: str, **extra: object) -> dict[str, object]:
-    """Every client's configuration: the brokers, and librdkafka's log routed as :class:`_ClientLog` says."""
+def client_config(brokers: str, **extra: object) -> dict[str, Any]:
+    """Every client's configuration: the brokers, and librdkafka's log routed as :class:`_ClientLog` says.
+
+    Values of every kind (strings, numbers, the logger, callbacks): confluent-kafka's own
+    hints for ``AdminClient`` name only the plain ones, though it takes these too."""
     routed = _ClientLog()
     return {"bootstrap.servers": brokers, "logger": routed, "error_cb": routed.error, **extra}
+
+
+def _offset(m: Message) -> int:
+    """A consumed message's offset: confluent-kafka says ``int | None``, None only for an
+    error event, and :meth:`_KafkaPartition.read` drops those before it reads offsets."""
+    offset = m.offset()
+    assert offset is not None
+    return offset
 
 
 def admin(brokers: str) -> AdminClient:
@@ -189,24 +193,27 @@ class _KafkaPartition(BarrierPartition[int]):
         if any(m.error() is not None for m in msgs):
             eof_at = self._check_errors(msgs)
             msgs = [m for m in msgs if m.error() is None]
-        if self._unstarted and (msgs or eof_at is not None):
-            self._start_at(msgs[0].offset() if msgs else eof_at)  # type: ignore[arg-type]
-        if self._stop_at is not None and msgs and msgs[-1].offset() >= self._stop_at:
-            msgs = [m for m in msgs if m.offset() < self._stop_at]
+        if self._unstarted:
+            first = _offset(msgs[0]) if msgs else eof_at
+            if first is not None:
+                self._start_at(first)
+        stop_at = self._stop_at
+        if stop_at is not None and msgs and _offset(msgs[-1]) >= stop_at:
+            msgs = [m for m in msgs if _offset(m) < stop_at]
         if self._until_eof and self._stop_at is None and (msgs or eof_at is not None):
             if msgs:
-                self._next = msgs[-1].offset() + 1
+                self._next = _offset(msgs[-1]) + 1
             self._learn_end(eof_at is not None)
         if not msgs:
             return None
-        start, last = msgs[0].offset(), msgs[-1].offset()
+        start, last = _offset(msgs[0]), _offset(msgs[-1])
         self._next = last + 1
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*self._tp), cached=True)
         if high >= 0:
             METRICS.input_lag[self._name] = max(0, high - self._next)
         records = [m.value() or b"" for m in msgs]
         # Offsets are contiguous unless the topic is compacted or transactional.
-        offsets = None if last - start + 1 == len(msgs) else [m.offset() for m in msgs]
+        offsets = None if last - start + 1 == len(msgs) else [_offset(m) for m in msgs]
         return SourceBatch(self._name, start, self._next, records, offsets)
 
     def _start_at(self, first: int) -> None:
@@ -222,7 +229,7 @@ class _KafkaPartition(BarrierPartition[int]):
                         "counting from there", self._name, first)
         self._next = max(self._next, first)
 
-    def _check_errors(self, msgs: list) -> int | None:
+    def _check_errors(self, msgs: list[Message]) -> int | None:
         """The offset of the partition's end if a message says it was reached; other errors stop the run."""
         eof_at = None
         for m in msgs:
@@ -283,7 +290,9 @@ def log_ranges(brokers: str, topic: str, partitions: list[int]) -> dict[int, tup
                 err = m.error()
                 if err is not None and err.code() != KafkaError._PARTITION_EOF:
                     raise KafkaUnavailable(f"reading {topic}/{m.partition()}: {err}")
-                answered.add(m.partition())
+                partition = m.partition()
+                assert partition is not None  # a message or a partition's end: of a partition
+                answered.add(partition)
         return {p: consumer.get_watermark_offsets(TopicPartition(topic, p), cached=True) for p in partitions}
     finally:
         consumer.close()

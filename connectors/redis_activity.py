@@ -17,7 +17,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from typing import Any
+from typing import Any, cast
 
 import orjson
 import redis
@@ -26,6 +26,7 @@ from rankflow.connectors.activity_staging import STAGE_BUDGET, Staged, drop, sta
 from rankflow.connectors.redis_generations import Fence
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_publish import merge_pending
+from rankflow.connectors.redis_replies import Members
 from rankflow.connectors.scripts import PUBLISH_ACTIVITY
 from rankflow.operators.metrics import METRICS
 from rankflow.state.activity_snapshot import ActivitySnapshot
@@ -97,7 +98,8 @@ class ActivityState:
         self._staged = None
         if self._full:
             def named(key: str) -> set[str]:
-                return {w.decode("utf-8", "surrogateescape") for w in client.smembers(key)}
+                members = cast(Members, client.smembers(key))
+                return {w.decode("utf-8", "surrogateescape") for w in members}
             left = named(k.workspaces_staged)  # by a run that stopped before freeing them
             self._stale = [ws for ws in named(k.workspaces) | left if ws not in self._pending]
             self._drop = sorted(left | set(self._stale))  # freed after the script, and out of the set

@@ -79,7 +79,7 @@ def dumps_document(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":"), ensure_ascii=False).encode()
 
 
-def loads_document(raw: bytes) -> Any:
+def loads_document(raw: bytes | str) -> Any:
     """A snapshot document read exactly (:func:`dumps_document`'s integers beyond 64 bits stay
     integers; orjson would read them as floats). For the CLI and tests, not hot paths."""
     return json.loads(raw)

@@ -6,12 +6,13 @@ script instead (``api.store``).
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 import redis
 
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_replies import Entries, Scored
 from rankflow.connectors.redis_publish import loads_document
 
 
@@ -36,7 +37,8 @@ def read_generation(client: redis.Redis, namespace: str, generation: int) -> dic
 def read_counts(client: redis.Redis, namespace: str) -> dict[str, int]:
     """Every song's count in the current generation's latest snapshot."""
     keys = Keys(namespace, current_generation(client, namespace))
-    return {song.decode(): int(count) for song, count in client.zrange(keys.counts, 0, -1, withscores=True)}
+    counts = cast(Scored, client.zrange(keys.counts, 0, -1, withscores=True))
+    return {song.decode(): int(count) for song, count in counts}
 
 
 def read_history(client: redis.Redis, namespace: str, generation: int | None = None) -> list[dict[str, Any]]:
@@ -44,4 +46,5 @@ def read_history(client: redis.Redis, namespace: str, generation: int | None = N
     if generation is None:
         generation = current_generation(client, namespace)
     stream = Keys(namespace, generation).stream
-    return [loads_document(fields[b"snapshot"]) for _, fields in client.xrange(stream)]
+    entries = cast(Entries, client.xrange(stream))
+    return [loads_document(fields[b"snapshot"]) for _, fields in entries]

@@ -85,7 +85,8 @@ def run(script: Callable[..., Any], query: Q) -> Q:
         try:
             call = steps.send(script(keys=call.keys, args=call.args))
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            answered: Q = done.value
+            return answered
 
 
 async def arun(script: Callable[..., Awaitable[Any]], query: Q) -> Q:
@@ -96,4 +97,5 @@ async def arun(script: Callable[..., Awaitable[Any]], query: Q) -> Q:
         try:
             call = steps.send(await script(keys=call.keys, args=call.args))
         except StopIteration as done:
-            return done.value  # type: ignore[no-any-return]
+            answered: Q = done.value
+            return answered

@@ -20,6 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
+from confluent_kafka import Producer
 
 from rankflow.connectors.kafka import KafkaEndpoint, reliable_producer
 
@@ -31,7 +32,7 @@ class TimeoutProducer:
 
     def __init__(self, endpoint: KafkaEndpoint) -> None:
         self.endpoint = endpoint
-        self._producer = None
+        self._producer: Producer | None = None
         self.failed = 0
         self._lock = threading.Lock()
 
@@ -51,6 +52,7 @@ class TimeoutProducer:
         payload = orjson.dumps({"type": "TIMEOUT", "user_id": user_id, "playback_id": playback_id,
                                 "song_id": song_id, "version": version, "ts": ts, "idle_ms": idle_ms})
         producer, key = self._producer, user_id.encode()
+        assert producer is not None  # made above, once
         while True:
             try:
                 producer.produce(self.endpoint.topic, key=key, value=payload, on_delivery=on_delivery or self._delivered)

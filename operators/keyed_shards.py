@@ -15,6 +15,10 @@ and board scores) and both key their stage the same way (``--user-shards``):
 
 :class:`ShardLogic` holds the records and their recovery; a flow's stage subclasses
 it with its rules (``operators.user_stage``, ``operators.player_stage``).
+
+What Bytewax stores for a shard carries its format (:data:`FORMAT`), so a resume reads
+it by the version it names, never by its shape. A snapshot without one was stored by
+earlier code and is read by :meth:`ShardLogic._resume_legacy` alone.
 """
 
 from __future__ import annotations
@@ -36,6 +40,15 @@ if TYPE_CHECKING:
 ShardSnapshot = dict[str, Any]
 """A whole shard, as Bytewax stores it without a changelog: id -> stored record."""
 
+FORMAT = "rankflow-shard/2"
+"""The version tag of a shard's snapshot as this code writes it: ``(FORMAT, state)``, where
+``state`` is the changelog's :data:`Position` (shards) or the :data:`ShardSnapshot` (one key
+per entity), and every record in it has the stage's current shape (:meth:`ShardLogic._load`).
+Version 1 is everything stored before snapshots carried one (:meth:`ShardLogic._resume_legacy`)."""
+
+Stored = tuple[str, Position | ShardSnapshot]
+"""What :meth:`ShardLogic.snapshot` hands Bytewax: ``(FORMAT, state)``."""
+
 RESUMED = ""
 """Where a resumed record waits for its id when its stored state did not name it
 (state from before snapshots were dicts): never a real id, ids are never empty."""
@@ -46,7 +59,7 @@ ShardItems = tuple[Any, ...]
 ``(partition, epoch, items, mark)`` (:class:`MarkingShardRouter`)."""
 
 
-class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Position | ShardSnapshot | None"]):
+class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
     """Records of one shard (or one entity) and their recovery.
 
     With recovery (``changelog`` set) the shard keeps the ids that changed since the
@@ -62,7 +75,7 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Position | ShardSnapshot |
     merge: Callable[[Any, Any], Any] | None = None
     """How a changelog frame's value folds into a record (``connectors.changelog``); None: it is the record."""
 
-    def __init__(self, resume: Position | ShardSnapshot | tuple[Any, ...] | None, changelog: Path | None, shards: int,
+    def __init__(self, resume: Stored | Position | ShardSnapshot | tuple[Any, ...] | None, changelog: Path | None, shards: int,
                  whole: bool = False) -> None:
         """``changelog``: recovery with a changelog per shard; ``whole``: recovery that
         stores the whole state in Bytewax (one key per entity); neither: no recovery."""
@@ -73,13 +86,38 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Position | ShardSnapshot |
         self.changelog: ShardChangelog | None = None
         self.changed: set[str] | None = None if changelog is None else set()
         self._directory = changelog
+        if resume is None:
+            return
+        if isinstance(resume, tuple) and resume[:1] == (FORMAT,):
+            self._resume(resume[1])
+        else:
+            self._resume_legacy(resume)
+
+    def _resume(self, state: Position | ShardSnapshot) -> None:
+        """Restore a snapshot this code wrote (:data:`FORMAT`): a changelog position with
+        shards, the whole state with one key per entity."""
+        if self._directory is not None:
+            self.changelog = ShardChangelog(self._directory, state[1], self.merge)  # type: ignore[index]
+            self._load(self.changelog.restore(state))  # type: ignore[arg-type]
+        else:
+            self._load(state)  # type: ignore[arg-type]
+
+    def _resume_legacy(self, resume: Position | ShardSnapshot | tuple[Any, ...]) -> None:
+        """Legacy: a snapshot stored before snapshots carried their format (:data:`FORMAT`),
+        recognised by its shape: a changelog position (``("changelog", shard, generation,
+        offset)``), a whole shard, or one entity's record stored before snapshots named their
+        id. Records may have any shape earlier code stored (:meth:`_load_legacy`). The next
+        barrier stores the shard in the current format: a changelog starts a new generation,
+        whose image holds every record in its current shape."""
+        changelog = self._directory
         if isinstance(resume, tuple) and resume and resume[0] == CHANGELOG and changelog is not None:
             self.changelog = ShardChangelog(changelog, resume[1], self.merge)
-            self._load(self.changelog.restore(resume))
+            self._load_legacy(self.changelog.restore(resume))
+            self.changelog.start_over()
         elif isinstance(resume, tuple):  # one entity's record, stored before snapshots named their id
-            self._load({RESUMED: resume})
+            self._load_legacy({RESUMED: resume})
         elif isinstance(resume, dict):
-            self._load(resume)
+            self._load_legacy(resume)
             if self.changed is not None:
                 self.changed.update(self.records)  # the first barrier writes all of them to the changelog
 
@@ -91,7 +129,13 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Position | ShardSnapshot |
         return lambda resume: cls(resume, changelog, shards, whole, **extra)
 
     def _load(self, flat: dict[str, Any]) -> None:
+        """Take records as this code stores them."""
         self.records.update(flat)
+
+    def _load_legacy(self, flat: dict[str, Any]) -> None:
+        """Take records as earlier code stored them (:meth:`_resume_legacy`): by default the
+        same shapes as :meth:`_load`'s."""
+        self._load(flat)
 
     def _flat(self, ids: Iterable[str]) -> dict[str, Any]:
         records = self.records
@@ -107,9 +151,10 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Position | ShardSnapshot |
             if self.changelog is not None:
                 self.changelog.release(epoch)
 
-    def snapshot(self) -> Position | ShardSnapshot | None:
+    def snapshot(self) -> Stored | None:
         if self.whole:
-            return self._flat(self.records) or None
+            flat = self._flat(self.records)
+            return (FORMAT, flat) if flat else None
         if self.changed is None:
             return None  # no recovery: nobody reads snapshots
         log = self.changelog
@@ -123,7 +168,7 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Position | ShardSnapshot |
             log.restore(None)
         position = log.append(self._changes(), lambda: self._flat(self.records), self.epoch)
         self.changed.clear()
-        return position
+        return (FORMAT, position)
 
     def _changes(self) -> dict[str, Any]:
         """What the changelog gets for a barrier: the records that changed (or, with

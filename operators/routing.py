@@ -49,7 +49,7 @@ from rankflow.operators.song_keys import HOT_SONGS, HotSongs
 from rankflow.state.events import DeadLetter
 
 if TYPE_CHECKING:
-    from rankflow.operators.player_stage import Entry, PlayerOutput
+    from rankflow.operators.player_stage import PlayerChanges, PlayerOutput
     from rankflow.operators.user_stage import Decision
 
 SongDelta = tuple[str, int, int, int]
@@ -79,7 +79,7 @@ class BoardBatch(NamedTuple):
     entries as the per-player stage groups them, ``(player, changes)``."""
 
     epoch: int
-    entries: list[Entry]
+    entries: list[PlayerChanges]
 
 
 def song_ticks(parsed: ParsedBatch, song_partitions: int, quiet_after_s: float | None
@@ -199,7 +199,7 @@ def route_board_entries(items: Iterable[tuple[str, PlayerOutput]], partitions: i
     a board together hold its global top. The stage's dead letters and tallies go their
     own ways; every other item is its ``BoardChanges`` ``(epoch, entries)``.
     """
-    batches: dict[tuple[int, int], list[Entry]] = {}
+    batches: dict[tuple[int, int], list[PlayerChanges]] = {}
     crc32 = zlib.crc32
     for _, item in items:
         if isinstance(item, (DeadLetter, Tally)):

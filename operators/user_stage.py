@@ -20,8 +20,9 @@ Contract:
   then. A user whose events never created a record (only heartbeats, timers) is not
   kept; records are otherwise kept forever, as docs/semantics/listeners.md section 2 requires.
   Recovery state stores a user as its record, with its salt as a sixth field when it
-  has one; records stored before section 6 (no ``last_active``) still load
-  (``state.rules.from_stored``). A heartbeat that moves ``last_active`` changes the
+  has one (``state.rules.from_stored``), in snapshots that carry their format
+  (``operators.keyed_shards.FORMAT``); state stored before then, records from before
+  section 6 (no ``last_active``) among them, still loads (``state.rules.from_legacy``). A heartbeat that moves ``last_active`` changes the
   record but not the counts: it is stored (and written to the changelog) with
   nothing sent downstream.
 * **Output**, keyed like the input: one :class:`NetChanges` per call (the runtime's
@@ -54,7 +55,7 @@ from rankflow.operators.song_keys import BUCKET_MS, HOT_SONGS, HotSongs, user_sa
 from rankflow.state.events import DeadLetter, Event
 from rankflow.state.events import START, TIMEOUT
 from rankflow.state.rules import (CONFLICT_DETAILS, LAST_ACTIVE, PLAYBACK_ID, PLAYING, SONG_ID, VERSION, Verdict,
-                                  apply_event, from_stored)
+                                  apply_event, from_legacy, from_stored)
 from rankflow.state.timers import Progress, Timers, sweep
 
 EventBatch = tuple[str, int, list[Event]]
@@ -79,7 +80,7 @@ VERDICTS: dict[str, int] = dict.fromkeys(Verdict.ALL, 0)
 """Per-process tally of what events did (duplicates, superseded, ...), for metrics."""
 METRICS.verdicts = VERDICTS
 
-Snapshot = tuple[Any, ...]  # a stored user: its record [+ salt]; older forms: state.rules.from_stored
+Snapshot = tuple[Any, ...]  # a stored user: its record [+ salt] (state.rules.from_stored); older forms: from_legacy
 
 __all__ = ["EventBatch", "NetChanges", "ShardRouter", "SweeperConfig", "SweepingShardLogic", "UserShardLogic", "select_conflicts", "shard_key", "shard_of"]
 
@@ -99,14 +100,19 @@ class UserShardLogic(ShardLogic):
         self.salts: dict[str, int] = {}  # users counted on a partial counter: its salt
         super().__init__(resume, changelog, shards, whole)
 
-    def _load(self, flat: dict[str, Snapshot | list[Any]]) -> None:
-        """Records as stored (changelogs store lists), in any form recovery state ever
-        held them (``state.rules.from_stored``), and their salts."""
+    def _load(self, flat: dict[str, Snapshot | list[Any]], read: Any = from_stored) -> None:
+        """Records as this code stores them (changelogs store lists: ``state.rules.from_stored``)
+        and their salts; ``read``: how to read one stored user."""
         users, salts = self.records, self.salts
         for user, snap in flat.items():
-            users[user], salt = from_stored(snap)
+            users[user], salt = read(snap)
             if salt:
                 salts[user] = salt
+
+    def _load_legacy(self, flat: dict[str, Snapshot | list[Any]]) -> None:
+        """Records in any form recovery state held them before it carried its format
+        (``state.rules.from_legacy``)."""
+        self._load(flat, from_legacy)
 
     def _flat(self, users: Iterable[str]) -> dict[str, tuple[Any, ...]]:
         """The records of ``users``, each with its salt when it has one (rare: split songs)."""
@@ -270,7 +276,7 @@ class SweepingShardLogic(UserShardLogic):
             fired = sweep(self.timers, self.records, T, upto)
             send, delivered = producer.send, self._delivered
             for uid, rec in fired:
-                send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T, delivered)  # type: ignore[arg-type]
+                send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T, delivered)
             METRICS.timeouts_fired += len(fired)
         producer.poll()  # delivery reports, also when nothing fires
 

@@ -7,6 +7,10 @@ their options without importing the command line.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from rankflow.connectors.kafka import KafkaEndpoint
 
 
 def positive(text: str) -> int:
@@ -49,3 +53,42 @@ def rate(text: str) -> float:
 def comma_list(text: str) -> list[str]:
     """``a,b,,c`` -> ``['a', 'b', 'c']``."""
     return [s for s in text.split(",") if s]
+
+
+KAFKA_FORM = "kafka:HOST:PORT/TOPIC"
+
+
+def kafka(text: str) -> KafkaEndpoint:
+    """A Kafka topic's address, ``kafka:HOST:PORT[,HOST:PORT...]/TOPIC``: the one form of every
+    option that names a topic (``run --input``, ``--dead-letter``, ``produce --kafka``, ``serve
+    --kafka`` and ``--score-kafka``). The bare ``HOST:PORT/TOPIC`` that ``produce`` and ``serve``
+    took before is still taken, so that scripts written for it keep working; a broker host
+    named ``kafka`` in it (``kafka:9092/t``) is read as that host, not as the prefix.
+
+    >>> kafka("kafka:127.0.0.1:19092/playback-events")
+    KafkaEndpoint(brokers='127.0.0.1:19092', topic='playback-events')
+    >>> kafka("127.0.0.1:19092/playback-events") == kafka("kafka:127.0.0.1:19092/playback-events")
+    True
+    >>> kafka("kafka:9092/t")
+    KafkaEndpoint(brokers='kafka:9092', topic='t')
+    >>> kafka("127.0.0.1:x/t")
+    Traceback (most recent call last):
+    argparse.ArgumentTypeError: expected kafka:HOST:PORT/TOPIC, got '127.0.0.1:x/t'
+    """
+    from rankflow.connectors.kafka import KafkaEndpoint  # bytewax and librdkafka: only when a topic is named
+
+    target = text.removeprefix("kafka:")
+    if target != text and ":" not in target.partition("/")[0] and ":" in text.partition("/")[0]:
+        target = text  # "kafka:9092/t": the bare form, with a broker host named kafka
+    brokers, _, topic = target.rpartition("/")
+    if not topic or not brokers or not all(map(_broker, brokers.split(","))):
+        raise argparse.ArgumentTypeError(f"expected {KAFKA_FORM}, got {text!r}")
+    return KafkaEndpoint(brokers, topic)
+
+
+def _broker(address: str) -> bool:
+    """``HOST:PORT`` with a port of 1 to 65535, or a ``HOST`` alone (librdkafka's default port)."""
+    if address.endswith("]") or ":" not in address:  # [::1], or a host without a port
+        return bool(address)
+    host, _, number = address.rpartition(":")
+    return bool(host) and number.isdigit() and 1 <= int(number) <= 65535

@@ -19,9 +19,10 @@ from typing import Any, NoReturn
 import redis
 
 from rankflow import products
-from rankflow.arg_types import not_negative as _not_negative, port as _port, positive as _positive, rate as _rate
+from rankflow.arg_types import (KAFKA_FORM, kafka as _kafka, not_negative as _not_negative, port as _port,
+                                positive as _positive, rate as _rate)
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
-from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable
+from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.execution import stop_signal, tune_gc
@@ -30,6 +31,8 @@ from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, 
                               default_redis_url, redacted)
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
 from rankflow import cli_bench
+from rankflow.cli_format import positions, quantity
+from rankflow.cli_help import KAFKA, REDIS, HelpFormatter, example, produce_examples, run_examples
 from rankflow.products.boards import signing_key
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
@@ -51,6 +54,7 @@ class _Parser(argparse.ArgumentParser):
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("allow_abbrev", False)  # every parser and subparser is one of these
+        kwargs.setdefault("formatter_class", HelpFormatter)  # the examples as written
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
@@ -86,10 +90,10 @@ def _add_redis(p: argparse.ArgumentParser) -> None:
 def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str) -> None:
     """The options of ``run`` or ``rebuild`` (``command``): those of every flow, then each
     product's own in a group titled by the product (``rankflow.products``)."""
-    p.add_argument("--input", required=True, metavar="URI", help="jsonl:PATH or kafka:HOST:PORT/TOPIC")
+    p.add_argument("--input", required=True, metavar="URI", help=f"jsonl:PATH or {KAFKA_FORM}")
     _add_redis(p)
     p.add_argument("--dead-letter", default=dead_letter, metavar="URI",
-                   help="where invalid events go: jsonl:PATH or kafka:HOST:PORT/TOPIC (default: %(default)s)")
+                   help=f"where invalid events go: jsonl:PATH or {KAFKA_FORM} (default: %(default)s)")
     p.add_argument("--flow", choices=tuple(products.PRODUCTS), default=products.DEFAULT,
                    help="; ".join(f"{p.name}: {p.title}" for p in products.PRODUCTS.values())
                         + " (default: %(default)s)")
@@ -137,7 +141,13 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"%(prog)s {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    g = sub.add_parser("generate", help="write a realistic playback, score or message log (JSON Lines) with chaos")
+    g = sub.add_parser("generate", help="write a realistic playback, score or message log (JSON Lines) with chaos",
+                       epilog=example("rankflow generate --users 10000 --songs 2000 --events 100000 --seed 1 "
+                                      "--out events.jsonl",
+                                      "rankflow generate --kind scores --players 5000 --games 4 --events 50000 "
+                                      "--out scores.jsonl",
+                                      "rankflow generate --kind messages --events 100000 --workspaces 100 --seed 1 "
+                                      "--out messages.jsonl", after=None))
     g.add_argument("--kind", choices=("playback", "scores", "messages"), default="playback",
                    help="playback events (needs --users, --songs), game score results or activity (message) "
                         "events (default: %(default)s)")
@@ -180,7 +190,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="playback, with --timeouts: the sweeper's idle timeout, the idle_ms of its TIMEOUT events "
                         "(default: %(default)s)")
 
-    r = sub.add_parser("run", help="run a flow (--flow listeners, boards or activity) and publish its snapshots to Redis")
+    r = sub.add_parser("run", help="run a flow (--flow listeners, boards or activity) and publish its snapshots to Redis",
+                       epilog=run_examples())
     _add_flow_options(r, DEFAULT_DEAD_LETTER, "run")
     r.add_argument("--until-eof", action="store_true",
                    help="stop at the end of the input seen at start-up (default: keep following it)")
@@ -195,25 +206,34 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="the address the metrics listen on (default: %(default)s; 0.0.0.0 for every interface)")
 
-    b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it")
+    b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it",
+                       epilog=example(f"rankflow rebuild --input {KAFKA}/playback-events --redis {REDIS}",
+                                      after="the examples of `rankflow run --help`"))
     _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER, "rebuild")
 
-    pr = sub.add_parser("produce", help="load a JSON Lines log into a Kafka topic, keyed by one field")
+    pr = sub.add_parser("produce", help="load a JSON Lines log into a Kafka topic, keyed by one field",
+                        epilog=produce_examples())
     pr.add_argument("--key-field", default="user_id", metavar="NAME",
                     help="the message key is this string field of each line (default: %(default)s; "
                          "score logs are keyed with --key-field player_id, messages with --key-field workspace_id)")
     pr.add_argument("--input", required=True, metavar="PATH")
-    pr.add_argument("--kafka", required=True, metavar="HOST:PORT/TOPIC")
+    pr.add_argument("--kafka", required=True, type=_kafka, metavar=KAFKA_FORM,
+                    help="the topic to load (created if missing)")
     pr.add_argument("--partitions", type=_positive, default=4, metavar="N",
                     help="partitions when the topic is created (default: %(default)s)")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar")
 
     sv = sub.add_parser("serve", help="the HTTP service: rankings and score boards for readers, POST /events and "
-                                      "POST /matches/{id}/result ingest, the dashboard")
+                                      "POST /matches/{id}/result ingest, the dashboard",
+                        epilog=example(f"rankflow serve --port 8000 --kafka {KAFKA}/playback-events --redis {REDIS}",
+                                       "curl -s 'localhost:8000/rankings?k=3'",
+                                       after="the examples of `rankflow run --help`",
+                                       note="The dashboard is at http://localhost:8000/."))
     sv.add_argument("--host", default="127.0.0.1")
     sv.add_argument("--port", type=_port, default=8000)
-    sv.add_argument("--kafka", metavar="HOST:PORT/TOPIC", help="where POST /events produces (ingest off without it)")
-    sv.add_argument("--score-kafka", metavar="HOST:PORT/TOPIC",
+    sv.add_argument("--kafka", type=_kafka, metavar=KAFKA_FORM,
+                    help="where POST /events produces (ingest off without it)")
+    sv.add_argument("--score-kafka", type=_kafka, metavar=KAFKA_FORM,
                     help="where POST /matches/{id}/result produces match results, keyed by player_id "
                          "(off without it: 503)")
     sv.add_argument("--signing-key", metavar="HEX",
@@ -332,8 +352,10 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
 
 
 def _summary(opts: RunOptions, final: dict[str, Any], took: float) -> str:
-    return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {opts.product.counts(final)}{final['dead_letters']} "
-            f"dead letters -> {opts.dead_letter}; positions {final['positions']}")
+    """The last line of ``run`` and ``rebuild``, in the readers' format (docs/cli.md)."""
+    return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {opts.product.counts(final)}"
+            f"{quantity(final['dead_letters'])} dead letters -> {opts.dead_letter}; input through "
+            f"{positions(final['positions'])}")
 
 
 def cmd_run(args: argparse.Namespace) -> int:
@@ -360,10 +382,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    try:
-        endpoint = KafkaEndpoint.parse(args.kafka)
-    except ValueError as exc:
-        raise UsageError(f"--kafka: {exc}") from None
+    endpoint = args.kafka
     check_input_file(args.input, "--input")
     started = time.perf_counter()
     if not args.key_field:
@@ -389,13 +408,6 @@ def ingest_token(option: str | None, environ: Mapping[str, str]) -> str | None:
     return token
 
 
-def _endpoint(option: str, value: str | None) -> KafkaEndpoint | None:
-    try:
-        return KafkaEndpoint.parse(value) if value else None
-    except ValueError as exc:
-        raise UsageError(f"{option}: {exc}") from None
-
-
 def cmd_serve(args: argparse.Namespace) -> int:
     import uvicorn
 
@@ -403,8 +415,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from rankflow.api.ingest import DEFAULT_MAX_BODY_BYTES
     from rankflow.api.server import server_config
 
-    settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=_endpoint("--kafka", args.kafka),
-                        score_kafka=_endpoint("--score-kafka", args.score_kafka),
+    settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=args.kafka,
+                        score_kafka=args.score_kafka,
                         signing_key=signing_key(args.signing_key, os.environ),
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,

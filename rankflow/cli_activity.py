@@ -2,35 +2,40 @@
 
 Each answer is one JSON object with ``--json`` (docs/semantics/windows.md 6), or a table. Exit
 status: 0 an answer, 1 nothing published yet or the channel has no count in the
-window (the message says which), 2 bad usage (``--k`` outside 1..K_max: never clamped).
+window (the message says which), 2 bad usage (``-k/--limit`` outside 1..K_max: never clamped).
 """
 
 from __future__ import annotations
 
 import argparse
-from datetime import datetime, UTC
 from typing import Any
 from collections.abc import Callable
 
 import redis
-from rich.console import Console
-from rich.table import Table
-
 from rankflow.connectors.activity_read import ActivityQueryError, ActivityReader
-from rankflow.cli_query import answer_query
+from rankflow.cli_format import print_line, print_rows, quantity, utc
+from rankflow.cli_help import REDIS, example
+from rankflow.cli_query import add_option, answer_query
 from rankflow.connectors.redis_publish import dumps_document
 
 
 def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -> None:
+    after = "the activity run of `rankflow run --help`"
+    tops = (f"rankflow activity top --global -k 5 --redis {REDIS}",
+            f"rankflow activity top --workspace acme -k 5 --json --redis {REDIS}")
+    one = f"rankflow activity channel --workspace acme --channel general --redis {REDIS}"
     activity = sub.add_parser("activity", help="read the activity rankings (a workspace's top, the global top, "
-                                               "one channel)")
+                                               "one channel)", epilog=example(*tops, one, after=after))
     queries = activity.add_subparsers(dest="query", required=True)
-    top = queries.add_parser("top", help="a workspace's (or, with --global, every workspace's) most active channels")
+    top = queries.add_parser("top", help="a workspace's (or, with --global, every workspace's) most active channels",
+                             epilog=example(*tops, after=after))
     where = top.add_mutually_exclusive_group(required=True)
     where.add_argument("--workspace", metavar="WS")
     where.add_argument("--global", dest="everywhere", action="store_true", help="across workspaces")
-    top.add_argument("--k", type=int, default=10, help="1..K_max (default %(default)s)")
-    channel = queries.add_parser("channel", help="one channel's count and rank in its workspace")
+    add_option(top, ("-k", "--limit"), "--k", type=int, default=10, metavar="K",
+               help="the first K channels, 1..K_max (default %(default)s)")
+    channel = queries.add_parser("channel", help="one channel's count and rank in its workspace",
+                                 epilog=example(one, after=after))
     channel.add_argument("--workspace", required=True, metavar="WS")
     channel.add_argument("--channel", required=True, metavar="CH")
     for p in (top, channel):
@@ -44,38 +49,24 @@ def cmd_activity(args: argparse.Namespace) -> int:
         if args.query == "channel":
             return reader.channel(args.workspace, args.channel)
         if args.everywhere:
-            return reader.global_top(args.k)
-        return reader.top(args.workspace, args.k)
+            return reader.global_top(args.limit)
+        return reader.top(args.workspace, args.limit)
 
     # dumps_document: a watermark may be beyond 64 bits
     return answer_query(args.redis, ask, ActivityQueryError, args.json, dumps_document, print_answer)
 
 
-def _utc(ms: int | None) -> str:
-    """An event time for people: UTC to the millisecond (the JSON answer keeps the ms)."""
-    if ms is None:
-        return "none yet"
-    try:
-        return datetime.fromtimestamp(ms / 1000, tz=UTC).isoformat(timespec="milliseconds")
-    except (OverflowError, ValueError, OSError):  # beyond year 9999: event time is trusted (docs/semantics/windows.md 2)
-        return f"{ms} ms"
-
-
 def print_answer(answer: dict[str, Any]) -> None:
-    console = Console()
+    snapshot = f"snapshot {answer['snapshot_id']}"
     if "items" not in answer:
-        console.print(f"{answer['channel_id']} in {answer['workspace_id']}: {answer['count']:,}, rank "
-                      f"{answer['rank']:,}", highlight=False)
-    else:
-        table = Table(title=answer.get("workspace_id", "all workspaces"))
-        columns = ["rank", *(["workspace_id"] if "workspace_id" not in answer else []), "channel_id", "count"]
-        for column in columns:
-            table.add_column(column, justify="right" if column in ("rank", "count") else "left")
-        for item in answer["items"]:
-            count = item.get("count", f"{item.get('count_low')}..{item.get('count_high')}")
-            table.add_row(*(f"{item[c]:,}" if c == "rank" else str(count) if c == "count" else item[c]
-                            for c in columns))
-        console.print(table)
-        console.print(f"window {_utc(answer['window_start'])} .. {_utc(answer['window_end'])} (end excluded), "
-                      f"watermark {_utc(answer['watermark'])}", highlight=False)
-    console.print(f"snapshot {answer['snapshot_id']}", highlight=False)
+        print_line(f"{answer['channel_id']} in {answer['workspace_id']}: count {quantity(answer['count'])}, rank "
+                   f"{quantity(answer['rank'])}")
+        print_line(snapshot)
+        return
+    where = answer.get("workspace_id")
+    columns = ("rank", *(() if where is not None else ("workspace_id",)), "channel_id", "count")
+    rows = [item if "count" in item else {**item, "count": (item["count_low"], item["count_high"])}
+            for item in answer["items"]]  # --global-summary: bounds
+    print_rows(f"Top {len(rows)} channels of {where if where is not None else 'all workspaces'}", columns, rows,
+                [f"window {utc(answer['window_start'])} to {utc(answer['window_end'])} (end excluded, event time), "
+                 f"watermark {utc(answer['watermark'])}", snapshot])

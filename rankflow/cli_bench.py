@@ -13,6 +13,7 @@ import argparse
 from collections.abc import Callable
 from typing import Any
 
+from rankflow.cli_help import example
 from rankflow.options import UsageError
 
 Type = Callable[[str], Any]
@@ -39,7 +40,9 @@ def add_parsers(sub: Any, positive: Type, not_negative: Type) -> None:
 
 
 def _listeners(sub: Any, positive: Type, not_negative: Type) -> None:
-    bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory")
+    bn = sub.add_parser("bench", help="rankflow vs the seed's first design: throughput, freshness, memory",
+                       epilog=example("rankflow bench --events 200000 --parts throughput --out bench-results", after=None,
+                                      note="Each benchmark starts its own Redis and broker; the chart needs the bench extras, which `make bench` installs."))
     bn.add_argument("--events", type=positive, default=1_000_000, help="backlog size (default: %(default)s)")
     bn.add_argument("--users", type=positive, default=100_000)
     bn.add_argument("--songs", type=positive, default=20_000)
@@ -54,7 +57,9 @@ def _listeners(sub: Any, positive: Type, not_negative: Type) -> None:
 
 
 def _sweep(sub: Any, positive: Type) -> None:
-    sw = sub.add_parser("bench-sweep", help="throughput across partitions x users vs the lean baseline")
+    sw = sub.add_parser("bench-sweep", help="throughput across partitions x users vs the lean baseline",
+                        epilog=example("rankflow bench-sweep --events 200000 --users 100000 --partitions 4,8 "
+                                       "--out bench-results", after=None, note="Each benchmark starts its own Redis and broker; the chart needs the bench extras, which `make bench` installs."))
     sw.add_argument("--events", type=positive, default=1_000_000, help="events per log (default: %(default)s)")
     sw.add_argument("--users", type=lambda t: tuple(int(x) for x in t.split(",")), default=(100_000, 1_000_000),
                     metavar="N,...", help="users of each log (default: 100000,1000000)")
@@ -65,7 +70,9 @@ def _sweep(sub: Any, positive: Type) -> None:
 
 def _boards(sub: Any, positive: Type) -> None:
     bb = sub.add_parser("bench-boards", help="the score-board flow vs the seed's design: throughput, freshness, "
-                                            "memory, reads, 10M players")
+                                            "memory, reads, 10M players",
+                        epilog=example("rankflow bench-boards --results 200000 --parts throughput --out bench-results",
+                                       after=None, note="Each benchmark starts its own Redis and broker; the chart needs the bench extras, which `make bench` installs."))
     bb.add_argument("--results", type=positive, default=1_000_000, help="backlog size (default: %(default)s)")
     bb.add_argument("--players", type=positive, default=200_000, help="players of the backlog (default: %(default)s)")
     bb.add_argument("--games", type=positive, default=4, help="games of the backlog (default: %(default)s)")
@@ -98,7 +105,9 @@ def _boards(sub: Any, positive: Type) -> None:
 
 def _activity(sub: Any) -> None:
     p = sub.add_parser("bench-activity", help="the activity flow vs the seed's design: throughput, freshness, "
-                                              "queries, memory, summary error")
+                                              "queries, memory, summary error",
+                       epilog=example("rankflow bench-activity --events 200000 --parts throughput --out bench-results",
+                                      after=None, note="Each benchmark starts its own Redis and broker; the chart needs the bench extras, which `make bench` installs."))
     p.add_argument("--events", type=int, default=1_000_000, help="backlog size (default: %(default)s)")
     p.add_argument("--workspaces", type=int, default=5_000, help="backlog workspaces (default: %(default)s)")
     p.add_argument("--channels", type=int, default=5_000,

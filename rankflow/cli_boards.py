@@ -2,7 +2,7 @@
 
 Each answer is one JSON object with ``--json`` (the same fields as the HTTP API), or
 a table. Exit status: 0 an answer, 1 no such board or the player is not on it (the
-message says which), 2 bad usage (``--n`` outside 1..1000, ``--r`` outside 0..50, an
+message says which), 2 bad usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an
 unknown board name: never clamped).
 """
 
@@ -14,66 +14,72 @@ from collections.abc import Callable
 
 import orjson
 import redis
-from rich.console import Console
-from rich.table import Table
-
 from rankflow.connectors.board_read import BoardQueryError, BoardReader, check_board, check_n, check_r
-from rankflow.cli_query import answer_query
+from rankflow.cli_format import print_line, print_rows, quantity
+from rankflow.cli_help import REDIS, example
+from rankflow.cli_query import add_option, answer_query
 from rankflow.options import UsageError
 
 
 def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -> None:
-    boards = sub.add_parser("boards", help="read the game score boards (top, one player, around a player)")
+    after = "the boards run of `rankflow run --help`"
+    examples = {"top": f"rankflow boards top --game arena --board all -n 10 --redis {REDIS}",
+                "player": f"rankflow boards player --game arena --board daily --player p000042 --json --redis {REDIS}",
+                "around": f"rankflow boards around --game arena --board weekly --player p000042 -r 2 --redis {REDIS}"}
+    boards = sub.add_parser("boards", help="read the game score boards (top, one player, around a player)",
+                            epilog=example(*examples.values(), after=after))
     queries = boards.add_subparsers(dest="query", required=True)
-    top = queries.add_parser("top", help="a board's first N entries")
-    player = queries.add_parser("player", help="one player's score and ranks on a board")
-    around = queries.add_parser("around", help="the entries ranked R above to R below a player")
+    top = queries.add_parser("top", help="a board's first N entries", epilog=example(examples["top"], after=after))
+    player = queries.add_parser("player", help="one player's score and ranks on a board",
+                                epilog=example(examples["player"], after=after))
+    around = queries.add_parser("around", help="the entries ranked R above to R below a player",
+                                epilog=example(examples["around"], after=after))
     for p in (top, player, around):
         p.add_argument("--game", required=True, metavar="G")
         p.add_argument("--board", required=True, metavar="B",
                        help="all, best, daily, weekly, daily:YYYY-MM-DD or weekly:YYYY-Www")
         p.add_argument("--json", action="store_true", help="print one JSON object")
         add_redis(p)
-    top.add_argument("--n", type=int, default=10, help="1..1000 (default %(default)s)")
+    add_option(top, ("-n", "--limit"), "--n", type=int, default=10, metavar="N",
+               help="the first N entries, 1..1000 (default %(default)s)")
     for p in (player, around):
         p.add_argument("--player", required=True, metavar="P")
-    around.add_argument("--r", type=int, default=5, help="0..50 (default %(default)s)")
+    add_option(around, ("-r", "--radius"), "--r", type=int, default=5, metavar="R",
+               help="the entries R ranks above and below, 0..50 (default %(default)s)")
 
 
 def cmd_boards(args: argparse.Namespace) -> int:
     try:
         check_board(args.board)
         if args.query == "top":
-            check_n(args.n)
+            check_n(args.limit)
         elif args.query == "around":
-            check_r(args.r)
+            check_r(args.radius)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
     def ask(client: redis.Redis) -> dict[str, Any]:
         reader = BoardReader(client, args.namespace)
         if args.query == "top":
-            return reader.top(args.game, args.board, args.n)
+            return reader.top(args.game, args.board, args.limit)
         if args.query == "player":
             return reader.player(args.game, args.board, args.player)
-        return reader.around(args.game, args.board, args.player, args.r)
+        return reader.around(args.game, args.board, args.player, args.radius)
 
     return answer_query(args.redis, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
 
 
 def print_answer(answer: dict[str, Any]) -> None:
-    console = Console()
-    title = f"{answer['game_id']} / {answer['board']}"
+    board = f"{answer['game_id']} / {answer['board']}"
+    snapshot = f"snapshot {answer['snapshot_id']}"
     if "items" not in answer:
-        console.print(f"{answer['player_id']} on {title}: score {answer['score']:,}, rank {answer['rank']:,} "
-                      f"(competition rank {answer['competition_rank']:,})", highlight=False)
+        print_line(f"{answer['player_id']} on {board}: score {quantity(answer['score'])}, rank "
+                   f"{quantity(answer['rank'])} (competition rank {quantity(answer['competition_rank'])})")
+        print_line(snapshot)
+        return
+    if "total_players" in answer:
+        title, footer = f"Top {len(answer['items'])} of {board}", [f"{quantity(answer['total_players'])} players "
+                                                                   "on the board", snapshot]
     else:
-        table = Table(title=title)
-        for column in ("rank", "competition_rank", "player_id", "score"):
-            table.add_column(column, justify="left" if column == "player_id" else "right")
-        for item in answer["items"]:
-            table.add_row(f"{item['rank']:,}", f"{item['competition_rank']:,}", item["player_id"], f"{item['score']:,}")
-        console.print(table)
-        if "total_players" in answer:
-            console.print(f"{answer['total_players']:,} players on the board", highlight=False)
-    console.print(f"snapshot {answer['snapshot_id']}", highlight=False)
+        title, footer = f"Around the player on {board}", [snapshot]
+    print_rows(title, ("rank", "competition_rank", "player_id", "score"), answer["items"], footer)

@@ -3,27 +3,29 @@
 The latest published ranking by current listeners, or with ``--recent`` by plays in the
 last minutes of event time (docs/semantics/windows.md 7); one JSON object with ``--json``, or a
 table. Exit status: 0 an answer, 1 no usable ranking (or a stale one: it is shown, and
-said to be stale), 2 bad usage (``--k`` outside 1..K_max: never clamped).
+said to be stale), 2 bad usage (``-k/--limit`` outside 1..K_max: never clamped).
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
-from datetime import datetime, UTC
 from typing import Any
 from collections.abc import Callable
 
-from rich.console import Console
-from rich.table import Table
-
+from rankflow.cli_format import positions, print_rows, quantity, utc
+from rankflow.cli_help import REDIS, example
+from rankflow.cli_query import add_option
 from rankflow.connectors.redis_publish import dumps_document
 from rankflow.reader import RankingReader, default_cache_path
 
 
 def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -> None:
-    t = sub.add_parser("top", help="print the latest published ranking")
-    t.add_argument("--k", type=int, default=10, help="how many songs (1..K_max, default %(default)s)")
+    t = sub.add_parser("top", help="print the latest published ranking",
+                       epilog=example(f"rankflow top -k 10 --redis {REDIS}", f"rankflow top --recent -k 5 --json --redis {REDIS}",
+                                      after="the listeners run of `rankflow run --help`"))
+    add_option(t, ("-k", "--limit"), "--k", type=int, default=10, metavar="K",
+               help="how many songs: the first K (1..K_max, default %(default)s)")
     t.add_argument("--recent", action="store_true",
                    help="songs by plays in the last --recent-minutes of event time (default: by current listeners)")
     t.add_argument("--json", action="store_true", help="print one JSON object")
@@ -37,17 +39,17 @@ def cmd_top(args: argparse.Namespace) -> int:
         print(f"rankflow: {reading.problem}; no earlier ranking cached", file=sys.stderr)
         return 1
     k_max = snap["k_max"]
-    if not 1 <= args.k <= k_max:
-        print(f"rankflow: --k must be between 1 and K_max ({k_max}), got {args.k}", file=sys.stderr)
+    if not 1 <= args.limit <= k_max:
+        print(f"rankflow: -k/--limit must be between 1 and K_max ({k_max}), got {args.limit}", file=sys.stderr)
         return 2
     if args.recent:
         if snap.get("recent") is None:
             print("rankflow: this ranking has no recent plays: the flow runs with --recent-minutes 0",
                   file=sys.stderr)
             return 1
-        view = recent_view(snap, args.k, reading.stale, reading.age_ms)
+        view = recent_view(snap, args.limit, reading.stale, reading.age_ms)
     else:
-        view = top_view(snap, args.k, reading.stale, reading.age_ms)
+        view = top_view(snap, args.limit, reading.stale, reading.age_ms)
     if args.json:
         sys.stdout.buffer.write(dumps_document(view) + b"\n")
     elif args.recent:
@@ -76,50 +78,24 @@ def recent_view(snap: dict[str, Any], k: int, stale: bool, age_ms: int | None) -
 
 
 def print_recent_table(view: dict[str, Any]) -> None:
-    span = "" if view["watermark"] is None else f" in the last {(view['window_end'] - view['window_start']) // 60_000} " \
-        "minutes"
     if view["watermark"] is None:
-        window = "no event time yet"
+        span, window = "", "no event time yet"
     else:
-        window = (f"window {_event_time(view['window_start'])} to {_event_time(view['window_end'])} UTC "
-                  f"(event time), watermark {_event_time(view['watermark'])}")
-    _print_songs(view, "plays", f"songs by plays{span}", f"{window}; snapshot {view['snapshot_id']} published "
-                 f"{_published(view)} UTC; input through {_positions(view)}")
-
-
-def _event_time(ms: int) -> str:
-    """An event time for people: UTC to the second, or the raw ms when it is no date."""
-    try:
-        return f"{datetime.fromtimestamp(ms / 1000, tz=UTC):%Y-%m-%d %H:%M:%S}"
-    except (OverflowError, OSError, ValueError):
-        return f"{ms} ms"
+        span = f" in the last {(view['window_end'] - view['window_start']) // 60_000} minutes"
+        window = (f"window {utc(view['window_start'])} to {utc(view['window_end'])} (end excluded, event time), "
+                  f"watermark {utc(view['watermark'])}")
+    _print_songs(view, "plays", f"songs by plays{span}", [window])
 
 
 def print_table(view: dict[str, Any]) -> None:
     _print_songs(view, "listeners", "songs by current listeners",
-                 f"snapshot {view['snapshot_id']} published {_published(view)} UTC; {view['total_listeners']:,} "
-                 f"listeners in all; input through {_positions(view)}")
+                 [f"{quantity(view['total_listeners'])} listeners in all"])
 
 
-def _print_songs(view: dict[str, Any], column: str, what: str, footer: str) -> None:
-    """A table of ``view``'s songs and their ``column``, under "Top N ``what``", then ``footer``."""
-    table = Table()
-    table.add_column("rank", justify="right")
-    table.add_column("song_id")
-    table.add_column(column, justify="right")
-    for item in view["items"]:
-        table.add_row(str(item["rank"]), item["song_id"], f"{item[column]:,}")
-    console = Console()
-    if view["stale"]:
-        console.print(f"STALE: this ranking is {view['age_ms'] / 1000:.0f}s old", style="bold red")
-    console.print(f"Top {len(view['items'])} {what}", style="bold")
-    console.print(table)
-    console.print(footer, soft_wrap=True, highlight=False)
-
-
-def _published(view: dict[str, Any]) -> str:
-    return f"{datetime.fromtimestamp(view['published_at'] / 1000, tz=UTC):%Y-%m-%d %H:%M:%S}"
-
-
-def _positions(view: dict[str, Any]) -> str:
-    return ", ".join(f"{p}: {o:,}" for p, o in sorted(view["positions"].items()))
+def _print_songs(view: dict[str, Any], column: str, what: str, footer: list[str]) -> None:
+    """A table of ``view``'s songs and their ``column``, under "Top N ``what``", then ``footer``
+    and the snapshot's line."""
+    print_rows(f"Top {len(view['items'])} {what}", ("rank", "song_id", column), view["items"],
+                [*footer, f"snapshot {view['snapshot_id']} published {utc(view['published_at'])}; input through "
+                          f"{positions(view['positions'])}"],
+                warning=f"STALE: this ranking is {view['age_ms'] / 1000:.0f}s old" if view["stale"] else None)

@@ -8,6 +8,7 @@ JSON object with ``--json``, else as the product's table.
 
 from __future__ import annotations
 
+import argparse
 import sys
 from collections.abc import Callable
 from typing import Any
@@ -18,6 +19,15 @@ from rankflow.connectors.redis_keys import connect
 from rankflow.options import UsageError
 
 Answer = dict[str, Any]
+
+
+def add_option(parser: argparse.ArgumentParser, flags: tuple[str, ...], old: str, **kwargs: Any) -> None:
+    """An option spelled ``flags`` in ``--help`` (``-k``, ``--limit``) that also takes its ``old``
+    long spelling (``--k``), unlisted: scripts written before the short forms keep working,
+    and ``--help`` shows one spelling of each."""
+    action = parser.add_argument(*flags, **kwargs)
+    same = {key: kwargs[key] for key in ("type", "metavar") if key in kwargs}
+    parser.add_argument(old, dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **same)
 
 
 def answer_query(redis_url: str, ask: Callable[[redis.Redis], Answer], nothing: type[Exception], json: bool,

@@ -2,23 +2,26 @@
 
 * ``jsonl:PATH`` a JSON Lines file (input: one source partition per file);
 * ``kafka:HOST:PORT/TOPIC`` a Kafka topic (input: one source partition per Kafka
-  partition).
+  partition), the form of every Kafka address (:func:`rankflow.arg_types.kafka`).
 """
 
 from __future__ import annotations
 
+import argparse
 import os
 from typing import Any
 from collections.abc import Callable
 
-from bytewax.inputs import Source
+from bytewax.inputs import FixedPartitionedSource
 from bytewax.outputs import Sink
 
+from rankflow.arg_types import KAFKA_FORM, kafka
 from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES, JsonlDeadLetterSink, JsonlSource
 from rankflow.connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
+from rankflow.connectors.source_batch import SourceBatch
 from rankflow.options import ServiceError, UsageError, check_input_file, check_output_file
 
-ENDPOINT_KINDS = "use jsonl:PATH or kafka:HOST:PORT/TOPIC"
+ENDPOINT_KINDS = f"use jsonl:PATH or {KAFKA_FORM}"
 
 
 def split_endpoint(uri: str, option: str) -> tuple[str, str]:
@@ -63,14 +66,15 @@ def check_endpoints(input_uri: str, dead_letter_uri: str) -> None:
 
 
 def _kafka_endpoint(target: str, option: str) -> KafkaEndpoint:
+    """The topic of ``kafka:TARGET`` (:func:`rankflow.arg_types.kafka`), or a one-line usage error naming ``option``."""
     try:
-        return KafkaEndpoint.parse(target)
-    except ValueError as exc:
+        return kafka(f"kafka:{target}")
+    except argparse.ArgumentTypeError as exc:
         raise UsageError(f"{option}: {exc}") from None
 
 
 def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES, whole_history: bool = False,
-                max_line_bytes: int = MAX_LINE_BYTES) -> Source:
+                max_line_bytes: int = MAX_LINE_BYTES) -> FixedPartitionedSource[SourceBatch, Any]:
     """The input's source. ``whole_history``: a fresh Kafka partition must still start at
     offset 0 (a rebuild from the beginning refuses a log that retention cut). ``max_line_bytes``
     caps a JSON Lines line (a Kafka message is capped by the broker)."""
@@ -78,7 +82,7 @@ def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES, whole_hi
     if kind == "jsonl":
         return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
     try:
-        return KafkaSource(KafkaEndpoint.parse(target), until_eof=not follow, whole_history=whole_history)
+        return KafkaSource(_kafka_endpoint(target, "--input"), until_eof=not follow, whole_history=whole_history)
     except KafkaUnavailable as exc:
         raise ServiceError(str(exc)) from None
 
@@ -90,7 +94,7 @@ def input_identity(uri: str) -> dict[str, Any]:
     """
     kind, target = split_endpoint(uri, "--input")
     if kind == "kafka":
-        return {"kafka_topic": KafkaEndpoint.parse(target).topic}
+        return {"kafka_topic": _kafka_endpoint(target, "--input").topic}
     return {"jsonl_files": [target]}
 
 
@@ -99,6 +103,6 @@ def make_dead_letter_sink(uri: str) -> Sink:
     if kind == "jsonl":
         return JsonlDeadLetterSink(target)
     try:
-        return KafkaDeadLetterSink(KafkaEndpoint.parse(target))
+        return KafkaDeadLetterSink(_kafka_endpoint(target, "--dead-letter"))
     except KafkaUnavailable as exc:
         raise ServiceError(str(exc)) from None

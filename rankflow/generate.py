@@ -136,7 +136,9 @@ class LogGenerator:
         if not user.playing:
             self._start(user, "start")
             return
-        pid, song, version = user.current  # type: ignore[misc]
+        current = user.current
+        assert current is not None  # a playing user has a playback
+        pid, song, version = current
         r = self.rng.random()
         if r < 0.3:
             self._event(user, pid, song, version, "HEARTBEAT", "heartbeat")

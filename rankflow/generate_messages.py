@@ -215,13 +215,13 @@ class MessageLogGenerator:
         for burst in self._bursts:
             if r < burst.share:
                 ws, ch = burst.workspace, burst.channel
-                user = rng.randrange(self._users[ws])  # everyone piles in: many distinct users
-                return "burst", (self.workspaces[ws], self._channel_names[ch], user_name(user), self.clock)
+                uid = rng.randrange(self._users[ws])  # everyone piles in: many distinct users
+                return "burst", (self.workspaces[ws], self._channel_names[ch], user_name(uid), self.clock)
             r -= burst.share
         ws = _zipf(rng, len(self.workspaces), act.zipf_workspaces)
         ch = _zipf(rng, self._channels[ws], act.zipf_channels)
-        user = _zipf(rng, self._users[ws], act.zipf_users)
-        return "message", (self.workspaces[ws], self._channel_names[ch], user_name(user), self.clock)
+        uid = _zipf(rng, self._users[ws], act.zipf_users)
+        return "message", (self.workspaces[ws], self._channel_names[ch], user_name(uid), self.clock)
 
     # -- scheduling ---------------------------------------------------------------------
     def step(self) -> None:

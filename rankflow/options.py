@@ -240,7 +240,7 @@ def changed_fields(opts: RunOptions) -> list[str]:
     """The fields of ``opts`` that differ from their defaults: what a caller set."""
     changed = []
     for f in fields(opts):
-        default = f.default_factory() if f.default_factory is not MISSING else f.default  # type: ignore[misc]
+        default = f.default_factory() if f.default_factory is not MISSING else f.default
         if default is not MISSING and getattr(opts, f.name) != default and f.name != "extra":
             changed.append(f.name)
     return changed + list(opts.extra)

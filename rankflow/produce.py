@@ -13,6 +13,7 @@ unless every message was acknowledged.
 
 from __future__ import annotations
 
+import functools
 import os
 import time
 from dataclasses import dataclass
@@ -168,7 +169,7 @@ def produce_steady(brokers: str, topic: str, rate: int, users: int, songs: int, 
             time.sleep(delay)
         at = time.time()
         producer.produce(topic, key=user_key(line), value=line,
-                         on_delivery=lambda e, m, at=at, n=n: delivered(e, m, at, n))
+                         on_delivery=functools.partial(delivered, at=at, n=n))
         if n % 100 == 0:
             producer.poll(0)
     producer.flush(60)

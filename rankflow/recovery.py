@@ -20,7 +20,7 @@ import hmac
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeGuard
 
 import orjson
 from bytewax.recovery import RecoveryConfig, init_db_dir
@@ -55,8 +55,9 @@ def window_changelog(recovery_dir: str | None) -> Path | None:
     return None if recovery_dir is None else Path(recovery_dir) / WINDOW_CHANGELOG
 
 
-def resumes_from_recovery(recovery_dir: str | None) -> bool:
-    """Whether a run will start from stored state (else it starts its input over)."""
+def resumes_from_recovery(recovery_dir: str | None) -> TypeGuard[str]:
+    """Whether a run will start from stored state (else it starts its input over); if so,
+    ``recovery_dir`` is a path, as the type checker then knows."""
     return recovery_dir is not None and any(Path(recovery_dir).glob("part-*.sqlite3"))
 
 
@@ -94,7 +95,7 @@ def check_resumable(opts: RunOptions) -> None:
     starts them, so the refusal is the parent's usage error, not a child's failure."""
     if not resumes_from_recovery(opts.recovery_dir):
         return
-    path = Path(opts.recovery_dir)  # type: ignore[arg-type]  # resumes_from_recovery: not None
+    path = Path(opts.recovery_dir)
     stored = read_layout(path)
     if stored is not None:
         _refuse_other(path, stored, recorded(opts))

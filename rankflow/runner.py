@@ -19,6 +19,7 @@ import multiprocessing.process
 import sys
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
 
@@ -152,7 +153,7 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
         client.close()
 
 
-def _wait_all(children: list[multiprocessing.process.BaseProcess]) -> multiprocessing.process.BaseProcess | None:
+def _wait_all(children: Sequence[multiprocessing.process.BaseProcess]) -> multiprocessing.process.BaseProcess | None:
     while any(c.is_alive() for c in children):
         for child in children:
             if child.exitcode not in (None, 0):

@@ -47,7 +47,7 @@ def main() -> int:
                                        "--dead-letter", f"jsonl:{work / 'dead-letters.jsonl'}"]))
         procs.append(subprocess.Popen([sys.executable, "-m", "rankflow.cli", "serve", "--host", "127.0.0.1",
                                        "--port", str(a.port), "--redis", rds.url,
-                                       "--kafka", f"{broker.url}/{topic}"]))
+                                       "--kafka", f"kafka:{broker.url}/{topic}"]))
         threading.Thread(target=produce_steady, args=(broker.url, topic, a.rate, a.users, a.songs,
                                                       int(time.time()), stop), daemon=True).start()
         url = f"http://127.0.0.1:{a.port}/"

@@ -72,7 +72,8 @@ def score_floor(score: int) -> bytes:
 
 
 def key_score(key: bytes) -> int:
-    return _TOP_SCORE - _HEAD.unpack_from(key)[0]
+    ranked: int = _HEAD.unpack_from(key)[0]
+    return _TOP_SCORE - ranked
 
 
 class BoardIndex:
@@ -80,7 +81,7 @@ class BoardIndex:
 
     __slots__ = ("order", "keys")
 
-    def __init__(self, order: SortedList | None = None, keys: dict[str, bytes] | None = None) -> None:
+    def __init__(self, order: SortedList[bytes] | None = None, keys: dict[str, bytes] | None = None) -> None:
         self.order = order if order is not None else SortedList()
         self.keys = keys if keys is not None else {}
 

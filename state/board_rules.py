@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import datetime
 import functools
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from typing import Any, TypedDict
 
 DAY_MS = 86_400_000  # check 7 and the identity window: 24 h of the player's receipts
 FUTURE_MS = 60_000  # check 8: a result may be played at most 60 s after its receipt
@@ -58,7 +59,7 @@ DETAILS = {
 """A readable dead-letter detail per dead verdict."""
 
 
-PlayerRecord = list
+PlayerRecord = list[Any]
 """One player's state, kept as JSON-ready plain containers (orjson writes it to a
 changelog as is; read back, its lists and dicts work unchanged):
 
@@ -91,6 +92,22 @@ changelog as is; read back, its lists and dicts work unchanged):
 """
 
 R, OLDEST, RESULTS, BOARDS = range(4)
+Results = dict[str, dict[str, Sequence[int]]]
+"""A record's ``results``: ``{game_id: {match_id: (points, played_at)}}``."""
+Aggregates = dict[str, list[int]]
+"""One game's boards of a player: ``{board: aggregate}``."""
+Boards = dict[str, Aggregates]
+"""A record's ``boards``: ``{game_id: {board: aggregate}}``."""
+
+
+class Piece(TypedDict, total=False):
+    """The part of a record that a barrier's changelog frame holds (:func:`note_piece`)."""
+
+    R: list[int]  # [R, oldest]
+    r: Results
+    b: Boards
+
+
 NONE_HELD = 1 << 62  # OLDEST of an empty window: later than any time
 FORGET_SLACK_MS = DAY_MS // 4
 """How long a result out of the identity window may stay in the record before it is
@@ -196,7 +213,7 @@ _MOST_BOARDS = 2 + (KEPT_DAYS + 1) + 2
 """A player's boards in one game that can all still be kept: all, best, 8 days, 2 weeks."""
 
 
-def _drop_old_periods(boards: dict, prefix: str, oldest_kept: Callable[[str], str]) -> None:
+def _drop_old_periods(boards: Aggregates, prefix: str, oldest_kept: Callable[[str], str]) -> None:
     """Section 7 for one player: drop its own periods of one kind the game no longer keeps.
 
     The cut is taken from the player's newest period of that kind, which is at most
@@ -269,7 +286,7 @@ def apply_result(record: PlayerRecord | None, game: str, match: str, player: str
     return record, Verdict.ACCEPTED, _enter(record[BOARDS], game, points, played_at)
 
 
-def _forget(results: dict, cut: int) -> int:
+def _forget(results: Results, cut: int) -> int:
     """Section 2: results played before ``cut`` (R - 24 h) no longer count for identity; drop them.
 
     R only grows, so a result out of the window is out for good: dropping it changes
@@ -284,7 +301,7 @@ def _forget(results: dict, cut: int) -> int:
     oldest = NONE_HELD
     for game in list(results):
         matches = results[game]
-        stale = []
+        stale: list[str] = []
         for match, result in matches.items():
             if result[1] >= cut:
                 if result[1] < oldest:
@@ -298,7 +315,7 @@ def _forget(results: dict, cut: int) -> int:
     return oldest
 
 
-def _enter(boards: dict, game: str, points: int, played_at: int) -> tuple[Entry, ...]:
+def _enter(boards: Boards, game: str, points: int, played_at: int) -> tuple[Entry, ...]:
     """Section 3: an accepted result enters ``all``, ``best`` and its day's and week's boards."""
     mine = boards.get(game)
     if mine is None:
@@ -314,7 +331,7 @@ def _enter(boards: dict, game: str, points: int, played_at: int) -> tuple[Entry,
     return tuple(out)
 
 
-def _add_to_sum(mine: dict, game: str, board: str, points: int, played_at: int, out: list[Entry]) -> bool:
+def _add_to_sum(mine: Aggregates, game: str, board: str, points: int, played_at: int, out: list[Entry]) -> bool:
     """Section 4 on a sum board: reached_at is the last positive result, or the first while the score is 0.
 
     Appends the entry if the score or reached_at changed; True when the board is new
@@ -339,7 +356,7 @@ def _add_to_sum(mine: dict, game: str, board: str, points: int, played_at: int, 
     return False
 
 
-def _raise_best(mine: dict, game: str, points: int, played_at: int, out: list[Entry]) -> None:
+def _raise_best(mine: Aggregates, game: str, points: int, played_at: int, out: list[Entry]) -> None:
     """Section 4 on ``best``: only a strictly greater result raises it; an equal one can only make it earlier."""
     agg = mine.get(BEST)
     if agg is None:
@@ -352,7 +369,7 @@ def _raise_best(mine: dict, game: str, points: int, played_at: int, out: list[En
 
 # -- order (section 4) -----------------------------------------------------------
 
-def standing(board: str, aggregate: list) -> tuple[int, int]:
+def standing(board: str, aggregate: Sequence[int]) -> tuple[int, int]:
     """``(score, reached_at)`` of a player on ``board`` from its aggregate in the record.
 
     >>> standing("all", [0, -1, 7]), standing("all", [20, 9, 7]), standing("best", [50, 3])
@@ -411,7 +428,7 @@ def newest_periods(boards: Iterable[str]) -> tuple[str | None, str | None]:
 
 # -- records in a changelog ----------------------------------------------------------
 
-def note_piece(piece: dict, record: PlayerRecord, game: str, match: str, changes: tuple[Entry, ...]) -> None:
+def note_piece(piece: Piece, record: PlayerRecord, game: str, match: str, changes: tuple[Entry, ...]) -> None:
     """Add an accepted result to ``piece``: the part of the player's record that a barrier's
     changelog frame holds (an active player holds a day of results: writing the record
     whole at every barrier cost the durable flow a third of its time). The piece holds
@@ -420,7 +437,7 @@ def note_piece(piece: dict, record: PlayerRecord, game: str, match: str, changes
     O(boards changed).
 
     >>> rec, _, changes = apply_result(None, "g1", "m1", "ana", 50, 1798884000000, 1798884002000)
-    >>> piece = {}
+    >>> piece: Piece = {}
     >>> note_piece(piece, rec, "g1", "m1", changes[1:2])
     >>> finish_piece(piece, rec)
     {'r': {'g1': {'m1': (50, 1798884000000)}}, 'b': {'g1': {'best': [50, 1798884000000]}}, 'R': [1798884002000, 1798884000000]}
@@ -443,14 +460,14 @@ def note_piece(piece: dict, record: PlayerRecord, game: str, match: str, changes
         noted[change[1]] = held[change[1]]
 
 
-def finish_piece(piece: dict, record: PlayerRecord) -> dict:
+def finish_piece(piece: Piece, record: PlayerRecord) -> Piece:
     """The changelog frame's piece of a record that changed since the last barrier: R (it
     moves with every result, whatever the verdict) and what :func:`note_piece` noted."""
     piece["R"] = [record[R], record[OLDEST]]
     return piece
 
 
-def merge_piece(record: PlayerRecord | None, piece: dict | list) -> PlayerRecord:
+def merge_piece(record: PlayerRecord | None, piece: Piece | PlayerRecord) -> PlayerRecord:
     """A record read back from a changelog: ``piece`` (:func:`finish_piece`, or a whole
     record) folded into what was read before it. Results and boards a live record
     dropped stay in the pieces; :func:`forget_expired` drops the results again, and the

@@ -127,7 +127,7 @@ def _exact_integer(raw: bytes, field: str) -> Any:
     return int(literal)
 
 
-def _integer(obj: dict, raw: bytes, field: str, least: int) -> int:
+def _integer(obj: dict[str, Any], raw: bytes, field: str, least: int) -> int:
     """A required integer field, not a boolean, at least ``least``."""
     if field not in obj:
         raise InvalidEvent(MISSING_FIELD, f"{field} is missing")
@@ -217,8 +217,8 @@ def parse_records(
         except Exception:  # noqa: BLE001 - not JSON, not an object, a field missing: the full rules decide
             pass
         parsed = parse_event(raw, partition, offset, epoch)
-        if parsed.__class__ is PlaybackEvent:
-            events.append(parsed)  # type: ignore[arg-type]
+        if isinstance(parsed, PlaybackEvent):
+            events.append(parsed)
         else:
-            dead.append((partition, parsed))  # type: ignore[arg-type]
+            dead.append((partition, parsed))
     return events, dead

@@ -20,6 +20,7 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Callable
+from types import FrameType
 from typing import Any
 
 import orjson
@@ -42,7 +43,8 @@ def _digits_to_int(digits: str) -> int:
     if len(digits) <= _CHUNK_DIGITS:
         return int(digits)
     low = len(digits) // 2
-    return _digits_to_int(digits[:-low]) * 10**low + _digits_to_int(digits[-low:])
+    scale: int = 10**low
+    return _digits_to_int(digits[:-low]) * scale + _digits_to_int(digits[-low:])
 
 
 def exact_int(literal: str) -> int:
@@ -99,7 +101,8 @@ MAX_DEPTH = 1024
 
 
 def _stack_depth() -> int:
-    frame, depth = sys._getframe(), 0
+    frame: FrameType | None = sys._getframe()
+    depth = 0
     while frame is not None:
         frame, depth = frame.f_back, depth + 1
     return depth
@@ -168,7 +171,7 @@ def loads_json(raw: bytes, parse_int: ParseInt = exact_int) -> Any:
         return loads_exact(raw, str(exc), parse_int)
 
 
-def exact_object(obj: dict, raw: bytes, parse_int: ParseInt = exact_int) -> dict:
+def exact_object(obj: dict[str, Any], raw: bytes, parse_int: ParseInt = exact_int) -> dict[str, Any]:
     """Re-read a line where a float stands for an integer: orjson's reading of one beyond 64 bits.
 
     Rare path only. ``10.0`` stays a float (not an integer); ``18446744073709551616``
@@ -184,6 +187,9 @@ def exact_object(obj: dict, raw: bytes, parse_int: ParseInt = exact_int) -> dict
     return exact if type(exact) is dict else obj
 
 
+_KINDS: dict[type, str] = {str: "a string", list: "an array", dict: "an object"}
+
+
 def json_kind(obj: Any) -> str:
     """What a parsed JSON value is, for a dead letter's detail.
 
@@ -194,7 +200,7 @@ def json_kind(obj: Any) -> str:
         return "null"
     if type(obj) is bool:
         return "a boolean"
-    return {str: "a string", list: "an array", dict: "an object"}.get(type(obj), "a number")
+    return _KINDS.get(type(obj), "a number")
 
 
 def require_object(obj: Any) -> dict[str, Any]:

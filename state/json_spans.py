@@ -45,7 +45,9 @@ def value_end(text: bytes, pos: int) -> int:
     if flat is not None:
         pos = flat.end()
     while True:
-        pos = (_INNER if stack else _TOP).match(text, pos).end()
+        span = (_INNER if stack else _TOP).match(text, pos)
+        assert span is not None  # both patterns match the empty string
+        pos = span.end()
         if pos == end:
             return pos
         c = text[pos]
@@ -140,7 +142,9 @@ def member_value(text: bytes, field: str) -> bytes | None:
             found = text[start:end]
     if found is None:
         return None
-    return found[_KEY.match(found).end():].strip(WHITESPACE)
+    named = _KEY.match(found)
+    assert named is not None  # a member's text starts with its key
+    return found[named.end():].strip(WHITESPACE)
 
 
 def nesting_depth(text: bytes) -> int:

@@ -56,7 +56,7 @@ WORKSPACE, CHANNEL, USER, TS, OFFSET, RAW = range(6)
 _RANGES = {f: f"1 to {MAX_ID_CHARS} characters long" for f in ID_FIELDS} | {"ts": ">= 0"}
 
 
-def _check_field(obj: dict, field: str) -> None:
+def _check_field(obj: dict[str, Any], field: str) -> None:
     """Check 3 on one field: present, then of its type, then in its range."""
     if field not in obj:
         raise InvalidEvent(MISSING_FIELD, f"{field} is missing")
@@ -72,7 +72,7 @@ def _check_field(obj: dict, field: str) -> None:
         raise InvalidEvent(OUT_OF_RANGE, f"{field} must be {_RANGES[field]}")
 
 
-def _check_fields(obj: dict) -> None:
+def _check_fields(obj: dict[str, Any]) -> None:
     """Check 3: field by field in the table's order, each field completely before the next.
 
     docs/semantics/windows.md section 1 says so word for word, so the first field that fails names the

@@ -53,7 +53,6 @@ from typing import Any, ClassVar, NamedTuple, Protocol, TypeVar, runtime_checkab
 from sortedcontainers import SortedList
 
 Entry = TypeVar("Entry")
-E_co = TypeVar("E_co", covariant=True)
 
 
 class RankOrder(NamedTuple):
@@ -108,13 +107,13 @@ def merge_local_tops(local_tops: Iterable[list[Entry]], k: int, order: RankOrder
 
 
 @runtime_checkable
-class OrderedIndex(Protocol[E_co]):
+class OrderedIndex(Protocol[Entry]):
     """What a counter stage reads of its index and the merger relies on: the first ``k``
     entries in the class's ``order``, how many entries rank, and the invariant check."""
 
     order: ClassVar[RankOrder]
 
-    def top(self, k: int) -> list[E_co]:
+    def top(self, k: int) -> list[Entry]:
         """The first ``k`` entries in ``order`` (all of them if fewer)."""
 
     def __len__(self) -> int:
@@ -240,7 +239,7 @@ class RetractableIndex:
 
         >>> RetractableIndex({"a": 3, "b": -1})._check()
         """
-        self._index._check()
+        self._index._check()  # type: ignore[attr-defined]  # sortedcontainers-stubs omit the private _check
         positive = {key: c for key, c in self._counts.items() if c > 0}
         assert len(self._index) == len(positive), "the index holds exactly the positive counts"
         assert all(positive.get(key) == c for c, key in self._index), "the index agrees with the count map"

@@ -22,6 +22,9 @@ must store that record but tell the counters nothing.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+from typing import Any, Final
+
 from rankflow.state.events import HEARTBEAT, START, STOP, TIMEOUT
 
 
@@ -35,38 +38,56 @@ named tuple costs both, and there is one record per user).
 playback and of every ``HEARTBEAT`` accepted on it while it played; a record made by a
 ``STOP`` (rule 5, never counted) holds that ``STOP``'s ``ts``, which no rule reads.
 It sits before ``playing`` on purpose: records are stored as they are held
-(``operators.user_stage``), and every earlier stored form has the boolean ``playing``
-at index 3, so the type found there tells the two forms apart
-(:func:`from_stored`)."""
+(``operators.user_stage``, :func:`from_stored`), and every earlier stored form has the
+boolean ``playing`` at index 3, so the type found there tells the two forms apart in
+state stored before snapshots carried their format (:func:`from_legacy`)."""
 
-VERSION, PLAYBACK_ID, SONG_ID, LAST_ACTIVE, PLAYING = range(5)
+# The fields of a UserRecord, Final so that the type checker knows each field's type.
+VERSION: Final = 0
+PLAYBACK_ID: Final = 1
+SONG_ID: Final = 2
+LAST_ACTIVE: Final = 3
+PLAYING: Final = 4
 
 UNKNOWN_ACTIVITY = 0
-"""``last_active`` of a record stored before records kept it (:func:`from_stored`)."""
+"""``last_active`` of a record stored before records kept it (:func:`from_legacy`)."""
 
 
-def from_stored(stored: tuple | list) -> tuple[UserRecord, int]:
-    """A record as recovery state stored it, and the salt stored with it (0: none).
-
-    Stored forms: this module's record, with the salt as a sixth field when it is
-    not 0; and, from before section 6, ``(version, playback_id, song_id, playing)``
-    with the salt as a fifth field (always, in older state), older still with a
-    sixth (the routing version, no longer used). A record from before section 6
-    has no ``last_active``: it resumes with :data:`UNKNOWN_ACTIVITY` (0), "no activity
-    known", so a ``TIMEOUT`` of its playback is judged by the heartbeats after the
-    resume alone (the first one sets ``last_active``). The alternative, a record that
-    no ``TIMEOUT`` removes until it heartbeats again, would keep exactly the
-    listeners that disconnected before the upgrade counted forever.
+def from_stored(stored: Sequence[Any]) -> tuple[UserRecord, int]:
+    """A record as this code stores it (a changelog holds it as a list), and the salt stored
+    with it: this module's record, with the salt as a sixth field when it is not 0.
 
     >>> from_stored([3, "pb3", "s", 1_500, True])
     ((3, 'pb3', 's', 1500, True), 0)
-    >>> from_stored((3, "pb3", "s", True, 2, 4))  # before section 6: salt 2, routing version 4
+    >>> from_stored((3, "pb3", "s", 1_500, False, 2))
+    ((3, 'pb3', 's', 1500, False), 2)
+    """
+    return (stored[0], stored[1], stored[2], stored[3], stored[4]), stored[5] if len(stored) > 5 else 0
+
+
+def from_legacy(stored: Sequence[Any]) -> tuple[UserRecord, int]:
+    """Legacy: a record as recovery state stored it before its snapshots carried their format
+    (``operators.keyed_shards.FORMAT``), and the salt stored with it (0: none). Read only for
+    such state; the one place that tells a record's form by its shape.
+
+    Stored forms: :func:`from_stored`'s; and, from before section 6, ``(version,
+    playback_id, song_id, playing)`` with the salt as a fifth field (always, in older
+    state), older still with a sixth (the routing version, no longer used). A record from
+    before section 6 has no ``last_active``: it resumes with :data:`UNKNOWN_ACTIVITY` (0),
+    "no activity known", so a ``TIMEOUT`` of its playback is judged by the heartbeats after
+    the resume alone (the first one sets ``last_active``). The alternative, a record that
+    no ``TIMEOUT`` removes until it heartbeats again, would keep exactly the listeners that
+    disconnected before the upgrade counted forever.
+
+    >>> from_legacy([3, "pb3", "s", 1_500, True])
+    ((3, 'pb3', 's', 1500, True), 0)
+    >>> from_legacy((3, "pb3", "s", True, 2, 4))  # before section 6: salt 2, routing version 4
     ((3, 'pb3', 's', 0, True), 2)
     """
     if type(stored[3]) is bool:
         salt = stored[4] if len(stored) > 4 else 0
         return (stored[0], stored[1], stored[2], UNKNOWN_ACTIVITY, stored[3]), salt
-    return tuple(stored[:5]), stored[5] if len(stored) > 5 else 0  # type: ignore[return-value]
+    return from_stored(stored)
 
 
 class Verdict:

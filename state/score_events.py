@@ -52,7 +52,7 @@ _MAXIMA = {"points": MAX_POINTS, "played_at": MAX_TIME, "received_at": MAX_TIME}
 # An integer literal longer than this is out of range whatever its digits; the
 # standard library would refuse to convert one beyond 4300 digits at all.
 _LONG_DIGITS = 40
-_HUGE = 10**_LONG_DIGITS
+_HUGE: int = 10**_LONG_DIGITS
 
 
 class ScoreResult(NamedTuple):
@@ -105,7 +105,7 @@ _RANGES = {f: f"1 to {MAX_ID_CHARS} characters long" for f in ID_FIELDS} | {
     "points": f"0 to {MAX_POINTS}", "played_at": f"0 to {MAX_TIME}", "received_at": f"0 to {MAX_TIME}"}
 
 
-def _check_fields(obj: dict) -> None:
+def _check_fields(obj: dict[str, Any]) -> None:
     """Checks 3, 4, 5 in turn, each over all six fields before the next starts."""
     missing = [f for f in FIELDS if f not in obj]
     if missing:
@@ -216,7 +216,7 @@ def parse_score_records(
                     and 0 < len(g) <= most and 0 < len(m) <= most and 0 < len(p) <= most
                     and type(n) is int and 0 <= n <= top and type(t) is int and 0 <= t <= end
                     and type(r) is int and 0 <= r <= end):
-                if key is None:
+                if digest is None:  # no key
                     events.append((g, m, p, n, t, r, offset, raw))
                     continue
                 s = obj.get("sig")
@@ -226,8 +226,8 @@ def parse_score_records(
         except Exception:  # noqa: BLE001 - not JSON, not an object, a field missing: the full rules decide
             pass
         parsed = parse_score(raw, partition, offset, epoch, key)
-        if parsed.__class__ is ScoreResult:
-            events.append(tuple(parsed))  # type: ignore[arg-type]
+        if isinstance(parsed, ScoreResult):
+            events.append((*parsed,))
         else:
-            dead.append((partition, parsed))  # type: ignore[arg-type]
+            dead.append((partition, parsed))
     return events, dead

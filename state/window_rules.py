@@ -211,7 +211,8 @@ class WindowCounts:
         counts.changed = set()
         return counts
     def in_window(self, b: int) -> bool:
-        return self.first is not None and self.first <= b <= self.last  # type: ignore[operator]
+        first, last = self.first, self.last  # both None before the first watermark, or both set
+        return first is not None and last is not None and first <= b <= last
 
     def add(self, key: Hashable, user: str, b: int, n: int = 1) -> None:
         """One event of ``key`` by ``user`` in bucket ``b``, which is not before the window
@@ -254,7 +255,7 @@ class WindowCounts:
         old_first, old_last = self.first, self.last
         self.first, self.last = first, last
         for b in sorted(self.buckets):
-            was = old_first is not None and old_first <= b <= old_last  # type: ignore[operator]
+            was = old_first is not None and old_last is not None and old_first <= b <= old_last
             now = first <= b <= last
             if was and not now:
                 self._apply(self.buckets.pop(b), -1)

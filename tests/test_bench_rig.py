@@ -109,3 +109,25 @@ def test_the_rig_runs_a_flow_and_leaves_nothing_behind(tmp_path):
     assert not bench.work.exists()
     for pid in pids:
         assert pid is not None and rig.proc_status(pid, "VmRSS") == 0  # gone
+
+
+def test_every_result_is_a_rig_result_and_its_file_keeps_its_layout(tmp_path):
+    """The results share their configuration, machine and targets (``rig.Result``; the ones measured
+    part by part, ``measured`` too): their files still list the parts first and the summary last,
+    and a file of the earlier layout loads."""
+    from rankflow.bench.listeners import BenchResult, SweepResult
+
+    assert all(issubclass(c, rig.Result) for c in (BenchResult, SweepResult, ActivityBenchResult, BoardsBenchResult))
+    assert issubclass(ActivityBenchResult, rig.PartsResult) and issubclass(BoardsBenchResult, rig.PartsResult)
+    boards = BoardsBenchResult(config={"n": 1}, machine={"cpus": 2}, reads=Reads(http={}), targets={"top_met": True},
+                               measured={"reads": {"at": "now"}})
+    path, _ = rig.write_results(boards, tmp_path, "boards", lambda r, p: None)
+    keys = list(json.loads(path.read_text()))
+    assert keys[:2] == ["config", "machine"] and keys[-2:] == ["targets", "measured"] and "reads" in keys
+    listeners = BenchResult(config={}, machine={}, ratio=2.5, targets={"ratio_met": True})
+    path, _ = rig.write_results(listeners, tmp_path, "listeners", lambda r, p: None)
+    keys = list(json.loads(path.read_text()))
+    assert keys[:3] == ["config", "machine", "rankflow"] and keys[-1] == "targets"
+    earlier = {"config": {}, "machine": {}, "rankflow": {"events_per_s": 9.0}, "ratio": 2.5, "targets": {"a": 1}}
+    back = rig.load_result(BenchResult, earlier)
+    assert back.rankflow.events_per_s == 9.0 and back.ratio == 2.5 and back.targets == {"a": 1}

@@ -6,6 +6,8 @@ import pytest
 
 from rankflow.connectors import changelog as changelog_module
 from rankflow.connectors.changelog import ChangelogCorrupt, ShardChangelog
+from rankflow.operators import user_stage
+from rankflow.operators.keyed_shards import FORMAT
 from rankflow.operators.user_stage import UserShardLogic
 from rankflow.state.events import PlaybackEvent
 
@@ -143,3 +145,36 @@ def test_versions_beyond_64_bits_round_trip(tmp_path):
     log.close()
     restored = ShardChangelog(tmp_path, "users-5").restore(position)
     assert restored == {"a": rec(1), "b": big} and type(restored["b"][0]) is int
+
+
+def test_a_legacy_changelog_is_stored_in_the_current_format_at_the_next_barrier(tmp_path):
+    """A position stored before snapshots carried their format resumes (its records in any shape
+    of their time); the next barrier writes a new generation whose image holds every record in its
+    current shape, and hands Bytewax a tagged snapshot, which resumes by its format alone."""
+    log = ShardChangelog(tmp_path, "users-0")
+    log.restore(None)
+    old = {"a": [3, "p3", "song", True], "b": [2, "p2", "hit", 4, True, 1]}
+    position = log.append(old, everything(old), 1)
+    log.close()
+    logic = UserShardLogic.builder(tmp_path, shards=1)(position)
+    logic.on_batch([("f", 2, [PlaybackEvent("c", "p1", "song", "START", 1, 9, 0, b"")])])
+    tag, stored = logic.snapshot()
+    assert tag == FORMAT and stored[2] == position[2] + 1, "a new generation"
+    image = ShardChangelog(tmp_path, "users-0")._read(tmp_path / f"users-0.g{stored[2]}.log", stored[3])
+    assert image == {"a": [3, "p3", "song", 0, True], "b": [2, "p2", "hit", 4, True, 1], "c": [1, "p1", "song", 9, True]}
+
+
+def test_a_tagged_snapshot_is_read_by_its_format_never_by_shape(tmp_path, monkeypatch):
+    """What this code stored is read as its current shapes: the legacy reader is not called."""
+    logic = UserShardLogic.builder(tmp_path, shards=1)(None)
+    logic.on_batch([("f", 1, [PlaybackEvent("a", "p1", "song", "START", 1, 9, 0, b"")])])
+    whole = UserShardLogic.builder(whole=True)(None)
+    whole.on_batch([("f", 1, [PlaybackEvent("a", "p1", "song", "START", 1, 9, 0, b"")])])
+    stored, stored_whole = logic.snapshot(), whole.snapshot()
+
+    def legacy(_):
+        raise AssertionError("a tagged snapshot was read as legacy")
+
+    monkeypatch.setattr(user_stage, "from_legacy", legacy)
+    assert UserShardLogic.builder(tmp_path, shards=1)(stored).records == {"a": (1, "p1", "song", 9, True)}
+    assert UserShardLogic.builder(whole=True)(stored_whole).records == {"a": (1, "p1", "song", 9, True)}

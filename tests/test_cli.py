@@ -311,7 +311,7 @@ def test_top_recent(tmp_path, redis_url, namespace):
     assert [i["song_id"] for i in listeners["items"]] == ["song_c", "song_b", "song_a"]
 
     r = cli("top", "--recent", "--k", "5", "--redis", redis_url, "--namespace", namespace)
-    assert r.returncode == 0 and "plays" in r.stdout and "song_a" in r.stdout and "1970-01-01 00:01:00" in r.stdout
+    assert r.returncode == 0 and "plays" in r.stdout and "song_a" in r.stdout and "1970-01-01T00:01:00.000Z" in r.stdout  # ISO 8601 UTC, as every reader
     for bad in ("0", "6"):
         r = cli("top", "--recent", "--k", bad, "--redis", redis_url, "--namespace", namespace)
         assert r.returncode == 2 and "between 1 and K_max (5)" in r.stderr

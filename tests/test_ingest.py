@@ -448,7 +448,7 @@ def test_served_match_results_reach_the_boards(tmp_path, kafka_brokers, topic, r
 def test_serve_help_documents_the_score_options():
     out = subprocess.run([sys.executable, "-m", "rankflow.cli", "serve", "--help"], capture_output=True, text=True)
     assert out.returncode == 0
-    for option in ("--score-kafka HOST:PORT/TOPIC", "--signing-key HEX", "RANKFLOW_SIGNING_KEY", "--ingest-token"):
+    for option in ("--score-kafka kafka:HOST:PORT/TOPIC", "--signing-key HEX", "RANKFLOW_SIGNING_KEY", "--ingest-token"):
         assert option in " ".join(out.stdout.split()), option
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from rankflow.connectors.source_batch import SourceBatch
 from rankflow.operators.engine_types import PositionReport, Tick
+from rankflow.operators.keyed_shards import FORMAT
 from rankflow.operators.parse import ParsedBatch
 from rankflow.operators.routing import SongBatch
 from rankflow.operators.song_counter import PartitionReport, SongCounterLogic
@@ -120,10 +121,10 @@ def test_a_batch_without_its_epoch_is_refused():
 def test_user_snapshots_name_their_users_and_older_unnamed_ones_still_resume():
     logic = UserShardLogic.builder(whole=True)(None)
     logic.on_batch([("f", 1, [("u", "p", "s", "START", 1, 0, 0, b"", 0)])])
-    assert logic.snapshot() == {"u": (1, "p", "s", 0, True)}
+    assert logic.snapshot() == (FORMAT, {"u": (1, "p", "s", 0, True)})
     older = UserShardLogic.builder(whole=True)((1, "p", "s", True, 2, 4))  # before: no user id, a sixth field
     older.on_batch([("f", 2, [("u", "p", "s", "HEARTBEAT", 1, 5, 1, b"", 0)])])
-    assert older.snapshot() == {"u": (1, "p", "s", 5, True, 2)}, "the salt of a partial counter is kept"
+    assert older.snapshot() == (FORMAT, {"u": (1, "p", "s", 5, True, 2)}), "the salt of a partial counter is kept"
 
 
 def test_merger_state_stored_before_the_report_moved_to_song_counter_still_resumes():

@@ -69,6 +69,55 @@ def test_no_product_dispatch_outside_the_registry():
                                            'flow in ("')):
                     offending.append(f"{path.relative_to(ROOT)}:{n}: {line.strip()}")
     assert not offending, offending
+    assert not product_words(ROOT / "api" / "app.py")
+
+
+def product_words(path: Path) -> list[str]:
+    """The code of ``path`` (names, attributes, imports; not its prose) that names a product: a
+    word of one (``board_watch``, ``SnapshotCache``; not ``dashboard``), or one of its route or
+    serve-part modules (``api.parts``, where every product's parts come from, is no product's)."""
+    import ast
+    import re
+
+    from rankflow.api.settings import Settings
+
+    words = {"listener", "song", "board", "score", "match", "activity", "channel", "ingest", "producer", "cache",
+             "mirror", "ranking"}
+    modules = set()
+    for product in products.PRODUCTS.values():
+        words.add(product.name)
+        modules.update(module.rsplit(".", 1)[1] for module in product.routes)
+        modules.update(type(part).__module__.rsplit(".", 1)[1] for part in product.serve_parts(Settings()))
+    modules.discard("parts")
+
+    def names_a_product(name: str) -> bool:
+        tokens = {t.lower() for t in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)}
+        return name in modules or bool(tokens & words) or bool({t.rstrip("s") for t in tokens} & words)
+
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Name):
+            names = [node.id]
+        elif isinstance(node, ast.Attribute):
+            names = [node.attr]
+        elif isinstance(node, (ast.arg, ast.alias)):
+            names = [getattr(node, "arg", None) or node.name, getattr(node, "asname", None) or ""]
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names = [node.name]
+        elif isinstance(node, ast.ImportFrom):
+            names = (node.module or "").split(".")
+        else:
+            continue
+        found += [f"{getattr(node, 'lineno', '?')}: {name}" for name in names if name and names_a_product(name)]
+    return found
+
+
+def test_the_word_check_sees_a_product_in_code(tmp_path):
+    """``product_words`` finds what the old ``api/app.py`` had (it would let nothing pass unseen)."""
+    code = tmp_path / "app.py"
+    code.write_text("from rankflow.api.store import SnapshotCache\n"
+                    "def f(app):\n    return app.state.board_watch.version, dashboard.router\n")
+    assert sorted(w.split(": ")[1] for w in product_words(code)) == ["SnapshotCache", "board_watch", "store"]
 
 
 def test_the_command_line_imports_no_flow_to_start():

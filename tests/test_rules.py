@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from rankflow.state.rules import Verdict, changes, from_stored
+from rankflow.state.rules import Verdict, changes, from_legacy, from_stored
 
 
 def UserRecord(version, playback_id, song_id, playing, last_active=0):  # noqa: N802 - reads like the record it builds
@@ -177,11 +177,17 @@ def test_the_timeout_uses_the_timers_own_idle_ms():
 
 
 def test_a_record_stored_before_last_active_loads_with_no_activity_known():
-    assert from_stored([1, "pb1", "s", True]) == (UserRecord(1, "pb1", "s", True), 0)
-    assert from_stored([1, "pb1", "s", True, 3]) == (UserRecord(1, "pb1", "s", True), 3)
-    assert from_stored((1, "pb1", "s", False, 0, 4)) == (UserRecord(1, "pb1", "s", False), 0)
-    assert from_stored([1, "pb1", "s", 0, True]) == (UserRecord(1, "pb1", "s", True), 0), "last_active 0 is an int"
-    assert from_stored([1, "pb1", "s", 7, False, 2]) == (UserRecord(1, "pb1", "s", False, last_active=7), 2)
+    assert from_legacy([1, "pb1", "s", True]) == (UserRecord(1, "pb1", "s", True), 0)
+    assert from_legacy([1, "pb1", "s", True, 3]) == (UserRecord(1, "pb1", "s", True), 3)
+    assert from_legacy((1, "pb1", "s", False, 0, 4)) == (UserRecord(1, "pb1", "s", False), 0)
+    assert from_legacy([1, "pb1", "s", 0, True]) == (UserRecord(1, "pb1", "s", True), 0), "last_active 0 is an int"
+    assert from_legacy([1, "pb1", "s", 7, False, 2]) == (UserRecord(1, "pb1", "s", False, last_active=7), 2)
+
+
+def test_a_record_stored_now_is_read_by_its_format_alone():
+    """State that carries its format holds this module's records: read as they are, never sniffed."""
+    assert from_stored([1, "pb1", "s", 0, True]) == (UserRecord(1, "pb1", "s", True), 0)
+    assert from_stored((1, "pb1", "s", 7, False, 2)) == (UserRecord(1, "pb1", "s", False, last_active=7), 2)
 
 
 def test_a_timer_naming_another_song_removes_the_playback_from_its_own_song():

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import orjson
 
@@ -15,6 +15,7 @@ from rankflow.bench.activity_baseline import BaselineKeys
 from rankflow.bench.rig import OnRig
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys, activity_namespace
+from rankflow.connectors.redis_replies import Hash, Members
 
 
 class ActivityBench(OnRig):
@@ -110,7 +111,7 @@ class ActivityBench(OnRig):
 
     def flow_counts(self, namespace: str, workspaces: list[str]) -> dict[str, dict[str, int]]:
         keys = self.flow_keys(namespace)
-        slots = {ws.decode(): slot.decode() for ws, slot in self.client.hgetall(keys.workspace_slots).items()}
+        slots = {ws.decode(): slot.decode() for ws, slot in cast(Hash, self.client.hgetall(keys.workspace_slots)).items()}
         pipe = self.client.pipeline(transaction=False)
         for ws in workspaces:
             pipe.zrange(keys.workspace(ws, slots.get(ws, "a")), 0, -1, withscores=True)
@@ -118,7 +119,7 @@ class ActivityBench(OnRig):
 
     def flow_all_counts(self, namespace: str) -> dict[tuple[str, str], int]:
         keys = self.flow_keys(namespace)
-        workspaces = sorted(ws.decode() for ws in self.client.smembers(keys.workspaces))
+        workspaces = sorted(ws.decode() for ws in cast(Members, self.client.smembers(keys.workspaces)))
         return {(ws, ch): n for ws, chs in self.flow_counts(namespace, workspaces).items() for ch, n in chs.items()}
 
     def baseline_buckets(self, prefix: str, workspaces: list[str], first: int,

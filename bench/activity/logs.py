@@ -99,7 +99,8 @@ class LogIndex:
 
 def compare(got: dict[str, dict[str, int]], want: dict[str, dict[str, int]]) -> tuple[int, int, list[str]]:
     """(pairs that differ, pairs compared, examples) over the workspaces of ``want``."""
-    bad, compared, examples = 0, 0, []
+    bad, compared = 0, 0
+    examples: list[str] = []
     for ws, channels in want.items():
         mine = got.get(ws, {})
         for ch in set(mine) | set(channels):

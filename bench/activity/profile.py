@@ -34,7 +34,7 @@ PROFILE_PARTS = {  # a frame whose name contains a key counts for the part (inne
     "Kafka read": ("_KafkaPartition", "rd_kafka"),
     "start-up (imports)": ("_find_and_load", "_compile_bytecode"),
 }
-PROFILE_GENERIC = {"parse (JSON, validation)": ("orjson",), "publisher: redis-py (pack, send, wait)": ("redis/",)}
+PROFILE_GENERIC: dict[str, tuple[str, ...]] = {"parse (JSON, validation)": ("orjson",), "publisher: redis-py (pack, send, wait)": ("redis/",)}
 
 
 def profile(bench: ActivityBench, result: ActivityBenchResult) -> None:

@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import statistics
 from pathlib import Path
 from typing import Any
 
 from rankflow.bench import rig
 from rankflow.bench.activity.results import (AIM_FRESHNESS_P99_S, PARTS, SYSTEMS, TARGET_FRESHNESS_P99_S,
-                                             TARGET_QUERY_P99_MS, TARGET_RATIO, ActivityBenchResult, targets)
+                                             TARGET_QUERY_P99_MS, TARGET_RATIO, ActivityBenchResult, Error, Freshness,
+                                             Memory, Queries, Throughput, targets)
 from rankflow.bench.rig import fmt as _fmt
 
 Row = tuple[str, str, str, str]  # what, flow, baseline, target
@@ -161,8 +163,7 @@ def print_table(r: ActivityBenchResult) -> None:
     rig.print_table(f"activity: the flow vs the seed's design ({r.machine.get('cpus')} CPUs)", rows(r), 170)
 
 
-def _throughput_panel(r: ActivityBenchResult, ax: Any) -> None:
-    th = r.throughput
+def _throughput_panel(th: Throughput, ax: Any) -> None:
     names = [s for s in SYSTEMS if s in th.median_events_per_s]
     labels = {"baseline": "seed\n(EXPIRE/msg)", "baseline_lean": "seed lean\n(EXPIRE/batch)", "flow": "flow",
               "flow_durable": "flow\ndurable"}
@@ -176,8 +177,8 @@ def _throughput_panel(r: ActivityBenchResult, ax: Any) -> None:
                  f"{th.durable_ratio_lean:.2f}; mismatches {th.mismatches}", fontsize=10)
 
 
-def _freshness_panel(r: ActivityBenchResult, ax: Any) -> None:
-    runs = r.freshness.runs
+def _freshness_panel(fr: Freshness, ax: Any) -> None:
+    runs = fr.runs
     labels = [f"{f.system}\n{f.rate // 1000}k/s" for f in runs]
     x = range(len(runs))
     ax.bar([i - 0.2 for i in x], [f.p50_s or 0 for f in runs], 0.4, label="p50", color="#7fb3e0")
@@ -194,8 +195,7 @@ def _freshness_panel(r: ActivityBenchResult, ax: Any) -> None:
                  fontsize=10)
 
 
-def _queries_panel(r: ActivityBenchResult, ax: Any) -> None:
-    q = r.queries
+def _queries_panel(q: Queries, ax: Any) -> None:
     names = [(p, n) for p, qs in q.phases.items() for n in qs]
     vals = [q.phases[p][n].p99_ms or 0 for p, n in names]
     ax.bar(range(len(names)), vals, color=["#2b7bba" if n.startswith("flow") else
@@ -209,8 +209,7 @@ def _queries_panel(r: ActivityBenchResult, ax: Any) -> None:
     ax.set_title(f"queries at {q.rate:,} req/s (p99)", fontsize=10)
 
 
-def _memory_panel(r: ActivityBenchResult, ax: Any) -> None:
-    mm = r.memory
+def _memory_panel(mm: Memory, ax: Any) -> None:
     labels, vals, colors = [], [], []
     for run in mm.runs:
         tag = run.name + (" dur." if run.durable else "")
@@ -232,8 +231,8 @@ def _memory_panel(r: ActivityBenchResult, ax: Any) -> None:
     ax.set_title(f"bytes per active pair ({mm.pairs:,} active)", fontsize=10)
 
 
-def _error_panel(r: ActivityBenchResult, ax: Any) -> None:
-    e = r.error.runs
+def _error_panel(er: Error, ax: Any) -> None:
+    e = er.runs
     x = range(len(e))
     ax.bar([i - 0.2 for i in x], [run.width_max for run in e], 0.4, label="max count_high - count_low",
            color="#2b7bba")
@@ -242,11 +241,12 @@ def _error_panel(r: ActivityBenchResult, ax: Any) -> None:
     ax.legend(fontsize=8)
     ax.set_title("global summary: bound width vs T/N", fontsize=10)
 
-PANELS = {"throughput": _throughput_panel, "freshness": _freshness_panel, "queries": _queries_panel, "memory": _memory_panel, "error": _error_panel}
+PANELS: dict[str, Any] = {"throughput": _throughput_panel, "freshness": _freshness_panel, "queries": _queries_panel, "memory": _memory_panel, "error": _error_panel}
 
 
 def chart(r: ActivityBenchResult, path: Path) -> None:
-    panels = [lambda ax, draw=draw: draw(r, ax) for part, draw in PANELS.items() if getattr(r, part) is not None]
+    # each panel draws its part of the result, when measured
+    panels = [functools.partial(draw, getattr(r, part)) for part, draw in PANELS.items() if getattr(r, part) is not None]
     rig.chart(path, "rankflow activity vs the seed's design (ZINCRBY per message, ZUNIONSTORE of 60 buckets)", panels, (5.4, 4.6))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankflow.bench.rig import Latency
+from rankflow.bench.rig import Latency, PartsResult
 
 PARTS = ("throughput", "freshness", "queries", "memory", "error", "profile")
 DEFAULT_PARTS = ("throughput", "freshness", "queries", "memory", "error")
@@ -193,17 +193,13 @@ class Profile:
 
 
 @dataclass
-class ActivityBenchResult:
-    config: dict[str, Any]
-    machine: dict[str, Any]
+class ActivityBenchResult(PartsResult):
     throughput: Throughput | None = None
     freshness: Freshness | None = None
     queries: Queries | None = None
     memory: Memory | None = None
     error: Error | None = None
     profile: Profile | None = None
-    targets: dict[str, Any] = field(default_factory=dict)
-    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # part -> when, wall s, its configuration
 
 
 def targets(r: ActivityBenchResult) -> dict[str, Any]:
@@ -218,9 +214,10 @@ def targets(r: ActivityBenchResult) -> dict[str, Any]:
         t["freshness_p99_max_s"], t["freshness_p99_aim_s"] = TARGET_FRESHNESS_P99_S, AIM_FRESHNESS_P99_S
         for run in r.freshness.runs:
             if run.system.startswith("flow"):
-                ok = run.p99_s is not None and run.p99_s < TARGET_FRESHNESS_P99_S and run.seen == run.samples
+                p99 = run.p99_s
+                ok = p99 is not None and p99 < TARGET_FRESHNESS_P99_S and run.seen == run.samples
                 t[f"{run.system}_freshness_met_at_{run.rate}"] = ok
-                aim = ok and run.p99_s < AIM_FRESHNESS_P99_S  # type: ignore[operator]
+                aim = ok and p99 is not None and p99 < AIM_FRESHNESS_P99_S
                 t[f"{run.system}_freshness_aim_met_at_{run.rate}"] = aim
     if r.queries:
         t["query_p99_max_ms"] = TARGET_QUERY_P99_MS

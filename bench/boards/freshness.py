@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
+from typing import cast
 
 import orjson
 
@@ -12,6 +13,7 @@ from rankflow.bench.boards.core import BoardsBench
 from rankflow.bench.boards.results import BoardsBenchResult, Freshness
 from rankflow.connectors.kafka import ensure_topic
 from rankflow.connectors.redis_keys import Keys, boards_namespace
+from rankflow.connectors.redis_replies import Entries
 
 
 def freshness(bench: BoardsBench, result: BoardsBenchResult) -> None:
@@ -49,7 +51,7 @@ def freshness(bench: BoardsBench, result: BoardsBenchResult) -> None:
     out.samples, out.seen = len(samples), len(latencies)
     out.p50_s, out.p99_s = rig.percentile(latencies, 0.5), rig.percentile(latencies, 0.99)
     out.max_s = max(latencies, default=None)
-    history = [(orjson.loads(f[b"snapshot"])) for _, f in bench.client.xrange(keys.stream)]
+    history = [(orjson.loads(f[b"snapshot"])) for _, f in cast(Entries, bench.client.xrange(keys.stream))]
     published = [(s["published_at"] / 1000, s["positions"]) for s in history]
     by_published = list(rig.first_covering(published, topic, samples).values())
     out.published_p50_s, out.published_p99_s = rig.percentile(by_published, 0.5), rig.percentile(by_published, 0.99)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import Any
 
@@ -157,7 +158,7 @@ PANELS = {"throughput": _throughput, "freshness": _freshness, "memory": _memory,
 
 
 def chart(r: BoardsBenchResult, path: Path) -> None:
-    panels = [lambda ax, draw=draw: draw(r, ax) for part, draw in PANELS.items() if getattr(r, part) is not None]
+    panels = [functools.partial(draw, r) for part, draw in PANELS.items() if getattr(r, part) is not None]
     rig.chart(path, "rankflow score boards vs the seed's design (one Lua script per result)", panels, (5.2, 4.6))
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from rankflow.bench.rig import Latency
+from rankflow.bench.rig import Latency, PartsResult
 
 PARTS = ("throughput", "freshness", "memory", "reads", "big")
 SYSTEMS = ("baseline", "flow", "flow_durable")
@@ -153,17 +153,13 @@ class Big:
 
 
 @dataclass
-class BoardsBenchResult:
-    config: dict[str, Any]
-    machine: dict[str, Any]
+class BoardsBenchResult(PartsResult):
     throughput: Throughput | None = None
     freshness: Freshness | None = None
     memory: Memory | None = None
     reads: Reads | None = None
     big: Big | None = None  # --big-mode flow
     big_redis: Big | None = None  # --big-mode redis
-    targets: dict[str, Any] = field(default_factory=dict)
-    measured: dict[str, dict[str, Any]] = field(default_factory=dict)  # part -> when, wall s, its configuration
 
 
 def targets(r: BoardsBenchResult) -> dict[str, Any]:

@@ -13,7 +13,9 @@ which flow runs asks its :class:`Product` here instead of comparing flow names:
 * what its recovery directory records (:meth:`Product.layout`);
 * what a rebuild checks before switching (:meth:`Product.rebuild_problem`);
 * its summary line (:meth:`Product.counts`), its reader commands
-  (:attr:`Product.readers`) and its HTTP routes (:attr:`Product.routes`).
+  (:attr:`Product.readers`), its HTTP routes (:attr:`Product.routes`) and what ``rankflow
+  serve`` runs beside them (:meth:`Product.serve_parts`: its readers' background parts,
+  what ``/health`` and ``/metrics`` say of it).
 
 The product modules import their flows, readers and routes when asked, so the
 command line starts without importing every flow.
@@ -43,6 +45,8 @@ if TYPE_CHECKING:
     from bytewax.outputs import Sink
     from fastapi import APIRouter
 
+    from rankflow.api.parts import Part
+    from rankflow.api.settings import Settings
     from rankflow.options import RunOptions
 
 Command = Callable[[argparse.Namespace], int]
@@ -90,6 +94,8 @@ class Product:
     """Its reader commands: (module, command, handler); the module has ``add_parser(sub, add_redis)``."""
     routes: tuple[str, ...] = ()
     """The modules of its HTTP routes, each with a ``router``."""
+    serves: str = ""
+    """What its routes answer, in the API's summary (``/openapi.json``)."""
 
     def namespace(self, namespace: str) -> str:
         """Where it publishes for ``--namespace namespace``."""
@@ -145,6 +151,11 @@ class Product:
     def routers(self) -> list[APIRouter]:
         """Its HTTP routes (``rankflow serve``): the ``router`` of each module of :attr:`routes`."""
         return [importlib.import_module(name).router for name in self.routes]
+
+    def serve_parts(self, settings: Settings) -> list[Part]:
+        """What ``rankflow serve`` runs for its routes (``api.parts``): built without I/O, started
+        before the service answers, asked for ``/health`` and ``/metrics``."""
+        return []
 
 
 def _load() -> dict[str, Product]:

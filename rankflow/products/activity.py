@@ -15,6 +15,8 @@ if TYPE_CHECKING:
     from bytewax.inputs import Source
     from bytewax.outputs import Sink
 
+    from rankflow.api.parts import Part
+    from rankflow.api.settings import Settings
     from rankflow.options import RunOptions
 
 class Activity(Product):
@@ -22,6 +24,7 @@ class Activity(Product):
     title = "most active channels in a sliding window"
     readers = (("rankflow.cli_activity", "activity", "cmd_activity"),)
     routes = ("rankflow.api.activity",)
+    serves = "channels ranked by activity in a sliding window"
     options = (
         Option(("--bucket-seconds",), "bucket_seconds", type=positive, metavar="S",
                help="the width of a time bucket (default: %(default)s)"),
@@ -63,6 +66,11 @@ class Activity(Product):
         return {"bucket_seconds": opts.bucket_seconds, "window_buckets": opts.window_buckets, "count": opts.count,
                 "global_summary": opts.global_summary}
 
+    def serve_parts(self, settings: Settings) -> list[Part]:
+        from rankflow.api.activity_watch import ActivityParts
+
+        return [ActivityParts(settings)]
+
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
                    dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
         from functools import partial
@@ -86,7 +94,9 @@ class Activity(Product):
         )
 
     def counts(self, final: dict[str, Any]) -> str:
-        return f"{final['active_pairs']} active channels, watermark {final['watermark']}, "
+        from rankflow.cli_format import quantity, utc
+
+        return f"{quantity(final['active_pairs'])} active channels, watermark {utc(final['watermark'])}, "
 
 
 PRODUCT = Activity()

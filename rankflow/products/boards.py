@@ -17,6 +17,8 @@ if TYPE_CHECKING:
     from bytewax.inputs import Source
     from bytewax.outputs import Sink
 
+    from rankflow.api.parts import Part
+    from rankflow.api.settings import Settings
     from rankflow.options import RunOptions
 
 log = logging.getLogger("rankflow.run")
@@ -43,6 +45,7 @@ class Boards(Product):
     title = "game score boards"
     readers = (("rankflow.cli_boards", "boards", "cmd_boards"),)
     routes = ("rankflow.api.match_results", "rankflow.api.boards", "rankflow.api.board_stream")
+    serves = "game score boards"
     options = (
         Option(("--signing-key",), "signing_key", metavar="HEX",
                resolve=lambda given: signing_key(given, os.environ),
@@ -83,6 +86,13 @@ class Boards(Product):
                                "--flow boards`)")
         log.warning("Redis has no snapshot of generation %s: every player's entries are published again", generation)
         return True
+
+    def serve_parts(self, settings: Settings) -> list[Part]:
+        from rankflow.api.board_watch import BoardParts
+        from rankflow.api.parts import ProducerPart
+
+        return [ProducerPart(settings, settings.score_kafka, "score_producer",
+                             "Match results in the POST /matches producer's local queue"), BoardParts(settings)]
 
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
                    dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from rankflow.arg_types import comma_list, not_negative, positive
+from rankflow.arg_types import comma_list, kafka, not_negative, positive
 from rankflow.errors import UsageError
 from rankflow.products import Option, Product
 
@@ -14,6 +14,8 @@ if TYPE_CHECKING:
     from bytewax.inputs import Source
     from bytewax.outputs import Sink
 
+    from rankflow.api.parts import Part
+    from rankflow.api.settings import Settings
     from rankflow.operators.user_stage import SweeperConfig
     from rankflow.options import RunOptions
 
@@ -29,6 +31,7 @@ class Listeners(Product):
     title = "songs by current listeners"
     readers = (("rankflow.cli_listeners", "top", "cmd_top"),)
     routes = ("rankflow.api.ingest", "rankflow.api.rankings")
+    serves = "songs ranked by current listeners"
     options = (
         USER_SHARDS,
         Option(("--hot-threshold",), "hot_threshold", type=float, metavar="N",
@@ -83,13 +86,22 @@ class Listeners(Product):
             **self.engine(opts, token),
         )
 
+    def serve_parts(self, settings: Settings) -> list[Part]:
+        from rankflow.api.parts import ProducerPart
+        from rankflow.api.store import ListenerSnapshots
+
+        return [ProducerPart(settings, settings.kafka, "producer", "Events in the POST /events producer's local queue"),
+                ListenerSnapshots(settings)]
+
     def rebuild_problem(self, final: dict[str, Any]) -> str | None:
         if final["total_listeners"] != final["counted_users"]:
             return "the rebuilt ranking breaks total_listeners == counted_users"
         return None
 
     def counts(self, final: dict[str, Any]) -> str:
-        return f"{final['total_listeners']} listeners on {final['active_songs']} songs, "
+        from rankflow.cli_format import quantity
+
+        return f"{quantity(final['total_listeners'])} listeners on {quantity(final['active_songs'])} songs, "
 
 
 
@@ -98,11 +110,9 @@ def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
     input)."""
     if not opts.idle_timeout_ms:
         return None
-    from rankflow.connectors.kafka import KafkaEndpoint
     from rankflow.operators.user_stage import SweeperConfig
 
-    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000),
-                         KafkaEndpoint.parse(opts.input.removeprefix("kafka:")))
+    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000), kafka(opts.input))
 
 
 def _check_sweeper(opts: RunOptions) -> None:

@@ -1,0 +1,118 @@
+"""A product's share of ``rankflow serve`` besides its routes: its background parts.
+
+Contract: ``Product.serve_parts(settings)`` lists :class:`Part` objects, built without I/O.
+The app starts every mounted product's parts before it answers (:meth:`Part.start`, which
+puts on ``app.state`` what the product's routes read), stops them at shutdown
+(:meth:`Part.stop`, in bounded time), and asks them what ``GET /health``
+(:meth:`Part.health`) and ``GET /metrics`` (:meth:`Part.metrics`) report. The app names no
+product: what it knows of one is what its parts say.
+
+``/health``'s status (``api.app``) is ``ok`` when Redis answers, no part is degraded
+(:attr:`Health.serving` False: a snapshot it serves is stale) and at least one serves a
+current snapshot (True); a product with nothing published (None) does not degrade the
+service as long as another serves (a boards-only deployment).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import redis
+import redis.asyncio as aioredis
+
+from rankflow.api.watch import wait_bounded
+
+if TYPE_CHECKING:
+    from rankflow.api.ingest import EventProducer
+    from rankflow.api.settings import Settings
+    from rankflow.connectors.kafka import KafkaEndpoint
+
+log = logging.getLogger("rankflow.api")
+
+
+@dataclass
+class Health:
+    """What one part tells ``/health``: its ``fields`` (in the body, in the part's order),
+    whether it serves a current snapshot (``serving``: True; None: nothing published; False:
+    degraded), and ``informs``: fields that never degrade, written after every part's ``fields``."""
+
+    fields: dict[str, Any]
+    serving: bool | None = None
+    informs: dict[str, Any] = field(default_factory=dict)
+
+
+class Part:
+    """One background piece of a product in ``rankflow serve``; the defaults do nothing."""
+
+    async def start(self, state: Any) -> None:
+        """Start, and put on ``state`` (``app.state``) what the product's routes read."""
+
+    async def stop(self) -> None:
+        """Stop in bounded time (the shutdown must not wait on a stalled Redis)."""
+
+    def health(self) -> Health | None:
+        """What ``/health`` reports of it; None: nothing."""
+        return None
+
+    def metrics(self) -> bytes:
+        """Its lines of ``/metrics`` (Prometheus text format)."""
+        return b""
+
+
+def redis_client(url: str) -> aioredis.Redis:
+    """A part's connections to Redis: a stalled Redis fails a read in seconds, never hangs it."""
+    return aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+
+
+async def close_client(client: aioredis.Redis | None) -> None:
+    """Close a client's connections without letting a stalled Redis hold the shutdown."""
+    if client is not None:
+        await wait_bounded(asyncio.ensure_future(client.aclose()), "Redis connections did not close in time")
+
+
+async def ping(client: aioredis.Redis) -> bool:
+    """Whether Redis answers (``/health``)."""
+    try:
+        return bool(await client.ping())
+    except (redis.RedisError, OSError):
+        return False
+
+
+def gauge(name: str, what: str, value: int, kind: str = "gauge") -> bytes:
+    """One Prometheus metric ``rankflow_api_<name>`` with its help line."""
+    metric = f"rankflow_api_{name}"
+    return f"# HELP {metric} {what}\n# TYPE {metric} {kind}\n{metric} {value}\n".encode()
+
+
+class ProducerPart(Part):
+    """A Kafka producer a product's POST route writes to (``api.ingest.EventProducer``), kept
+    on ``state.<attr>`` (None without an endpoint: the route answers that it is disabled)."""
+
+    def __init__(self, settings: Settings, endpoint: KafkaEndpoint | None, attr: str, what: str) -> None:
+        self.settings, self.endpoint, self.attr, self.what = settings, endpoint, attr, what
+        self.producer: EventProducer | None = None
+
+    async def start(self, state: Any) -> None:
+        if self.endpoint is not None:
+            from rankflow.api.ingest import EventProducer
+
+            if self.settings.ingest_token is None:
+                log.warning("ingest is open: anyone who can reach this port can write events to %s; set "
+                            "--ingest-token", self.endpoint)
+            self.producer = EventProducer(self.endpoint, self.settings.delivery_timeout_ms,
+                                          self.settings.producer_queue_messages)
+        setattr(state, self.attr, self.producer)
+
+    async def stop(self) -> None:
+        if self.producer is not None:
+            self.producer.close()
+
+    def metrics(self) -> bytes:
+        """The producer's queue: how far the broker is behind (nothing without a producer)."""
+        if self.producer is None:
+            return b""
+        return gauge(f"{self.attr}_queue_messages", f"{self.what}, not yet acknowledged by the broker",
+                     self.producer.queued)
