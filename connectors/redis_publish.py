@@ -28,14 +28,12 @@ from bytewax.outputs import DynamicSink, StatelessSinkPartition
 from rankflow.connectors.redis_generations import Fence, FencedError, GenerationSwitched
 from rankflow.connectors.redis_keys import Keys, connect
 from rankflow.connectors.script_query import bind
-from rankflow.connectors.scripts import PUBLISH_LISTENERS, Published, Script, publish_call
+from rankflow.connectors.scripts import Published, Script, publish_call
 from rankflow.operators.metrics import METRICS
-from rankflow.state.snapshot import Snapshot
 
 log = logging.getLogger("rankflow.publisher")
 
 STREAM_MAXLEN = 10_000
-CHANGES_MAXLEN = 1_000  # about 4 minutes of snapshots at the default barrier; a reader further behind reloads
 
 TRANSIENT_REPLIES = frozenset({"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"})
 """Redis replies that mean "not now": loading its data, running a long script, a
@@ -87,46 +85,6 @@ def loads_document(raw: bytes | str) -> Any:
     return json.loads(raw)
 
 
-class CountTable:
-    """The listener flow's state in Redis: the count table, sent as changes.
-
-    Count changes not yet in Redis wait for the next snapshot Redis accepts. The
-    publisher mirrors the whole table, to send it whole when Redis has none.
-    """
-
-    script = PUBLISH_LISTENERS
-
-    def __init__(self) -> None:
-        self._pending: dict[str, int] = {}
-        self._full = False
-        self._mirror: dict[str, int] = {}  # the whole table, for a Redis that lost it
-
-    def remember(self, snapshot: Snapshot) -> None:
-        if snapshot.counts_full:
-            self._pending, self._full = dict(snapshot.counts), True
-            self._mirror = {song: n for song, n in snapshot.counts.items() if n > 0}
-            return
-        self._pending.update(snapshot.counts)
-        for song, n in snapshot.counts.items():
-            if n > 0:
-                self._mirror[song] = n
-            else:
-                self._mirror.pop(song, None)
-
-    def resend_all(self) -> None:
-        self._pending, self._full = dict(self._mirror), True
-
-    def stored(self) -> None:
-        self._pending, self._full = {}, False
-
-    def keys(self, k: Keys) -> list[str]:
-        return PUBLISH_LISTENERS.product_keys(counts=k.counts, changes=k.changes)
-
-    def args(self) -> list[Any]:
-        return PUBLISH_LISTENERS.at_p(full="full" if self._full else "delta", counts=orjson.dumps(self._pending),
-                                      changes_cap=CHANGES_MAXLEN)
-
-
 def merge_pending(pending: dict[Any, dict[Any, Any]], changes: dict[Any, dict[Any, Any]]) -> None:
     """Fold one snapshot's changes (per group: a workspace, a board, its members' new
     values) into the changes still waiting for Redis: a newer snapshot's value replaces
@@ -176,14 +134,15 @@ class Publisher:
 
     ``live=True`` (a run) requires the generation to stay current; ``live=False`` (a
     rebuild) writes into a generation readers do not use yet. ``state`` is the
-    flow's state in Redis (the listener flow's :class:`CountTable` by default).
+    flow's state in Redis, its product's (``connectors.redis_listeners.CountTable``,
+    ``redis_boards.BoardsState``, ``redis_activity.ActivityState``).
     """
 
     def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0,
-                 live: bool = True, retry_for_s: float = 300.0, state: ProductState | None = None) -> None:
+                 live: bool = True, retry_for_s: float = 300.0, *, state: ProductState) -> None:
         self._client = connect(url)
         self._keys = Keys(namespace, generation)
-        self._state: ProductState = state or CountTable()
+        self._state = state
         self._script = bind(self._client, self._state.script)
         self._fence = Fence(run_token, generation, "live" if live else "build")
         k = self._keys
@@ -260,7 +219,7 @@ class Publisher:
         self._client.close()
 
 
-class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
+class _PublisherPartition(StatelessSinkPartition[tuple[str, Any]]):
     """Publishes from a thread of its own, in order, so the flow never waits for Redis.
 
     A publish is one Lua script that applies thousands of count changes (about 20 ms
@@ -283,7 +242,7 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
 
     def __init__(self, publisher: Publisher) -> None:
         self._publisher = publisher
-        self._queue: queue.Queue[Snapshot | None] = queue.Queue(maxsize=self.IN_FLIGHT)
+        self._queue: queue.Queue[Any] = queue.Queue(maxsize=self.IN_FLIGHT)
         self._failure: BaseException | None = None
         self._reported = False
         self._thread = threading.Thread(target=self._publish_all, name="rankflow-publisher", daemon=True)
@@ -308,7 +267,7 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
             self._reported = True
             raise failure
 
-    def write_batch(self, items: list[tuple[str, Snapshot]]) -> None:
+    def write_batch(self, items: list[tuple[str, Any]]) -> None:
         self._raise_failure()
         for _, snapshot in items:
             self._queue.put(snapshot)
@@ -323,12 +282,12 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Snapshot]]):
 class RedisSnapshotSink(DynamicSink[tuple[str, Any]]):
     """Bytewax sink publishing the merger's ``(key, snapshot)`` items.
 
-    ``state``: builds the flow's :class:`ProductState` (the listener flow's count
-    table by default); one per partition, built where the partition runs.
+    ``state``: builds the flow's :class:`ProductState` (its product's); one per
+    partition, built where the partition runs.
     """
 
-    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0, live: bool = True,
-                 state: Callable[[], ProductState] = CountTable) -> None:
+    def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0, live: bool = True, *,
+                 state: Callable[[], ProductState]) -> None:
         self._args = (url, namespace, run_token, generation, live)
         self._state = state
 

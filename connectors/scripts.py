@@ -179,7 +179,7 @@ PUBLISH_LISTENERS = Script(
     "publish_listeners", ("publish_prelude", "publish_listeners"),
     keys=PUBLISH_KEYS + ("counts", "changes"), argv=PUBLISH_ARGV, more_argv="the source positions",
     argv_at_p=("full", "counts", "changes_cap"))
-"""Stores one snapshot of the listener flow, atomically (``redis_publish.CountTable``).
+"""Stores one snapshot of the listener flow, atomically (``redis_listeners.CountTable``).
 
 The prelude, then ``KEYS`` 8-9: the generation's counts and changes; from ``ARGV[P]``:
 ``full`` or ``delta``, the count changes (JSON), the changes stream's cap. A ``full``

@@ -35,26 +35,32 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
+from bytewax.operators import KeyedStream
 from bytewax.outputs import Sink
 
+from rankflow.connectors.source_batch import SourceBatch
+
 from rankflow.operators.counter import CounterLogic
+from rankflow.operators.engine_types import Tick
 from rankflow.operators.merger import MergerLogic
 from rankflow.operators.parse import ParsedBatch, stamp_epoch
 from rankflow.operators.ranking_stage import rank_and_publish
-from rankflow.operators.window_counter import WindowTable, expired_dead_letters, route_messages
+from rankflow.operators.window_counter import WindowBatch, WindowTable, expired_dead_letters, route_messages
+from rankflow.state.events import DeadLetter
 from rankflow.operators.window_ranking import ActivityRanking
 from rankflow.state.message_events import parse_message_records
 from rankflow.state.window_rules import MESSAGES, MODES
 
 
 def build_flow(
-    source: Source,
-    dead_letter_sink: Sink,
-    snapshot_sink: Sink,
+    source: Source[SourceBatch],
+    dead_letter_sink: Sink[tuple[str, DeadLetter]],
+    snapshot_sink: Sink[tuple[str, Any]],
     *,
     partitions: int,
     k_max: int,
@@ -88,8 +94,9 @@ def build_flow(
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
     parsed = op.map("parse", stamped, partial(ParsedBatch, parse=parse_message_records))
 
-    routed = op.flat_map("window_events", parsed, partial(route_messages, partitions=partitions,
-                                                          quiet_after_s=idle_after_s))
+    # the counter stage takes batches and ticks; every WindowBatch is its source batch's tick here
+    routed: KeyedStream[WindowBatch | Tick] = op.flat_map(
+        "window_events", parsed, partial(route_messages, partitions=partitions, quiet_after_s=idle_after_s))
     reports = op.stateful_batch("window_counters", routed, CounterLogic.builder(
         lambda stored: WindowTable(bucket_ms, window_buckets, mode, k_max, stored, summary,
                                    changelog if recoverable else None), recoverable))

@@ -34,29 +34,35 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
+from bytewax.operators import KeyedStream
 from bytewax.outputs import Sink
+
+from rankflow.connectors.source_batch import SourceBatch
 
 from rankflow.operators.board_counter import BoardTable
 from rankflow.operators.board_ranking import BoardRanking
 from rankflow.operators.counter import CounterLogic
+from rankflow.operators.engine_types import Tick
 from rankflow.operators.keyed_shards import ShardRouter
 from rankflow.operators.merger import MergerLogic
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.parse import ParsedBatch, stamp_epoch
 from rankflow.operators.ranking_stage import rank_and_publish
 from rankflow.operators.player_stage import VERDICTS, PlayerShardLogic, select_dead_letters, select_tallies
-from rankflow.operators.routing import route_board_entries
+from rankflow.operators.routing import BoardBatch, route_board_entries
+from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import PLAYER_ID, parse_score_records
 
 
 def build_flow(
-    source: Source,
-    dead_letter_sink: Sink,
-    snapshot_sink: Sink,
+    source: Source[SourceBatch],
+    dead_letter_sink: Sink[tuple[str, DeadLetter]],
+    snapshot_sink: Sink[tuple[str, Any]],
     *,
     board_partitions: int,
     k_max: int,
@@ -97,9 +103,10 @@ def build_flow(
     decisions = op.stateful_batch("players", results, PlayerShardLogic.builder(changelog, user_shards, whole,
                                                                                     republish=republish))
     entries = op.flat_map_batch("board_entries", decisions, partial(route_board_entries, partitions=board_partitions))
-    ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, song_partitions=board_partitions))
+    ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, partitions=board_partitions))
+    counter_in: KeyedStream[BoardBatch | Tick] = op.merge("counter_input", entries, ticks)
     reports = op.stateful_batch(
-        "board_counters", op.merge("counter_input", entries, ticks),
+        "board_counters", counter_in,
         CounterLogic.builder(lambda stored: BoardTable(k_max, stored), recoverable),
     )
 

@@ -47,25 +47,31 @@ from __future__ import annotations
 
 from functools import partial
 from pathlib import Path
+from typing import Any
 
 import bytewax.operators as op
 from bytewax.dataflow import Dataflow
 from bytewax.inputs import Source
+from bytewax.operators import KeyedStream
 from bytewax.outputs import Sink
 
-from rankflow.operators.merger import MergerLogic, SongRanking
+from rankflow.connectors.source_batch import SourceBatch
+
+from rankflow.operators.engine_types import Tick
+from rankflow.operators.keyed_shards import MarkingShardRouter, ShardItems
 from rankflow.operators.parse import ParsedBatch, parse_batch, stamp_epoch
 from rankflow.operators.ranking_stage import rank_and_publish
-from rankflow.operators.routing import combine_song_deltas
-from rankflow.operators.song_counter import SongCounterLogic
-from rankflow.operators.keyed_shards import MarkingShardRouter
+from rankflow.operators.routing import SongBatch, combine_song_deltas, song_ticks
+from rankflow.operators.song_counter import song_counters
+from rankflow.operators.song_ranking import song_merger
 from rankflow.operators.user_stage import ShardRouter, SweeperConfig, SweepingShardLogic, UserShardLogic, select_conflicts
+from rankflow.state.events import DeadLetter
 
 
 def build_flow(
-    source: Source,
-    dead_letter_sink: Sink,
-    snapshot_sink: Sink,
+    source: Source[SourceBatch],
+    dead_letter_sink: Sink[tuple[str, DeadLetter]],
+    snapshot_sink: Sink[tuple[str, Any]],
     *,
     song_partitions: int,
     k_max: int,
@@ -112,6 +118,7 @@ def build_flow(
     changelog = user_changelog if recoverable and user_shards else None
     whole = recoverable and not user_shards
     recent = recent_minutes > 0
+    shard_events: KeyedStream[ShardItems]
     if sweeper is None:
         shard_events = op.flat_map("user_events", parsed, ShardRouter(user_shards))
         logic = UserShardLogic.builder(changelog, user_shards, whole, recent=recent)
@@ -121,15 +128,15 @@ def build_flow(
     decisions = op.stateful_batch("users", shard_events, logic)
     deltas = op.flat_map_batch("net_song_deltas", decisions,
                                partial(combine_song_deltas, partitions=song_partitions))
+    ticks: KeyedStream[SongBatch | Tick]
     if recent:  # every tick carries its batch's watermark mark
-        ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.marked_ticks, song_partitions=song_partitions,
+        ticks = op.flat_map("barrier_ticks", parsed, partial(song_ticks, song_partitions=song_partitions,
                                                              quiet_after_s=idle_after_s))
     else:
-        ticks = op.flat_map("barrier_ticks", parsed,
-                            partial(ParsedBatch.barrier_ticks, song_partitions=song_partitions))
-    counter_in = op.merge("counter_input", deltas, ticks)
+        ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, partitions=song_partitions))
+    counter_in: KeyedStream[SongBatch | Tick] = op.merge("counter_input", deltas, ticks)
     reports = op.stateful_batch(
-        "song_counters", counter_in, SongCounterLogic.builder(k_max, recoverable, recent_minutes)
+        "song_counters", counter_in, song_counters(k_max, recoverable, recent_minutes)
     )
 
     dead_letters = op.merge(
@@ -137,6 +144,6 @@ def build_flow(
         op.flat_map("shape_dead_letters", parsed, ParsedBatch.keyed_dead_letters),
         op.flat_map_batch("conflicts", decisions, select_conflicts),
     )
-    rank_and_publish(parsed, reports, dead_letters, MergerLogic.builder(
-        song_partitions, lambda _: SongRanking(k_max, recent_minutes), run_token), snapshot_sink, dead_letter_sink)
+    rank_and_publish(parsed, reports, dead_letters, song_merger(song_partitions, k_max, run_token, recent_minutes),
+                     snapshot_sink, dead_letter_sink)
     return flow

@@ -3,9 +3,9 @@
 Contract (the counter stage of ``operators.counter``, keyed by board partition
 ``"0"`` .. ``"P-1"``; a player's entries all go to partition ``crc32(player) % P``):
 
-* **Input**: ``(epoch, entries)`` items from ``operators.routing.route_board_entries``:
-  :data:`Entry` upserts decided by the per-player stage (a player's new score and
-  ``reached_at`` on one board), and barrier ticks (no entries).
+* **Input**: :class:`operators.routing.BoardBatch` items from ``operators.routing.route_board_entries``:
+  ``operators.player_stage.Entry`` upserts decided by the per-player stage (a player's new score and
+  ``reached_at`` on one board), and barrier ticks (the engine's ``Tick``).
 * **State**: per board ``(game_id, board)`` a :class:`state.ranking_index.MonotoneTop`
   of this partition's best ``K_max`` entries (entries only improve) and the number of its players here
   (an entry flagged ``new`` is a player joining the board), and the open epoch's
@@ -29,15 +29,11 @@ import logging
 import time
 from typing import Any, NamedTuple
 
+from rankflow.operators.routing import BoardBatch
 from rankflow.state.board_rules import is_kept, newest_periods
 from rankflow.state.ranking_index import MonotoneTop
 
 log = logging.getLogger("rankflow.boards")
-
-Entry = tuple[str, tuple[tuple[str, str, int, int, bool], ...]]
-"""``(player_id, changes)``: a player's entries after an accepted result, each change
-``(game_id, board, score, reached_at, new)``; ``new`` when the player was not on the
-board before."""
 
 BoardId = tuple[str, str]  # (game_id, board)
 BoardEntries = dict[str, tuple[int, int]]
@@ -87,9 +83,9 @@ class BoardTable:
         self.games.setdefault(bid[0], set()).add(bid[1])
         return board
 
-    def stage(self, entries: list[Entry]) -> None:
+    def stage(self, batch: BoardBatch) -> None:
         boards = self.boards
-        for player, changes in entries:
+        for player, changes in batch.entries:
             for game, name, score, reached_at, new in changes:
                 board = boards.get((game, name))
                 if board is None:

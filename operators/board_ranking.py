@@ -36,7 +36,7 @@ class BoardRanking:
     def __init__(self, k_max: int, resume: dict[str, Any] | None = None) -> None:
         self.k_max = k_max
         self.local: dict[BoardId, LocalTops] = {bid: dict(parts) for bid, parts in (resume or {}).get("local", {}).items()}
-        self.newest: dict[str, tuple[str, str]] = dict((resume or {}).get("newest", {}))
+        self.newest: dict[str, tuple[str | None, str | None]] = dict((resume or {}).get("newest", {}))
         self.merged: dict[BoardId, list[tuple[str, int, int]]] = {}  # cache: boards whose tops did not change
         self.announced = False  # every game's aliases go with an execution's first snapshot
         self.games: dict[str, set[str]] = {}  # game -> its boards
@@ -90,9 +90,9 @@ class BoardRanking:
             top = self.merged[bid] = merge_local_tops([top for top, _ in parts], self.k_max, SCORE_THEN_FIRST_REACHED)
         return sum(n for _, n in parts), top
 
-    def _advance(self, games: set[str]) -> tuple[dict[str, tuple[str, str]], list[BoardId]]:
+    def _advance(self, games: set[str]) -> tuple[dict[str, tuple[str | None, str | None]], list[BoardId]]:
         """Move the games' newest periods forward; drop the boards no longer kept."""
-        aliases: dict[str, tuple[str, str]] = {}
+        aliases: dict[str, tuple[str | None, str | None]] = {}
         dropped: list[BoardId] = []
         for game in games:
             boards = self.games[game]

@@ -2,9 +2,9 @@
 
 Contract (``stateful_batch`` keyed by counter partition ``"0"`` .. ``"P-1"``):
 
-* **Input**: ``(epoch, changes)`` items: a batch of changes routed to this
-  partition, or a barrier tick (no changes) that every source batch sends to every
-  partition. Bytewax hands a key all items of epoch ``e`` before any item of epoch
+* **Input**: :class:`operators.engine_types.PartitionBatch` items: a product's batch
+  routed to this partition, or a barrier tick (``Tick``, nothing but its epoch) that
+  every source batch sends to every partition. Bytewax hands a key all items of epoch ``e`` before any item of epoch
   ``e+1``, so the first item of a newer epoch proves epoch ``e`` is complete here.
 * **State**: a :class:`Table` (what the product counts: song counts and partials,
   board entries ...), the open epoch and the last epoch closed: the identity that
@@ -20,25 +20,29 @@ knows epochs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from typing import Any, Generic, NamedTuple, Protocol, TypeVar
 
 from bytewax.operators import StatefulBatchLogic
 
-R = TypeVar("R")
-S = TypeVar("S")
+from rankflow.operators.engine_types import PartitionBatch, Tick
+
+B = TypeVar("B", bound=PartitionBatch)  # a product's batch
+B_contra = TypeVar("B_contra", bound=PartitionBatch, contravariant=True)
+R = TypeVar("R")  # a product's partition report
+R_co = TypeVar("R_co", covariant=True)
 
 
-class Table(Protocol[R, S]):
-    """What a counter partition holds for one product."""
+class Table(Protocol[B_contra, R_co]):
+    """What a counter partition holds for one product, fed its batches, reporting its reports."""
 
-    def stage(self, changes: Sequence[Any]) -> None:
-        """Take one item's changes into the open epoch."""
+    def stage(self, batch: B_contra) -> None:
+        """Take one batch into the open epoch (never a ``Tick``: the stage keeps those)."""
 
-    def close(self, epoch: int) -> R:
+    def close(self, epoch: int) -> R_co:
         """Apply the open epoch's changes and report the partition's state after them."""
 
-    def state(self) -> S:
+    def state(self) -> Any:
         """What recovery stores (a copy: Bytewax pickles it later)."""
 
 
@@ -50,29 +54,30 @@ class CounterState(NamedTuple):
     last_closed: int
 
 
-class CounterLogic(StatefulBatchLogic[tuple[int, Sequence[Any]], R, CounterState | None], Generic[R]):
-    """Epoch bookkeeping around a :class:`Table`."""
+class CounterLogic(StatefulBatchLogic[B | Tick, R, CounterState | None], Generic[B, R]):
+    """Epoch bookkeeping around a :class:`Table` fed batches ``B``, reporting ``R``."""
 
-    def __init__(self, table: Table, resume: CounterState | None, recoverable: bool) -> None:
+    def __init__(self, table: Table[B, R], resume: CounterState | None, recoverable: bool) -> None:
         self.table = table
         self.recoverable = recoverable
         self.open_epoch = resume.open_epoch if resume else None
         self.last_closed = resume.last_closed if resume else 0
 
     @classmethod
-    def builder(cls, make_table: Callable[[Any], Table], recoverable: bool
-                ) -> Callable[[CounterState | None], CounterLogic]:
+    def builder(cls, make_table: Callable[[Any], Table[B, R]], recoverable: bool
+                ) -> Callable[[CounterState | None], CounterLogic[B, R]]:
         """``make_table(stored table state or None)`` builds the partition's table."""
         return lambda resume: cls(make_table(resume.table if resume else None), resume, recoverable)
 
-    def on_batch(self, items: list[tuple[int, Sequence[Any]]]) -> tuple[list[R], bool]:
+    def on_batch(self, items: list[B | Tick]) -> tuple[list[R], bool]:
         out: list[R] = []
         stage = self.table.stage
-        for epoch, changes in items:
+        for item in items:
+            epoch = item.epoch
             if epoch != self.open_epoch:
                 self._open(epoch, out)
-            if changes:
-                stage(changes)
+            if type(item) is not Tick:
+                stage(item)  # type: ignore[arg-type]  # B is a NamedTuple, never a Tick
         return out, StatefulBatchLogic.RETAIN
 
     def on_eof(self) -> tuple[list[R], bool]:

@@ -26,13 +26,16 @@ from __future__ import annotations
 import zlib
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from bytewax.operators import StatefulBatchLogic
 
 from rankflow.connectors.changelog import TAG as CHANGELOG
 from rankflow.connectors.changelog import Position, ShardChangelog
+
+if TYPE_CHECKING:
+    from rankflow.operators.parse import ParsedBatch
 
 ShardSnapshot = dict[str, Any]
 """A whole shard, as Bytewax stores it without a changelog: id -> stored record."""
@@ -51,7 +54,12 @@ RESUMED = ""
 (state from before snapshots were dicts): never a real id, ids are never empty."""
 
 
-class ShardLogic(StatefulBatchLogic):
+ShardItems = tuple[Any, ...]
+"""What a shard gets per source batch: ``(partition, epoch, items)``, with the sweeper
+``(partition, epoch, items, mark)`` (:class:`MarkingShardRouter`)."""
+
+
+class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
     """Records of one shard (or one entity) and their recovery.
 
     With recovery (``changelog`` set) the shard keeps the ids that changed since the
@@ -67,7 +75,7 @@ class ShardLogic(StatefulBatchLogic):
     merge: Callable[[Any, Any], Any] | None = None
     """How a changelog frame's value folds into a record (``connectors.changelog``); None: it is the record."""
 
-    def __init__(self, resume: Stored | Position | ShardSnapshot | tuple | None, changelog: Path | None, shards: int,
+    def __init__(self, resume: Stored | Position | ShardSnapshot | tuple[Any, ...] | None, changelog: Path | None, shards: int,
                  whole: bool = False) -> None:
         """``changelog``: recovery with a changelog per shard; ``whole``: recovery that
         stores the whole state in Bytewax (one key per entity); neither: no recovery."""
@@ -94,7 +102,7 @@ class ShardLogic(StatefulBatchLogic):
         else:
             self._load(state)  # type: ignore[arg-type]
 
-    def _resume_legacy(self, resume: Position | ShardSnapshot | tuple) -> None:
+    def _resume_legacy(self, resume: Position | ShardSnapshot | tuple[Any, ...]) -> None:
         """Legacy: a snapshot stored before snapshots carried their format (:data:`FORMAT`),
         recognised by its shape: a changelog position (``("changelog", shard, generation,
         offset)``), a whole shard, or one entity's record stored before snapshots named their
@@ -104,7 +112,7 @@ class ShardLogic(StatefulBatchLogic):
         changelog = self._directory
         if isinstance(resume, tuple) and resume and resume[0] == CHANGELOG and changelog is not None:
             self.changelog = ShardChangelog(changelog, resume[1], self.merge)
-            self._load_legacy(self.changelog.restore(resume))  # type: ignore[arg-type]
+            self._load_legacy(self.changelog.restore(resume))
             self.changelog.start_over()
         elif isinstance(resume, tuple):  # one entity's record, stored before snapshots named their id
             self._load_legacy({RESUMED: resume})
@@ -154,6 +162,7 @@ class ShardLogic(StatefulBatchLogic):
             if not self.records:
                 return None  # nothing kept so far
             first = next(iter(self.records))
+            assert self._directory is not None  # ``changed`` is set only with a changelog directory
             log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(first, self.shards)),
                                                   self.merge)
             log.restore(None)
@@ -164,7 +173,7 @@ class ShardLogic(StatefulBatchLogic):
     def _changes(self) -> dict[str, Any]:
         """What the changelog gets for a barrier: the records that changed (or, with
         :attr:`merge`, the pieces of them that did)."""
-        return self._flat(self.changed)
+        return self._flat(self.changed or ())
 
 
 def shard_of(entity_id: str, shards: int) -> int:
@@ -198,8 +207,8 @@ class ShardRouter:
         self.id_field = id_field
         self.touch_all = touch_all
 
-    def __call__(self, batch: Any) -> list[tuple[str, tuple[str, int, list]]]:
-        groups: dict[str, list] = {}
+    def __call__(self, batch: ParsedBatch) -> Sequence[tuple[str, ShardItems]]:
+        groups: dict[str, list[Any]] = {}
         n, keys, crc32, f = self.shards, self.keys, zlib.crc32, self.id_field
         for ev in batch.events:
             key = keys[crc32(ev[f].encode()) % n] if n else ev[f]
@@ -231,9 +240,9 @@ class MarkingShardRouter(ShardRouter):
         super().__init__(shards, id_field)
         self.quiet_after_s = quiet_after_s
 
-    def __call__(self, batch: Any) -> list[tuple[str, tuple[str, int, list, Any]]]:
+    def __call__(self, batch: ParsedBatch) -> Sequence[tuple[str, ShardItems]]:
         keys, crc32, f, n = self.keys, zlib.crc32, self.id_field, self.shards
-        groups: list[list] = [[] for _ in keys]
+        groups: list[list[Any]] = [[] for _ in keys]
         for ev in batch.events:
             groups[crc32(ev[f].encode()) % n].append(ev)
         partition, epoch, mark = batch.partition, batch.epoch, batch.source_mark(self.quiet_after_s)

@@ -1,8 +1,8 @@
 """The merger: one consistent snapshot per barrier, for every flow.
 
-Contract (``stateful_batch`` with the single key :data:`MERGER_KEY`):
+Contract (``stateful_batch`` with the single key ``operators.engine_types.MERGER_KEY``):
 
-* **Input**, all keyed :data:`MERGER_KEY`:
+* **Input**, all keyed ``MERGER_KEY``:
   ``(partition, report)`` from every counter partition for every epoch;
   :class:`PositionReport` from every source batch; every ``DeadLetter`` (counted).
 * **Completion rule**: epoch ``e`` is complete when all P partitions reported it.
@@ -10,84 +10,60 @@ Contract (``stateful_batch`` with the single key :data:`MERGER_KEY`):
   partition reports of ``e`` are emitted in a later epoch, so by then everything
   up to ``e`` has arrived here.
 * **Output**: one snapshot per complete epoch, in epoch order, made by the flow's
-  :class:`Combiner` from the epoch's :class:`Cut` (id, positions, dead letters) and
-  the P reports. The listener flow's (:class:`SongRanking`) is a
-  :class:`state.snapshot.Snapshot`: the global top ``K_max`` merged from the P local lists and the split songs
-  (every partial added first, see ``operators.routing``), input positions
-  (the next offset per source partition), listener and user totals, the
-  invariant check ``total_listeners == counted_users``, and per song partition its
-  lag (``partition_lag_ms``): how long after the newest input of the cut was read
-  the partition closed the epoch, i.e. how far its counts trailed the input. A violation or a negative
-  count is logged and carried in the snapshot's ``errors``; nothing is clamped.
+  :class:`Combiner` from the epoch's :class:`Cut` (id, positions, dead letters, tallies)
+  and the P reports: ``operators.song_ranking.SongRanking`` (listeners),
+  ``operators.board_ranking.BoardRanking``, ``operators.window_ranking.ActivityRanking``.
+  This module knows no product: what a report holds is its combiner's business.
 """
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from bytewax.operators import StatefulBatchLogic
 
-from rankflow.operators.recent_plays import combine_recent
+from rankflow.operators.engine_types import PositionReport, Tally
 from rankflow.state.events import DeadLetter
-from rankflow.state.ranking_index import COUNT_THEN_ID_DESCENDING, merge_local_tops
-from rankflow.state.snapshot import Snapshot, snapshot_id
+from rankflow.state.snapshot import snapshot_id
 
 log = logging.getLogger("rankflow.merger")
 
-MERGER_KEY = "merger"
 
+def __getattr__(name: str) -> Any:
+    """Names recovery state pickled before the listener's report moved out of this module:
+    a stored :class:`MergerState` holds the pending ``PartitionReport`` of unfinished epochs
+    under this module's name, and ``pickle`` looks it up here. Imported only then."""
+    if name == "PartitionReport":
+        from rankflow.operators.song_counter import PartitionReport
 
-class PositionReport(NamedTuple):
-    """Source partition ``partition`` has been read up to ``end`` (exclusive) in ``epoch``,
-    by a read at ``read_at`` (Unix seconds)."""
-
-    epoch: int
-    partition: str
-    end: int
-    read_at: float = 0.0
-
-
-class Tally(NamedTuple):
-    """Counts a stage reports for ``epoch`` (e.g. ``{"duplicates": 3}``); the snapshot of the
-    cut that includes ``epoch`` carries their running totals."""
-
-    epoch: int
-    counts: dict[str, int]
-
-
-class PartitionReport(NamedTuple):
-    """A song partition's state at the close of ``epoch``."""
-
-    epoch: int
-    top: list[tuple[str, int]]
-    partials: dict[str, int]  # split songs: this partition's share of each
-    total: int
-    counted_users: int
-    active_songs: int
-    negative: list[tuple[str, int]]
-    changed: dict[str, int]  # ordinary songs whose count changed (every song when ``full``)
-    full: bool
-    closed_at: float
-    recent: Any = None  # ``operators.recent_plays.RecentReport``; None with recent plays off
+        return PartitionReport
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class MergerState(NamedTuple):
-    reports: dict[int, dict[str, PartitionReport]]
+    """Recovery state of the merger (defaults: state stored before these fields resumes too)."""
+
+    reports: dict[int, dict[str, Any]]  # per open epoch, the reports in so far (the product's type)
     pending_positions: dict[int, dict[str, int]]
     pending_dead: dict[int, int]
     positions: dict[str, int]
     dead_letters: int
     last_epoch: int
-    pending_read_at: dict[int, float] = {}  # defaults: state stored before these fields resumes too
+    pending_read_at: dict[int, float] = {}
     read_at: float = 0.0
     combiner: Any = None
     pending_counts: dict[int, dict[str, int]] = {}
     counts: dict[str, int] = {}
 
 
-class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
+MergerItem = PositionReport | DeadLetter | Tally | tuple[str, Any]
+"""What the merger gets, all keyed ``MERGER_KEY``: a source batch's position, a dead letter
+(counted), a stage's tally, or ``(partition, report)`` (the product's report)."""
+
+
+class MergerLogic(StatefulBatchLogic[MergerItem, object, MergerState]):
     """Epoch completion, positions and dead-letter counts around a product's :class:`Combiner`."""
 
     def __init__(self, partitions: int, combiner: Combiner, run_token: int, resume: MergerState | None) -> None:
@@ -112,25 +88,19 @@ class MergerLogic(StatefulBatchLogic[object, object, MergerState]):
         """``make_combiner(stored combiner state or None)`` builds the product's combiner."""
         return lambda resume: cls(partitions, make_combiner(resume.combiner if resume else None), run_token, resume)
 
-    @classmethod
-    def for_songs(cls, song_partitions: int, k_max: int, run_token: int, resume: MergerState | None = None,
-                  recent_minutes: int = 0) -> MergerLogic:
-        """The listener flow's merger (what tests build without the runtime)."""
-        return cls(song_partitions, SongRanking(k_max, recent_minutes), run_token, resume)
-
-    def on_batch(self, items: list[object]) -> tuple[list[object], bool]:
+    def on_batch(self, items: list[MergerItem]) -> tuple[list[object], bool]:
         out: list[object] = []
         for item in items:
-            if item.__class__ is PositionReport:
-                self._position(item)  # type: ignore[arg-type]
-            elif item.__class__ is DeadLetter:
-                epoch = item.epoch  # type: ignore[attr-defined]
+            if type(item) is PositionReport:
+                self._position(item)
+            elif type(item) is DeadLetter:
+                epoch = item.epoch
                 self.pending_dead[epoch] = self.pending_dead.get(epoch, 0) + 1
-                self._count(epoch, {f"dead_letters.{item.reason}": 1})  # type: ignore[attr-defined]
-            elif item.__class__ is Tally:
-                self._count(item.epoch, item.counts)  # type: ignore[attr-defined]
+                self._count(epoch, {f"dead_letters.{item.reason}": 1})
+            elif type(item) is Tally:
+                self._count(item.epoch, item.counts)
             else:
-                part, report = item  # type: ignore[misc]
+                part, report = cast("tuple[str, Any]", item)
                 self._partition_report(part, report, out)
         return out, StatefulBatchLogic.RETAIN
 
@@ -220,62 +190,6 @@ class Combiner(Protocol):
 
     def state(self) -> Any:
         """What recovery stores for the combiner (None when it keeps nothing)."""
-
-
-class SongRanking:
-    """The listener flow's combiner: the global top ``K_max`` songs and the count changes,
-    and with ``recent_minutes`` the recent plays (``operators.recent_plays``)."""
-
-    def __init__(self, k_max: int, recent_minutes: int = 0) -> None:
-        self.k_max = k_max
-        self.recent_minutes = recent_minutes
-
-    def combine(self, cut: Cut, reports: dict[str, PartitionReport]) -> Snapshot:
-        full = all(r.full for r in reports.values())
-        split: dict[str, int] = {}
-        for r in reports.values():
-            for song, count in r.partials.items():
-                split[song] = split.get(song, 0) + count
-        split_live = COUNT_THEN_ID_DESCENDING.sort((song, count) for song, count in split.items() if count > 0)
-        counts: dict[str, int] = {}
-        for r in reports.values():
-            counts.update(r.changed)
-        counts.update(split)  # a split song's count is the sum of its partials
-        total = sum(r.total for r in reports.values())
-        users = sum(r.counted_users for r in reports.values())
-        errors = [f"negative count: {song} = {n} (partition {p})"
-                  for p, r in sorted(reports.items()) for song, n in r.negative]
-        if total != users:
-            errors.append(f"invariant violated: total_listeners {total} != counted_users {users}")
-        recent = None
-        if self.recent_minutes:
-            recent, disagree = combine_recent([r.recent for _, r in sorted(reports.items())], self.recent_minutes,
-                                              self.k_max)
-            errors += disagree
-        for e in errors:
-            log.error("epoch %s: %s", cut.epoch, e)
-        return Snapshot(
-            snapshot_id=cut.snapshot_id,
-            run=cut.run,
-            epoch=cut.epoch,
-            positions=cut.positions,
-            total_listeners=total,
-            counted_users=users,
-            active_songs=sum(r.active_songs for r in reports.values()) + len(split_live),
-            dead_letters=cut.dead_letters,
-            k_max=self.k_max,
-            items=merge_local_tops([*(r.top for r in reports.values()), split_live], self.k_max,
-                                   COUNT_THEN_ID_DESCENDING),
-            split_songs=sorted(song for song, count in split.items() if count),
-            counts=counts,
-            counts_full=full,
-            partition_lag_ms=lag_ms(cut, reports),
-            errors=errors,
-            recent=recent,
-        )
-
-    def state(self) -> None:
-        return None
 
 
 def lag_ms(cut: Cut, reports: dict[str, Any]) -> dict[str, int]:

@@ -157,6 +157,7 @@ def _family(gauge: Gauge) -> GaugeMetricFamily:
     name = f"rankflow_{gauge.name}"
     if not isinstance(gauge.value, Mapping):
         return GaugeMetricFamily(name, gauge.doc, value=gauge.value)
+    assert gauge.label is not None, f"{gauge.name}: a gauge of many values names its label"
     family = GaugeMetricFamily(name, gauge.doc, labels=[gauge.label])
     for label, value in gauge.value.items():
         family.add_metric([label], value)

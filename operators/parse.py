@@ -9,22 +9,22 @@ Stateless steps that run on the worker of the source partition, once per batch:
   epoch, see :func:`stamp_epoch` for why writing it there is safe).
 * :func:`parse_batch` validates every record once (docs/semantics/listeners.md section 1).
 * :meth:`ParsedBatch.barrier_ticks` and :meth:`ParsedBatch.position_report` feed the
-  barrier protocol: every song partition gets a tick for every batch, and the merger
-  learns how far each source partition has been read. With recent plays the ticks
-  carry the batch's watermark mark (:meth:`ParsedBatch.marked_ticks`).
+  barrier protocol: every counter partition gets a tick for every batch, and the merger
+  learns how far each source partition has been read. Where the ticks must carry the
+  batch's watermark mark (:meth:`ParsedBatch.source_mark`), the product's router makes
+  them (the listener flow's recent plays: ``operators.routing.song_ticks``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from operator import itemgetter
+from typing import Any
 
 from rankflow.connectors.source_batch import SourceBatch
-from rankflow.operators.merger import MERGER_KEY, PositionReport
+from rankflow.operators.engine_types import MERGER_KEY, PositionReport, SourceMark, Tick
 from rankflow.operators.metrics import METRICS
-from rankflow.operators.routing import marked_tick, tick
 from rankflow.state.events import INVALID_JSON, DeadLetter, parse_records
-from rankflow.state.window_rules import SourceMark
 
 TS_FIELD = 5
 """Where a playback event (``state.events.Event``) keeps its ``ts``."""
@@ -44,7 +44,7 @@ def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> No
     batch.epoch = epoch
 
 
-Parser = Callable[[list[bytes], "range | list[int]", str, int], tuple[list, list[tuple[str, DeadLetter]]]]
+Parser = Callable[[list[bytes], "range | list[int]", str, int], tuple[list[Any], list[tuple[str, DeadLetter]]]]
 """``(records, offsets, partition, epoch) -> (events, [(partition, dead letter)])``: a
 flow's validation (``state.events.parse_records`` for playback events,
 ``state.score_events.parse_score_records`` for match results)."""
@@ -75,16 +75,10 @@ class ParsedBatch:
     def keyed_dead_letters(self) -> list[tuple[str, DeadLetter]]:
         return self.dead_letters
 
-    def barrier_ticks(self, song_partitions: int) -> list[tuple[str, tuple]]:
-        """One tick per song partition, so each can close the previous epoch."""
-        t = tick(self.epoch)
-        return [(str(p), t) for p in range(song_partitions)]
-
-    def marked_ticks(self, song_partitions: int, quiet_after_s: float | None) -> list[tuple[str, tuple]]:
-        """:meth:`barrier_ticks` that carry the batch's :meth:`source_mark` (the listener flow's
-        recent plays: every song partition advances the same watermark)."""
-        t = marked_tick(self.epoch, self.source_mark(quiet_after_s))
-        return [(str(p), t) for p in range(song_partitions)]
+    def barrier_ticks(self, partitions: int) -> list[tuple[str, Tick]]:
+        """One tick per counter partition, so each can close the previous epoch."""
+        t = Tick(self.epoch)
+        return [(str(p), t) for p in range(partitions)]
 
     def source_mark(self, quiet_after_s: float | None) -> SourceMark:
         """What the batch tells the watermark (docs/semantics/windows.md 2): the greatest ``ts`` of its valid

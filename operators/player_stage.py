@@ -26,10 +26,10 @@ from typing import Any, NamedTuple
 
 from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
-from rankflow.operators.merger import MERGER_KEY, Tally
+from rankflow.operators.engine_types import MERGER_KEY, Tally
 from rankflow.operators.metrics import METRICS
-from rankflow.state.board_rules import (DETAILS, Verdict, apply_result, finish_piece, forget_expired, merge_piece,
-                                        note_piece, standings)
+from rankflow.state.board_rules import (DETAILS, Entry, Piece, Verdict, apply_result, finish_piece, forget_expired,
+                                        merge_piece, note_piece, standings)
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import ScoreEvent
 
@@ -43,13 +43,22 @@ VERDICTS: dict[str, int] = {}
 (the boards flow makes it ``METRICS.verdicts``)."""
 
 
+PlayerChanges = tuple[str, tuple[Entry, ...]]
+"""``(player_id, changes)``: a player's entries after an accepted result, each change a
+``state.board_rules.Entry`` ``(game_id, board, score, reached_at, new)``."""
+
+
 class BoardChanges(NamedTuple):
     """A call's board entries in ``epoch``: per accepted result ``(player, changes)``, the
     changes as ``state.board_rules.apply_result`` gives them, ``(game, board, score,
     reached_at, new)`` (grouped by player: routing and counting look at the player once)."""
 
     epoch: int
-    entries: list[tuple[str, tuple[tuple[str, str, int, int, bool], ...]]]
+    entries: list[PlayerChanges]
+
+
+PlayerOutput = BoardChanges | DeadLetter | Tally
+"""What the per-player stage emits."""
 
 
 class PlayerShardLogic(ShardLogic):
@@ -65,7 +74,7 @@ class PlayerShardLogic(ShardLogic):
         boards while the run was down: see ``runner``; the router makes every shard run)."""
         super().__init__(resume, changelog, shards, whole)
         self.republish = republish
-        self.pieces: dict[str, dict] = {}  # with a changelog: per player, the results and boards changed
+        self.pieces: dict[str, Piece] = {}  # with a changelog: per player, the results and boards changed
         self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
 
     def on_batch(self, batches: list[ScoreBatch]) -> tuple[list[Any], bool]:
@@ -74,7 +83,7 @@ class PlayerShardLogic(ShardLogic):
             self._rename_resumed(batches[0][2][0][2])
         out: list[Any] = []
         epoch = batches[0][1]
-        entries: list[tuple[str, tuple]] = []
+        entries: list[PlayerChanges] = []
         if self.republish:
             self.republish = False
             entries = [(player, tuple((game, board, score, at, False) for game, board, score, at in standings(record)))
@@ -93,7 +102,7 @@ class PlayerShardLogic(ShardLogic):
         return out, not self.records
 
     def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
-               entries: list[tuple[str, tuple]], out: list[Any]) -> None:
+               entries: list[PlayerChanges], out: list[Any]) -> None:
         records, changed, tally, pieces = self.records, self.changed, VERDICTS, self.pieces
         for game, match, player, points, played_at, received_at, offset, raw in results:
             old = records.get(player)

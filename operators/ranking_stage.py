@@ -25,8 +25,9 @@ from bytewax.dataflow import Stream, operator
 from bytewax.operators import KeyedStream
 from bytewax.outputs import Sink
 
-from rankflow.operators.merger import MERGER_KEY
+from rankflow.operators.engine_types import MERGER_KEY
 from rankflow.operators.parse import ParsedBatch
+from rankflow.state.events import DeadLetter
 
 
 def _to_merger(kv: tuple[str, Any]) -> tuple[str, Any]:
@@ -75,8 +76,8 @@ def rank_and_publish(
     reports: KeyedStream[Any],
     dead_letters: KeyedStream[Any],
     merger_logic: Callable[[Any], Any],
-    snapshot_sink: Sink,
-    dead_letter_sink: Sink,
+    snapshot_sink: Sink[tuple[str, Any]],
+    dead_letter_sink: Sink[tuple[str, DeadLetter]],
     *extras: KeyedStream[Any],
     dead_letter_output: KeyedStream[Any] | None = None,
 ) -> None:

@@ -7,7 +7,7 @@ nothing of its own:
 * the **watermark** is section 2's over every playback event valid by shape: each
   source batch's :class:`state.window_rules.SourceMark` (its greatest ``ts``, and in a
   live run whether its partition is quiet) rides on the barrier tick that every song
-  partition gets for that batch (:meth:`operators.parse.ParsedBatch.marked_ticks`), so
+  partition gets for that batch (``operators.routing.song_ticks``), so
   every partition advances the same :class:`state.window_rules.Watermark`;
 * an **accepted start** is a ``START`` the user stage finds to be a newer playback
   (docs/semantics/listeners.md 3 rule 5: verdict ``started`` or ``switched``); the stage hands on
@@ -21,7 +21,7 @@ nothing of its own:
   bucket) and reports its local top ``K_max`` (a :class:`state.ranking_index.RetakenTop`:
   counts in a window grow, except when a bucket leaves it, so only the top is kept in
   order, not every song);
-* the merger's :class:`operators.merger.SongRanking` merges the P local tops (a song
+* the listener's combiner :class:`operators.song_ranking.SongRanking` merges the P local tops (a song
   lives in one partition) into the snapshot's ``recent`` ranking, with the window.
 
 Why the epoch's starts can be judged at its close, by the watermark after it: an
@@ -36,13 +36,12 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
+from rankflow.operators.engine_types import SourceMark
+from rankflow.operators.song_keys import BUCKET_MS
 from rankflow.state.ranking_index import COUNT_THEN_ID_DESCENDING, RetakenTop, merge_local_tops
 from rankflow.state.snapshot import RecentRanking
-from rankflow.state.window_rules import MESSAGES, SourceMark, Watermark, WindowCounts, window_bounds, window_buckets
+from rankflow.state.window_rules import MESSAGES, Watermark, WindowCounts, window_bounds, window_buckets
 
-BUCKET_MS = 60_000
-"""docs/semantics/windows.md 7: recent plays are counted in buckets of one minute; the window is
-``--recent-minutes`` of them."""
 
 class RecentReport(NamedTuple):
     """A song partition's recent plays at the close of an epoch."""
@@ -106,6 +105,7 @@ class RecentPlays:
         counts = self.counts
         counts.move_to(w)
         first = counts.first
+        assert first is not None  # a watermark places the window
         add = counts.add
         for (song, b), n in starts.items():
             if b >= first:  # else before the window for good: not counted, and no dead letter
@@ -121,15 +121,15 @@ class RecentPlays:
                 "marks": list(self.marks), "starts": dict(self.starts)}
 
 
-def combine_recent(reports: list[RecentReport], minutes: int, k_max: int) -> tuple[RecentRanking, list[str]]:
+def combine_recent(reports: list[RecentReport | None], minutes: int, k_max: int) -> tuple[RecentRanking, list[str]]:
     """The snapshot's recent ranking from every song partition's report of one epoch, and any
     error (the partitions compute the watermark from the same marks: they must agree). A
     report of None (stored before recent plays were on) has nothing to add."""
-    reports = [r for r in reports if r is not None]
-    marks = {r.watermark for r in reports}
+    known = [r for r in reports if r is not None]
+    marks = {r.watermark for r in known}
     errors = [] if len(marks) <= 1 else [f"recent plays: partitions disagree on the watermark: "
                                          f"{sorted(marks, key=str)}"]
     w = max((m for m in marks if m is not None), default=None)
     start, end = window_bounds(w, BUCKET_MS, minutes)
-    top = merge_local_tops([r.top for r in reports], k_max, COUNT_THEN_ID_DESCENDING)
+    top = merge_local_tops([r.top for r in known], k_max, COUNT_THEN_ID_DESCENDING)
     return RecentRanking(start, end, w, top), errors

@@ -11,61 +11,84 @@ the epochs it has applied are recorded in its state together with its counts (se
 ``operators.song_counter``), and a replay after a restart re-derives exactly the
 epochs after that state.
 
-**Hot songs.** A song changing faster than a threshold (changes per second, as seen
-by one process), or named by ``--split-songs`` (split at its first change), is *split*: new contributions to it go to one of S partial counters
+**Hot songs** (``operators.song_keys``). A song changing faster than a threshold
+(changes per second, as seen by one process), or named by ``--split-songs`` (split at
+its first change), is *split*: new contributions to it go to one of S partial counters
 ``(song, salt)``, ``salt = 1 + crc32(user_id) % S``, spread over the partitions. The
 user stage records the salt with the user's contribution, so the later -1 finds
 its partial whatever the routing is by then; salt 0 is the ordinary counter. When
-the combine step sends a salted change it also sends a *split marker* to the song's
-ordinary partition, in the same epoch, which from then on reports the song's
-ordinary count as one more partial. Partials never enter local top-K lists; the
-merger adds every partial of a song before ranking it.
+the combine step sends a salted change it also names the song in the ``split`` of
+its ordinary partition's batch, in the same epoch, which from then on reports the
+song's ordinary count as one more partial. Partials never enter local top-K lists;
+the merger adds every partial of a song before ranking it.
 
 **Recent plays** (``operators.recent_plays``, on unless ``--recent-minutes 0``). The
 user stage's accepted starts are counted per ``(song, bucket)`` and epoch and go to
 the song's ordinary partition, split or not (splitting is for listener counts:
-recent counts are added once per epoch, not per change), as one ``RECENT_STARTS``
-entry per partition beside the deltas. Each barrier tick carries its source batch's
-watermark mark as ``(partition, SOURCE_MARK, mark, 0)``. With recent plays off
-neither is sent: the ticks carry nothing, as before.
+recent counts are added once per epoch, not per change), as the ``starts`` of that
+partition's batch. Each barrier tick is then a :class:`SongBatch` carrying its source
+batch's watermark mark (:func:`song_ticks`). With recent plays off neither is sent:
+the ticks are the engine's plain :class:`operators.engine_types.Tick`.
+
+**What a counter partition gets** is one typed batch per partition per call
+(:class:`SongBatch`, :class:`BoardBatch`; the runtime's cost is per item: one item per
+song would be as many items as songs changed), of the engine's
+:class:`operators.engine_types.PartitionBatch` shape.
 """
 
 from __future__ import annotations
 
-import threading
-import time
 import zlib
 from collections import Counter
 from collections.abc import Iterable
-from typing import Any
+from typing import TYPE_CHECKING, NamedTuple
 
-from rankflow.operators.player_stage import BoardChanges
+from rankflow.operators.engine_types import SourceMark, Tally
+from rankflow.operators.parse import ParsedBatch
+from rankflow.operators.song_keys import HOT_SONGS, HotSongs
 from rankflow.state.events import DeadLetter
-from rankflow.state.window_rules import SourceMark
 
-SongDelta = tuple[str, int, Any, int]
-"""``(song_id, salt, delta, user_delta)``; a negative ``salt`` marks another entry:
-:data:`SPLIT_MARKER` ``(song_id, SPLIT_MARKER, 0, 0)``, :data:`RECENT_STARTS`
-``("", RECENT_STARTS, {(song_id, bucket): starts}, 0)`` (the partition's songs),
-:data:`SOURCE_MARK` ``(partition, SOURCE_MARK, SourceMark, 0)``."""
+if TYPE_CHECKING:
+    from rankflow.operators.player_stage import PlayerChanges, PlayerOutput
+    from rankflow.operators.user_stage import Decision
 
-CounterBatch = tuple[int, list[SongDelta] | tuple[()]]
-"""``(epoch, deltas)``: what a song partition gets, one item per partition per call of
-the combine step (the runtime's cost is per item: one item per song would be as many
-items as songs changed). A barrier tick is a batch with no deltas."""
+SongDelta = tuple[str, int, int, int]
+"""``(song_id, salt, delta, user_delta)``: a net change of one counter (salt 0: the song's
+ordinary counter, salt >= 1: one of its partials)."""
 
-SPLIT_MARKER = -1
-RECENT_STARTS = -2
-SOURCE_MARK = -3
+RecentStarts = dict[tuple[str, int], int]
+"""Accepted starts of an epoch: ``(song_id, bucket) -> how many`` (recent plays)."""
 
 
-def tick(epoch: int) -> CounterBatch:
-    return (epoch, ())
+class SongBatch(NamedTuple):
+    """What one song partition gets from one call of the combine step (or one source batch's
+    tick, with recent plays): the epoch's net ``deltas`` routed here, the ``split`` songs
+    whose ordinary counter is here (from now on their ordinary count is one of their
+    partials), the ``starts`` of the partition's songs, and the source batch's ``mark`` (a
+    tick's, for the recent plays' watermark)."""
+
+    epoch: int
+    deltas: list[SongDelta] | tuple[()] = ()
+    split: list[str] | tuple[()] = ()
+    starts: RecentStarts | None = None
+    mark: SourceMark | None = None
 
 
-def marked_tick(epoch: int, mark: SourceMark) -> CounterBatch:
-    """A barrier tick that carries its source batch's watermark mark (recent plays)."""
-    return (epoch, [(mark.partition, SOURCE_MARK, mark, 0)])
+class BoardBatch(NamedTuple):
+    """What a board partition gets per call of :func:`route_board_entries`: the epoch's
+    entries as the per-player stage groups them, ``(player, changes)``."""
+
+    epoch: int
+    entries: list[PlayerChanges]
+
+
+def song_ticks(parsed: ParsedBatch, song_partitions: int, quiet_after_s: float | None
+               ) -> list[tuple[str, SongBatch]]:
+    """``flat_map`` mapper: the barrier ticks of a source batch that carry its
+    :meth:`ParsedBatch.source_mark` (recent plays: every song partition advances the
+    same watermark), one per song partition."""
+    t = SongBatch(parsed.epoch, mark=parsed.source_mark(quiet_after_s))
+    return [(str(p), t) for p in range(song_partitions)]
 
 
 def partition_of(song_id: str, salt: int, partitions: int) -> int:
@@ -74,82 +97,24 @@ def partition_of(song_id: str, salt: int, partitions: int) -> int:
     return zlib.crc32(key.encode()) % partitions
 
 
-def user_salt(user_id: str, salts: int) -> int:
-    return 1 + zlib.crc32(user_id.encode()) % salts
-
-
-class HotSongs:
-    """Songs this process routes to salted partial counters (sticky once hot).
-
-    Fed by :func:`combine_song_deltas` with the number of changes per song; every
-    ``window_s`` the songs that changed at least ``threshold`` times per second
-    join the set. The set is only a routing hint: counts are exact whatever it
-    holds, and different processes may disagree.
-    """
-
-    def __init__(self, threshold_per_s: float = 0.0, salts: int = 4, window_s: float = 1.0,
-                 always: frozenset[str] = frozenset()) -> None:
-        self.configure(threshold_per_s, salts, window_s, always)
-
-    def configure(self, threshold_per_s: float, salts: int, window_s: float = 1.0,
-                  always: frozenset[str] = frozenset()) -> None:
-        """``always``: songs split at their first change whatever their rate (``--split-songs``):
-        a deterministic trigger for songs known to be hot, and for tests."""
-        if salts < 1:
-            raise ValueError("salts must be >= 1")
-        self.threshold_per_s = threshold_per_s
-        self.salts = salts
-        self.window_s = window_s
-        self.always = frozenset(always)
-        self.hot: set[str] = set()
-        self._window: dict[str, int] = {}
-        self._window_start = time.monotonic()
-        self._lock = threading.Lock()
-
-    @property
-    def enabled(self) -> bool:
-        return self.threshold_per_s > 0 or bool(self.always)
-
-    def observe(self, changes: dict[str, int]) -> None:
-        if not self.enabled:
-            return
-        if self.always:
-            self.hot.update(song for song in changes if song in self.always)
-        if self.threshold_per_s <= 0:
-            return
-        with self._lock:
-            window = self._window
-            for song, n in changes.items():
-                window[song] = window.get(song, 0) + n
-            elapsed = time.monotonic() - self._window_start
-            if elapsed >= self.window_s:
-                limit = self.threshold_per_s * elapsed
-                self.hot.update(s for s, n in window.items() if n >= limit)
-                self._window = {}
-                self._window_start = time.monotonic()
-
-
-HOT_SONGS = HotSongs()
-"""The process-wide hot-song set, configured by the runner."""
-
-
-def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
-                        hot: HotSongs = HOT_SONGS) -> list[tuple[str, CounterBatch]]:
+def combine_song_deltas(items: Iterable[tuple[str, Decision]], partitions: int,
+                        hot: HotSongs = HOT_SONGS) -> list[tuple[str, SongBatch]]:
     """``flat_map_batch`` mapper over the user stage's output: net deltas per song.
 
     Sums the user shards' :class:`operators.user_stage.NetChanges` (conflicts go
-    their own way) per ``(song, salt)`` and epoch, adds a split marker for every
-    salted song, counts accepted starts per ``(song, bucket)`` (recent plays), and
-    groups them by song partition: one :data:`CounterBatch` per partition and epoch.
+    their own way) per ``(song, salt)`` and epoch, names every salted song in its
+    ordinary partition's ``split``, counts accepted starts per ``(song, bucket)``
+    (recent plays), and groups them by song partition: one :class:`SongBatch` per
+    partition and epoch.
     """
     nets: dict[int, dict[tuple[str, int], list[int]]] = {}
     recent: dict[int, Counter[tuple[str, int]]] = {}  # epoch -> (song, bucket) -> accepted starts
     changes: dict[str, int] = {}
     watch = hot.enabled
     for _, item in items:
-        if item.__class__ is DeadLetter:
+        if isinstance(item, DeadLetter):
             continue
-        epoch, counts, starts = item  # type: ignore[misc]
+        epoch, counts, starts = item
         net = nets.get(epoch)
         if net is None:
             net = nets[epoch] = {}
@@ -168,20 +133,29 @@ def combine_song_deltas(items: Iterable[tuple[str, object]], partitions: int,
             if watch:
                 changes[key[0]] = changes.get(key[0], 0) + n
     hot.observe(changes)
-    out: list[tuple[str, CounterBatch]] = []
+    out: list[tuple[str, SongBatch]] = []
     for epoch, net in nets.items():
-        batches: dict[int, list[SongDelta]] = {}
+        deltas: dict[int, list[SongDelta]] = {}
+        split: dict[int, list[str]] = {}
         marked: set[str] = set()
         for (song, salt), (delta, user_delta) in net.items():
             if delta or user_delta:
-                batches.setdefault(partition_of(song, salt, partitions), []).append((song, salt, delta, user_delta))
+                p = partition_of(song, salt, partitions)
+                mine = deltas.get(p)
+                if mine is None:
+                    deltas[p] = [(song, salt, delta, user_delta)]
+                else:
+                    mine.append((song, salt, delta, user_delta))
             if salt and song not in marked:
                 marked.add(song)
-                batches.setdefault(partition_of(song, 0, partitions), []).append((song, SPLIT_MARKER, 0, 0))
-        if recent and epoch in recent:
-            for p, starts in _by_partition(recent.pop(epoch), partitions).items():
-                batches.setdefault(p, []).append(("", RECENT_STARTS, starts, 0))
-        out.extend((str(p), (epoch, deltas)) for p, deltas in batches.items())
+                split.setdefault(partition_of(song, 0, partitions), []).append(song)
+        started = _by_partition(recent.pop(epoch), partitions) if recent and epoch in recent else None
+        if not split and not started:
+            out.extend([(str(p), SongBatch(epoch, mine)) for p, mine in deltas.items()])
+            continue
+        for p in {*deltas, *split, *(started or ())}:
+            out.append((str(p), SongBatch(epoch, deltas.get(p, ()), split.get(p, ()),
+                                          None if started is None else started.get(p))))
     return out
 
 
@@ -217,24 +191,20 @@ def _song_partitions(partitions: int) -> dict[str, int]:
     return cache
 
 
-BoardBatch = tuple[int, list[tuple[str, tuple]] | tuple[()]]
-"""``(epoch, entries)``: what a board partition gets per call of :func:`route_board_entries`;
-entries as the per-player stage groups them, ``(player, changes)``."""
-
-
-def route_board_entries(items: Iterable[tuple[str, object]], partitions: int) -> list[tuple[str, BoardBatch]]:
+def route_board_entries(items: Iterable[tuple[str, PlayerOutput]], partitions: int) -> list[tuple[str, BoardBatch]]:
     """``flat_map_batch`` mapper over the per-player stage's output: entries by board partition.
 
     A player's entries all go to partition ``crc32(player_id) % P`` (the same on every
     process and run), so each partition holds whole players and the P local tops of
-    a board together hold its global top.
+    a board together hold its global top. The stage's dead letters and tallies go their
+    own ways; every other item is its ``BoardChanges`` ``(epoch, entries)``.
     """
-    batches: dict[tuple[int, int], list[tuple[str, tuple]]] = {}
+    batches: dict[tuple[int, int], list[PlayerChanges]] = {}
     crc32 = zlib.crc32
     for _, item in items:
-        if item.__class__ is not BoardChanges:  # dead letters and tallies go their own ways
+        if isinstance(item, (DeadLetter, Tally)):
             continue
-        epoch, entries = item  # type: ignore[misc]
+        epoch, entries = item
         for entry in entries:
             key = (epoch, crc32(entry[0].encode()) % partitions)
             batch = batches.get(key)
@@ -242,4 +212,4 @@ def route_board_entries(items: Iterable[tuple[str, object]], partitions: int) ->
                 batches[key] = [entry]
             else:
                 batch.append(entry)
-    return [(str(p), (epoch, entries)) for (epoch, p), entries in batches.items()]
+    return [(str(p), BoardBatch(epoch, entries)) for (epoch, p), entries in batches.items()]

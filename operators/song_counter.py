@@ -2,11 +2,12 @@
 
 Contract (the counter stage of ``operators.counter``, keyed by song partition ``"0"`` .. ``"P-1"``):
 
-* **Input**: :data:`operators.routing.CounterBatch` items ``(epoch, deltas)``: net
-  deltas and split markers from the combine step (with recent plays also accepted
-  starts per song and bucket), and barrier ticks from every source batch (no deltas;
-  with recent plays the batch's watermark mark). Bytewax hands a key all items of epoch ``e`` before any item of epoch
-  ``e+1``, so the first item of a newer epoch proves epoch ``e`` is complete here.
+* **Input**: :class:`operators.routing.SongBatch` items: net deltas and split songs
+  from the combine step (with recent plays also accepted starts per song and bucket),
+  and barrier ticks from every source batch (the engine's ``Tick``; with recent plays
+  a ``SongBatch`` with the batch's watermark mark). Bytewax hands a key all items of
+  epoch ``e`` before any item of epoch ``e+1``, so the first item of a newer epoch
+  proves epoch ``e`` is complete here.
 * **State**: a :class:`state.ranking_index.RetractableIndex` (count map + balanced-tree
   index: counts go up and down) of the ordinary songs, the partial counters ``(song, salt)`` of split
   songs, the set of songs known to be split, the open epoch's changes netted per
@@ -16,7 +17,7 @@ Contract (the counter stage of ``operators.counter``, keyed by song partition ``
   :class:`operators.recent_plays.RecentPlays` (the watermark, the window's buckets, and
   the open epoch's marks and accepted starts), so that it survives a restart too.
 * **Output**: when epoch ``e`` closes (a later item, or end of input), one
-  :class:`operators.merger.PartitionReport`: the local top ``K_max`` of ordinary
+  :class:`PartitionReport`: the local top ``K_max`` of ordinary
   songs, every partial count of split songs (summed per song; a song whose partials
   changed this epoch is listed even at 0, so the merger learns that its last
   listener left and removes it from the count table), the partition's
@@ -36,12 +37,27 @@ from collections.abc import Callable
 from typing import Any, NamedTuple
 
 from rankflow.operators.counter import CounterLogic, CounterState
-from rankflow.operators.merger import PartitionReport
-from rankflow.operators.recent_plays import RecentPlays
-from rankflow.operators.routing import RECENT_STARTS, SOURCE_MARK, SPLIT_MARKER, SongDelta
+from rankflow.operators.recent_plays import RecentPlays, RecentReport
+from rankflow.operators.routing import SongBatch
 from rankflow.state.ranking_index import RetractableIndex
 
 Counter = tuple[str, int]  # (song_id, salt)
+
+
+class PartitionReport(NamedTuple):
+    """A song partition's state at the close of ``epoch`` (what ``operators.song_ranking`` merges)."""
+
+    epoch: int
+    top: list[tuple[str, int]]
+    partials: dict[str, int]  # split songs: this partition's share of each
+    total: int
+    counted_users: int
+    active_songs: int
+    negative: list[tuple[str, int]]
+    changed: dict[str, int]  # ordinary songs whose count changed (every song when ``full``)
+    full: bool
+    closed_at: float
+    recent: RecentReport | None = None  # None with recent plays off
 
 
 class SongState(NamedTuple):
@@ -71,27 +87,27 @@ class SongTable:
         self.reported_all = False  # the first report of this execution carries every count
         self.moved: set[str] = set()  # songs that left the ordinary index by a split this epoch
 
-    def stage(self, deltas: list[SongDelta]) -> None:
-        pending, users = self.pending, 0
-        for song, salt, delta, user_delta in deltas:
-            if salt < 0:
-                self._marker(song, salt, delta, user_delta)
-                continue
-            key = (song, salt)
-            pending[key] = pending.get(key, 0) + delta
-            users += user_delta
-        self.counted_users += users
-
-    def _marker(self, song: str, salt: int, value: Any, n: int) -> None:
-        """An entry that is not a count change (``operators.routing.SongDelta``)."""
-        if salt == SPLIT_MARKER:
+    def stage(self, batch: SongBatch) -> None:
+        """Take a batch into the open epoch: its deltas wait for the close, its split songs
+        move at once, its starts and mark go to the recent plays."""
+        _, deltas, split, starts, mark = batch
+        if deltas:
+            pending, users = self.pending, 0
+            for song, salt, delta, user_delta in deltas:
+                key = (song, salt)
+                pending[key] = pending.get(key, 0) + delta
+                users += user_delta
+            self.counted_users += users
+        for song in split:
             self._mark_split(song)
-        elif salt == RECENT_STARTS:
-            self.recent.add_starts(value)  # type: ignore[union-attr]
-        elif salt == SOURCE_MARK:
-            self.recent.mark(value)  # type: ignore[union-attr]
-        else:
-            raise ValueError(f"unknown marker {salt} for {song!r}")
+        if starts or mark is not None:
+            recent = self.recent
+            if recent is None:
+                raise ValueError(f"recent plays are off, yet partition got {batch!r}")
+            if starts:
+                recent.add_starts(starts)
+            if mark is not None:
+                recent.mark(mark)
 
     def _mark_split(self, song: str) -> None:
         """From now on the song's ordinary count is one of its partials."""
@@ -153,17 +169,14 @@ class SongTable:
                          self.counted_users, None if self.recent is None else self.recent.state())
 
 
-class SongCounterLogic(CounterLogic[PartitionReport]):
+class SongCounterLogic(CounterLogic[SongBatch, PartitionReport]):
     """The counter stage with a :class:`SongTable`: one song partition."""
 
     def __init__(self, k_max: int, resume: CounterState | None, recoverable: bool, recent_minutes: int = 0) -> None:
         super().__init__(SongTable(k_max, resume.table if resume else None, recent_minutes), resume, recoverable)
 
-    @classmethod
-    def builder(cls, k_max: int, recoverable: bool, recent_minutes: int = 0
-                ) -> Callable[[CounterState | None], SongCounterLogic]:
-        return lambda resume: cls(k_max, resume, recoverable, recent_minutes)
 
-    @property
-    def index(self) -> RetractableIndex:
-        return self.table.index
+def song_counters(k_max: int, recoverable: bool, recent_minutes: int = 0
+                  ) -> Callable[[CounterState | None], SongCounterLogic]:
+    """The song partitions' logic builder (``stateful_batch``'s)."""
+    return lambda resume: SongCounterLogic(k_max, resume, recoverable, recent_minutes)

@@ -49,10 +49,9 @@ from typing import Any, NamedTuple
 from rankflow.connectors.changelog import Position
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.connectors.timeout_producer import producer_for
-from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardRouter, ShardSnapshot, shard_key, shard_of
+from rankflow.operators.keyed_shards import RESUMED, ShardItems, ShardLogic, ShardRouter, ShardSnapshot, shard_key, shard_of
 from rankflow.operators.metrics import METRICS
-from rankflow.operators.recent_plays import BUCKET_MS
-from rankflow.operators.routing import HOT_SONGS, HotSongs, user_salt
+from rankflow.operators.song_keys import BUCKET_MS, HOT_SONGS, HotSongs, user_salt
 from rankflow.state.events import DeadLetter, Event
 from rankflow.state.events import START, TIMEOUT
 from rankflow.state.rules import (CONFLICT_DETAILS, LAST_ACTIVE, PLAYBACK_ID, PLAYING, SONG_ID, VERSION, Verdict,
@@ -81,7 +80,7 @@ VERDICTS: dict[str, int] = dict.fromkeys(Verdict.ALL, 0)
 """Per-process tally of what events did (duplicates, superseded, ...), for metrics."""
 METRICS.verdicts = VERDICTS
 
-Snapshot = tuple  # a stored user: its record [+ salt] (state.rules.from_stored); older forms: from_legacy
+Snapshot = tuple[Any, ...]  # a stored user: its record [+ salt] (state.rules.from_stored); older forms: from_legacy
 
 __all__ = ["EventBatch", "NetChanges", "ShardRouter", "SweeperConfig", "SweepingShardLogic", "UserShardLogic", "select_conflicts", "shard_key", "shard_of"]
 
@@ -101,7 +100,7 @@ class UserShardLogic(ShardLogic):
         self.salts: dict[str, int] = {}  # users counted on a partial counter: its salt
         super().__init__(resume, changelog, shards, whole)
 
-    def _load(self, flat: dict[str, Snapshot | list], read: Any = from_stored) -> None:
+    def _load(self, flat: dict[str, Snapshot | list[Any]], read: Any = from_stored) -> None:
         """Records as this code stores them (changelogs store lists: ``state.rules.from_stored``)
         and their salts; ``read``: how to read one stored user."""
         users, salts = self.records, self.salts
@@ -110,12 +109,12 @@ class UserShardLogic(ShardLogic):
             if salt:
                 salts[user] = salt
 
-    def _load_legacy(self, flat: dict[str, Snapshot | list]) -> None:
+    def _load_legacy(self, flat: dict[str, Snapshot | list[Any]]) -> None:
         """Records in any form recovery state held them before it carried its format
         (``state.rules.from_legacy``)."""
         self._load(flat, from_legacy)
 
-    def _flat(self, users: Iterable[str]) -> dict[str, tuple]:
+    def _flat(self, users: Iterable[str]) -> dict[str, tuple[Any, ...]]:
         """The records of ``users``, each with its salt when it has one (rare: split songs)."""
         records, salts = self.records, self.salts
         if not salts:
@@ -156,7 +155,7 @@ class UserShardLogic(ShardLogic):
                 if verdict in conflicts:
                     out.append(DeadLetter(verdict, CONFLICT_DETAILS[verdict], partition, offset, raw, epoch))
                 continue
-            users[uid] = new  # type: ignore[assignment]
+            users[uid] = new
             if changed is not None:
                 changed.add(uid)
             if verdict == heartbeat:  # last_active moved: the same contribution, nothing to count
@@ -238,7 +237,7 @@ class SweepingShardLogic(UserShardLogic):
         self.timers.arm_all((u, r[LAST_ACTIVE] + T) for u, r in self.records.items() if r[PLAYING] and u != RESUMED)
         METRICS.timer_wheels.add(self.timers)
 
-    def on_batch(self, batches: list) -> tuple[list[Decision], bool]:  # type: ignore[override]
+    def on_batch(self, batches: list[ShardItems]) -> tuple[list[Decision], bool]:
         out: list[Decision] = []
         net: dict[tuple[str, int], list[int]] = {}
         starts: list[tuple[str, int]] | None = [] if self.recent else None
@@ -274,10 +273,10 @@ class SweepingShardLogic(UserShardLogic):
         while undelivered:  # due again at once (re-checked like any candidate)
             self.timers.arm(undelivered.popleft(), 0)
         if upto is not None:
-            fired = sweep(self.timers, self.records, T, upto)  # type: ignore[arg-type]
+            fired = sweep(self.timers, self.records, T, upto)
             send, delivered = producer.send, self._delivered
             for uid, rec in fired:
-                send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T, delivered)  # type: ignore[arg-type]
+                send(uid, rec[PLAYBACK_ID], rec[SONG_ID], rec[VERSION], upto, T, delivered)
             METRICS.timeouts_fired += len(fired)
         producer.poll()  # delivery reports, also when nothing fires
 
@@ -294,7 +293,7 @@ class SweepingShardLogic(UserShardLogic):
 
 def select_conflicts(items: list[tuple[str, Decision]]) -> list[tuple[str, DeadLetter]]:
     """``flat_map_batch`` mapper: the conflicts, for the dead-letter output."""
-    conflicts = [(d.partition, d) for _, d in items if d.__class__ is DeadLetter]
+    conflicts = [(d.partition, d) for _, d in items if isinstance(d, DeadLetter)]
     for _, d in conflicts:
         METRICS.dead_letters[d.reason] += 1
     return conflicts

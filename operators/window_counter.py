@@ -4,10 +4,11 @@ Contract (the counter stage of ``operators.counter``, keyed by counter partition
 ``"0"`` .. ``"P-1"``; a workspace's events all go to partition ``crc32(workspace) % P``,
 so each workspace's counts are exact in one place):
 
-* **Input**: ``(epoch, WindowBatch)`` items from :func:`route_messages`, exactly one per
-  source batch per partition: the batch's events of this partition's workspaces
-  (often none) and the batch's :class:`state.window_rules.SourceMark`. Every partition
-  sees every mark, so every partition computes the same watermark.
+* **Input**: :class:`WindowBatch` items from :func:`route_messages`, exactly one per
+  source batch per partition (each is its batch's barrier tick too): the batch's events
+  of this partition's workspaces (often none) and the batch's
+  :class:`state.window_rules.SourceMark`. Every partition sees every mark, so every
+  partition computes the same watermark.
 * **State**: a :class:`state.window_rules.Watermark`, a
   :class:`state.window_rules.WindowCounts` over ``(workspace, channel)`` keys, and the
   partition's best ``K_max`` pairs in the global order of docs/semantics/windows.md 4
@@ -38,30 +39,36 @@ from __future__ import annotations
 import logging
 import time
 import zlib
+from collections.abc import Hashable
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import Any, NamedTuple, cast
 
 from rankflow.connectors.changelog import ShardChangelog
+from rankflow.operators.engine_types import SourceMark
+from rankflow.operators.parse import ParsedBatch
 from rankflow.state.events import DeadLetter
 from rankflow.state.heavy_hitters import MisraGries
+from rankflow.state.message_events import EXPIRED
 from rankflow.state.ranking_index import RetakenTop
-from rankflow.state.window_rules import EXPIRED, USERS, SourceMark, Watermark, WindowCounts, window_buckets
+from rankflow.state.window_rules import USERS, Watermark, WindowCounts, window_buckets
 
 log = logging.getLogger("rankflow.activity")
 
 Pair = tuple[str, str]  # (workspace_id, channel_id)
+Summary = tuple[dict[Hashable, int], int]  # a bucket's Misra-Gries counters (pairs) in one partition, and its total
 WindowEvent = tuple[str, str, str, int, int, int, bytes]
 """``(workspace_id, channel_id, user_id, ts, seen, offset, raw)``: ``seen`` is the greatest
 valid ``ts`` of its source batch up to and including this event."""
 
 
 class WindowBatch(NamedTuple):
-    """One source batch's events for one counter partition, and the batch's mark."""
+    """One source batch's events for one counter partition, and the batch's mark (an
+    ``operators.engine_types.PartitionBatch``)."""
 
+    epoch: int
     mark: SourceMark
     events: list[WindowEvent]
     part: int = 0  # the counter partition it is for (names the partition's changelog)
-    epoch: int = 0
 
 
 class WindowReport(NamedTuple):
@@ -75,11 +82,12 @@ class WindowReport(NamedTuple):
     expired: list[DeadLetter]
     full: bool
     closed_at: float
-    summaries: dict[int, tuple[dict[Pair, int], int]] = {}
+    summaries: dict[int, Summary] = {}
     """``--global-summary``: per bucket that changed (every bucket when ``full``) its summary here."""
 
 
-def route_messages(parsed: Any, partitions: int, quiet_after_s: float | None) -> list[tuple[str, tuple[int, WindowBatch]]]:
+def route_messages(parsed: ParsedBatch, partitions: int, quiet_after_s: float | None
+                   ) -> list[tuple[str, WindowBatch]]:
     """A parsed batch's events, per counter partition, each with the batch's running greatest
     ``ts``; every partition gets the batch's mark. ``quiet_after_s``: a batch without
     records this long after the partition's last records marks it idle (None: never)."""
@@ -93,7 +101,7 @@ def route_messages(parsed: Any, partitions: int, quiet_after_s: float | None) ->
     quiet = quiet_after_s is not None and parsed.quiet_s >= quiet_after_s
     mark = SourceMark(parsed.partition, parsed.start, seen if seen >= 0 else None, quiet)
     epoch = parsed.epoch
-    return [(str(p), (epoch, WindowBatch(mark, events, p, epoch))) for p, events in enumerate(groups)]
+    return [(str(p), WindowBatch(epoch, mark, events, p)) for p, events in enumerate(groups)]
 
 
 class WindowTable:
@@ -179,7 +187,7 @@ class WindowTable:
         moved = self.counts.take_changed()
         self.top.update(moved, self.counts.counts)
         full, self.full = self.full, False
-        changed = by_workspace(self.counts.counts if full else moved)
+        changed = by_workspace(cast("dict[Pair, int]", self.counts.counts if full else moved))
         touched = set(self.summaries) if full else self.touched & set(self.summaries)
         self.touched = set()
         expired, self.expired = self.expired, []
@@ -233,7 +241,8 @@ class WindowTable:
         image.update({f"s{b}": _summary_json(m) for b, m in self.summaries.items()})
         return image
 
-    def _restore(self, position: Any, window: tuple[int | None, int | None]) -> tuple[WindowCounts, dict]:
+    def _restore(self, position: Any, window: tuple[int | None, int | None]
+                 ) -> tuple[WindowCounts, dict[int, MisraGries]]:
         assert self.directory is not None, "a changelog position without a changelog directory"
         self.log = ShardChangelog(self.directory, position[1], _merge_bucket)
         records = self.log.restore(position)
@@ -263,7 +272,8 @@ def _nested(keys: dict[Any, Any], users: bool) -> dict[str, dict[str, Any]]:
 
 
 def _summary_json(summary: MisraGries) -> list[Any]:
-    return [[[ws, ch, c] for (ws, ch), c in summary.counters.items()], summary.total]
+    counters = cast("dict[Pair, int]", summary.counters)
+    return [[[ws, ch, c] for (ws, ch), c in counters.items()], summary.total]
 
 
 def _merge_bucket(old: Any, new: Any) -> Any:

@@ -22,13 +22,12 @@ import logging
 from typing import Any
 
 from rankflow.operators.merger import Cut, lag_ms
-from rankflow.operators.window_counter import WindowReport
+from rankflow.operators.window_counter import Summary, WindowReport
 from rankflow.state.activity_snapshot import ActivitySnapshot
 from rankflow.state.heavy_hitters import MisraGries, bounds, merge
+from rankflow.state.message_events import EXPIRED
 from rankflow.state.ranking_index import COUNT_THEN_ID_DESCENDING, merge_local_tops
-from rankflow.state.window_rules import EXPIRED, window_buckets
-
-Summary = tuple[dict[tuple[str, str], int], int]  # a bucket's Misra-Gries counters in one partition, and its total
+from rankflow.state.window_rules import window_buckets
 
 log = logging.getLogger("rankflow.activity")
 

@@ -32,12 +32,12 @@ PARTS = {  # a frame whose name contains the key counts for the part (first matc
     "parse (JSON, validation)": ("parse_records", "orjson"),
     "user stage (rules)": ("_apply", "apply_event"),
     "changelog (write, fdatasync)": ("ShardChangelog", "fdatasync"),
-    "net deltas, routing": ("combine_song_deltas", "ShardRouter", "barrier_ticks"),
+    "net deltas, routing": ("combine_song_deltas", "ShardRouter", "barrier_ticks", "song_ticks"),
     "song counters": ("SongCounterLogic", "RetractableIndex", "SortedList"),
     "Kafka read": ("_KafkaPartition", "rd_kafka"),
     "exchange between processes (pickle, bincode)": ("pickle", "bincode", "Pickler", "Unpickler"),
     "Bytewax recovery store (SQLite)": ("sqlite", "rusqlite"),
-    "merger, publish": ("MergerLogic", "Publisher", "redis/"),
+    "merger, publish": ("MergerLogic", "SongRanking", "Publisher", "redis/"),
     "start-up (imports)": ("_find_and_load", "_compile_bytecode"),
 }
 

@@ -119,13 +119,12 @@ class Product:
                    dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
         raise NotImplementedError
 
-    def sink(self, opts: RunOptions, token: int, generation: int, live: bool, state: Any = None) -> Sink:
+    def sink(self, opts: RunOptions, token: int, generation: int, live: bool, state: Any) -> Sink:
         """The publisher of its snapshots into its namespace; ``state``: what makes its Redis
-        state (``RedisSnapshotSink``), the listener flow's by default."""
+        state (``RedisSnapshotSink``'s, one per sink partition)."""
         from rankflow.connectors.redis_publish import RedisSnapshotSink
 
-        extra = {} if state is None else {"state": state}
-        return RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, **extra)
+        return RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, state=state)
 
     @staticmethod
     def engine(opts: RunOptions, token: int) -> dict[str, Any]:

@@ -67,15 +67,16 @@ class Listeners(Product):
 
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
                    dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
+        from rankflow.connectors.redis_listeners import CountTable
         from rankflow.flows.listeners import build_flow
-        from rankflow.operators.routing import HOT_SONGS
+        from rankflow.operators.song_keys import HOT_SONGS
         from rankflow.recovery import user_changelog
 
         HOT_SONGS.configure(opts.hot_threshold, opts.hot_salts, opts.hot_window_s, frozenset(opts.split_songs))
         return build_flow(
             source,
             dead_letter,
-            self.sink(opts, token, generation, live),
+            self.sink(opts, token, generation, live, state=CountTable),
             song_partitions=opts.song_partitions,
             user_shards=opts.user_shards,
             user_changelog=user_changelog(opts.recovery_dir),

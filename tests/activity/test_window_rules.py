@@ -36,7 +36,7 @@ class Tables:
     def batch(self, partition: str, start: int, events: list[tuple[str, str, str, int]], quiet: float = 0.0) -> None:
         parsed = SimpleNamespace(partition=partition, start=start, epoch=self.epoch, quiet_s=quiet,
                                  events=[(*e, start + i, b"raw") for i, e in enumerate(events)])
-        for p, (_epoch, wb) in route_messages(parsed, len(self.tables), 5.0):
+        for p, wb in route_messages(parsed, len(self.tables), 5.0):
             self.tables[int(p)].stage(wb)
 
     def close(self):
@@ -285,7 +285,7 @@ def test_changelog_restores_the_table_exactly(tmp_path_factory, log, cuts, mode,
         size = cuts[epoch % len(cuts)]
         parsed = SimpleNamespace(partition="p", start=at, epoch=epoch, quiet_s=0.0,
                                  events=[(*e, at + i, b"raw") for i, e in enumerate(log[at:at + size])])
-        for _, (_, wb) in route_messages(parsed, 1, None):
+        for _, wb in route_messages(parsed, 1, None):
             table.stage(wb)
         table.close(epoch)
         state = table.state()  # Bytewax's snapshot at the barrier
@@ -303,7 +303,7 @@ def test_changelog_restores_the_table_exactly(tmp_path_factory, log, cuts, mode,
         size = cuts[epoch % len(cuts)]
         parsed = SimpleNamespace(partition="p", start=at, epoch=epoch, quiet_s=0.0,
                                  events=[(*e, at + i, b"raw") for i, e in enumerate(log[at:at + size])])
-        for _, (_, wb) in route_messages(parsed, 1, None):
+        for _, wb in route_messages(parsed, 1, None):
             replay.stage(wb)
         replay.close(epoch)
         at, epoch = at + size, epoch + 1

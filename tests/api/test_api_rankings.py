@@ -21,6 +21,7 @@ from rankflow.api.rankings import diff_event
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.redis_generations import join_run
 from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_listeners import CountTable
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.services import free_port
 from rankflow.state.snapshot import Snapshot, snapshot_id
@@ -147,7 +148,7 @@ def test_the_service_follows_the_count_table_through_changes_gaps_and_loss(redis
     rng = random.Random(5)
     songs = [f"s{i}" for i in range(25)]
     token = join_run(redis_client, namespace, "follow")[0]
-    publisher = Publisher(redis_url, namespace, token)
+    publisher = Publisher(redis_url, namespace, token, state=CountTable())
     table: dict[str, int] = {}
 
     async def scenario() -> None:
@@ -238,7 +239,7 @@ def test_a_changes_entry_it_cannot_read_makes_the_service_stale_then_it_recovers
                                                                                    namespace):
     """The poller outlives a bad read: stale meanwhile, a whole-table reload afterwards."""
     token = join_run(redis_client, namespace, "bad")[0]
-    publisher = Publisher(redis_url, namespace, token)
+    publisher = Publisher(redis_url, namespace, token, state=CountTable())
 
     async def scenario() -> None:
         cache = SnapshotCache(redis_url, namespace, poll_ms=10)

@@ -17,6 +17,7 @@ from rankflow.connectors.redis_generations import (
     switch_generation,
 )
 from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_listeners import CountTable
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.connectors.redis_read import read_counts, read_history, read_latest
 from rankflow.connectors.redis_scripts import Published
@@ -32,7 +33,7 @@ def snap(run: int, epoch: int, position: int | None = None, items=(("a", 2),), c
 
 def test_ids_only_grow(redis_client, redis_url, namespace):
     token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
-    pub = Publisher(redis_url, namespace, token)
+    pub = Publisher(redis_url, namespace, token, state=CountTable())
     assert pub.publish(snap(token, 5)) == 1
     assert pub.publish(snap(token, 5)) == Published.ALREADY_STORED  # a retry of the same snapshot
     assert pub.publish(snap(token, 3, items=(("old", 1),))) == Published.OLDER
@@ -43,9 +44,9 @@ def test_ids_only_grow(redis_client, redis_url, namespace):
 
 def test_positions_never_go_back(redis_client, redis_url, namespace):
     first = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
-    assert Publisher(redis_url, namespace, first).publish(snap(first, 9, position=900)) == 1
+    assert Publisher(redis_url, namespace, first, state=CountTable()).publish(snap(first, 9, position=900)) == 1
     restarted = join_run(redis_client, namespace, uuid.uuid4().hex)[0]  # e.g. resumed from an older barrier
-    pub = Publisher(redis_url, namespace, restarted)
+    pub = Publisher(redis_url, namespace, restarted, state=CountTable())
     assert pub.publish(snap(restarted, 7, position=700)) == -1
     assert read_latest(redis_client, namespace)["positions"] == {"f": 900}
     assert pub.publish(snap(restarted, 8, position=900)) == 1  # caught up
@@ -54,10 +55,10 @@ def test_positions_never_go_back(redis_client, redis_url, namespace):
 
 def test_a_newer_run_fences_the_older(redis_client, redis_url, namespace):
     old_token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
-    old = Publisher(redis_url, namespace, old_token)
+    old = Publisher(redis_url, namespace, old_token, state=CountTable())
     assert old.publish(snap(old_token, 100)) == 1
     new_token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
-    new = Publisher(redis_url, namespace, new_token)
+    new = Publisher(redis_url, namespace, new_token, state=CountTable())
     with pytest.raises(FencedError, match=f"current owner is run {new_token}"):
         old.publish(snap(old_token, 101))
     assert new.publish(snap(new_token, 101)) == 1
@@ -66,11 +67,11 @@ def test_a_newer_run_fences_the_older(redis_client, redis_url, namespace):
 
 def test_rebuild_generation_is_invisible_until_the_switch(redis_client, redis_url, namespace):
     live_token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
-    live = Publisher(redis_url, namespace, live_token)
+    live = Publisher(redis_url, namespace, live_token, state=CountTable())
     assert live.publish(snap(live_token, 1, items=(("live", 1),))) == 1
     build_token = new_run_token(redis_client, namespace)
     claim_generation(redis_client, namespace, build_token, build_token)
-    build = Publisher(redis_url, namespace, build_token, generation=build_token, live=False)
+    build = Publisher(redis_url, namespace, build_token, generation=build_token, live=False, state=CountTable())
     assert build.publish(snap(build_token, 50, items=(("rebuilt", 3),))) == 1
     assert live.publish(snap(live_token, 2, items=(("live", 2),))) == 1  # the live run goes on meanwhile
     assert read_latest(redis_client, namespace)["items"][0]["song_id"] == "live"
@@ -85,7 +86,7 @@ def test_rebuild_generation_is_invisible_until_the_switch(redis_client, redis_ur
 
 def test_redis_losing_its_data_is_repaired_by_the_next_publish(redis_client, redis_url, namespace):
     token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
-    pub = Publisher(redis_url, namespace, token)
+    pub = Publisher(redis_url, namespace, token, state=CountTable())
     assert pub.publish(snap(token, 1)) == 1
     redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost this namespace
     assert read_latest(redis_client, namespace) is None
@@ -99,20 +100,20 @@ def test_a_run_started_after_redis_lost_everything_takes_over(redis_client, redi
     for _ in range(3):
         join_run(redis_client, namespace, uuid.uuid4().hex)
     old_token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
-    old = Publisher(redis_url, namespace, old_token)
+    old = Publisher(redis_url, namespace, old_token, state=CountTable())
     assert old.publish(snap(old_token, 1)) == 1
     redis_client.delete(*redis_client.keys(f"{{{namespace}}}:*"))  # Redis lost everything
     assert old.publish(snap(old_token, 2)) == 1  # the live run goes on
     new_token = join_run(redis_client, namespace, uuid.uuid4().hex, fresh=True)[0]  # a run starting over
     assert new_token > old_token
-    assert Publisher(redis_url, namespace, new_token).publish(snap(new_token, 1)) == 1
+    assert Publisher(redis_url, namespace, new_token, state=CountTable()).publish(snap(new_token, 1)) == 1
     with pytest.raises(FencedError):
         old.publish(snap(old_token, 3))
 
 
 def test_the_full_count_table_follows_changes_and_survives_redis_loss(redis_client, redis_url, namespace):
     token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
-    pub = Publisher(redis_url, namespace, token)
+    pub = Publisher(redis_url, namespace, token, state=CountTable())
     assert pub.publish(snap(token, 1, counts={"a": 2, "b": 1, "c": 1}, full=True)) == 1
     assert pub.publish(snap(token, 2, counts={"b": 0, "c": 4})) == 1
     assert read_counts(redis_client, namespace) == {"a": 2, "c": 4}
@@ -130,10 +131,10 @@ def test_a_resumed_run_keeps_its_changes_until_redis_stores_a_snapshot(redis_cli
     ids for, under other cuts of the input: their changes, the first of them the whole
     table, must reach Redis with the first snapshot it stores."""
     token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
-    before = Publisher(redis_url, namespace, token)
+    before = Publisher(redis_url, namespace, token, state=CountTable())
     assert before.publish(snap(token, 1, counts={"a": 2, "b": 1}, full=True)) == 1
     assert before.publish(snap(token, 3, counts={"b": 0, "c": 4})) == 1  # the table at line 3: a 2, c 4
-    resumed = Publisher(redis_url, namespace, token)
+    resumed = Publisher(redis_url, namespace, token, state=CountTable())
     assert resumed.publish(snap(token, 2, position=2, counts={"a": 2, "b": 1}, full=True)) == Published.OLDER
     assert resumed.publish(snap(token, 3, position=4, counts={"b": 0, "c": 4, "e": 1})) == Published.OLDER
     assert read_counts(redis_client, namespace) == {"a": 2, "c": 4}, "the stored snapshot's table"
@@ -145,7 +146,7 @@ def test_a_process_starting_over_cannot_rejoin_a_run_that_published(redis_client
     run_id = uuid.uuid4().hex
     token = join_run(redis_client, namespace, run_id, fresh=True)[0]
     assert join_run(redis_client, namespace, run_id, fresh=True)[0] == token, "its second process"
-    assert Publisher(redis_url, namespace, token).publish(snap(token, 1)) == 1
+    assert Publisher(redis_url, namespace, token, state=CountTable()).publish(snap(token, 1)) == 1
     with pytest.raises(RunAlreadyPublished, match=f"run id '{run_id}' belongs to run {token}.*new --run-id"):
         join_run(redis_client, namespace, run_id, fresh=True)
     assert join_run(redis_client, namespace, run_id, fresh=False)[0] == token, "a process resuming its state"
@@ -171,7 +172,7 @@ def test_a_run_fenced_at_its_last_snapshot_stops_with_the_error(tmp_path, redis_
     log.write_bytes(ev("u1", "p1", "song", "START", 1) + b"\n")
     claim_generation(redis_client, namespace, 0, 50)  # a newer run owns the namespace
     flow = build_flow(JsonlSource([str(log)]), JsonlDeadLetterSink(str(tmp_path / "dead.jsonl")),
-                      RedisSnapshotSink(redis_url, namespace, 7), song_partitions=2, k_max=10, run_token=7,
+                      RedisSnapshotSink(redis_url, namespace, 7, state=CountTable), song_partitions=2, k_max=10, run_token=7,
                       user_shards=4)
     with pytest.raises(FencedError, match="current owner is run 50"):
         execute(flow, RunOptions(input=f"jsonl:{log}", until_eof=True), None)

@@ -19,6 +19,7 @@ import pytest
 import redis
 
 from rankflow.connectors.redis_generations import join_run
+from rankflow.connectors.redis_listeners import CountTable
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.connectors.redis_read import read_counts, read_latest
 from rankflow.generate import generate
@@ -103,7 +104,7 @@ def start_outage(reply: str, client: redis.Redis, url: str) -> Callable[[], None
 def test_the_publisher_waits_out_a_redis_that_refuses_for_a_while(own_redis, caplog, reply):
     client = redis.Redis.from_url(own_redis.url)
     token = join_run(client, "ns", uuid.uuid4().hex)[0]
-    pub = Publisher(own_redis.url, "ns", token)
+    pub = Publisher(own_redis.url, "ns", token, state=CountTable())
     assert pub.publish(snap(token, 1)) == 1
     end = start_outage(reply, client, own_redis.url)
     outcome: list[int] = []
@@ -128,7 +129,7 @@ def test_the_publisher_waits_out_a_redis_that_refuses_for_a_while(own_redis, cap
 def test_the_publisher_gives_up_after_its_bound_with_an_error_naming_redis(own_redis):
     client = redis.Redis.from_url(own_redis.url)
     token = join_run(client, "ns", uuid.uuid4().hex)[0]
-    pub = Publisher(own_redis.url, "ns", token, retry_for_s=0.5)
+    pub = Publisher(own_redis.url, "ns", token, retry_for_s=0.5, state=CountTable())
     demote(client, "no")
     with pytest.raises(redis.RedisError) as failed:
         pub.publish(snap(token, 1))

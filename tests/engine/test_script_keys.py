@@ -39,6 +39,7 @@ from rankflow.connectors.activity_read import ActivityReader
 from rankflow.connectors.redis_activity import ActivityState, RedisLostActivity
 from rankflow.connectors.redis_keys import Keys, activity_namespace, boards_namespace
 from rankflow.state.activity_snapshot import ActivitySnapshot
+from rankflow.connectors.redis_listeners import CountTable
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.state.board_snapshot import BoardsSnapshot
 from rankflow.connectors.redis_read import read_counts
@@ -104,7 +105,7 @@ def test_every_script_touches_only_keys_it_declares(undeclared, monkeypatch, red
     run_id = uuid.uuid4().hex
     token, generation = join_run(redis_client, namespace, run_id, fresh=True)
     assert join_run(redis_client, namespace, run_id) == (token, generation), "a second process joins the run"
-    live = Publisher(redis_url, namespace, token, generation)
+    live = Publisher(redis_url, namespace, token, generation, state=CountTable())
     loop = asyncio.new_event_loop()
     cache = SnapshotCache(redis_url, namespace)
 
@@ -123,7 +124,7 @@ def test_every_script_touches_only_keys_it_declares(undeclared, monkeypatch, red
 
         rebuild = new_run_token(redis_client, namespace)
         claim_generation(redis_client, namespace, rebuild, rebuild)
-        Publisher(redis_url, namespace, rebuild, rebuild, live=False).publish(snap(rebuild, 1, {"z": 1}, full=True))
+        Publisher(redis_url, namespace, rebuild, rebuild, live=False, state=CountTable()).publish(snap(rebuild, 1, {"z": 1}, full=True))
         switch_generation(redis_client, namespace, generation, rebuild)
         follow()  # a reader of the old generation follows the switch
         assert cache.snapshot["run"] == rebuild and cache.table.count("z") == 1

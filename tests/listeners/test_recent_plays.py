@@ -19,7 +19,7 @@ from rankflow.connectors.source_batch import STOP
 from rankflow.execution import execute
 from rankflow.operators.recent_plays import RecentPlays
 from rankflow.operators.song_counter import SongCounterLogic
-from rankflow.operators.routing import RECENT_STARTS, marked_tick
+from rankflow.operators.routing import SongBatch
 from rankflow.options import RunOptions
 from rankflow.runner import listener_flow
 from rankflow.endpoints import make_dead_letter_sink
@@ -263,8 +263,8 @@ def test_a_live_run_leaves_a_quiet_partition_out_of_the_watermark(flow):
 def test_the_song_table_keeps_recent_plays_across_a_resume():
     """The counter's recovery state holds the window: a resumed partition goes on where it was."""
     logic = SongCounterLogic(k_max=5, resume=None, recoverable=True, recent_minutes=2)
-    logic.on_batch([marked_tick(1, SourceMark("f", 0, 70_000)), (1, [("a", 0, 1, 1), ("", RECENT_STARTS, {("a", 1): 1}, 0)])])
-    logic.on_batch([marked_tick(2, SourceMark("f", 1, 80_000)), (2, [("b", 0, 1, 1), ("", RECENT_STARTS, {("b", 0): 1}, 0)])])
+    logic.on_batch([SongBatch(1, mark=SourceMark("f", 0, 70_000)), SongBatch(1, [("a", 0, 1, 1)], starts={("a", 1): 1})])
+    logic.on_batch([SongBatch(2, mark=SourceMark("f", 1, 80_000)), SongBatch(2, [("b", 0, 1, 1)], starts={("b", 0): 1})])
     state = logic.snapshot()  # epoch 2 still open
     resumed = SongCounterLogic(k_max=5, resume=state, recoverable=True, recent_minutes=2)
     [report] = resumed.on_eof()[0]
