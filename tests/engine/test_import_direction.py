@@ -14,7 +14,7 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 
 ENGINE, PARSE, KEYED, ROUTING, COUNTERS, MERGER, PUBLISH = range(7)
 STAGES = {
