@@ -16,8 +16,11 @@ another key would refuse the match servers' real results.
 
 from __future__ import annotations
 
+import fcntl
 import hmac
 import shutil
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeGuard
@@ -34,6 +37,8 @@ if TYPE_CHECKING:
 
 RECOVERY_PARTITIONS = 2
 LAYOUT_FILE = "rankflow-layout.json"
+INIT_LOCK_FILE = "rankflow-init.lock"
+"""Held while the store is looked for and created (:func:`_init_lock`)."""
 FORMAT_KEY = "format"
 LAYOUT_FORMAT = 1
 """The layout file's format, recorded in it (``FORMAT_KEY``): what a reader goes by to read the
@@ -111,12 +116,26 @@ def recovery_config(opts: RunOptions) -> RecoveryConfig | None:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file of that name, or no permission: before the run claims anything
         raise UsageError(f"--recovery-dir: cannot use {path} as a directory: {exc.strerror}") from None
-    if not any(path.glob("part-*.sqlite3")):
-        for left in (USER_CHANGELOG, WINDOW_CHANGELOG):  # no store refers to what may be left there
-            shutil.rmtree(path / left, ignore_errors=True)
-        init_db_dir(path, RECOVERY_PARTITIONS)
-    write_layout(path, recorded(opts))
+    with _init_lock(path):
+        if not any(path.glob("part-*.sqlite3")):
+            for left in (USER_CHANGELOG, WINDOW_CHANGELOG):  # no store refers to what may be left there
+                shutil.rmtree(path / left, ignore_errors=True)
+            init_db_dir(path, RECOVERY_PARTITIONS)
+        write_layout(path, recorded(opts))
     return RecoveryConfig(str(path))
+
+
+@contextmanager
+def _init_lock(path: Path) -> Iterator[None]:
+    """Held while a process looks for the store's partitions and creates them: the processes of
+    one run start together, and two creating one store at once fail in SQLite ("table parts
+    already exists"). An advisory lock on a file in the directory, released when the process ends."""
+    with open(path / INIT_LOCK_FILE, "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(lock, fcntl.LOCK_UN)
 
 
 @dataclass(frozen=True)

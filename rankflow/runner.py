@@ -94,8 +94,11 @@ def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
                                         republish=False)
 
 
-def run(opts: RunOptions) -> dict[str, Any] | None:
-    """Run the flow live; with ``until_eof`` return the final published snapshot."""
+def run(opts: RunOptions, fresh: bool | None = None) -> dict[str, Any] | None:
+    """Run the flow live; with ``until_eof`` return the final published snapshot.
+
+    ``fresh``: whether the run starts its input over (no stored state), when the caller
+    decided it before creating the store (the processes of one run); else read here."""
     check_run(opts)
     check_resumable(opts)  # before any process starts: another input, layout or key is a usage error
     if opts.processes > 1:
@@ -103,7 +106,8 @@ def run(opts: RunOptions) -> dict[str, Any] | None:
     if opts.process_id in (None, 0):  # one line per run, not per process
         warn_unchecked(opts)
     tune_gc()
-    fresh = not resumes_from_recovery(opts.recovery_dir)
+    if fresh is None:
+        fresh = not resumes_from_recovery(opts.recovery_dir)
     recovery = recovery_config(opts)  # first: a directory of another input or layout is a usage error
     if opts.metrics_port is not None:
         METRICS.serve(opts.metrics_port + (opts.process_id or 0), opts.metrics_host)
@@ -130,10 +134,14 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
     """
     ports = [free_port() for _ in range(opts.processes)]
     run_id = uuid.uuid4().hex
+    # decided once, and the store created once, before the processes start: each deciding for
+    # itself would race the first one's creating it (and disagree on ``fresh``)
+    fresh = not resumes_from_recovery(opts.recovery_dir)
+    recovery_config(opts)
     context = multiprocessing.get_context("fork")
     children = [
         context.Process(target=_process_main, name=f"rankflow-{i}", args=(replace(
-            opts, processes=1, addresses=[f"127.0.0.1:{p}" for p in ports], process_id=i, run_id=run_id),))
+            opts, processes=1, addresses=[f"127.0.0.1:{p}" for p in ports], process_id=i, run_id=run_id), fresh))
         for i in range(opts.processes)
     ]
     for child in children:
@@ -170,10 +178,10 @@ def _wait_all(children: Sequence[multiprocessing.process.BaseProcess]) -> multip
     return next((c for c in children if c.exitcode != 0), None)
 
 
-def _process_main(opts: RunOptions) -> None:
+def _process_main(opts: RunOptions, fresh: bool) -> None:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s %(name)s[{opts.process_id}]: %(message)s")
     try:
-        run(opts)
+        run(opts, fresh)
         stopped = stop_signal()
         if stopped is not None:
             sys.exit(128 + stopped)

@@ -212,3 +212,33 @@ def test_two_processes_resume_from_their_recovery_directory(flow, tmp_path):
     assert final["total_listeners"] == final["counted_users"] == model.counted_users
     assert final["positions"] == {half: len(lines)}
     assert len(list((tmp_path / "recovery" / "user-changelog").glob("*.log"))) == 16
+
+
+def _create_store(opts, ready, results) -> None:
+    from rankflow.recovery import recovery_config
+    ready.wait()
+    try:
+        recovery_config(opts)
+        results.put("ok")
+    except Exception as exc:  # noqa: BLE001 - the test reports it
+        results.put(f"{type(exc).__name__}: {exc}")
+
+
+def test_processes_that_start_together_create_one_store(tmp_path):
+    """The processes of one run look for the recovery store and create it at once: one creates it,
+    the others find it (two creating it failed in SQLite, "table parts already exists")."""
+    import multiprocessing
+
+    from rankflow.options import RunOptions
+    context = multiprocessing.get_context("fork")
+    n = 6
+    ready, results = context.Barrier(n), context.Queue()
+    opts = RunOptions(input=f"jsonl:{tmp_path / 'in.jsonl'}", recovery_dir=str(tmp_path / "recovery"))
+    children = [context.Process(target=_create_store, args=(opts, ready, results)) for _ in range(n)]
+    for child in children:
+        child.start()
+    outcomes = [results.get(timeout=120) for _ in children]
+    for child in children:
+        child.join()
+    assert outcomes == ["ok"] * n
+    assert len(list((tmp_path / "recovery").glob("part-*.sqlite3"))) == 2
