@@ -61,6 +61,12 @@ WindowEvent = tuple[str, str, str, int, int, int, bytes]
 valid ``ts`` of its source batch up to and including this event."""
 
 
+WINDOW_FORMAT = "rankflow-window/1"
+"""The version of a partition's stored state (:meth:`WindowTable.state`, a dict of named fields:
+its counts, or its changelog position with ``"changelog"``). State stored before it carried one
+has the same fields and is read as this version; another version is refused, never guessed."""
+
+
 class WindowBatch(NamedTuple):
     """One source batch's events for one counter partition, and the batch's mark (an
     ``operators.engine_types.PartitionBatch``)."""
@@ -110,6 +116,9 @@ class WindowTable:
     def __init__(self, bucket_ms: int, n: int, mode: str, k_max: int, resume: dict[str, Any] | None = None,
                  summary: int = 0, changelog: Path | None = None) -> None:
         s = resume or {}
+        if s.get("format", WINDOW_FORMAT) != WINDOW_FORMAT:
+            raise ValueError(f"window state of format {s['format']!r}: this code reads {WINDOW_FORMAT!r} "
+                             "(a recovery directory of a newer rankflow?)")
         self.bucket_ms, self.n, self.mode, self.k_max, self.summary = bucket_ms, n, mode, k_max, summary
         self.directory = changelog
         self.log: ShardChangelog | None = None
@@ -210,7 +219,7 @@ class WindowTable:
 
     # -- recovery -------------------------------------------------------------------
     def state(self) -> dict[str, Any]:
-        small = {"epoch": self.epoch, "watermark": self.watermark.state(), "running": dict(self.running),
+        small = {"format": WINDOW_FORMAT, "epoch": self.epoch, "watermark": self.watermark.state(), "running": dict(self.running),
                  "marks": list(self.marks), "waiting": list(self.waiting), "expired": list(self.expired)}
         if self.log is None:
             return {**small, "counts": self.counts.state(),

@@ -323,3 +323,21 @@ def test_changelog_restores_the_table_exactly(tmp_path_factory, log, cuts, mode,
     assert (resumed.counts.first, resumed.counts.last) == (replay.counts.first, replay.counts.last)
     assert {b: m.state() for b, m in resumed.summaries.items()} == {b: m.state() for b, m in replay.summaries.items()}
     assert resumed.counts.users == replay.counts.users
+
+
+def test_window_state_carries_its_format_and_another_format_is_refused():
+    """A partition's stored state names its format; state stored before it did reads as the same
+    fields; a format this code does not know is refused, never guessed."""
+    from rankflow.operators.window_counter import WINDOW_FORMAT
+    table = WindowTable(60_000, 3, "messages", 10)
+    parsed = SimpleNamespace(partition="p", start=0, epoch=1, quiet_s=0.0,
+                             events=[("w", "c", "u1", 1_000, 0, b"raw"), ("w", "c", "u2", 2_000, 1, b"raw")])
+    for _, wb in route_messages(parsed, 1, None):
+        table.stage(wb)
+    table.close(1)
+    state = table.state()
+    assert state["format"] == WINDOW_FORMAT and table.counts.counts
+    unversioned = {k: v for k, v in state.items() if k != "format"}
+    assert WindowTable(60_000, 3, "messages", 10, unversioned).counts.counts == table.counts.counts
+    with pytest.raises(ValueError, match="format 'rankflow-window/9'"):
+        WindowTable(60_000, 3, "messages", 10, {**state, "format": "rankflow-window/9"})
