@@ -442,16 +442,13 @@ def note_piece(piece: Piece, record: PlayerRecord, game: str, match: str, change
     >>> finish_piece(piece, rec)
     {'r': {'g1': {'m1': (50, 1798884000000)}}, 'b': {'g1': {'best': [50, 1798884000000]}}, 'R': [1798884002000, 1798884000000]}
     """
-    results = piece.get("r")
-    if results is None:
-        results = piece["r"] = {}
+    if not piece:  # the player's first accepted result of the barrier: both parts start here
+        piece["r"], piece["b"] = {}, {}
+    results, boards = piece["r"], piece["b"]
     mine = results.get(game)
     if mine is None:
         mine = results[game] = {}
     mine[match] = record[RESULTS][game][match]
-    boards = piece.get("b")
-    if boards is None:
-        boards = piece["b"] = {}
     noted = boards.get(game)
     if noted is None:
         noted = boards[game] = {}
