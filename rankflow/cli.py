@@ -269,7 +269,30 @@ def build_parser() -> argparse.ArgumentParser:
 
     for product in products.PRODUCTS.values():  # the readers: `top`, `boards ...`, `activity ...`
         READERS.update(product.add_readers(sub, _add_redis))
+    _list_by_family(parser, sub)
     return parser
+
+
+FAMILIES = (("run a flow", ("run", "rebuild")), ("make and load logs", ("generate", "produce")),
+            ("read the rankings", ()), ("serve readers over HTTP", ("serve",)),
+            ("measure", ("bench", "bench-sweep", "bench-boards", "bench-activity")))
+"""The commands in ``rankflow --help``, by family; the readers' family holds the products' reader
+commands (``Product.add_readers``), whatever they are."""
+
+
+def _list_by_family(parser: argparse.ArgumentParser, sub: Any) -> None:
+    """``rankflow --help`` lists the commands by family, each with its one-line help, instead of
+    argparse's one flat list (its entries are taken out of the subcommand action)."""
+    helps = {a.dest: a.help or "" for a in sub._choices_actions}
+    sub._choices_actions.clear()  # argparse has no public way to group subcommands
+    sub.metavar, sub.help = "COMMAND", "one of the commands below; `rankflow COMMAND --help` for its options"
+    placed = {name for _, names in FAMILIES for name in names}
+    width = max(map(len, helps)) + 2
+    lines = []
+    for family, names in FAMILIES:
+        names = names or tuple(n for n in helps if n not in placed)
+        lines += [f"{family}:"] + [f"  {n:<{width}}{helps[n]}" for n in names] + [""]
+    parser.epilog = "\n".join(lines).rstrip()
 
 
 def _utc_ms(text: str) -> int:

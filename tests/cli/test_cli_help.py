@@ -41,6 +41,17 @@ def test_the_command_tree_is_all_there():
             ("bench-activity",)} <= set(COMMANDS)
 
 
+def test_the_top_help_lists_every_command_once_under_its_family():
+    from rankflow.cli import FAMILIES
+    text = build_parser().format_help()
+    listed = re.findall(r"^  ([a-z][a-z-]*)  +\S", text.split("options:")[1], flags=re.MULTILINE)
+    top = sorted(name for (name, *rest) in COMMANDS if not rest)
+    assert sorted(listed) == top and len(listed) == len(set(listed))
+    for family, _ in FAMILIES:
+        assert f"\n{family}:\n" in text
+    assert text.index("run a flow:") < text.index("  rebuild ") < text.index("read the rankings:") < text.index("  boards ")
+
+
 @pytest.mark.parametrize("command", COMMANDS, ids=" ".join)
 def test_every_command_help_has_an_example_that_parses(command):
     """The examples are the command's own and parse as given (a renamed option would break them)."""
