@@ -23,7 +23,7 @@ import orjson
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_read import read_counts, read_history, read_latest
-from rankflow.connectors.source_batch import STOP
+from rankflow.connectors.source_batch import ENDS, FAILED, STOP
 from rankflow.options import RunOptions
 from rankflow.runner import run
 from rankflow.services import LocalRedis, LocalTansu, free_port
@@ -44,6 +44,16 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[None]:
 
 def pytest_sessionfinish() -> None:
     shutil.rmtree(_REFUSING_ROOT, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _fresh_source_state() -> None:
+    """Every test starts with the sources' process-wide state as a new process has it: a test
+    that stops a followed run (``STOP.set()``) or reads a changed input must not end the next
+    test's partitions, which xdist may run in the same process in any order."""
+    STOP.clear()
+    ENDS.clear()
+    FAILED.clear()
 
 
 @pytest.fixture(scope="session")
