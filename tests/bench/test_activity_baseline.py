@@ -6,7 +6,6 @@ clock)."""
 from __future__ import annotations
 
 import json
-import time
 import uuid
 from collections import Counter
 from typing import Any
@@ -41,12 +40,19 @@ def clean_topic(tmp_path_factory, kafka_brokers) -> tuple[str, list[dict[str, An
     return topic, [json.loads(line) for line in log.read_bytes().splitlines()]
 
 
+def redis_ms(client) -> int:
+    """Redis's own clock in ms (``TIME``), which its expiry times are on."""
+    seconds, micros = client.time()
+    return seconds * 1000 + micros // 1000
+
+
 @pytest.mark.parametrize("expire", ["per-message", "per-batch"])
 def test_window_counts_are_a_count_of_the_log(kafka_brokers, redis_url, redis_client, clean_topic, expire):
     topic, events = clean_topic
     prefix = "abl-" + uuid.uuid4().hex[:8]
-    started = time.monotonic()  # Redis counts a TTL down from when it was set: at most this long ago
+    before_ms = redis_ms(redis_client)  # every bucket's EXPIRE is set between these two readings
     stats = run_activity_baseline(kafka_brokers, topic, redis_url, prefix, expire=expire, batch=97)
+    after_ms = redis_ms(redis_client)
     assert stats["events"] == stats["counted"] == len(events) and stats["invalid"] == 0
     clock = max(e["ts"] for e in events)
     assert stats["clock"] == read_clock(redis_client, prefix) == clock
@@ -66,9 +72,8 @@ def test_window_counts_are_a_count_of_the_log(kafka_brokers, redis_url, redis_cl
     keys = BaselineKeys(prefix)
     busiest = Counter(e["workspace_id"] for e in events).most_common(1)[0][0]
     for b in (last, last - 30, last - WINDOW_BUCKETS + 1):
-        ttl = redis_client.ttl(keys.bucket(busiest, b))
-        elapsed = time.monotonic() - started  # the lower bound follows the run's own duration, not a budget
-        assert ttl_seconds(b, clock) - elapsed - 1 <= ttl <= ttl_seconds(b, b * BUCKET_MS)
+        expires_ms = redis_client.pexpiretime(keys.bucket(busiest, b))  # when set (Redis's clock) + its TTL
+        assert before_ms + ttl_seconds(b, clock) * 1000 <= expires_ms <= after_ms + ttl_seconds(b, b * BUCKET_MS) * 1000
     assert ttl_seconds(last - WINDOW_BUCKETS + 1, clock) >= 120  # the window's oldest: minutes left
     assert ttl_seconds(last, clock) > TTL_S - 1  # the newest bucket: the seed's 3660 s (and its minute's rest)
 
