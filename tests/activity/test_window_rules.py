@@ -267,6 +267,25 @@ def test_global_summary_keeps_the_bounds_of_section_5(log, cuts, n, partitions, 
         at, i = at + size, i + 1
 
 
+def epoch_batches(log, cuts):
+    """``log`` cut into epochs (``cuts`` events each, in turn) as one source partition's batches:
+    each epoch with the ``WindowBatch`` es it routes to a single counter partition."""
+    at, epoch = 0, 1
+    while at < len(log):
+        size = cuts[epoch % len(cuts)]
+        parsed = SimpleNamespace(partition="p", start=at, epoch=epoch, quiet_s=0.0,
+                                 events=[(*e, at + i, b"raw") for i, e in enumerate(log[at:at + size])])
+        yield epoch, [wb for _, wb in route_messages(parsed, 1, None)]
+        at, epoch = at + size, epoch + 1
+
+
+def feed(table, epoch, batches) -> None:
+    """Stage an epoch's batches into ``table`` and close the epoch (its barrier)."""
+    for wb in batches:
+        table.stage(wb)
+    table.close(epoch)
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(log=st.lists(events, max_size=50), cuts=st.lists(st.integers(1, 5), min_size=1, max_size=10),
        mode=st.sampled_from(["messages", "users"]), summary=st.sampled_from([0, 2]), crash_at=st.integers(0, 12),
@@ -288,36 +307,24 @@ def test_changelog_restores_the_table_exactly(tmp_path_factory, log, cuts, mode,
     directory = tmp_path_factory.mktemp("window-changelog")
     summary_mode = summary if mode == "messages" else 0
     table = WindowTable(60_000, 3, mode, 100, summary=summary_mode, changelog=directory)
-    at, epoch, saved = 0, 1, None
-    while at < len(log):
-        size = cuts[epoch % len(cuts)]
-        parsed = SimpleNamespace(partition="p", start=at, epoch=epoch, quiet_s=0.0,
-                                 events=[(*e, at + i, b"raw") for i, e in enumerate(log[at:at + size])])
-        for _, wb in route_messages(parsed, 1, None):
-            table.stage(wb)
-        table.close(epoch)
-        state = table.state()  # Bytewax's snapshot at the barrier
+    saved, last = None, 0
+    for epoch, batches in epoch_batches(log, cuts):
+        feed(table, epoch, batches)
+        state, last = table.state(), epoch  # Bytewax's snapshot at the barrier
         if epoch == crash_at:
             saved = state
         if epoch == crash_at + 1:
             break  # this epoch's frames are written, never committed: the restore cuts them off
-        at, epoch = at + size, epoch + 1
     else:  # the log ended before crash_at + 1: resume from its last barrier
         if saved is None:
-            saved = table.state()
-            crash_at = epoch - 1
+            saved, crash_at = table.state(), last
     # the run that went on past crash_at wrote frames Bytewax never committed: a restore cuts them off
     resumed = WindowTable(60_000, 3, mode, 100, saved, summary=summary_mode, changelog=directory)
     replay = WindowTable(60_000, 3, mode, 100, summary=summary_mode)
-    at, epoch = 0, 1
-    while epoch <= crash_at and at < len(log):
-        size = cuts[epoch % len(cuts)]
-        parsed = SimpleNamespace(partition="p", start=at, epoch=epoch, quiet_s=0.0,
-                                 events=[(*e, at + i, b"raw") for i, e in enumerate(log[at:at + size])])
-        for _, wb in route_messages(parsed, 1, None):
-            replay.stage(wb)
-        replay.close(epoch)
-        at, epoch = at + size, epoch + 1
+    for epoch, batches in epoch_batches(log, cuts):
+        if epoch > crash_at:
+            break
+        feed(replay, epoch, batches)
     assert resumed.counts.counts == replay.counts.counts
     assert resumed.counts.buckets == replay.counts.buckets
     assert (resumed.counts.first, resumed.counts.last) == (replay.counts.first, replay.counts.last)
@@ -330,11 +337,8 @@ def test_window_state_carries_its_format_and_another_format_is_refused():
     fields; a format this code does not know is refused, never guessed."""
     from rankflow.operators.window_counter import WINDOW_FORMAT
     table = WindowTable(60_000, 3, "messages", 10)
-    parsed = SimpleNamespace(partition="p", start=0, epoch=1, quiet_s=0.0,
-                             events=[("w", "c", "u1", 1_000, 0, b"raw"), ("w", "c", "u2", 2_000, 1, b"raw")])
-    for _, wb in route_messages(parsed, 1, None):
-        table.stage(wb)
-    table.close(1)
+    for epoch, batches in epoch_batches([("w", "c", "u1", 1_000), ("w", "c", "u2", 2_000)], [2]):
+        feed(table, epoch, batches)
     state = table.state()
     assert state["format"] == WINDOW_FORMAT and table.counts.counts
     unversioned = {k: v for k, v in state.items() if k != "format"}
