@@ -24,6 +24,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rankflow import products as product_registry
 from rankflow.api import dashboard, responses, server
+from rankflow.api.hot_reads import HotReads
 from rankflow.api.parts import Part, close_client, ping, redis_client
 from rankflow.api.settings import Settings
 
@@ -88,6 +89,9 @@ def create_app(settings: Settings) -> FastAPI:
     for router in routers:
         app.include_router(router)
     app.include_router(dashboard.router)
+    app.state.hot_answers = 0
+    app.add_middleware(HotReads, routes={route.path_format: route for router in routers for route in router.routes
+                                         if hasattr(route, "path_format")})  # innermost: measured like the rest
     app.add_middleware(server.BoundedBodies, timeout_s=settings.body_timeout_ms / 1000)
     app.add_middleware(MeasureRequests, metrics=metrics)  # outside: it counts the 408 of a late body
     default_openapi = app.openapi

@@ -9,6 +9,10 @@ poll interval behind the newest snapshot, and still wholly from one snapshot. On
 answers are kept: a failed read (no such board, Redis down) is asked again; while the
 watcher names no version (not read yet, Redis unreachable) every request reads.
 At most ``limit`` answers are kept per version; past this they start over.
+
+:meth:`SharedTops.top_bytes` is the same answer as JSON (``api.responses.json_response``'s
+bytes), encoded once per query and version: a top of 100 entries costs more to encode
+than to serve, and a snapshot changes a few times a second.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from collections.abc import Callable, Hashable
 from typing import Any
 
 from rankflow.api.watch import Watched
+from rankflow.connectors.redis_publish import dumps_document
 
 MAX_SHARED_TOPS = 10_000
 """Answers kept for one snapshot (the queries asked for); past this they start over."""
@@ -32,18 +37,32 @@ class SharedTops:
         self.limit = limit
         self._version: Hashable | None = None
         self._reads: dict[tuple[Any, ...], asyncio.Future[dict[str, Any]]] = {}
+        self._encoded: dict[tuple[Any, ...], bytes] = {}  # of self._version's answers
 
     async def top(self, *query: Any) -> dict[str, Any]:
         version = self.watch.version
         if version is None:
             return await self.reader.top(*query)
         if version != self._version or len(self._reads) >= self.limit:
-            self._version, self._reads = version, {}
+            self._version, self._reads, self._encoded = version, {}, {}
         read = self._reads.get(query)
         if read is None:
             read = self._reads[query] = asyncio.ensure_future(self.reader.top(*query))
             read.add_done_callback(self._forget_failure(query))
         return await asyncio.shield(read)  # a request that leaves must not cancel the others' read
+
+    async def top_bytes(self, *query: Any) -> bytes:
+        """:meth:`top` as JSON bytes, encoded once per query and version."""
+        version = self.watch.version
+        if version is not None and version == self._version:
+            encoded = self._encoded.get(query)
+            if encoded is not None:
+                return encoded
+        answer = await self.top(*query)
+        encoded = dumps_document(answer)
+        if version is not None and version == self._version and query in self._reads:
+            self._encoded[query] = encoded  # the answer of this version's read: shared like it
+        return encoded
 
     def _forget_failure(self, query: tuple[Any, ...]) -> Callable[[asyncio.Future[dict[str, Any]]], None]:
         """Only answers are kept: a failed read is asked again."""

@@ -108,14 +108,14 @@ def _phase(bench: BoardsBench, out: Reads, phase: str, pids: dict[str, int | Non
     cfg = bench.cfg
     rig.slowlog_reset(bench.client)
     meter = rig.CpuMeter(pids)
-    _http_phase(bench, out, phase, "memory", servers["memory"][1], players)
+    _http_phase(bench, out, phase, "memory", servers["memory"], players)
     servers["memory"][0].send_signal(signal.SIGSTOP)
     for query in ("top", "player"):
         latency = rig.paced_load(_reader(bench, ns, query, players), cfg.reads_rate, cfg.reads_s)
         setattr(out, query if phase == "traffic" else f"idle_{query}", latency)
         bench.log(f"{phase}, {query} (Redis): {latency.achieved_rps:,.0f} req/s, p50 {rig.fmt(latency.p50_ms, '.2f')} "
                   f"ms, p99 {rig.fmt(latency.p99_ms, '.2f')} ms, max {latency.max_ms:.1f} ms, {latency.errors} errors")
-    _http_phase(bench, out, phase, "redis", servers["redis"][1], players)
+    _http_phase(bench, out, phase, "redis", servers["redis"], players)
     out.cpu_cores[phase] = meter.cores()
     out.redis_slow[phase] = _slowlog(bench)
     bench.log(f"{phase}: CPU cores used {out.cpu_cores[phase]}; Redis commands over 1 ms: {out.redis_slow[phase]}")
@@ -145,14 +145,33 @@ def _slowlog(bench: BoardsBench) -> dict[str, Any]:
                                                  BOARD_READ_LUA: "EVALSHA (board query)"})
 
 
-def _http_phase(bench: BoardsBench, out: Reads, phase: str, index: str, port: int, players: list[str]) -> None:
-    """``top`` then ``player`` over HTTP on the server of ``--board-index index``."""
+def _http_phase(bench: BoardsBench, out: Reads, phase: str, index: str, served: Served, players: list[str]) -> None:
+    """``top`` then ``player`` over HTTP on the server of ``--board-index index``, and the
+    server's CPU per request for each (its CPU seconds over the load's requests: goal 4
+    of issue 21 asks at most 50 us)."""
+    server, port = served
     for query in ("top", "player"):
+        background = _background_cores(server.pid)
+        cpu0, started = rig.cpu_seconds(server.pid), time.monotonic()
         latency = _http_load(bench, port, query, players)
-        (out.http if index == "redis" else out.http_memory).setdefault(phase, {})[query] = asdict(latency)
+        cpu_s, wall = rig.cpu_seconds(server.pid) - cpu0, time.monotonic() - started
+        cpu_us = cpu_s / max(1, latency.requests) * 1e6
+        net_us = max(0.0, cpu_s - background * wall) / max(1, latency.requests) * 1e6
+        answer = {**asdict(latency), "server_cpu_us_per_request": round(cpu_us, 1),
+                  "server_background_cores": round(background, 3), "server_net_cpu_us_per_request": round(net_us, 1)}
+        (out.http if index == "redis" else out.http_memory).setdefault(phase, {})[query] = answer
         bench.log(f"{phase}, {query} (HTTP, --board-index {index}): {latency.achieved_rps:,.0f} req/s, p50 "
                   f"{latency.p50_ms:.2f} ms, p99 {latency.p99_ms:.2f} ms, max {latency.max_ms:.1f} ms, "
-                  f"{latency.errors} errors")
+                  f"{latency.errors} errors, server CPU {cpu_us:,.0f} us per request ({net_us:,.0f} over its "
+                  f"{background:.3f} cores without requests)")
+
+
+def _background_cores(pid: int, seconds: float = 2.0) -> float:
+    """The server's CPU cores without requests (following snapshots, polling): what a
+    request's share leaves out."""
+    cpu0 = rig.cpu_seconds(pid)
+    time.sleep(seconds)
+    return (rig.cpu_seconds(pid) - cpu0) / seconds
 
 
 def _http_load(bench: BoardsBench, port: int, query: str, players: list[str]) -> Latency:

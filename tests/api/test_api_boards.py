@@ -365,3 +365,73 @@ def test_health_of_a_boards_only_deployment(api, published):
         assert body["board_mirror"] == {"ready": True, "problem": None, "snapshot_id": published["snapshot_id"]}
     else:
         assert "board_mirror" not in body
+
+
+# -- the hot reads' lean path (api.hot_reads) answers as FastAPI does, to the byte ----------
+
+@contextmanager
+def without_hot_reads(settings: Settings) -> Iterator[TestClient]:
+    """The app on ``settings`` with every request answered by FastAPI (no ``HotReads``)."""
+    from rankflow.api.hot_reads import HotReads
+
+    app = create_app(settings)
+    app.user_middleware = [m for m in app.user_middleware if m.cls is not HotReads]
+    with TestClient(app) as client:
+        mirror = client.app.state.board_mirror
+        deadline = time.monotonic() + 10
+        while mirror is not None and not mirror.ready:
+            assert time.monotonic() < deadline, f"the mirror never loaded: {mirror.problem}"
+            time.sleep(0.01)
+        yield client
+
+
+HOT_PATHS = [
+    "/boards/g1/all/top", "/boards/g1/all/top?n=1", "/boards/g1/best/top?n=100", "/boards/g1/all/top?n=0100",
+    "/boards/g1/daily/top?n=3", "/boards/g1/weekly/top", "/boards/g1/daily:2027-01-03/top?n=2",
+    "/boards/g1/all/top?n=0", "/boards/g1/all/top?n=1001", "/boards/g1/all/top?n=ten", "/boards/g1/all/top?n=",
+    "/boards/g1/all/top?n=5&n=6", "/boards/g1/monthly/top", "/boards/g2/all/top", "/boards/g1/all/top/",
+    "/boards/g1/daily:2027-01-05/top", "/boards/g1/players/top",
+    *(f"/boards/g1/{board}/players/{player}" for board in ("all", "best", "daily", "weekly")
+      for player in (*ALL_PLAYERS, "zed")),
+    "/boards/g1/monthly/players/ana", "/boards/g2/all/players/ana", "/boards/g1/all/players/ana?x=1",
+    "/boards/g1/all/players/around", "/boards/g1/all/players/ana/around", "/boards/g1/all/players/ana/around?r=1",
+    "/boards/g1/all/players/ana/around?r=51", "/boards/g1/all/players/zed/around", "/boards",
+]
+
+
+def same_answers(fast: TestClient, full: TestClient, paths: list[str]) -> None:
+    for path in paths:
+        a, b = fast.get(path), full.get(path)
+        assert (a.status_code, a.content) == (b.status_code, b.content), path
+        assert [h for h in a.headers.items() if h[0] != "date"] == [h for h in b.headers.items() if h[0] != "date"]
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_the_lean_path_answers_byte_for_byte_as_fastapi(redis_url, published, index):
+    settings = Settings(redis_url=redis_url, namespace=published["namespace"], board_index=index)
+    with serving(settings) as fast, without_hot_reads(settings) as full:
+        same_answers(fast, full, HOT_PATHS)
+        same_answers(fast, full, HOT_PATHS)  # again: from the per-snapshot cache
+        assert fast.app.state.hot_answers >= 2 * 20 and full.app.state.hot_answers == 0
+        metrics = fast.get("/metrics").text
+        assert 'route="/boards/{game:game}/{board}/top",status="200"' in metrics
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_a_new_snapshot_replaces_the_cached_top(redis_url, tmp_path, index):
+    with live_boards(redis_url, tmp_path) as live:
+        live.append(*example.LINES)
+        settings = Settings(redis_url=redis_url, namespace=live.namespace, poll_ms=20, board_index=index)
+        with serving(settings) as fast, without_hot_reads(settings) as full:
+            first = fast.get("/boards/g1/all/top?n=100").json()
+            assert rows(first["items"]) == example.BOARDS["all"]
+            live.append(example.result("fay", "m9", 80, FAY_PLAYED, FAY_PLAYED + 1000))
+            deadline = time.monotonic() + 30
+            while rows((now := fast.get("/boards/g1/all/top?n=100").json())["items"])[0] != ("fay", 80, 1, 1):
+                assert time.monotonic() < deadline, "the cached top never showed the new snapshot"
+                time.sleep(0.01)
+            assert now["snapshot_id"] > first["snapshot_id"]
+            while full.get("/boards/g1/all/top?n=100").json()["snapshot_id"] != now["snapshot_id"]:
+                assert time.monotonic() < deadline, "the full path never saw the snapshot"
+                time.sleep(0.01)
+            same_answers(fast, full, ["/boards/g1/all/top?n=100", "/boards/g1/all/players/fay"])
