@@ -23,6 +23,7 @@ import re
 from typing import Any
 
 from rankflow.connectors.board_read import check_board
+from rankflow.connectors.redis_publish import dumps_document
 
 HEADERS = [(b"content-type", b"application/json")]
 """After ``content-length``, as Starlette's ``Response`` writes them."""
@@ -70,8 +71,6 @@ class HotReads:
             if len(parts) == 6 and parts[4] == "players" and not scope["query_string"] and state is not None:
                 check_board(parts[3])
                 answer = await state.boards.player(parts[2], parts[3], parts[5])
-                from rankflow.connectors.redis_publish import dumps_document
-
                 self._route(scope, "/boards/{game}/{board}/players/{player_id}")
                 return dumps_document(answer)
         except Exception:  # noqa: BLE001 - FastAPI answers the failure (its status, message and log)
