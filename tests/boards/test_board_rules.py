@@ -19,8 +19,11 @@ from rankflow.state.board_rules import (
     is_kept,
     kept_daily,
     kept_weekly,
+    loaded,
     rank_key,
     standings,
+    stored,
+    unpack,
     week_of,
 )
 from rankflow.state.score_events import parse_score_records
@@ -34,7 +37,8 @@ H = 3_600_000
 def play(record, match, points, played_at, received_at=None, game="g1"):
     """One result of player "p" (received 1 s after it was played unless told)."""
     received_at = played_at + 1000 if received_at is None else received_at
-    return apply_result(record, game, match, "p", points, played_at, received_at)
+    record, verdict, entries = apply_result(record, game, match, "p", points, played_at, received_at)
+    return (unpack(record) if isinstance(record, bytes) else record), verdict, entries  # the list form, to look into
 
 
 def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0", roundtrip: bool = False):
@@ -54,7 +58,7 @@ def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0
     for game, match, player, points, played_at, received_at, offset, _ in events:
         record, verdict, entries = apply_result(records.get(player), game, match, player, points, played_at,
                                                 received_at)
-        records[player] = orjson.loads(orjson.dumps(record)) if roundtrip else record
+        records[player] = loaded(orjson.loads(orjson.dumps(stored(record)))) if roundtrip else record
         if verdict in Verdict.DEAD:
             dead.append((verdict, partition, offset))
         duplicates += verdict == Verdict.DUPLICATE
