@@ -337,3 +337,21 @@ def test_record_is_json_and_works_after_a_round_trip():
     assert play(copy, "m1", 5, T, T + 2 * H)[1] == Verdict.DUPLICATE
     assert play(copy, "m3", 4, T + 2 * H)[2] == play(record, "m3", 4, T + 2 * H)[2]
     assert orjson.dumps(copy) == orjson.dumps(record)
+
+
+def test_packed_record_round_trips_through_the_changelog_forms():
+    """A first result is packed; its stored form reads back to the same bytes, its merge into a
+    later piece and its expansion give the list record the rules would have built."""
+    from rankflow.state.board_rules import finish_piece, merge_piece, note_piece
+
+    packed, verdict, entries = apply_result(None, "g1", "m1", "p", 50, T, T + 1000)
+    assert isinstance(packed, bytes) and verdict == Verdict.ACCEPTED and len(entries) == 4
+    frame = orjson.loads(orjson.dumps(finish_piece({}, packed)))
+    assert merge_piece(None, frame) == packed and loaded(frame) == packed
+    assert unpack(packed) == apply_result([T + 1000, 1 << 62, {}, {}], "g1", "m1", "p", 50, T, T + 1000)[0]
+    record, _, changes = apply_result(packed, "g1", "m2", "p", 10, T + 5, T + 2000)
+    piece: dict = {}
+    note_piece(piece, record, "g1", "m2", changes)  # type: ignore[arg-type]
+    rebuilt = merge_piece(merge_piece(None, frame), orjson.loads(orjson.dumps(finish_piece(piece, record))))  # type: ignore[arg-type]
+    assert orjson.loads(orjson.dumps(rebuilt)) == orjson.loads(orjson.dumps(record))
+    assert sorted(standings(rebuilt)) == sorted(standings(record))
