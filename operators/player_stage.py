@@ -21,6 +21,7 @@ Contract:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -29,7 +30,7 @@ from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
 from rankflow.operators.engine_types import MERGER_KEY, Tally
 from rankflow.operators.metrics import METRICS
 from rankflow.state.board_rules import (DETAILS, Entry, Piece, Verdict, apply_result, finish_piece, forget_expired,
-                                        merge_piece, note_piece, standings)
+                                        loaded, merge_piece, note_piece, standings, stored)
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import ScoreEvent
 
@@ -110,6 +111,8 @@ class PlayerShardLogic(ShardLogic):
             tally[verdict] = tally.get(verdict, 0) + 1
             if record is not old:
                 records[player] = record
+                if old is not None and changed is not None:  # a packed record unpacked: write it whole
+                    pieces[player] = {"W": 1, "r": {}, "b": {}}
             if changed is not None:  # the record changes in place: R moves with every result that gets here
                 changed.add(player)
             if verdict == ACCEPTED:
@@ -134,9 +137,14 @@ class PlayerShardLogic(ShardLogic):
         return out
 
     def _load(self, flat: dict[str, Any]) -> None:
-        super()._load(flat)
-        for record in flat.values():
+        records = {player: loaded(record) for player, record in flat.items()}
+        super()._load(records)
+        for record in records.values():
             forget_expired(record)
+
+    def _flat(self, ids: Iterable[str]) -> dict[str, Any]:
+        records = self.records
+        return {i: stored(records[i]) for i in ids}
 
 
 def select_tallies(items: list[tuple[str, Any]]) -> list[tuple[str, Tally]]:

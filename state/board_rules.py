@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import datetime
 import functools
+import struct
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from typing import Any, TypedDict
 
@@ -106,6 +107,7 @@ class Piece(TypedDict, total=False):
     R: list[int]  # [R, oldest]
     r: Results
     b: Boards
+    W: int  # 1: the record was packed when the barrier began; the frame holds it whole
 
 
 NONE_HELD = 1 << 62  # OLDEST of an empty window: later than any time
@@ -237,8 +239,8 @@ def _drop_old_periods(boards: Aggregates, prefix: str, oldest_kept: Callable[[st
 
 # -- one result (sections 1 checks 7-8, 2, 3, 4) --------------------------------
 
-def apply_result(record: PlayerRecord | None, game: str, match: str, player: str, points: int,
-                 played_at: int, received_at: int) -> tuple[PlayerRecord, str, tuple[Entry, ...]]:
+def apply_result(record: PlayerRecord | bytes | None, game: str, match: str, player: str, points: int,
+                 played_at: int, received_at: int) -> tuple[PlayerRecord | bytes, str, tuple[Entry, ...]]:
     """The player's record after one result that passed checks 1 to 6, what it did, and the entries it changed.
 
     ``record`` is updated in place (a new one is made for a player's first event):
@@ -259,14 +261,17 @@ def apply_result(record: PlayerRecord | None, game: str, match: str, player: str
     ('conflict', ())
     """
     if record is None:
-        record = [received_at, NONE_HELD, {}, {}]
-        newest = received_at
-    else:
-        newest = record[R]
-        if received_at > newest:  # R moves before check 7, even for an event then rejected
-            record[R] = newest = received_at
-            if record[OLDEST] < newest - DAY_MS - FORGET_SLACK_MS:
-                record[OLDEST] = _forget(record[RESULTS], newest - DAY_MS)
+        if played_at < received_at - DAY_MS or played_at > received_at + FUTURE_MS:  # 7, 8
+            return ([received_at, NONE_HELD, {}, {}],
+                    Verdict.TOO_OLD if played_at < received_at - DAY_MS else Verdict.IN_FUTURE, ())
+        return _first_result(game, match, points, played_at, received_at)
+    if isinstance(record, bytes):  # a second event: the list form from here on
+        record = unpack(record)
+    newest = record[R]
+    if received_at > newest:  # R moves before check 7, even for an event then rejected
+        record[R] = newest = received_at
+        if record[OLDEST] < newest - DAY_MS - FORGET_SLACK_MS:
+            record[OLDEST] = _forget(record[RESULTS], newest - DAY_MS)
     if played_at < newest - DAY_MS:  # 7
         return record, Verdict.TOO_OLD, ()
     if played_at > received_at + FUTURE_MS:  # 8
@@ -284,6 +289,64 @@ def apply_result(record: PlayerRecord | None, game: str, match: str, player: str
     if played_at < record[OLDEST]:
         record[OLDEST] = played_at
     return record, Verdict.ACCEPTED, _enter(record[BOARDS], game, points, played_at)
+
+
+# -- a player's first result, packed ---------------------------------------------
+
+_HEAD = struct.Struct("<qqHH")  # R, played_at, points, the game id's length in UTF-8 bytes
+PACKED = "packed"
+"""The tag of a packed record in a changelog: ``[PACKED, R, game, match, points, played_at]``."""
+
+
+def _first_result(game: str, match: str, points: int, played_at: int,
+                  received_at: int) -> tuple[bytes, str, tuple[Entry, ...]]:
+    """A player's first event, accepted: its record packed in one ``bytes`` (about 60 B
+    where the lists and dicts take 1.1 kB; most players of a big board have one result).
+
+    The packed record is what :func:`unpack` expands to the list form with the same
+    rules (:func:`_enter`): the entries here are those rules' entries for a first result
+    (every board new, reached_at the result's played_at), and any later event expands the
+    record first, so one definition decides every verdict.
+    """
+    g = game.encode()
+    record = _HEAD.pack(received_at, played_at, points, len(g)) + g + match.encode()
+    daily, weekly = _periods(played_at // DAY_MS)
+    return record, Verdict.ACCEPTED, ((game, ALL, points, played_at, True), (game, BEST, points, played_at, True),
+                                      (game, daily, points, played_at, True), (game, weekly, points, played_at, True))
+
+
+def _fields(packed: bytes) -> tuple[int, str, str, int, int]:
+    """``(R, game, match, points, played_at)`` of a packed record."""
+    newest, played_at, points, size = _HEAD.unpack_from(packed)
+    start = _HEAD.size
+    return newest, packed[start:start + size].decode(), packed[start + size:].decode(), points, played_at
+
+
+def unpack(packed: bytes) -> PlayerRecord:
+    """The list form of a packed record: what :func:`apply_result` makes of the same first result.
+
+    >>> rec = apply_result(None, "g1", "m1", "ana", 50, 1798884000000, 1798884002000)[0]
+    >>> unpack(rec) == apply_result([1798884002000, NONE_HELD, {}, {}], "g1", "m1", "ana", 50, 1798884000000, 1798884002000)[0]
+    True
+    """
+    newest, game, match, points, played_at = _fields(packed)
+    record: PlayerRecord = [newest, played_at, {game: {match: (points, played_at)}}, {}]
+    _enter(record[BOARDS], game, points, played_at)
+    return record
+
+
+def pack(newest: int, game: str, match: str, points: int, played_at: int) -> bytes:
+    """A packed record from its fields (a changelog's :data:`PACKED` form read back)."""
+    g = game.encode()
+    return _HEAD.pack(newest, played_at, points, len(g)) + g + match.encode()
+
+
+def stored(record: PlayerRecord | bytes) -> Any:
+    """A record as a changelog or snapshot stores it (JSON-ready): a packed one as
+    ``[PACKED, R, game, match, points, played_at]``, a list one as it is."""
+    if isinstance(record, bytes):
+        return [PACKED, *_fields(record)]
+    return record
 
 
 def _forget(results: Results, cut: int) -> int:
@@ -381,13 +444,15 @@ def standing(board: str, aggregate: Sequence[int]) -> tuple[int, int]:
     return score, last if score else first
 
 
-def standings(record: PlayerRecord) -> Iterator[tuple[str, str, int, int]]:
+def standings(record: PlayerRecord | bytes) -> Iterator[tuple[str, str, int, int]]:
     """Every ``(game_id, board, score, reached_at)`` of a record: to rebuild boards from records.
 
     >>> rec = apply_result(None, "g1", "m1", "ana", 0, 1798884000000, 1798884002000)[0]
     >>> sorted(standings(rec))[:2]
     [('g1', 'all', 0, 1798884000000), ('g1', 'best', 0, 1798884000000)]
     """
+    if isinstance(record, bytes):
+        record = unpack(record)
     for game, mine in record[BOARDS].items():
         for board, aggregate in mine.items():
             yield (game, board, *standing(board, aggregate))
@@ -428,7 +493,7 @@ def newest_periods(boards: Iterable[str]) -> tuple[str | None, str | None]:
 
 # -- records in a changelog ----------------------------------------------------------
 
-def note_piece(piece: Piece, record: PlayerRecord, game: str, match: str, changes: tuple[Entry, ...]) -> None:
+def note_piece(piece: Piece, record: PlayerRecord | bytes, game: str, match: str, changes: tuple[Entry, ...]) -> None:
     """Add an accepted result to ``piece``: the part of the player's record that a barrier's
     changelog frame holds (an active player holds a day of results: writing the record
     whole at every barrier cost the durable flow a third of its time). The piece holds
@@ -442,6 +507,8 @@ def note_piece(piece: Piece, record: PlayerRecord, game: str, match: str, change
     >>> finish_piece(piece, rec)
     {'r': {'g1': {'m1': (50, 1798884000000)}}, 'b': {'g1': {'best': [50, 1798884000000]}}, 'R': [1798884002000, 1798884000000]}
     """
+    if isinstance(record, bytes):  # packed: the barrier writes it whole (finish_piece)
+        return
     if not piece:  # the player's first accepted result of the barrier: both parts start here
         piece["r"], piece["b"] = {}, {}
     results, boards = piece["r"], piece["b"]
@@ -457,14 +524,20 @@ def note_piece(piece: Piece, record: PlayerRecord, game: str, match: str, change
         noted[change[1]] = held[change[1]]
 
 
-def finish_piece(piece: Piece, record: PlayerRecord) -> Piece:
+def finish_piece(piece: Piece, record: PlayerRecord | bytes) -> Piece:
     """The changelog frame's piece of a record that changed since the last barrier: R (it
-    moves with every result, whatever the verdict) and what :func:`note_piece` noted."""
+    moves with every result, whatever the verdict) and what :func:`note_piece` noted;
+    the whole record when it is packed, or was packed at the start of the barrier
+    (``piece["W"]``: the earlier frames may not hold it)."""
+    if isinstance(record, bytes):
+        return stored(record)  # type: ignore[no-any-return]
+    if "W" in piece:
+        return record  # type: ignore[return-value]
     piece["R"] = [record[R], record[OLDEST]]
     return piece
 
 
-def merge_piece(record: PlayerRecord | None, piece: Piece | PlayerRecord) -> PlayerRecord:
+def merge_piece(record: PlayerRecord | bytes | None, piece: Piece | PlayerRecord) -> PlayerRecord | bytes:
     """A record read back from a changelog: ``piece`` (:func:`finish_piece`, or a whole
     record) folded into what was read before it. Results and boards a live record
     dropped stay in the pieces; :func:`forget_expired` drops the results again, and the
@@ -475,9 +548,11 @@ def merge_piece(record: PlayerRecord | None, piece: Piece | PlayerRecord) -> Pla
     [20, 5, {'g': {'m': [1, 5]}}, {'g': {'best': [1, 5]}}]
     """
     if isinstance(piece, list):
-        return piece
+        return loaded(piece)  # type: ignore[no-any-return]
     if record is None:
         record = [0, NONE_HELD, {}, {}]
+    elif isinstance(record, bytes):
+        record = unpack(record)
     record[R], record[OLDEST] = piece["R"]
     for game, matches in piece.get("r", {}).items():
         record[RESULTS].setdefault(game, {}).update(matches)
@@ -486,6 +561,16 @@ def merge_piece(record: PlayerRecord | None, piece: Piece | PlayerRecord) -> Pla
     return record
 
 
-def forget_expired(record: PlayerRecord) -> None:
-    """Drop the results out of the identity window now (section 2), not lazily."""
+def loaded(record: Any) -> Any:
+    """A record as :func:`stored` wrote it, in the form the rules hold it."""
+    if record and record[0] == PACKED:
+        return pack(*record[1:])
+    return record
+
+
+def forget_expired(record: PlayerRecord | bytes) -> None:
+    """Drop the results out of the identity window now (section 2), not lazily (a packed
+    record holds one result, accepted at its R: inside the window)."""
+    if isinstance(record, bytes):
+        return
     record[OLDEST] = _forget(record[RESULTS], record[R] - DAY_MS)

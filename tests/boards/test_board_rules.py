@@ -19,8 +19,11 @@ from rankflow.state.board_rules import (
     is_kept,
     kept_daily,
     kept_weekly,
+    loaded,
     rank_key,
     standings,
+    stored,
+    unpack,
     week_of,
 )
 from rankflow.state.score_events import parse_score_records
@@ -34,7 +37,8 @@ H = 3_600_000
 def play(record, match, points, played_at, received_at=None, game="g1"):
     """One result of player "p" (received 1 s after it was played unless told)."""
     received_at = played_at + 1000 if received_at is None else received_at
-    return apply_result(record, game, match, "p", points, played_at, received_at)
+    record, verdict, entries = apply_result(record, game, match, "p", points, played_at, received_at)
+    return (unpack(record) if isinstance(record, bytes) else record), verdict, entries  # the list form, to look into
 
 
 def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0", roundtrip: bool = False):
@@ -54,7 +58,7 @@ def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0
     for game, match, player, points, played_at, received_at, offset, _ in events:
         record, verdict, entries = apply_result(records.get(player), game, match, player, points, played_at,
                                                 received_at)
-        records[player] = orjson.loads(orjson.dumps(record)) if roundtrip else record
+        records[player] = loaded(orjson.loads(orjson.dumps(stored(record)))) if roundtrip else record
         if verdict in Verdict.DEAD:
             dead.append((verdict, partition, offset))
         duplicates += verdict == Verdict.DUPLICATE
@@ -333,3 +337,21 @@ def test_record_is_json_and_works_after_a_round_trip():
     assert play(copy, "m1", 5, T, T + 2 * H)[1] == Verdict.DUPLICATE
     assert play(copy, "m3", 4, T + 2 * H)[2] == play(record, "m3", 4, T + 2 * H)[2]
     assert orjson.dumps(copy) == orjson.dumps(record)
+
+
+def test_packed_record_round_trips_through_the_changelog_forms():
+    """A first result is packed; its stored form reads back to the same bytes, its merge into a
+    later piece and its expansion give the list record the rules would have built."""
+    from rankflow.state.board_rules import finish_piece, merge_piece, note_piece
+
+    packed, verdict, entries = apply_result(None, "g1", "m1", "p", 50, T, T + 1000)
+    assert isinstance(packed, bytes) and verdict == Verdict.ACCEPTED and len(entries) == 4
+    frame = orjson.loads(orjson.dumps(finish_piece({}, packed)))
+    assert merge_piece(None, frame) == packed and loaded(frame) == packed
+    assert unpack(packed) == apply_result([T + 1000, 1 << 62, {}, {}], "g1", "m1", "p", 50, T, T + 1000)[0]
+    record, _, changes = apply_result(packed, "g1", "m2", "p", 10, T + 5, T + 2000)
+    piece: dict = {}
+    note_piece(piece, record, "g1", "m2", changes)  # type: ignore[arg-type]
+    rebuilt = merge_piece(merge_piece(None, frame), orjson.loads(orjson.dumps(finish_piece(piece, record))))  # type: ignore[arg-type]
+    assert orjson.loads(orjson.dumps(rebuilt)) == orjson.loads(orjson.dumps(record))
+    assert sorted(standings(rebuilt)) == sorted(standings(record))
