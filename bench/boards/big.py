@@ -1,6 +1,6 @@
 """``bench-boards`` part 5, big: ``big_players`` players on one board.
 
-``--big-mode flow``: the flow on a log with one result per player (load time, peak RSS,
+``--big-mode flow``: the durable flow on a log with one result per player (load time, peak RSS,
 Redis ``used_memory``; the run is stopped if the machine runs low on memory, and
 reports how far it got); ``--big-mode redis``: the Redis side alone, the boards
 publisher writing the entries of one board straight from this process, in snapshots
@@ -53,7 +53,8 @@ def _big_flow(bench: BoardsBench, out: Big) -> None:
     poller = rig.PositionsPoller.of_snapshot(bench.redis_url, *_snapshot_keys(ns), interval=0.5)
     poller.start()
     started = time.perf_counter()
-    proc = bench.rig.start(bench.flow_cmd("big", ns, "--until-eof"), ns)
+    recovery = bench.work / "big.recovery"  # durable, as production runs (issue 21: loaded by the flow, durable)
+    proc = bench.rig.start(bench.flow_cmd("big", ns, "--until-eof", "--recovery-dir", str(recovery)), ns)
     peak, low = _watch(bench, proc, out, base)
     seconds = time.perf_counter() - started
     poller.finish()
