@@ -503,9 +503,14 @@ def note_piece(piece: Piece, record: PlayerRecord | bytes, game: str, match: str
 
     >>> rec, _, changes = apply_result(None, "g1", "m1", "ana", 50, 1798884000000, 1798884002000)
     >>> piece: Piece = {}
-    >>> note_piece(piece, rec, "g1", "m1", changes[1:2])
+    >>> note_piece(piece, rec, "g1", "m1", changes)  # a first result is packed: written whole
     >>> finish_piece(piece, rec)
-    {'r': {'g1': {'m1': (50, 1798884000000)}}, 'b': {'g1': {'best': [50, 1798884000000]}}, 'R': [1798884002000, 1798884000000]}
+    ['packed', 1798884002000, 'g1', 'm1', 50, 1798884000000]
+    >>> rec, _, changes = apply_result(rec, "g1", "m2", "ana", 70, 1798884005000, 1798884006000)
+    >>> piece = {}
+    >>> note_piece(piece, rec, "g1", "m2", changes[1:2])
+    >>> finish_piece(piece, rec)
+    {'r': {'g1': {'m2': (70, 1798884005000)}}, 'b': {'g1': {'best': [70, 1798884005000]}}, 'R': [1798884006000, 1798884000000]}
     """
     if isinstance(record, bytes):  # packed: the barrier writes it whole (finish_piece)
         return
