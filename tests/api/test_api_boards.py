@@ -51,10 +51,10 @@ INDEXES = ["redis", "memory"]
 
 
 @contextmanager
-def serving(settings: Settings) -> Iterator[TestClient]:
-    """The app on ``settings``; with ``--board-index memory`` once its mirror serves (before
-    that it answers from Redis, which would prove nothing about the mirror)."""
-    with TestClient(create_app(settings)) as client:
+def serving(settings: Settings, app: Any = None) -> Iterator[TestClient]:
+    """The app on ``settings`` (or ``app``, made from them); with ``--board-index memory`` once
+    its mirror serves (before that it answers from Redis, which would prove nothing about the mirror)."""
+    with TestClient(app if app is not None else create_app(settings)) as client:
         mirror = client.app.state.board_mirror
         deadline = time.monotonic() + 10
         while mirror is not None and not mirror.ready:
@@ -376,12 +376,7 @@ def without_hot_reads(settings: Settings) -> Iterator[TestClient]:
 
     app = create_app(settings)
     app.user_middleware = [m for m in app.user_middleware if m.cls is not HotReads]
-    with TestClient(app) as client:
-        mirror = client.app.state.board_mirror
-        deadline = time.monotonic() + 10
-        while mirror is not None and not mirror.ready:
-            assert time.monotonic() < deadline, f"the mirror never loaded: {mirror.problem}"
-            time.sleep(0.01)
+    with serving(settings, app) as client:
         yield client
 
 
