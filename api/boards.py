@@ -53,6 +53,9 @@ from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, Board
 
 router = APIRouter(route_class=UsageErrorsAre400)
 
+TOP_N = 10
+"""Entries of a top when the query names no ``n`` (the hot path, ``api.hot_reads``, too)."""
+
 
 # ``{game:game}``: a game id that may hold ``/`` (docs/semantics/boards.md allows any characters).
 #
@@ -112,6 +115,6 @@ async def player(request: Request, game: str, board: str, player_id: str) -> Res
 @router.get("/boards/{game:game}/{board}/top", summary="A board's first n entries, with both ranks",
             responses=ERRORS.openapi(400, 404, 503))
 async def top(request: Request, game: str, board: str,
-              n: int = Query(10, description=f"how many entries, 1..{MAX_N}")) -> Response:
+              n: int = Query(TOP_N, description=f"how many entries, 1..{MAX_N}")) -> Response:
     tops: SharedTops = request.app.state.board_tops
     return await answer(request, lambda _: tops.top(game, board, n))

@@ -22,7 +22,8 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from rankflow.connectors.board_read import check_board
+from rankflow.api.boards import TOP_N
+from rankflow.connectors.board_read import check_board, check_n
 from rankflow.connectors.redis_publish import dumps_document
 
 HEADERS = [(b"content-type", b"application/json")]
@@ -61,9 +62,8 @@ class HotReads:
                 got = _N.fullmatch(scope["query_string"])
                 if got is None or state is None:
                     return None
-                n = int(got.group(1)) if got.group(1) else 10
-                if not 1 <= n <= 1000:
-                    return None
+                n = int(got.group(1)) if got.group(1) else TOP_N
+                check_n(n)
                 check_board(parts[3])
                 body: bytes = await state.board_tops.top_bytes(parts[2], parts[3], n)
                 self._route(scope, "/boards/{game}/{board}/top")

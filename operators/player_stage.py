@@ -117,7 +117,7 @@ class PlayerShardLogic(ShardLogic):
                 changed.add(player)
             if verdict == ACCEPTED:
                 entries.append((player, changes))
-                if changed is not None:
+                if changed is not None and not isinstance(record, bytes):  # packed: written whole (finish_piece)
                     piece = pieces.get(player)
                     if piece is None:
                         piece = pieces[player] = {}

@@ -26,6 +26,7 @@ from rankflow.state.board_rules import (
     unpack,
     week_of,
 )
+from rankflow.state import board_rules as br
 from rankflow.state.score_events import parse_score_records
 from tests import boards_example as example
 from tests.boards_example import ms
@@ -355,3 +356,15 @@ def test_packed_record_round_trips_through_the_changelog_forms():
     rebuilt = merge_piece(merge_piece(None, frame), orjson.loads(orjson.dumps(finish_piece(piece, record))))  # type: ignore[arg-type]
     assert orjson.loads(orjson.dumps(rebuilt)) == orjson.loads(orjson.dumps(record))
     assert sorted(standings(rebuilt)) == sorted(standings(record))
+
+
+@pytest.mark.parametrize("points, played_at", [(50, 1798884000000), (0, 1798884000000), (7, 1799020799999),
+                                               (10000, 1799020800000), (3, 0)])
+def test_a_packed_first_result_gives_the_list_rules_entries(points, played_at):
+    """A first result is packed with its entries written out (``_first_result``): they must be
+    what the list rules give the same result on an empty record."""
+    received_at = played_at + 2_000
+    packed, verdict, entries = br.apply_result(None, "g1", "m1", "ana", points, played_at, received_at)
+    listed = br.apply_result([received_at, br.NONE_HELD, {}, {}], "g1", "m1", "ana", points, played_at, received_at)
+    assert isinstance(packed, bytes) and (verdict, entries) == listed[1:]
+    assert br.unpack(packed) == listed[0]
