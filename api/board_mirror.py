@@ -52,7 +52,7 @@ from rankflow.connectors.board_read import (
     check_r,
     games_answer,
 )
-from rankflow.connectors.redis_boards import REACHED_DIGITS
+from rankflow.connectors.board_layout import LAYOUT, REACHED_BYTES, RedisBoardsLayout, layout_message
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.script_query import bind
 from rankflow.connectors.scripts import BOARD_CHUNK
@@ -163,9 +163,12 @@ class BoardMirror(Polling):
             pipe.xrevrange(k.board_changes, count=1)
             pipe.smembers(k.boards)
             pipe.hgetall(k.aliases)
-            now, sid, last, names, aliases = await pipe.execute()
+            pipe.get(k.boards_layout)
+            now, sid, last, names, aliases, layout = await pipe.execute()
         if int(now or 0) != generation:
             raise CannotFollow("the generation switched during the load")
+        if sid is not None and layout != LAYOUT.encode():
+            raise RedisBoardsLayout(layout_message((layout or b"1").decode()))
         boards: dict[BoardId, BoardIndex] = {}
         twins: dict[BoardId, BoardIndex] = {}
         for name in sorted(names):
@@ -198,7 +201,7 @@ class BoardMirror(Polling):
                 started = time.perf_counter()
                 members = flat[::2]
                 for member, score in zip(members, flat[1::2]):
-                    keys[member[REACHED_DIGITS:].decode()] = key_of_member(member, float(score), REACHED_DIGITS)
+                    keys[member[REACHED_BYTES:].decode()] = key_of_member(member, float(score), REACHED_BYTES)
                 if len(members) < self.load_chunk:
                     # Nearly sorted already (a changed player may sit where they were first read): timsort's case.
                     ordered = sorted(keys.values())

@@ -30,7 +30,8 @@ import redis
 import redis.asyncio as aioredis
 
 from rankflow.connectors.redis_generations import current_generation
-from rankflow.connectors.redis_boards import REACHED_DIGITS
+from rankflow.connectors.board_layout import (LAYOUT, REACHED_BYTES, RedisBoardsLayout, layout_message, member_fields,
+                                             player_hash)
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_replies import Hash, Scored
@@ -135,15 +136,17 @@ class BoardQuery:
         zset, hashed = keys.board(self.game, self.name)
         return READ_BOARD.ordered(
             {"generation": keys.generation, "snapshot_id": keys.snapshot_id, "aliases": keys.aliases,
-             "board": zset, "reached_at": hashed},
+             "board": zset, "reached_at": hashed, "boards_layout": keys.boards_layout},
             {"generation": g.generation, "alias": self.alias, "guess": guess, "query": self.query, "n": self.arg,
-             "player": self.player, "game": self.game})
+             "player": self.player, "game": self.game, "layout": LAYOUT, "player_hash": player_hash(self.player)})
 
     def settle(self, reply: list[Any]) -> bool:
         tag = reply[0]
         if tag == b"moved":
             self.guesses.generation = int(reply[1])
             return False
+        if tag == b"layout":
+            raise RedisBoardsLayout(layout_message(reply[1].decode()))
         if tag == b"alias":
             self.guesses.learn_alias(self.game, self.alias, reply[1].decode())
             return False
@@ -292,7 +295,7 @@ def _items(flat: list[bytes], first_rank: int, first_competition: int) -> list[d
             competition = rank
         previous = score
         items.append({"rank": rank, "competition_rank": competition,
-                      "player_id": m[REACHED_DIGITS:].decode(), "score": score})
+                      "player_id": m[REACHED_BYTES:].decode(), "score": score})
         rank += 1
     return items
 
@@ -307,8 +310,8 @@ def read_boards(client: redis.Redis, namespace: str) -> dict[str, dict[str, list
     for name in client.smembers(keys.boards):
         game, board = orjson.loads(name)
         flat = cast(Scored, client.zrange(keys.board(game, board)[0], 0, -1, withscores=True))
-        out.setdefault(game, {})[board] = [
-            (m.decode()[REACHED_DIGITS:], -int(score), int(m[:REACHED_DIGITS])) for m, score in flat]
+        out.setdefault(game, {})[board] = [(player, -int(score), at) for m, score in flat
+                                           for player, at in (member_fields(m),)]
     return out
 
 

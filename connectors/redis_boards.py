@@ -11,9 +11,11 @@ its data: :class:`BoardsState`.
 from __future__ import annotations
 
 from typing import Any
+from zlib import crc32
 
 import orjson
 
+from rankflow.connectors.board_layout import LAYOUT
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_publish import merge_pending
 from rankflow.connectors.scripts import PUBLISH_BOARDS
@@ -28,11 +30,6 @@ BOARD_CHANGES_MAX_BYTES = 1 << 20
 """A snapshot whose entries JSON is longer (some 30,000 entries: a backlog, not steady
 traffic) is streamed as ``large``, without them: mirrors reload instead. Bounds the
 stream at about 100 MB whatever the flow publishes."""
-
-REACHED_DIGITS = 15
-"""A board's sorted-set member is ``reached_at`` zero-padded to 15 digits (it is at most
-253402300799999, docs/semantics/boards.md 1) followed by the player id, so that the members of one
-score sort by time, then by id: ``001798884000000ana`` (built in ``scripts.PUBLISH_BOARDS``)."""
 
 BoardEntries = dict[str, tuple[int, int]]  # player -> (score, reached_at)
 
@@ -86,7 +83,8 @@ class BoardsState:
         self._pending, self._aliases, self._dropped, self._full, self._whole = {}, {}, set(), False, False
 
     def keys(self, k: Keys) -> list[str]:
-        out = PUBLISH_BOARDS.product_keys(aliases=k.aliases, boards=k.boards, board_changes=k.board_changes)
+        out = PUBLISH_BOARDS.product_keys(aliases=k.aliases, boards=k.boards, board_changes=k.board_changes,
+                                          boards_layout=k.boards_layout)
         for game, board in self._pending:
             out.extend(k.board(game, board))
         for game, board in self._dropped:
@@ -94,13 +92,14 @@ class BoardsState:
         return out
 
     def args(self) -> list[Any]:
-        args = PUBLISH_BOARDS.at_p(full="full" if self._full else "delta", changes_cap=BOARD_CHANGES_MAXLEN,
+        args = PUBLISH_BOARDS.at_p(full="full" if self._full else "delta", layout=LAYOUT, changes_cap=BOARD_CHANGES_MAXLEN,
                                    entry_bytes=BOARD_CHANGES_MAX_BYTES, changed=len(self._pending),
                                    dropped=len(self._dropped), aliases=len(self._aliases))
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         dumps = orjson.dumps
         for (game, board), entries in self._pending.items():
-            args += (board_name(game, board), dumps(entries))
+            hashed = {player: (score, at, crc32(player.encode())) for player, (score, at) in entries.items()}
+            args += (board_name(game, board), dumps(hashed), len(entries))
         args.extend(board_name(game, board) for game, board in self._dropped)
         return args

@@ -33,7 +33,12 @@ Its generation holds, besides the keys above (without counts and changes):
 =====================================  ===========================================
 ``{ns:boards}:g<G>:b:<game>:<board>``  the board's entries (sorted set; the order
                                        of docs/semantics/boards.md 4, see ``PUBLISH_BOARDS_LUA``)
-``{ns:boards}:g<G>:r:<game>:<board>``  the board's ``reached_at`` per player (hash)
+``{ns:boards}:g<G>:r:<game>:<board>``  the number of the board's ``reached_at``
+                                       buckets (absent: 1); bucket ``i``, a small
+                                       hash player -> ``reached_at``, is this key
+                                       followed by ``:<i>`` (``redis_boards``)
+``{ns:boards}:g<G>:boards_layout``     the layout of the boards' keys
+                                       (``redis_boards.LAYOUT``)
 ``{ns:boards}:g<G>:aliases``           per game its newest periods (hash: game ->
                                        JSON ``[daily, weekly]``)
 ``{ns:boards}:g<G>:boards``            every board there is (set of JSON ``[game,
@@ -114,6 +119,7 @@ class Keys:
         self.stream = f"{g}snapshots"
         self.counts = f"{g}counts"
         self.changes = f"{g}changes"
+        self.boards_layout = f"{g}boards_layout"
 
     def of_generation(self, generation: int) -> Keys:
         return Keys(self.namespace, generation)
@@ -123,9 +129,11 @@ class Keys:
         return f"{self.tag}:run:{run_id}"
 
     def board(self, game: str, board: str) -> tuple[str, str]:
-        """A board's sorted set and its ``reached_at`` hash. Board names have a fixed
-        form (``all``, ``best``, ``daily:D``, ``weekly:W``), so ``<game>:<board>`` names
-        one board whatever characters the game id holds."""
+        """A board's sorted set and its ``reached_at`` buckets' count key (each bucket's key is
+        that key, ``:`` and the bucket's number). Board names have a fixed form (``all``,
+        ``best``, ``daily:D``, ``weekly:W``: none ends in ``:`` and digits), so
+        ``<game>:<board>`` names one board whatever characters the game id holds, and no
+        bucket's key is another board's."""
         return f"{self.prefix}b:{game}:{board}", f"{self.prefix}r:{game}:{board}"
 
     def workspace(self, workspace: str, slot: str = "a") -> str:

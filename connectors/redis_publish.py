@@ -25,6 +25,7 @@ import orjson
 import redis
 from bytewax.outputs import DynamicSink, StatelessSinkPartition
 
+from rankflow.connectors.board_layout import RedisBoardsLayout, layout_message
 from rankflow.connectors.redis_generations import Fence, FencedError, GenerationSwitched
 from rankflow.connectors.redis_keys import Keys, connect
 from rankflow.connectors.script_query import bind
@@ -213,6 +214,8 @@ class Publisher:
                 raise FencedError(message.removeprefix("FENCED ")) from None
             if message.startswith("SWITCHED"):
                 raise GenerationSwitched(message.removeprefix("SWITCHED ")) from None
+            if message.startswith("LAYOUT"):
+                raise RedisBoardsLayout(layout_message(message.split(" layout ")[1].split(",")[0])) from None
             raise
 
     def close(self) -> None:

@@ -27,6 +27,8 @@ from functools import cached_property
 from importlib.resources import files
 from typing import Any, NamedTuple
 
+from rankflow.connectors.board_layout import BUCKET_LOAD
+
 LUA_DIR = files("rankflow.connectors").joinpath("lua")
 """Where the ``.lua`` files are, inside the installed package."""
 
@@ -186,13 +188,16 @@ The prelude, then ``KEYS`` 8-9: the generation's counts and changes; from ``ARGV
 table replaces the counts; the changes go to the changes stream, naming the snapshot
 before them (readers follow it, ``api.store``)."""
 
+_PUBLISH_BOARDS_KEYS = PUBLISH_KEYS + ("aliases", "boards", "board_changes", "boards_layout")
 PUBLISH_BOARDS = Script(
-    "publish_boards", ("publish_prelude", "publish_boards"),
-    keys=PUBLISH_KEYS + ("aliases", "boards", "board_changes"),
-    more_keys="per changed board its sorted set and its reached_at hash, then the same two keys of every "
-              "dropped board",
+    "publish_boards",
+    (Local("LAYOUT", _PUBLISH_BOARDS_KEYS.index("boards_layout") + 1), "board_layout", "publish_prelude",
+     "board_buckets", Local("LOAD", BUCKET_LOAD), "publish_boards"),
+    keys=_PUBLISH_BOARDS_KEYS,
+    more_keys="per changed board its sorted set and its reached_at buckets' count key, then the same two keys "
+              "of every dropped board",
     argv=PUBLISH_ARGV, more_argv="the source positions",
-    argv_at_p=("full", "changes_cap", "entry_bytes", "changed", "dropped", "aliases"))
+    argv_at_p=("full", "layout", "changes_cap", "entry_bytes", "changed", "dropped", "aliases"))
 """Stores one snapshot of the boards flow, atomically (``redis_boards.BoardsState``).
 
 The prelude, then ``KEYS``: 8 the games' aliases (hash: game -> JSON ``[daily,
@@ -357,8 +362,9 @@ reader is current; else ``{G, id, snapshot, 'table', changes_at, [song, count, .
 snapshot, 'changes', entries}`` (the ``changes`` entries after the reader's)."""
 
 READ_BOARD = Script(
-    "read_board", ("moved", "read_board"), keys=("generation", "snapshot_id", "aliases", "board", "reached_at"),
-    argv=("generation", "alias", "guess", "query", "n", "player", "game"))
+    "read_board", ("moved", "board_buckets", "read_board"),
+    keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout"),
+    argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash"))
 """One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
 generation G: snapshot_id, aliases, the board's sorted set and its ``reached_at`` hash.
 ``ARGV``: G, the alias asked for (``daily``, ``weekly`` or ''), the board it resolved to,

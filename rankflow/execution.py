@@ -27,6 +27,7 @@ from bytewax.recovery import RecoveryConfig
 from bytewax.testing import cluster_main, run_main
 
 from rankflow.connectors.redis_activity import RedisLostActivity
+from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.redis_boards import RedisLostBoards
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
@@ -129,7 +130,8 @@ def explain(exc: BaseException) -> BaseException:
         if isinstance(seen, GenerationSwitched):
             return GenerationSwitched(f"stopped: a rebuild replaced this run's ranking ({seen}); "
                                       "start the run again to continue on the new generation")
-        if isinstance(seen, (KafkaUnavailable, PositionOutOfRange, RedisLostBoards, RedisLostActivity)):
+        if isinstance(seen, (KafkaUnavailable, PositionOutOfRange, RedisLostBoards, RedisLostActivity,
+                             RedisBoardsLayout)):
             return ServiceError(str(seen))
         if isinstance(seen, redis.ConnectionError) or is_transient(seen):
             return ServiceError(f"lost Redis: {seen}")

@@ -55,9 +55,12 @@ def entry_key(player: str, score: int, reached_at: int) -> bytes:
     return _HEAD.pack(_TOP_SCORE - score, reached_at) + player.encode()
 
 
-def key_of_member(member: bytes, negated_score: float, reached_digits: int) -> bytes:
-    """:func:`entry_key` of a board's sorted-set member and score (``PUBLISH_BOARDS_LUA``)."""
-    return _HEAD.pack(_TOP_SCORE + int(negated_score), int(member[:reached_digits])) + member[reached_digits:]
+def key_of_member(member: bytes, negated_score: float, reached_bytes: int) -> bytes:
+    """:func:`entry_key` of a board's sorted-set member and score: the member is
+    ``reached_at`` as ``reached_bytes`` big-endian bytes, then the player id
+    (``connectors.board_layout.member``)."""
+    return (_HEAD.pack(_TOP_SCORE + int(negated_score), int.from_bytes(member[:reached_bytes], "big"))
+            + member[reached_bytes:])
 
 
 def entry_fields(key: bytes) -> tuple[str, int, int]:

@@ -1,10 +1,46 @@
 -- The boards flow's publish body: the boards, the aliases, the board_changes stream.
 -- KEYS, ARGV and replies: connectors/scripts.py (this header is not sent to Redis).
-local boards = tonumber(ARGV[P + 3])
-local dropped = tonumber(ARGV[P + 4])
-local a = P + 5
+local boards = tonumber(ARGV[P + 4])
+local dropped = tonumber(ARGV[P + 5])
+local a = P + 6
 local size = 0
 local aliases = {}
+local function in_batches(command, key, list)
+  for i = 1, #list, 4000 do
+    redis.call(command, key, unpack(list, i, math.min(i + 3999, #list)))
+  end
+end
+local function grow(z, r, coming)
+  -- Before a board takes `coming` entries: one bucket more while its players and those could
+  -- average more than LOAD per bucket (split bucket n - low), so no bucket outgrows a listpack.
+  local n, low = bucket_span(r)
+  local before = n
+  local card = redis.call('ZCARD', z) + coming
+  while card > LOAD * n do
+    local split = n - low
+    local from, to = r .. ':' .. split, r .. ':' .. (split + low)
+    local flat = redis.call('HGETALL', from)
+    local moved, gone = {}, {}
+    for i = 1, #flat, 2 do
+      if crc32(flat[i]) % (2 * low) == split + low then
+        moved[#moved + 1], moved[#moved + 2] = flat[i], flat[i + 1]
+        gone[#gone + 1] = flat[i]
+      end
+    end
+    if #gone > 0 then
+      redis.call('HSET', to, unpack(moved))
+      redis.call('HDEL', from, unpack(gone))
+    end
+    n = n + 1
+    if n == 2 * low then
+      low = 2 * low
+    end
+  end
+  if n ~= before then
+    redis.call('SET', r, n)
+  end
+  return n, low
+end
 for i = 1, tonumber(ARGV[a]) do
   redis.call('HSET', KEYS[8], ARGV[a + 2 * i - 1], ARGV[a + 2 * i])
   aliases[2 * i - 1], aliases[2 * i] = ARGV[a + 2 * i - 1], ARGV[a + 2 * i]
@@ -12,36 +48,47 @@ end
 a = a + 1 + 2 * tonumber(ARGV[a])
 local changed = {}
 for b = 1, boards do
-  local z, r = KEYS[9 + 2 * b], KEYS[10 + 2 * b]
+  local z, r = KEYS[10 + 2 * b], KEYS[11 + 2 * b]
   redis.call('SADD', KEYS[9], ARGV[a])
   changed[2 * b - 1], changed[2 * b] = ARGV[a], ARGV[a + 1]
   size = size + #ARGV[a + 1]
+  local n, low = grow(z, r, tonumber(ARGV[a + 2]))
+  local adds, removes = {}, {}
   for player, e in pairs(cjson.decode(ARGV[a + 1])) do
-    local at = string.format('%015d', e[2])
-    local old = redis.call('HGET', r, player)
+    local at = struct.pack('>I6', e[2])
+    local bucket = bucket_key(r, e[3], n, low)
+    local old = redis.call('HGET', bucket, player)
     if old ~= at then
       if old then
-        redis.call('ZREM', z, old .. player)
+        removes[#removes + 1] = old .. player
       end
-      redis.call('HSET', r, player, at)
+      redis.call('HSET', bucket, player, at)
     end
-    redis.call('ZADD', z, -e[1], at .. player)
+    adds[#adds + 1], adds[#adds + 2] = -e[1], at .. player
   end
-  a = a + 2
+  in_batches('ZREM', z, removes)
+  in_batches('ZADD', z, adds)
+  a = a + 3
 end
 local gone = {}
 for d = 1, dropped do
-  local k = 9 + 2 * boards + 2 * d
-  redis.call('DEL', KEYS[k], KEYS[k + 1])
+  local k = 10 + 2 * boards + 2 * d
+  local n = bucket_span(KEYS[k + 1])
+  local buckets = {}
+  for i = 0, n - 1 do
+    buckets[#buckets + 1] = KEYS[k + 1] .. ':' .. i
+  end
+  in_batches('UNLINK', KEYS[k], buckets)
+  redis.call('UNLINK', KEYS[k + 1])
   redis.call('SREM', KEYS[9], ARGV[a])
   gone[d] = ARGV[a]
   a = a + 1
 end
-if ARGV[P] == 'full' or size > tonumber(ARGV[P + 2]) then
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 1], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
+if ARGV[P] == 'full' or size > tonumber(ARGV[P + 3]) then
+  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
              'full', ARGV[P] == 'full' and 'full' or 'large')
 else
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 1], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
+  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
              'full', 'delta', 'aliases', #aliases > 0 and cjson.encode(aliases) or '[]',
              'boards', '[' .. table.concat(changed, ',') .. ']', 'dropped', '[' .. table.concat(gone, ',') .. ']')
 end

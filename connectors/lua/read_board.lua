@@ -1,5 +1,9 @@
 -- One board query.
 -- KEYS, ARGV and replies: connectors/scripts.py (this header is not sent to Redis).
+local layout = redis.call('GET', KEYS[6])
+if layout ~= ARGV[8] and redis.call('EXISTS', KEYS[2]) == 1 then
+  return {'layout', layout or '1'}
+end
 if ARGV[2] ~= '' then
   local periods = redis.call('HGET', KEYS[3], ARGV[7])
   local resolved = ''
@@ -22,7 +26,8 @@ end
 if ARGV[4] == 'top' then
   return {'board', sid, card, redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')}
 end
-local at = redis.call('HGET', KEYS[5], ARGV[6])
+local n, low = bucket_span(KEYS[5])
+local at = redis.call('HGET', bucket_key(KEYS[5], tonumber(ARGV[9]), n, low), ARGV[6])
 if not at then
   return {'board', sid, card, false}
 end

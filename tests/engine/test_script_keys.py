@@ -1,7 +1,11 @@
 """Every Lua script names every key it touches in ``KEYS``, as Redis Cluster requires.
 
 A standalone Redis runs a script that builds key names itself without complaint; a
-cluster refuses it (or routes it to the wrong node). So each script rankflow sends
+cluster refuses it (or routes it to the wrong node). One kind of built key is allowed: a
+declared key followed by ``:`` and digits (a board's ``reached_at`` bucket,
+``connectors.board_layout``). It has the declared key's hash tag, so it lives in the
+same slot, which Redis Cluster accepts from a script (it refuses a key of another
+slot); its number depends on the board's size, which only Redis knows. So each script rankflow sends
 gets a prelude here that asks Redis which arguments of every command it runs are
 keys (``COMMAND GETKEYS``, Redis's own answer) and records any key not in ``KEYS``.
 The scripts then run their real paths: joins, claims, publishes (whole table,
@@ -54,7 +58,8 @@ local function checked(call)
   return function(command, ...)
     local found, keys = pcall(redis.call, 'COMMAND', 'GETKEYS', command, ...)
     for _, key in ipairs(found and keys or {}) do
-      if not declared[key] then
+      local base = string.match(key, '^(.*):%%d+$')
+      if not declared[key] and not (base and declared[base]) then
         redis.call('RPUSH', '%(log)s', '%(script)s: ' .. command .. ' ' .. key)
       end
     end

@@ -1,0 +1,11 @@
+-- Before the publish prelude writes anything: the generation's boards are in this layout.
+-- LAYOUT is the index of the layout key in KEYS. KEYS, ARGV: connectors/scripts.py (header not sent).
+local layout = redis.call('GET', KEYS[LAYOUT])
+local wanted = ARGV[9 + 2 * tonumber(ARGV[7])]
+if layout ~= wanted then
+  if redis.call('EXISTS', KEYS[3]) == 1 then
+    return redis.error_reply('LAYOUT the boards of generation ' .. ARGV[2] .. ' are in layout ' ..
+                             (layout or '1') .. ', this rankflow writes layout ' .. wanted)
+  end
+  redis.call('SET', KEYS[LAYOUT], wanted)
+end
