@@ -227,6 +227,12 @@ def used_memory(client: Any) -> int:
     return int(client.info("memory")["used_memory"])
 
 
+def redis_cpu(client: Any) -> float:
+    """Redis's user + system CPU seconds so far (``INFO cpu``)."""
+    info = client.info("cpu")
+    return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
 # -- figures -----------------------------------------------------------------------------
 def percentile(values: Iterable[float], q: float) -> float | None:
     """The ``q`` quantile (nearest rank) of ``values``; None for none."""

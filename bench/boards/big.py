@@ -52,11 +52,14 @@ def _big_flow(bench: BoardsBench, out: Big) -> None:
     ns = "big"
     poller = rig.PositionsPoller.of_snapshot(bench.redis_url, *_snapshot_keys(ns), interval=0.5)
     poller.start()
+    redis0, broker0 = rig.redis_cpu(bench.client), rig.cpu_seconds(bench.rig.broker.pid())
     started = time.perf_counter()
     recovery = bench.work / "big.recovery"  # durable, as production runs (issue 21: loaded by the flow, durable)
     proc = bench.rig.start(bench.flow_cmd("big", ns, "--until-eof", "--recovery-dir", str(recovery)), ns)
     peak, low = _watch(bench, proc, out, base)
     seconds = time.perf_counter() - started
+    out.redis_cpu_s = rig.redis_cpu(bench.client) - redis0
+    out.broker_cpu_s = rig.cpu_seconds(bench.rig.broker.pid()) - broker0
     poller.finish()
     out.process_peak_rss_bytes = peak
     out.min_available_bytes = low
@@ -86,6 +89,10 @@ def _watch(bench: BoardsBench, proc: subprocess.Popen, out: Big, base: int) -> t
     peak, low = 0, rig.mem_available()
     while proc.poll() is None:
         peak = max(peak, rig.proc_status(proc.pid, "VmHWM"))
+        try:
+            out.flow_cpu_s = rig.cpu_seconds(proc.pid)  # the last reading before it exits (0.5 s apart)
+        except OSError:
+            pass
         low = min(low, rig.mem_available())
         if low < cfg.big_min_free_gib * 2**30:
             out.stopped_because = (f"the machine had {low / 2**30:.1f} GiB available (flow RSS {peak / 2**30:.1f} "
@@ -113,6 +120,7 @@ def _big_redis(bench: BoardsBench, out: Big) -> None:
     rng = random.Random(cfg.seed)
     base, low = bench.used_memory(), rig.mem_available()
     rss0 = rig.proc_status(os.getpid(), "VmRSS")
+    redis0 = rig.redis_cpu(bench.client)
     started = time.perf_counter()
     digits = max(7, len(str(cfg.big_players - 1)))
     done = 0
@@ -137,6 +145,7 @@ def _big_redis(bench: BoardsBench, out: Big) -> None:
     out.complete = done >= cfg.big_players
     out.results_per_s = done / out.load_s
     out.redis_used_memory_bytes = bench.used_memory() - base
+    out.redis_cpu_s = rig.redis_cpu(bench.client) - redis0
     out.process_peak_rss_bytes = rig.proc_status(os.getpid(), "VmRSS") - rss0  # what the publisher kept (growth)
     out.min_available_bytes = low
     publisher.close()

@@ -83,6 +83,9 @@ def rows(r: BoardsBenchResult) -> list[tuple[str, str, str, str]]:
                     f"({_fmt(b.results_per_s, ',.0f', '/s')}); Redis {b.redis_used_memory_bytes / 2**30:.2f} GiB "
                     f"({b.entries:,} entries, {_fmt(b.redis_bytes_per_entry, ',.0f')} B each); "
                     f"{'flow' if b.mode == 'flow' else 'publisher'} RSS {b.process_peak_rss_bytes / 2**30:.2f} GiB"
+                    f" ({b.process_peak_rss_bytes / max(b.loaded_players, 1):,.0f} B per player); CPU s: "
+                    f"flow {_fmt(b.flow_cpu_s, ',.0f')}, Redis {_fmt(b.redis_cpu_s, ',.0f')}, "
+                    f"broker {_fmt(b.broker_cpu_s, ',.0f')}"
                     + (f"; {b.stopped_because}" if b.stopped_because else ""),
                     "", "fits: " + ("yes" if b.complete else "NO")))
     return out

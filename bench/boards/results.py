@@ -150,6 +150,9 @@ class Big:
     produce_s: float | None = None
     stopped_because: str | None = None
     wall_s: float = 0.0
+    flow_cpu_s: float | None = None  # flow mode: the flow's user+sys CPU seconds (sampled until it exits)
+    redis_cpu_s: float | None = None  # Redis's CPU seconds during the load
+    broker_cpu_s: float | None = None  # flow mode: the broker's, while the flow read from it
 
 
 @dataclass
