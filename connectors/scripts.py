@@ -200,23 +200,31 @@ PUBLISH_BOARDS = Script(
     argv_at_p=("full", "layout", "changes_cap", "entry_bytes", "changed", "dropped", "aliases"))
 """Stores one snapshot of the boards flow, atomically (``redis_boards.BoardsState``).
 
-The prelude, then ``KEYS``: 8 the games' aliases (hash: game -> JSON ``[daily,
-weekly]``), 9 the set of boards (members: JSON ``[game, board]``), 10 the
-``board_changes`` stream, then per changed board its sorted set and its ``reached_at``
-hash, then the same two keys of every dropped board. ``ARGV`` from ``ARGV[P]``: ``full``
-or ``delta``, the changes stream's cap (entries), the most bytes of entries one stream
-entry copies, the number of changed boards B, of dropped boards D, of alias updates A;
-then A (game, JSON) pairs; per changed board its JSON name and its entries as one JSON
-object ``{player: [score, reached_at]}`` (one argument per board: packing it is
-orjson's work in C, unpacking it Redis's, on the core the flow is not using); per
-dropped board its JSON name.
+First ``lua/board_layout.lua``: a generation whose boards are in another layout than
+``ARGV[P + 1]`` (``board_layout.LAYOUT``) while it has a snapshot is refused with error
+``LAYOUT ...`` before anything is written; a generation without a snapshot takes this
+layout. Then the prelude, then ``KEYS``: 8 the games' aliases (hash: game -> JSON
+``[daily, weekly]``), 9 the set of boards (members: JSON ``[game, board]``), 10 the
+``board_changes`` stream, 11 the layout key, then per changed board its sorted set and
+its ``reached_at`` buckets' count key, then the same two keys of every dropped board.
+``ARGV`` from ``ARGV[P]``: ``full`` or ``delta``, the layout, the changes stream's cap
+(entries), the most bytes of entries one stream entry copies, the number of changed
+boards B, of dropped boards D, of alias updates A; then A (game, JSON) pairs; per
+changed board its JSON name, its entries as one JSON object ``{player: [score,
+reached_at, h]}`` (``h`` the player's CRC-32, ``board_layout.player_hash``; one
+argument per board: packing it is orjson's work in C, unpacking it Redis's, on the core
+the flow is not using) and their number; per dropped board its JSON name.
 
 A board's sorted set orders its entries as docs/semantics/boards.md section 4 does with
 Redis's own order: the score is ``-score`` (ascending = score descending) and the member
-is the 15-digit ``reached_at`` followed by the player id, so equal scores order by
-``reached_at`` then by the id's bytes. ``ZRANK`` is then the exact rank - 1, and
-``ZCOUNT key -inf (s`` the number of players with a strictly greater score. The hash
-gives a player's member back from their id.
+is ``reached_at`` as 6 big-endian bytes followed by the player id
+(``board_layout.member``), so equal scores order by ``reached_at`` then by the id's
+bytes. ``ZRANK`` is then the exact rank - 1, and ``ZCOUNT key -inf (s`` the number of
+players with a strictly greater score. A player's member is found from their id in one
+of the board's ``reached_at`` buckets (``lua/board_buckets.lua``): before a board takes
+a snapshot's entries, it takes buckets (splitting one at a time, ``LOAD`` players per
+bucket on average at most) as if all of them were new. A bucket's key is the count key
+followed by ``:`` and its number, built in the script, in the declared key's slot.
 
 Every stored snapshot also adds one entry to the ``board_changes`` stream (capped with
 ``MAXLEN ~``), for the API's in-process mirror (``api.board_mirror``): ``snapshot_id``,
@@ -366,10 +374,12 @@ READ_BOARD = Script(
     keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout"),
     argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash"))
 """One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
-generation G: snapshot_id, aliases, the board's sorted set and its ``reached_at`` hash.
-``ARGV``: G, the alias asked for (``daily``, ``weekly`` or ''), the board it resolved to,
-the query (``top``, ``player``, ``around``), n or r, the player, the game. Replies
-``{'moved', current}`` (call again in that generation), ``{'alias', board}`` (the alias
+generation G: snapshot_id, aliases, the board's sorted set, its ``reached_at`` buckets'
+count key, the layout key. ``ARGV``: G, the alias asked for (``daily``, ``weekly`` or
+''), the board it resolved to, the query (``top``, ``player``, ``around``), n or r, the
+player, the game, the layout the reader reads, the player's CRC-32. Replies
+``{'moved', current}`` (call again in that generation), ``{'layout', found}`` (the
+generation's boards are in another layout), ``{'alias', board}`` (the alias
 names another board now), or ``{'board', snapshot id, players, answer}``: for ``top`` the
 first n ``member, score`` pairs; for ``player`` ``{score, rank - 1, players with a better
 score}`` or false; for ``around`` ``{first rank - 1, the first item's players with a

@@ -11,6 +11,9 @@ each run starting from an empty Redis (``FLUSHALL``: use a Redis of its own).
 
     .venv/bin/python scripts/bench_board_publish.py --redis redis://127.0.0.1:6591/0 \\
         --base ../base/.venv/bin/python
+
+``--layouts`` instead writes one board of ``--players`` in each candidate layout directly
+(no publisher) and prints Redis's bytes per entry: the table of docs/design.md.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ import statistics
 import subprocess
 import sys
 import time
+import zlib
 from pathlib import Path
 
 import redis
@@ -75,6 +79,36 @@ def one_run(url: str, players: int, chunk: int, updates: int, size: int) -> dict
             "publisher_us_per_entry_update": round((own2 - own1) / updated * 1e6, 2)}
 
 
+LAYOUTS = ("decimal-one-hash", "decimal-buckets", "decimal-binary-values", "binary8-buckets", "binary6-buckets",
+           "bare-ids")
+
+
+def layout_bytes(url: str, layout: str, players: int) -> float:
+    """Redis's memory per entry for one board of ``players`` written directly in ``layout``
+    (the candidates of docs/design.md's layout decision; buckets of about 50 players)."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    base = int(client.info("memory")["used_memory"])
+    rng, buckets = random.Random(1), max(1, players // 50)
+    pipe = client.pipeline(transaction=False)
+    for i in range(players):
+        player, at, score = f"p{i:07d}".encode(), 1798884000000 + 7 * i, -rng.randrange(0, 10001, 5)
+        decimal, six, eight = f"{at:015d}".encode(), at.to_bytes(6, "big"), at.to_bytes(8, "big")
+        bucket = f"r:{zlib.crc32(player) % buckets}"
+        prefix, value = {"decimal-one-hash": (decimal, decimal), "decimal-buckets": (decimal, decimal),
+                         "decimal-binary-values": (decimal, six), "binary8-buckets": (eight, eight),
+                         "binary6-buckets": (six, six), "bare-ids": (b"", b"")}[layout]
+        pipe.zadd("z", {prefix + player: score})
+        if layout == "decimal-one-hash":
+            pipe.hset("r", player, value)
+        elif layout != "bare-ids":
+            pipe.hset(bucket, player, value)
+        if i % 5000 == 4999:
+            pipe.execute()
+    pipe.execute()
+    return (int(client.info("memory")["used_memory"]) - base) / players
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--redis", required=True, help="a Redis of its own: every run empties it")
@@ -85,7 +119,14 @@ def main() -> None:
     ap.add_argument("--base", help="another checkout's python: alternate with it")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a single run, for --base
+    ap.add_argument("--layouts", action="store_true",
+                    help="instead: Redis's bytes per entry of each candidate layout, one board of --players")
     args = ap.parse_args()
+    if args.layouts:
+        for layout in LAYOUTS:
+            print(json.dumps({"layout": layout, "bytes_per_entry": round(layout_bytes(args.redis, layout,
+                                                                                      args.players), 1)}))
+        return
     shape = [str(x) for x in ("--players", args.players, "--chunk", args.chunk, "--updates", args.updates,
                               "--update-size", args.update_size)]
     if args.one or not args.base:
