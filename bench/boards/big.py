@@ -15,6 +15,7 @@ import subprocess
 import time
 
 from rankflow.bench import rig
+from rankflow.bench.boards.big_reads import check_reads
 from rankflow.bench.boards.core import BoardsBench
 from rankflow.bench.boards.logs import one_result_per_player
 from rankflow.bench.boards.results import GAME, MEMORY_DAY_MS, Big, BoardsBenchResult
@@ -69,6 +70,10 @@ def _big_flow(bench: BoardsBench, out: Big) -> None:
     out.results_per_s = out.loaded_players / seconds
     out.redis_used_memory_bytes = bench.used_memory() - base
     out.entries = bench.count_entries(ns)
+    if out.complete:
+        check_reads(bench.client, ns, out, cfg.big_players, cfg.seed)
+        bench.log(f"big (flow): {out.reads_checked:,} answers checked against the log's ranks, "
+                  f"{out.reads_wrong} wrong; {out.read_ms}")
     if proc.returncode not in (0, 130) and out.stopped_because is None:
         out.stopped_because = (f"the flow exited with {proc.returncode}: "
                                f"{bench.rig.stderr(ns).read_text(errors='replace')[-1500:]}")

@@ -88,6 +88,11 @@ def rows(r: BoardsBenchResult) -> list[tuple[str, str, str, str]]:
                     f"broker {_fmt(b.broker_cpu_s, ',.0f')}"
                     + (f"; {b.stopped_because}" if b.stopped_because else ""),
                     "", "fits: " + ("yes" if b.complete else "NO")))
+        if b.reads_checked:
+            out.append((f"reads of that board ({b.reads_checked:,} answers vs the log's exact ranks, one client)",
+                        f"{b.reads_wrong} wrong; " + ", ".join(f"{kind} p50 {t['p50_ms']:.2f} ms, p99 {t['p99_ms']:.2f} ms"
+                                                            for kind, t in b.read_ms.items()),
+                        "", "exact: " + ("yes" if b.reads_wrong == 0 else "NO")))
     return out
 
 

@@ -153,6 +153,9 @@ class Big:
     flow_cpu_s: float | None = None  # flow mode: the flow's user+sys CPU seconds (sampled until it exits)
     redis_cpu_s: float | None = None  # Redis's CPU seconds during the load
     broker_cpu_s: float | None = None  # flow mode: the broker's, while the flow read from it
+    reads_checked: int = 0  # flow mode: answers from the loaded board compared with the log's own ranks
+    reads_wrong: int = 0
+    read_ms: dict[str, dict[str, float]] = field(default_factory=dict)  # query -> p50_ms, p99_ms (one client)
 
 
 @dataclass
