@@ -49,6 +49,7 @@ from rankflow.api.board_mirror import MirroredBoards
 from rankflow.api.paths import register_id
 from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
 from rankflow.api.shared_cache import SharedTops
+from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, BoardQueryError, BoardsMoving
 
 router = APIRouter(route_class=UsageErrorsAre400)
@@ -67,14 +68,16 @@ TOP_N = 10
 register_id("game", "[^/].*?")
 
 
-UNAVAILABLE = (redis.RedisError, OSError, BoardsMoving)
-"""What makes a board query a ``503``: Redis cannot be reached, or a rebuild keeps switching."""
+UNAVAILABLE = (redis.RedisError, OSError, BoardsMoving, RedisBoardsLayout)
+"""What makes a board query a ``503``: Redis cannot be reached, a rebuild keeps switching, or
+the boards there are in another rankflow's layout (the message says to rebuild)."""
 
 ERRORS = Errors("board", "the boards", {Failure.USAGE: (ValueError,), Failure.MISSING: (BoardQueryError,),
                                         Failure.UNREACHABLE: UNAVAILABLE}, {
     400: "a usage error: n or r out of range or not an integer, an unknown board name",
     404: "no such board (its game or period has no result, or it was dropped), or the player is not on it",
-    503: "Redis cannot be reached (or the boards' generation kept switching during the query)",
+    503: "Redis cannot be reached (or the boards' generation kept switching during the query, or the boards "
+         "there were written in an older layout: rebuild them)",
 })
 
 

@@ -23,6 +23,7 @@ from rankflow.arg_types import (KAFKA_FORM, kafka as _kafka, not_negative as _no
                                 positive as _positive, rate as _rate)
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
 from rankflow.connectors.kafka import KafkaUnavailable
+from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.execution import stop_signal, tune_gc
@@ -498,7 +499,8 @@ def main(argv: list[str] | None = None) -> int:
     except RebuildFailed as exc:
         print(f"rankflow: {exc}; readers stay on the old ranking", file=sys.stderr)
         return 1 if exc.signal is None else 128 + exc.signal
-    except (ServiceError, FencedError, GenerationSwitched, RunAlreadyPublished, KafkaUnavailable) as exc:
+    except (ServiceError, FencedError, GenerationSwitched, RunAlreadyPublished, KafkaUnavailable,
+            RedisBoardsLayout) as exc:
         print(f"rankflow: {exc}", file=sys.stderr)
         return 1
     except redis.RedisError as exc:

@@ -32,6 +32,7 @@ from rankflow.connectors.board_layout import (
     REACHED_BYTES,
     RedisBoardsLayout,
     bucket_of,
+    layout_message,
     member,
 )
 from rankflow.connectors.board_read import BoardReader, read_boards
@@ -165,3 +166,17 @@ def test_a_generation_in_another_layout_is_refused_with_what_to_do(redis_client,
             BoardReader(redis_client, namespace).player("g", "all", "ana")
     finally:
         boards.publisher.close()
+
+
+def test_the_cli_reader_says_in_one_line_what_to_do_with_an_older_layout(redis_client, redis_url, namespace):
+    from tests.cli.test_cli import cli
+
+    boards = Boards(redis_client, redis_url, namespace)
+    try:
+        boards.publish([("g", "all", "ana", 5, 10)], [])
+    finally:
+        boards.publisher.close()
+    redis_client.delete(boards.keys.boards_layout)
+    done = cli("boards", "top", "--game", "g", "--board", "all", "--namespace", namespace, "--redis", redis_url)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines() == [f"rankflow: {layout_message('1')}"]
