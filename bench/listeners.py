@@ -51,6 +51,7 @@ TARGET_RATIO = 2.0
 TARGET_FRESHNESS_P99_S = 1.0
 SYSTEMS = ("rankflow", "rankflow_durable", "rankflow_2p", "rankflow_durable_2p", "baseline", "baseline_lean")
 SWEEP_SYSTEMS = ("rankflow", "rankflow_durable", "baseline_lean")
+PROCESS_COUNTS = (1, 2, 4)
 
 
 # -- the systems -------------------------------------------------------------------------
@@ -171,6 +172,8 @@ class BenchResult(rig.Result):
     ratio: float = 0.0  # rankflow / lean baseline
     durable_ratio: float = 0.0  # rankflow durable / lean baseline
     ratio_full: float = 0.0  # rankflow / full baseline
+    processes: dict[str, dict[str, float]] = field(default_factory=dict)  # part "processes": per count, its run
+    processes_exact: bool | None = None  # every count's ranking equal to one process's
     processes_speedup: float = 0.0  # --processes 2 / one process
     durable_processes_speedup: float = 0.0
 
@@ -210,6 +213,31 @@ class Bench:
         result.durable_processes_speedup = eps["rankflow_durable_2p"] / eps["rankflow_durable"]
         self.log(f"vs the lean baseline: rankflow {result.ratio:.2f}, durable {result.durable_ratio:.2f}; "
                  f"vs the full one {result.ratio_full:.2f}; rankings equal: {result.exact}")
+
+    # -- processes ----------------------------------------------------------------
+    def processes(self, result: BenchResult) -> None:
+        """The same backlog with ``--processes`` 1, 2 and 4 (not durable): events/s and the
+        CPU seconds per million events of the flow's processes, the broker and Redis; the
+        rankings must be equal. What decides the cost of a cluster of machines."""
+        cfg = self.cfg
+        topic = "processes"
+        self.rig.produce(self.rig.log_file(cfg.events, cfg.users, cfg.songs), topic, max(cfg.partitions, 4))
+        tops = {}
+        for n in PROCESS_COUNTS:
+            namespace = f"procs-{n}"
+            broker0, redis0 = self.rig.services_cpu()
+            run = self.rig.timed(self.rig.rankflow_cmd(topic, namespace, "--until-eof", "--processes", str(n)),
+                                 namespace)
+            broker1, redis1 = self.rig.services_cpu()
+            per_m = 1e6 / cfg.events
+            result.processes[str(n)] = {
+                "events_per_s": cfg.events / run.seconds, "flow_cpu_s_per_1m": run.cpu_s * per_m,
+                "broker_cpu_s_per_1m": (broker1 - broker0) * per_m, "redis_cpu_s_per_1m": (redis1 - redis0) * per_m}
+            snapshot = read_latest(self.client, namespace)
+            tops[n] = snapshot["items"] if snapshot else None
+            self.log(f"--processes {n}: {cfg.events / run.seconds:,.0f} events/s, flow "
+                     f"{run.cpu_s * per_m:.1f} CPU-s per 1M events")
+        result.processes_exact = all(top == tops[1] and top is not None for top in tops.values())
 
     # -- 2. freshness -------------------------------------------------------------
     def steady_producer(self, topic: str, sample_every: int) -> dict[tuple[int, int], float]:
@@ -367,12 +395,19 @@ def main(cfg: BenchConfig) -> BenchResult:
     result = Bench(cfg).run()
     json_path, png_path = rig.write_results(result, Path(cfg.out), "bench", chart)
     r, b = result.rankflow, result.baseline
-    print(f"throughput (events/s): rankflow {r.events_per_s:,.0f}, durable {result.rankflow_durable.events_per_s:,.0f}, "
-          f"baseline lean {result.baseline_lean.events_per_s:,.0f}, full {b.events_per_s:,.0f}; vs lean "
-          f"{result.ratio:.2f}, durable {result.durable_ratio:.2f} (target >= {TARGET_RATIO}); rankings equal: "
-          f"{result.exact}")
-    print(f"--processes 2: {result.rankflow_2p.events_per_s:,.0f} events/s (x{result.processes_speedup:.2f} one "
-          f"process), durable {result.rankflow_durable_2p.events_per_s:,.0f} (x{result.durable_processes_speedup:.2f})")
+    if "throughput" in cfg.parts:
+        print(f"throughput (events/s): rankflow {r.events_per_s:,.0f}, durable "
+              f"{result.rankflow_durable.events_per_s:,.0f}, baseline lean {result.baseline_lean.events_per_s:,.0f}, "
+              f"full {b.events_per_s:,.0f}; vs lean {result.ratio:.2f}, durable {result.durable_ratio:.2f} "
+              f"(target >= {TARGET_RATIO}); rankings equal: {result.exact}")
+        print(f"--processes 2: {result.rankflow_2p.events_per_s:,.0f} events/s (x{result.processes_speedup:.2f} one "
+              f"process), durable {result.rankflow_durable_2p.events_per_s:,.0f} "
+              f"(x{result.durable_processes_speedup:.2f})")
+    if result.processes:
+        one = result.processes["1"]["flow_cpu_s_per_1m"]
+        print("processes (flow CPU-s per 1M events, x one process): " + ", ".join(
+            f"{n}: {r['flow_cpu_s_per_1m']:.1f} (x{r['flow_cpu_s_per_1m'] / one:.2f}, {r['events_per_s']:,.0f} events/s)"
+            for n, r in result.processes.items()) + f"; rankings equal: {result.processes_exact}")
     if "freshness" in cfg.parts:
         print(f"freshness at {cfg.rate}/s: rankflow p50 {r.freshness_p50_s:.3f}s p99 {r.freshness_p99_s:.3f}s; "
               f"baseline p50 {b.freshness_p50_s:.3f}s p99 {b.freshness_p99_s:.3f}s (target p99 < 1s)")
