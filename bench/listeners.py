@@ -52,6 +52,8 @@ TARGET_FRESHNESS_P99_S = 1.0
 SYSTEMS = ("rankflow", "rankflow_durable", "rankflow_2p", "rankflow_durable_2p", "baseline", "baseline_lean")
 SWEEP_SYSTEMS = ("rankflow", "rankflow_durable", "baseline_lean")
 PROCESS_COUNTS = (1, 2, 4)
+PARTS = ("throughput", "freshness", "memory", "processes")
+"""Every part of ``rankflow bench``; all but ``processes`` run by default."""
 
 
 # -- the systems -------------------------------------------------------------------------
@@ -144,7 +146,7 @@ class BenchConfig:
     partitions: int = 4
     out: str = "bench-results"
     seed: int = 1
-    parts: tuple[str, ...] = ("throughput", "freshness", "memory")
+    parts: tuple[str, ...] = PARTS[:3]
     recent_minutes: int | None = None  # rankflow runs with --recent-minutes N (None: the default)
 
 

@@ -11,7 +11,7 @@ import pytest
 from rankflow import cli_bench
 from rankflow.bench.activity import PARTS as ACTIVITY_PARTS, ActivityBenchConfig
 from rankflow.bench.boards import PARTS as BOARDS_PARTS, BoardsBenchConfig
-from rankflow.bench.listeners import BenchConfig, SweepConfig
+from rankflow.bench.listeners import PARTS as LISTENERS_PARTS, BenchConfig, SweepConfig
 from rankflow.cli import build_parser
 
 COMMANDS = {"bench": BenchConfig, "bench-sweep": SweepConfig, "bench-boards": BoardsBenchConfig,
@@ -36,7 +36,8 @@ def test_every_option_defaults_to_the_configuration_it_fills(command):
 def test_the_parts_are_the_benchmarks_parts():
     assert cli_bench.ACTIVITY_PARTS == ACTIVITY_PARTS
     assert cli_bench.BOARDS_PARTS == BOARDS_PARTS
-    assert cli_bench.LISTENERS_PARTS == BenchConfig().parts
+    assert cli_bench.LISTENERS_PARTS == LISTENERS_PARTS
+    assert cli_bench.LISTENERS_PARTS[:3] == BenchConfig().parts
 
 
 @pytest.mark.parametrize("command", ["bench", "bench-boards", "bench-activity"])
