@@ -23,7 +23,7 @@ song's ordinary count as one more partial. Partials never enter local top-K list
 the merger adds every partial of a song before ranking it.
 
 **Recent plays** (``operators.recent_plays``, on unless ``--recent-minutes 0``). The
-user stage's accepted starts are counted per ``(song, bucket)`` and epoch and go to
+user stage's accepted starts are counted per bucket, song and epoch and go to
 the song's ordinary partition, split or not (splitting is for listener counts:
 recent counts are added once per epoch, not per change), as the ``starts`` of that
 partition's batch. Each barrier tick is then a :class:`SongBatch` carrying its source
@@ -56,8 +56,10 @@ SongDelta = tuple[str, int, int, int]
 """``(song_id, salt, delta, user_delta)``: a net change of one counter (salt 0: the song's
 ordinary counter, salt >= 1: one of its partials)."""
 
-RecentStarts = dict[tuple[str, int], int]
-"""Accepted starts of an epoch: ``(song_id, bucket) -> how many`` (recent plays)."""
+RecentStarts = dict[int, dict[str, int]]
+"""Accepted starts of an epoch: ``bucket -> song_id -> how many`` (recent plays). Per bucket,
+so that song ids (whose hashes ``str`` keeps) are the keys all the way into the window's
+buckets: no ``(song, bucket)`` tuple is made, hashed and compared at every step."""
 
 
 class SongBatch(NamedTuple):
@@ -103,12 +105,12 @@ def combine_song_deltas(items: Iterable[tuple[str, Decision]], partitions: int,
 
     Sums the user shards' :class:`operators.user_stage.NetChanges` (conflicts go
     their own way) per ``(song, salt)`` and epoch, names every salted song in its
-    ordinary partition's ``split``, counts accepted starts per ``(song, bucket)``
+    ordinary partition's ``split``, counts accepted starts per bucket and song
     (recent plays), and groups them by song partition: one :class:`SongBatch` per
     partition and epoch.
     """
     nets: dict[int, dict[tuple[str, int], list[int]]] = {}
-    recent: dict[int, Counter[tuple[str, int]]] = {}  # epoch -> (song, bucket) -> accepted starts
+    recent: dict[int, dict[int, Counter[str]]] = {}  # epoch -> bucket -> song -> accepted starts
     changes: dict[str, int] = {}
     watch = hot.enabled
     for _, item in items:
@@ -118,11 +120,16 @@ def combine_song_deltas(items: Iterable[tuple[str, Decision]], partitions: int,
         net = nets.get(epoch)
         if net is None:
             net = nets[epoch] = {}
-        if starts:  # counted per (song, bucket) in C
+        if starts:  # bucket -> songs started: counted per song in C
             counted = recent.get(epoch)
             if counted is None:
-                counted = recent[epoch] = Counter()
-            counted.update(starts)
+                counted = recent[epoch] = {}
+            for b, songs in starts.items():
+                had = counted.get(b)
+                if had is None:
+                    counted[b] = Counter(songs)
+                else:
+                    had.update(songs)
         for key, (delta, user_delta, n) in counts.items():
             acc = net.get(key)
             if acc is None:
@@ -159,20 +166,27 @@ def combine_song_deltas(items: Iterable[tuple[str, Decision]], partitions: int,
     return out
 
 
-def _by_partition(starts: Counter[tuple[str, int]], partitions: int) -> dict[int, dict[tuple[str, int], int]]:
-    """Counted starts ``(song, bucket) -> n`` grouped by their song's ordinary partition."""
-    out: dict[int, dict[tuple[str, int], int]] = {}
+def _by_partition(starts: dict[int, Counter[str]], partitions: int) -> dict[int, RecentStarts]:
+    """Counted starts ``bucket -> song -> n`` grouped by their song's ordinary partition."""
+    out: dict[int, RecentStarts] = {}
     where = _song_partitions(partitions)
-    for key, n in starts.items():
-        song = key[0]
-        p = where.get(song)
-        if p is None:
-            p = where[song] = partition_of(song, 0, partitions)
-        mine = out.get(p)
-        if mine is None:
-            out[p] = {key: n}
-        else:
-            mine[key] = n
+    for b, counted in starts.items():
+        here: dict[int, dict[str, int]] = {}
+        for song, n in counted.items():
+            p = where.get(song)
+            if p is None:
+                p = where[song] = partition_of(song, 0, partitions)
+            mine = here.get(p)
+            if mine is None:
+                here[p] = {song: n}
+            else:
+                mine[song] = n
+        for p, songs in here.items():
+            part = out.get(p)
+            if part is None:
+                out[p] = {b: songs}
+            else:
+                part[b] = songs
     return out
 
 

@@ -31,7 +31,7 @@ Contract:
   contribution leaves the song of its old record (on the recorded salt) and joins
   the song of its new one (on the salt chosen now): ``state.rules.changes``, summed
   in place here because this loop runs once per event. With recent plays on, the
-  :class:`NetChanges` also carries the batch's accepted starts ``(song, bucket of ts)``: the
+  :class:`NetChanges` also carries the batch's accepted starts (per bucket of ``ts``, their songs): the
   ``START`` events that made a new record that plays (docs/semantics/listeners.md 3 rule 5, verdicts
   ``started`` and ``switched``), for ``operators.recent_plays``. A ``TIMEOUT`` that removes
   a playback (``timed_out``) leaves its song like a ``STOP``; one that does not is no
@@ -64,14 +64,20 @@ crosses to a worker in another process pickles in C (named tuples pickle through
 Python-level calls, twice as slow)."""
 
 
+Starts = dict[int, list[str]]
+"""Accepted starts of a batch: per bucket of ``ts`` the songs started, one entry a start (the
+combine step counts them in C; a ``(song, bucket)`` tuple a start would cost an allocation)."""
+
+
 class NetChanges(NamedTuple):
     """A batch's song changes in ``epoch``: ``(song, salt) -> [delta, user_delta, changes]``
     (``changes``: how many accepted changes were summed, the load the hot-song rule measures),
-    and with recent plays on its accepted starts ``(song, bucket)`` (``operators.recent_plays``)."""
+    and with recent plays on its accepted starts, the songs started per bucket of ``ts``
+    (``operators.recent_plays``)."""
 
     epoch: int
     counts: dict[tuple[str, int], list[int]]
-    starts: list[tuple[str, int]] | None = None
+    starts: Starts | None = None
 
 
 Decision = NetChanges | DeadLetter
@@ -128,13 +134,13 @@ class UserShardLogic(ShardLogic):
             self._rename(batches[0][2][0][0])
         out: list[Decision] = []
         net: dict[tuple[str, int], list[int]] = {}
-        starts: list[tuple[str, int]] | None = [] if self.recent else None  # (song, bucket)
+        starts: Starts | None = {} if self.recent else None
         epoch = batches[0][1]
         for partition, batch_epoch, events in batches:
             if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
                 out.append(NetChanges(epoch, net, starts))
                 net, epoch = {}, batch_epoch
-                starts = [] if self.recent else None
+                starts = {} if self.recent else None
             self._apply(partition, epoch, events, net, out, starts)
         self._saw_epoch(epoch)
         if net:
@@ -142,11 +148,13 @@ class UserShardLogic(ShardLogic):
         return out, not self.records
 
     def _apply(self, partition: str, epoch: int, events: list[Event], net: dict[tuple[str, int], list[int]],
-               out: list[Decision], starts: list[tuple[str, int]] | None = None) -> None:
+               out: list[Decision], starts: Starts | None = None) -> None:
         """The rules for every event of a batch, in arrival order; the changes summed per counter into ``net``,
-        and the accepted starts ``(song, bucket)`` appended to ``starts`` (unless it is None)."""
+        and each accepted start's song appended to its bucket's list in ``starts`` (unless it is None)."""
         users, salts, tally, changed = self.records, self.salts, self.tally, self.changed
         hot, conflicts, get, heartbeat = self.hot.hot, Verdict.CONFLICTS, users.get, Verdict.HEARTBEAT
+        in_bucket: list[str] = []  # the list of the last start's bucket: a batch's starts are mostly in one
+        last_bucket, bucket_ms = None, BUCKET_MS
         for uid, playback, song, etype, version, ts, offset, raw, idle_ms in events:
             old = get(uid)
             new, verdict = apply_event(old, playback, song, version, etype, ts, idle_ms)
@@ -173,7 +181,10 @@ class UserShardLogic(ShardLogic):
                     acc[2] += 1
             if playing:  # ... and joins the new one, on a partial counter if the song is split
                 if starts is not None:  # a new record that plays: a START of a newer playback (rule 5)
-                    starts.append((song, ts // BUCKET_MS))  # its bucket (``state.window_rules.bucket``)
+                    b = ts // bucket_ms  # its bucket (``state.window_rules.bucket``)
+                    if b != last_bucket:
+                        last_bucket, in_bucket = b, starts.setdefault(b, [])
+                    in_bucket.append(song)
                 salt = 0
                 if song in hot:
                     salt = salts[uid] = user_salt(uid, self.hot.salts)
@@ -240,7 +251,7 @@ class SweepingShardLogic(UserShardLogic):
     def on_batch(self, batches: list[ShardItems]) -> tuple[list[Decision], bool]:
         out: list[Decision] = []
         net: dict[tuple[str, int], list[int]] = {}
-        starts: list[tuple[str, int]] | None = [] if self.recent else None
+        starts: Starts | None = {} if self.recent else None
         epoch = batches[0][1]
         records, arm, mark, T = self.records, self.timers.arm, self.progress.mark, self.sweeper.idle_ms
         for partition, batch_epoch, events, source_mark in batches:
@@ -248,7 +259,7 @@ class SweepingShardLogic(UserShardLogic):
                 if net:
                     out.append(NetChanges(epoch, net, starts))
                 net, epoch = {}, batch_epoch
-                starts = [] if self.recent else None
+                starts = {} if self.recent else None
             if events:
                 if RESUMED in records:
                     self._rename(events[0][0])

@@ -395,8 +395,22 @@ class RetakenTop:
                 if len(index) > capacity:
                     del held[index.pop(0)[1]]
 
+    def retake(self, counts: Mapping[Any, int]) -> None:
+        """Take the top again from the whole table: for a caller that knows counts fell and
+        would only hand :meth:`update` every key to find it out. O(n log K).
+
+        >>> counts = {"a": 3, "b": 1}
+        >>> top = RetakenTop(1, counts)
+        >>> counts["a"] = 0; top.retake(counts); top.top(1)
+        [('b', 1)]
+        """
+        self._take_all(counts)
+
     def _take_all(self, counts: Mapping[Any, int]) -> None:
-        best = heapq.nlargest(self.capacity, ((n, key) for key, n in counts.items() if n > 0))
+        # (count, key) pairs made by zip in C; the best non-positive ones, if any made it in, go after
+        best = heapq.nlargest(self.capacity, zip(counts.values(), counts.keys()))
+        while best and best[-1][0] <= 0:
+            best.pop()
         best.reverse()
         self._index = best
         self._held = {key: n for n, key in best}

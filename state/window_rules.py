@@ -24,7 +24,7 @@ byte-wise UTF-8 order (Python compares code points).
 
 from __future__ import annotations
 
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from typing import Any, NamedTuple
 
 from rankflow.state.message_events import EXPIRED
@@ -170,13 +170,14 @@ class WindowCounts:
 
     >>> c = WindowCounts(60_000, 3, USERS)
     >>> c.move_to(600_000)
+    False
     >>> c.add(("A", "x"), "u1", 10); c.add(("A", "x"), "u1", 10); c.add(("A", "x"), "u2", 11)
     >>> c.count(("A", "x")), c.take_changed()
     (1, {('A', 'x'): 1})
-    >>> c.move_to(700_000); c.count(("A", "x"))  # bucket 11 enters: u2 joins
-    2
-    >>> c.move_to(900_000); c.count(("A", "x")), sorted(c.buckets)  # 10 and 11 leave
-    (0, [])
+    >>> c.move_to(700_000), c.count(("A", "x"))  # bucket 11 enters: u2 joins
+    (False, 2)
+    >>> c.move_to(900_000), c.count(("A", "x")), sorted(c.buckets)  # 10 and 11 leave: a count fell
+    (True, 0, [])
     """
 
     __slots__ = ("bucket_ms", "n", "distinct", "first", "last", "buckets", "counts", "users", "changed", "dirty")
@@ -246,35 +247,83 @@ class WindowCounts:
                 mine = dirty[b] = {}
             mine.setdefault(key, []).append(user)
 
-    def move_to(self, w: int) -> None:
+    def add_counts(self, b: int, counts: Mapping[Any, int], track: bool = True) -> None:
+        """Mode ``messages``: ``counts[key]`` events of each key in bucket ``b``, which is not
+        before the window, every count >= 1: as that many :meth:`add` calls would count them,
+        in one loop per table instead of a call per key (recent plays add an epoch's starts
+        of a bucket at once). ``track`` False: the keys are not recorded as changed (for a
+        caller that will take the whole table again and :meth:`discard_changed`)."""
+        if self.distinct:
+            raise ValueError("add_counts counts messages, not distinct users")
+        if not counts:
+            return
+        keys = self.buckets.get(b)
+        if keys is None:
+            keys = self.buckets[b] = dict(counts)
+        else:
+            get = keys.get
+            for key, n in counts.items():
+                keys[key] = get(key, 0) + n
+        if self.in_window(b):
+            window = self.counts
+            wget = window.get
+            for key, n in counts.items():
+                window[key] = wget(key, 0) + n  # n >= 1: never 0
+            if track:
+                self.changed.update(counts)
+        dirty = self.dirty
+        if dirty is not None:
+            mine = dirty.get(b)
+            if mine is None:
+                mine = dirty[b] = {}
+            for key in counts:
+                mine[key] = keys[key]
+
+    def move_to(self, w: int) -> bool:
         """Slide the window to watermark ``w`` (never back): held buckets it reaches join,
-        buckets it leaves take their counts with them. O(buckets held + their keys)."""
+        buckets it leaves take their counts with them. O(buckets held + their keys).
+        True if a bucket with counts left, so that some count fell (the only way one can)."""
         first, last = window_buckets(w, self.bucket_ms, self.n)
         if self.last is not None and last <= self.last:
-            return
+            return False
         old_first, old_last = self.first, self.last
         self.first, self.last = first, last
+        fell = False
         for b in sorted(self.buckets):
             was = old_first is not None and old_last is not None and old_first <= b <= old_last
             now = first <= b <= last
             if was and not now:
-                self._apply(self.buckets.pop(b), -1)
+                keys = self.buckets.pop(b)
+                self._apply(keys, -1)
                 self._forget(b)
+                fell = fell or bool(keys)
             elif now and not was:
                 self._apply(self.buckets[b], +1)
             elif b < first:
                 del self.buckets[b]  # held, and passed over without ever entering
                 self._forget(b)
+        return fell
 
     def _forget(self, b: int) -> None:
         if self.dirty is not None:
             self.dirty[b] = None
 
     def _apply(self, keys: dict[Hashable, Any], sign: int) -> None:
+        """A bucket's keys join (``sign`` +1) or leave (-1) the window. Mode ``messages`` does
+        :meth:`_bump` inline: a bucket leaving is every key of a minute at once."""
+        if not self.distinct:
+            window = self.counts
+            get = window.get
+            for key, v in keys.items():
+                n = get(key, 0) + sign * v
+                if n:
+                    window[key] = n
+                else:
+                    del window[key]
+            self.changed.update(keys)
+            return
         for key, v in keys.items():
-            if not self.distinct:
-                self._bump(key, sign * v)
-            elif sign > 0:
+            if sign > 0:
                 self._join(key, v)
             else:
                 self._leave(key, v)
@@ -322,6 +371,10 @@ class WindowCounts:
         changed, self.changed = self.changed, set()
         get = self.counts.get
         return {key: get(key, 0) for key in changed}
+
+    def discard_changed(self) -> None:
+        """Forget which keys changed (a caller that takes the whole table again instead)."""
+        self.changed = set()
 
     def take_dirty(self) -> dict[int, dict[Hashable, Any] | None]:
         """Per bucket, what changed since the last call: a key's count in the bucket (mode

@@ -7,7 +7,7 @@ import orjson
 import pytest
 
 from rankflow.generate import Chaos, generate
-from tests.events import ranking
+from tests.events import ranking, recent
 from tests.model import Model, read_lines
 
 STABLE_FIELDS = ("positions", "total_listeners", "counted_users", "active_songs", "dead_letters", "items", "errors")
@@ -35,6 +35,7 @@ def test_workers_partitions_and_shards_do_not_change_results(flow, generated_log
     out = flow.run(generated_log, workers=workers, song_partitions=partitions, user_shards=shards)
     final = out["final"]
     assert ranking(final) == model.ranking(100)
+    assert recent(final) == model.recent_ranking(5, 100), "recent plays too (their starts cross workers)"
     assert final["total_listeners"] == final["counted_users"] == model.counted_users
     assert final["dead_letters"] == model.dead_letters == len(out["dead_letters"])
     assert final["positions"] == {generated_log: model.lines}

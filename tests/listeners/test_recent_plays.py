@@ -263,8 +263,8 @@ def test_a_live_run_leaves_a_quiet_partition_out_of_the_watermark(flow):
 def test_the_song_table_keeps_recent_plays_across_a_resume():
     """The counter's recovery state holds the window: a resumed partition goes on where it was."""
     logic = SongCounterLogic(k_max=5, resume=None, recoverable=True, recent_minutes=2)
-    logic.on_batch([SongBatch(1, mark=SourceMark("f", 0, 70_000)), SongBatch(1, [("a", 0, 1, 1)], starts={("a", 1): 1})])
-    logic.on_batch([SongBatch(2, mark=SourceMark("f", 1, 80_000)), SongBatch(2, [("b", 0, 1, 1)], starts={("b", 0): 1})])
+    logic.on_batch([SongBatch(1, mark=SourceMark("f", 0, 70_000)), SongBatch(1, [("a", 0, 1, 1)], starts={1: {"a": 1}})])
+    logic.on_batch([SongBatch(2, mark=SourceMark("f", 1, 80_000)), SongBatch(2, [("b", 0, 1, 1)], starts={0: {"b": 1}})])
     state = logic.snapshot()  # epoch 2 still open
     resumed = SongCounterLogic(k_max=5, resume=state, recoverable=True, recent_minutes=2)
     [report] = resumed.on_eof()[0]
