@@ -97,9 +97,13 @@ class BoardsState:
                                    dropped=len(self._dropped), aliases=len(self._aliases))
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
+        hashes: dict[str, int] = {}  # each player's once, whatever the boards they changed on
+        for entries in self._pending.values():
+            for player in entries.keys() - hashes.keys():
+                hashes[player] = crc32(player.encode())
         dumps = orjson.dumps
+        args.append(dumps(hashes))
         for (game, board), entries in self._pending.items():
-            hashed = {player: (score, at, crc32(player.encode())) for player, (score, at) in entries.items()}
-            args += (board_name(game, board), dumps(hashed), len(entries))
+            args += (board_name(game, board), dumps(entries), len(entries))
         args.extend(board_name(game, board) for game, board in self._dropped)
         return args

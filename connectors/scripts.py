@@ -209,11 +209,12 @@ layout. Then the prelude, then ``KEYS``: 8 the games' aliases (hash: game -> JSO
 its ``reached_at`` buckets' count key, then the same two keys of every dropped board.
 ``ARGV`` from ``ARGV[P]``: ``full`` or ``delta``, the layout, the changes stream's cap
 (entries), the most bytes of entries one stream entry copies, the number of changed
-boards B, of dropped boards D, of alias updates A; then A (game, JSON) pairs; per
-changed board its JSON name, its entries as one JSON object ``{player: [score,
-reached_at, h]}`` (``h`` the player's CRC-32, ``board_layout.player_hash``; one
-argument per board: packing it is orjson's work in C, unpacking it Redis's, on the core
-the flow is not using) and their number; per dropped board its JSON name.
+boards B, of dropped boards D, of alias updates A; then A (game, JSON) pairs; one JSON object ``{player: h}``, ``h`` the CRC-32 of every
+player of the changed boards (``board_layout.player_hash``, once per player whatever the
+boards); per changed board its JSON name, its entries as one JSON object ``{player:
+[score, reached_at]}`` (one argument per board: packing it is orjson's work in C,
+unpacking it Redis's, on the core the flow is not using) and their number; per dropped
+board its JSON name.
 
 A board's sorted set orders its entries as docs/semantics/boards.md section 4 does with
 Redis's own order: the score is ``-score`` (ascending = score descending) and the member

@@ -46,6 +46,8 @@ for i = 1, tonumber(ARGV[a]) do
   aliases[2 * i - 1], aliases[2 * i] = ARGV[a + 2 * i - 1], ARGV[a + 2 * i]
 end
 a = a + 1 + 2 * tonumber(ARGV[a])
+local hashes = cjson.decode(ARGV[a])
+a = a + 1
 local changed = {}
 for b = 1, boards do
   local z, r = KEYS[10 + 2 * b], KEYS[11 + 2 * b]
@@ -56,7 +58,7 @@ for b = 1, boards do
   local adds, removes = {}, {}
   for player, e in pairs(cjson.decode(ARGV[a + 1])) do
     local at = struct.pack('>I6', e[2])
-    local bucket = bucket_key(r, e[3], n, low)
+    local bucket = bucket_key(r, hashes[player], n, low)
     local old = redis.call('HGET', bucket, player)
     if old ~= at then
       if old then
