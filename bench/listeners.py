@@ -53,7 +53,9 @@ SYSTEMS = ("rankflow", "rankflow_durable", "rankflow_2p", "rankflow_durable_2p",
 SWEEP_SYSTEMS = ("rankflow", "rankflow_durable", "baseline_lean")
 PROCESS_COUNTS = (1, 2, 4)
 PARTS = ("throughput", "freshness", "memory", "processes")
-"""Every part of ``rankflow bench``; all but ``processes`` run by default."""
+"""Every part of ``rankflow bench``, each run by default."""
+TARGET_CPU_RATIO = 0.5  # rankflow's CPU (flow + Redis + broker) at most half the baseline's (issue 21)
+TARGET_PROCESSES_CPU = 1.2  # CPU per event with more processes at most 1.2x one process's
 
 
 # -- the systems -------------------------------------------------------------------------
@@ -68,6 +70,7 @@ class BacklogRun:
     broker_cpu_s: float
     redis_cpu_s: float
     top: list[tuple[str, int]]
+    cpu_s: float = 0.0  # the system's own processes (the flow, or the baseline's consumer)
 
 
 class ListenersRig(Rig):
@@ -119,9 +122,9 @@ class ListenersRig(Rig):
         run = self.timed(self.command(system, topic, namespace), namespace)
         broker1, redis1 = self.services_cpu()
         out = BacklogRun(system, run.seconds, events / run.seconds, run.peak_rss_bytes, broker1 - broker0,
-                         redis1 - redis0, self.top(system, namespace, k))
-        self.log(f"{system} on {topic}: {out.events_per_s:,.0f} events/s ({run.seconds:.2f} s; broker "
-                 f"{out.broker_cpu_s:.1f} CPU-s, Redis {out.redis_cpu_s:.1f} CPU-s)")
+                         redis1 - redis0, self.top(system, namespace, k), run.cpu_s)
+        self.log(f"{system} on {topic}: {out.events_per_s:,.0f} events/s ({run.seconds:.2f} s; own "
+                 f"{out.cpu_s:.1f} CPU-s, broker {out.broker_cpu_s:.1f}, Redis {out.redis_cpu_s:.1f})")
         return out
 
     def top(self, system: str, namespace: str, k: int) -> list[tuple[str, int]]:
@@ -146,7 +149,7 @@ class BenchConfig:
     partitions: int = 4
     out: str = "bench-results"
     seed: int = 1
-    parts: tuple[str, ...] = PARTS[:3]
+    parts: tuple[str, ...] = PARTS
     recent_minutes: int | None = None  # rankflow runs with --recent-minutes N (None: the default)
 
 
@@ -156,6 +159,8 @@ class SystemResult:
     seconds: float = 0.0
     broker_cpu_s: float = 0.0  # CPU the broker spent while this system read the backlog
     redis_cpu_s: float = 0.0
+    cpu_s: float = 0.0  # the system's own processes over the backlog
+    cpu_s_per_1m: dict[str, float] = field(default_factory=dict)  # own, redis, broker, total: per 1M events
     freshness_p50_s: float | None = None
     freshness_p99_s: float | None = None
     freshness_samples: int = 0
@@ -174,6 +179,8 @@ class BenchResult(rig.Result):
     ratio: float = 0.0  # rankflow / lean baseline
     durable_ratio: float = 0.0  # rankflow durable / lean baseline
     ratio_full: float = 0.0  # rankflow / full baseline
+    cpu_ratio: float = 0.0  # rankflow's CPU per event (own + Redis + broker) / the lean baseline's
+    durable_cpu_ratio: float = 0.0
     processes: dict[str, dict[str, float]] = field(default_factory=dict)  # part "processes": per count, its run
     processes_exact: bool | None = None  # every count's ranking equal to one process's
     processes_speedup: float = 0.0  # --processes 2 / one process
@@ -205,7 +212,8 @@ class Bench:
         for system, run in runs.items():
             target: SystemResult = getattr(result, system)
             target.seconds, target.events_per_s = run.seconds, run.events_per_s
-            target.broker_cpu_s, target.redis_cpu_s = run.broker_cpu_s, run.redis_cpu_s
+            target.broker_cpu_s, target.redis_cpu_s, target.cpu_s = run.broker_cpu_s, run.redis_cpu_s, run.cpu_s
+            target.cpu_s_per_1m = rig.cpu_per_million(run.cpu_s, run.redis_cpu_s, run.broker_cpu_s, cfg.events)
         result.exact = all(run.top == runs["rankflow"].top for run in runs.values())
         eps = {system: run.events_per_s for system, run in runs.items()}
         result.ratio = eps["rankflow"] / eps["baseline_lean"]
@@ -213,8 +221,12 @@ class Bench:
         result.ratio_full = eps["rankflow"] / eps["baseline"]
         result.processes_speedup = eps["rankflow_2p"] / eps["rankflow"]
         result.durable_processes_speedup = eps["rankflow_durable_2p"] / eps["rankflow_durable"]
+        lean = result.baseline_lean.cpu_s_per_1m["total"]
+        result.cpu_ratio = result.rankflow.cpu_s_per_1m["total"] / lean
+        result.durable_cpu_ratio = result.rankflow_durable.cpu_s_per_1m["total"] / lean
         self.log(f"vs the lean baseline: rankflow {result.ratio:.2f}, durable {result.durable_ratio:.2f}; "
-                 f"vs the full one {result.ratio_full:.2f}; rankings equal: {result.exact}")
+                 f"vs the full one {result.ratio_full:.2f}; CPU per event x{result.cpu_ratio:.2f}, durable "
+                 f"x{result.durable_cpu_ratio:.2f}; rankings equal: {result.exact}")
 
     # -- processes ----------------------------------------------------------------
     def processes(self, result: BenchResult) -> None:
@@ -355,6 +367,16 @@ class Bench:
             "freshness_p99_max_s": TARGET_FRESHNESS_P99_S,
             "freshness_p99_met": p99 is not None and p99 < TARGET_FRESHNESS_P99_S,
         }
+        if "throughput" in cfg.parts:
+            result.targets.update({"cpu_ratio_max": TARGET_CPU_RATIO,
+                                   "cpu_ratio_met": 0 < result.cpu_ratio <= TARGET_CPU_RATIO,
+                                   "durable_cpu_ratio_met": 0 < result.durable_cpu_ratio <= TARGET_CPU_RATIO})
+        if result.processes:
+            one = result.processes["1"]["flow_cpu_s_per_1m"]
+            worst = max(r["flow_cpu_s_per_1m"] for r in result.processes.values()) / one
+            result.targets.update({"processes_cpu_max": TARGET_PROCESSES_CPU,
+                                   "processes_cpu_met": worst <= TARGET_PROCESSES_CPU,
+                                   "processes_exact": result.processes_exact})
         return result
 
 
@@ -389,8 +411,29 @@ def chart(result: BenchResult, path: Path) -> None:
         ax.set_title(f"bytes per counted user\n({result.config['memory_users']:,} users)")
         rig.label_bars(ax, mem)
 
+    def cpu(ax: Any) -> None:
+        shown = ("rankflow", "rankflow_durable", "baseline_lean", "baseline")
+        rig.cpu_bars(ax, ["rf", "rf\ndurable", "baseline\nlean", "baseline\nfull"],
+                     [getattr(result, s).cpu_s_per_1m for s in shown],
+                     f"CPU per 1M events (own + Redis + broker)\nx{result.cpu_ratio:.2f} lean, durable "
+                     f"x{result.durable_cpu_ratio:.2f} (target <= {TARGET_CPU_RATIO})")
+
+    def processes(ax: Any) -> None:
+        counts = list(result.processes)
+        vals = [result.processes[n]["flow_cpu_s_per_1m"] for n in counts]
+        ax.bar([f"{n} proc." for n in counts], vals, color="#2b7bba")
+        ax.axhline(vals[0] * TARGET_PROCESSES_CPU, color="red", linestyle="--", linewidth=1,
+                   label=f"x{TARGET_PROCESSES_CPU} one process")
+        rig.label_bars(ax, vals, ".1f")
+        ax.set_ylabel("flow CPU seconds per 1M events")
+        ax.set_title(f"--processes on one backlog\nrankings equal: {result.processes_exact}")
+        ax.legend()
+
+    parts = result.config.get("parts", PARTS)
+    panels = [draw for part, draw in (("throughput", throughput), ("throughput", cpu), ("processes", processes),
+                                      ("freshness", freshness), ("memory", memory)) if part in parts]
     rig.chart(path, f"rankflow vs the seed's first design (Redis Lua per event) — {result.machine['cpus']} CPUs",
-              [throughput, freshness, memory], (5, 4.4), dpi=110)
+              panels, (5, 4.4), dpi=110)
 
 
 def main(cfg: BenchConfig) -> BenchResult:
@@ -402,6 +445,12 @@ def main(cfg: BenchConfig) -> BenchResult:
               f"{result.rankflow_durable.events_per_s:,.0f}, baseline lean {result.baseline_lean.events_per_s:,.0f}, "
               f"full {b.events_per_s:,.0f}; vs lean {result.ratio:.2f}, durable {result.durable_ratio:.2f} "
               f"(target >= {TARGET_RATIO}); rankings equal: {result.exact}")
+        print("CPU-s per 1M events (own + Redis + broker = total): " + "; ".join(
+            f"{s} {c['own']:.2f} + {c['redis']:.2f} + {c['broker']:.2f} = {c['total']:.2f}"
+            for s in ("rankflow", "rankflow_durable", "baseline_lean", "baseline")
+            if (c := getattr(result, s).cpu_s_per_1m)) +
+            f"; rankflow / lean x{result.cpu_ratio:.2f}, durable x{result.durable_cpu_ratio:.2f} "
+            f"(target <= {TARGET_CPU_RATIO})")
         print(f"--processes 2: {result.rankflow_2p.events_per_s:,.0f} events/s (x{result.processes_speedup:.2f} one "
               f"process), durable {result.rankflow_durable_2p.events_per_s:,.0f} "
               f"(x{result.durable_processes_speedup:.2f})")

@@ -50,8 +50,8 @@ def _listeners(sub: Any, positive: Type, not_negative: Type) -> None:
     bn.add_argument("--steady-s", type=float, default=30.0, help="seconds of steady traffic")
     bn.add_argument("--memory-users", type=positive, default=1_000_000)
     bn.add_argument("--out", default="bench-results", help="where bench.json and bench.png go")
-    bn.add_argument("--parts", type=_parts, default=LISTENERS_PARTS[:3], metavar="PART,...",
-                    help="throughput, freshness, memory, processes (default: all but processes)")
+    bn.add_argument("--parts", type=_parts, default=LISTENERS_PARTS, metavar="PART,...",
+                    help="throughput, freshness, memory, processes (default: all)")
     bn.add_argument("--recent-minutes", type=not_negative, metavar="N",
                     help="rankflow runs with --recent-minutes N (default: run's default, 5; 0: recent plays off)")
 

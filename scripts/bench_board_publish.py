@@ -14,6 +14,12 @@ each run starting from an empty Redis (``FLUSHALL``: use a Redis of its own).
 
 ``--layouts`` instead writes one board of ``--players`` in each candidate layout directly
 (no publisher) and prints Redis's bytes per entry: the table of docs/design.md.
+
+``--floor`` instead loads one board of ``--players`` new entries with plain pipelined
+commands and no script (random scores and ``reached_at``, random ids): ``ZADD`` alone,
+then ``ZADD`` plus each player's ``HSET`` into its bucket. What Redis spends per entry on
+those is the least any script with this layout can cost while a board grows (the load
+time of docs/design.md, "10M players on one board").
 """
 
 from __future__ import annotations
@@ -109,6 +115,32 @@ def layout_bytes(url: str, layout: str, players: int) -> float:
     return (int(client.info("memory")["used_memory"]) - base) / players
 
 
+FLOORS = ("zadd", "zadd+hset")
+
+
+def floor_run(url: str, mode: str, players: int, chunk: int = 5_000) -> dict[str, float]:
+    """Redis's CPU µs and bytes per entry loading one board of ``players`` new entries with
+    ``mode`` (:data:`FLOORS`), ``chunk`` entries a round trip, no script."""
+    client = redis.Redis.from_url(url)
+    client.flushall()
+    rng, buckets = random.Random(1), max(1, players // 48)
+    base, cpu0 = int(client.info("memory")["used_memory"]), redis_cpu(client)
+    for first in range(0, players, chunk):
+        pipe = client.pipeline(transaction=False)
+        members = {}
+        for _ in range(first, min(players, first + chunk)):
+            player = f"u{rng.getrandbits(40):012x}".encode()
+            at = (1798884000000 + rng.randrange(10**8)).to_bytes(6, "big")
+            members[at + player] = -rng.randrange(0, 10001, 5)
+            if mode == "zadd+hset":
+                pipe.hset(f"r:{zlib.crc32(player) % buckets}", player, at)
+        pipe.zadd("z", members)
+        pipe.execute()
+    return {"floor": mode, "players": players,
+            "redis_us_per_entry": round((redis_cpu(client) - cpu0) / players * 1e6, 2),
+            "redis_bytes_per_entry": round((int(client.info("memory")["used_memory"]) - base) / players, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--redis", required=True, help="a Redis of its own: every run empties it")
@@ -121,7 +153,13 @@ def main() -> None:
     ap.add_argument("--one", action="store_true", help=argparse.SUPPRESS)  # a single run, for --base
     ap.add_argument("--layouts", action="store_true",
                     help="instead: Redis's bytes per entry of each candidate layout, one board of --players")
+    ap.add_argument("--floor", action="store_true",
+                    help="instead: Redis's CPU per entry of plain ZADD, and ZADD + HSET, one board of --players")
     args = ap.parse_args()
+    if args.floor:
+        for mode in FLOORS:
+            print(json.dumps(floor_run(args.redis, mode, args.players)), flush=True)
+        return
     if args.layouts:
         for layout in LAYOUTS:
             print(json.dumps({"layout": layout, "bytes_per_entry": round(layout_bytes(args.redis, layout,

@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 import functools
-import statistics
 from pathlib import Path
 from typing import Any
 
 from rankflow.bench import rig
 from rankflow.bench.activity.results import (AIM_FRESHNESS_P99_S, PARTS, SYSTEMS, TARGET_FRESHNESS_P99_S,
-                                             TARGET_QUERY_P99_MS, TARGET_RATIO, ActivityBenchResult, Error, Freshness,
+                                             TARGET_CPU_RATIO, TARGET_QUERY_P99_MS, TARGET_RATIO, ActivityBenchResult, Error, Freshness,
                                              Memory, Queries, Throughput, targets)
 from rankflow.bench.rig import fmt as _fmt
 
@@ -33,17 +32,15 @@ def _throughput_rows(r: ActivityBenchResult, t: dict[str, Any], out: list[Row]) 
                 f"flow/seed {th.ratio:.2f}, /lean {th.ratio_lean:.2f}; durable {th.durable_ratio:.2f}, "
                 f"/lean {th.durable_ratio_lean:.2f} (>= {TARGET_RATIO:g}): plain {_met(t.get('ratio_met'))}, "
                 f"durable {_met(t.get('durable_ratio_met'))}"))
-    def per_message(system: str, what: str) -> str:
-        values = [getattr(x, what) for x in th.runs if x.system == system]
-        return f"{statistics.median(values) / max(th.log_events, 1) * 1e6:.1f}" if values else "-"
-
-    if any(x.cpu_s for x in th.runs):
-        out.append(("CPU per message, us (median): its own process + Redis",
-                    f"{per_message('flow', 'cpu_s')} + {per_message('flow', 'redis_cpu_s')}; durable "
-                    f"{per_message('flow_durable', 'cpu_s')} + {per_message('flow_durable', 'redis_cpu_s')}",
-                    f"seed {per_message('baseline', 'cpu_s')} + {per_message('baseline', 'redis_cpu_s')}; lean "
-                    f"{per_message('baseline_lean', 'cpu_s')} + {per_message('baseline_lean', 'redis_cpu_s')}",
-                    ""))
+    if th.median_cpu_s_per_1m:
+        c = th.median_cpu_s_per_1m
+        cpu = lambda s: (f"{c[s]['own']:.1f} + {c[s]['redis']:.1f} + {c[s]['broker']:.1f} = {c[s]['total']:.1f}"  # noqa: E731
+                         if s in c else "-")
+        out.append(("CPU-s per 1M messages, own + Redis + broker (median)",
+                    f"{cpu('flow')}; durable {cpu('flow_durable')}",
+                    f"seed {cpu('baseline')}; lean {cpu('baseline_lean')}",
+                    f"flow/lean x{th.cpu_ratio_lean:.2f}, durable x{th.durable_cpu_ratio_lean:.2f} "
+                    f"(<= {TARGET_CPU_RATIO:g}): {_met(t.get('durable_cpu_ratio_met'))}"))
     out.append(("exactness: window counts of sampled workspaces vs a count of the log",
                 f"{th.mismatches} mismatches over {len(th.runs)} runs ({th.workspaces_compared} workspaces, "
                 f"{th.pairs_compared:,} pairs each; {th.active_pairs:,} active pairs of {th.pairs_in_log:,}); "
@@ -177,6 +174,15 @@ def _throughput_panel(th: Throughput, ax: Any) -> None:
                  f"{th.durable_ratio_lean:.2f}; mismatches {th.mismatches}", fontsize=10)
 
 
+def _cpu_panel(th: Throughput, ax: Any) -> None:
+    names = [s for s in SYSTEMS if s in th.median_cpu_s_per_1m]
+    labels = {"baseline": "seed\n(EXPIRE/msg)", "baseline_lean": "seed lean\n(EXPIRE/batch)", "flow": "flow",
+              "flow_durable": "flow\ndurable"}
+    rig.cpu_bars(ax, [labels[s] for s in names], [th.median_cpu_s_per_1m[s] for s in names],
+                 f"CPU per 1M messages (own + Redis + broker)\nflow/lean x{th.cpu_ratio_lean:.2f}, durable "
+                 f"x{th.durable_cpu_ratio_lean:.2f} (target <= {TARGET_CPU_RATIO:g})")
+
+
 def _freshness_panel(fr: Freshness, ax: Any) -> None:
     runs = fr.runs
     labels = [f"{f.system}\n{f.rate // 1000}k/s" for f in runs]
@@ -247,6 +253,8 @@ PANELS: dict[str, Any] = {"throughput": _throughput_panel, "freshness": _freshne
 def chart(r: ActivityBenchResult, path: Path) -> None:
     # each panel draws its part of the result, when measured
     panels = [functools.partial(draw, getattr(r, part)) for part, draw in PANELS.items() if getattr(r, part) is not None]
+    if r.throughput is not None and r.throughput.median_cpu_s_per_1m:
+        panels.insert(1, functools.partial(_cpu_panel, r.throughput))
     rig.chart(path, "rankflow activity vs the seed's design (ZINCRBY per message, ZUNIONSTORE of 60 buckets)", panels, (5.4, 4.6))
 
 

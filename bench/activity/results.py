@@ -12,6 +12,7 @@ DEFAULT_PARTS = ("throughput", "freshness", "queries", "memory", "error")
 SYSTEMS = ("baseline", "baseline_lean", "flow", "flow_durable")
 
 TARGET_RATIO = 2.0
+TARGET_CPU_RATIO = 0.5  # the flow's CPU per message (own + Redis + broker) at most half the lean seed's (issue 21)
 TARGET_FRESHNESS_P99_S = 5.0
 AIM_FRESHNESS_P99_S = 1.0
 TARGET_QUERY_P99_MS = 10.0
@@ -73,6 +74,9 @@ class Throughput:
     ratio_lean: float = 0.0  # flow / baseline_lean (one EXPIRE per key per batch): the one that counts
     durable_ratio: float = 0.0
     durable_ratio_lean: float = 0.0
+    median_cpu_s_per_1m: dict[str, dict[str, float]] = field(default_factory=dict)  # system -> own, redis, broker, total
+    cpu_ratio_lean: float = 0.0  # the flow's total CPU per message / the lean seed's (medians)
+    durable_cpu_ratio_lean: float = 0.0
     window: list[int] = field(default_factory=list)  # the flow's final window, [start, end) ms
     workspaces_compared: int = 0
     pairs_compared: int = 0
@@ -210,6 +214,10 @@ def targets(r: ActivityBenchResult) -> dict[str, Any]:
         t["durable_ratio_met"] = (r.throughput.durable_ratio_lean >= TARGET_RATIO
                                   and r.throughput.durable_ratio >= TARGET_RATIO)
         t["exact"] = r.throughput.mismatches == 0 and r.throughput.dead_letters_not_expired == 0
+        if r.throughput.cpu_ratio_lean:
+            t["cpu_ratio_max"] = TARGET_CPU_RATIO
+            t["cpu_ratio_met"] = r.throughput.cpu_ratio_lean <= TARGET_CPU_RATIO
+            t["durable_cpu_ratio_met"] = 0 < r.throughput.durable_cpu_ratio_lean <= TARGET_CPU_RATIO
     if r.freshness:
         t["freshness_p99_max_s"], t["freshness_p99_aim_s"] = TARGET_FRESHNESS_P99_S, AIM_FRESHNESS_P99_S
         for run in r.freshness.runs:

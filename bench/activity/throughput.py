@@ -10,6 +10,7 @@ from __future__ import annotations
 import shutil
 import statistics
 
+from rankflow.bench import rig
 from rankflow.bench.activity.core import ActivityBench
 from rankflow.bench.activity.logs import LogIndex, compare
 from rankflow.bench.activity.results import SYSTEMS, ActivityBenchResult, Run, Throughput
@@ -56,7 +57,17 @@ def throughput(bench: ActivityBench, result: ActivityBenchResult) -> None:
     if "flow_durable" in m:
         out.durable_ratio, out.durable_ratio_lean = m["flow_durable"] / m["baseline"], \
             m["flow_durable"] / m["baseline_lean"]
+    for system in systems:
+        per_run = [rig.cpu_per_million(r.cpu_s, r.redis_cpu_s, r.broker_cpu_s, index.events)
+                   for r in out.runs if r.system == system]
+        out.median_cpu_s_per_1m[system] = {k: round(statistics.median(c[k] for c in per_run), 3) for k in per_run[0]}
+    c = out.median_cpu_s_per_1m
+    out.cpu_ratio_lean = c["flow"]["total"] / c["baseline_lean"]["total"]
+    if "flow_durable" in c:
+        out.durable_cpu_ratio_lean = c["flow_durable"]["total"] / c["baseline_lean"]["total"]
     bench.flush()
+    bench.log(f"CPU-s per 1M messages: {c}; flow/lean x{out.cpu_ratio_lean:.2f}, durable "
+              f"x{out.durable_cpu_ratio_lean:.2f}")
     bench.log(f"medians: {m}; flow/baseline {out.ratio:.2f} (lean {out.ratio_lean:.2f}), durable "
               f"{out.durable_ratio:.2f} (lean {out.durable_ratio_lean:.2f}); {out.pairs_compared:,} pairs of "
               f"{out.workspaces_compared} workspaces compared, mismatches {out.mismatches}")

@@ -7,8 +7,9 @@ from pathlib import Path
 from typing import Any
 
 from rankflow.bench import rig
-from rankflow.bench.boards.results import (PARTS, TARGET_FRESHNESS_P99_S, TARGET_PLAYER_P99_MS, TARGET_RATIO,
-                                           TARGET_TOP_P99_MS, BoardsBenchResult, targets)
+from rankflow.bench.boards.results import (PARTS, TARGET_BIG_LOAD_S, TARGET_CPU_RATIO, TARGET_FRESHNESS_P99_S,
+                                           TARGET_PLAYER_P99_MS, TARGET_RATIO, TARGET_TOP_P99_MS, BoardsBenchResult,
+                                           targets)
 from rankflow.bench.rig import fmt as _fmt
 
 
@@ -24,6 +25,14 @@ def rows(r: BoardsBenchResult) -> list[tuple[str, str, str, str]]:
                     f"{m['baseline']:,.0f} ({runs('baseline')})",
                     f"flow/baseline {th.ratio:.2f}, durable {th.durable_ratio:.2f} (>= {TARGET_RATIO}): "
                     f"{'met' if t.get('durable_ratio_met') else 'MISSED'}"))
+        if th.median_cpu_s_per_1m:
+            c = th.median_cpu_s_per_1m
+            cpu = lambda s: (f"{c[s]['own']:.1f} + {c[s]['redis']:.1f} + {c[s]['broker']:.1f} "  # noqa: E731
+                             f"= {c[s]['total']:.1f}")
+            out.append(("CPU-s per 1M results, own + Redis + broker (median)",
+                        f"{cpu('flow')}; durable {cpu('flow_durable')}", cpu("baseline"),
+                        f"flow/baseline x{th.cpu_ratio:.2f}, durable x{th.durable_cpu_ratio:.2f} "
+                        f"(<= {TARGET_CPU_RATIO}): {'met' if t.get('durable_cpu_ratio_met') else 'MISSED'}"))
         out.append(("exactness: scores per player per board vs the baseline",
                     f"{th.mismatches} mismatches over {len(th.runs)} runs ({th.boards_compared} boards, "
                     f"{th.entries_compared:,} entries each); {th.dead_letters} dead letters", "reference",
@@ -87,7 +96,9 @@ def rows(r: BoardsBenchResult) -> list[tuple[str, str, str, str]]:
                     f"flow {_fmt(b.flow_cpu_s, ',.0f')}, Redis {_fmt(b.redis_cpu_s, ',.0f')}, "
                     f"broker {_fmt(b.broker_cpu_s, ',.0f')}"
                     + (f"; {b.stopped_because}" if b.stopped_because else ""),
-                    "", "fits: " + ("yes" if b.complete else "NO")))
+                    "", "fits: " + ("yes" if b.complete else "NO")
+                    + (f"; load < {TARGET_BIG_LOAD_S:.0f} s: " + ("met" if t.get("big_load_met") else "MISSED")
+                       if b.mode == "flow" else "")))
         if b.reads_checked:
             out.append((f"reads of that board ({b.reads_checked:,} answers vs the log's exact ranks, one client)",
                         f"{b.reads_wrong} wrong; " + ", ".join(f"{kind} p50 {t['p50_ms']:.2f} ms, p99 {t['p99_ms']:.2f} ms"
@@ -112,6 +123,15 @@ def _throughput(r: BoardsBenchResult, ax: Any) -> None:
     ax.legend(loc="upper left", fontsize=8)
     ax.set_title(f"results/s, {r.config['results']:,}-result backlog\nflow/baseline {th.ratio:.2f}, "
                  f"durable {th.durable_ratio:.2f}; mismatches {th.mismatches}", fontsize=10)
+
+
+def _cpu(r: BoardsBenchResult, ax: Any) -> None:
+    th = r.throughput
+    assert th is not None
+    rig.cpu_bars(ax, ["baseline\n(Lua/result)", "flow", "flow\ndurable"],
+                 [th.median_cpu_s_per_1m.get(s, {}) for s in ("baseline", "flow", "flow_durable")],
+                 f"CPU per 1M results (own + Redis + broker)\nflow x{th.cpu_ratio:.2f}, durable "
+                 f"x{th.durable_cpu_ratio:.2f} (target <= {TARGET_CPU_RATIO})")
 
 
 def _freshness(r: BoardsBenchResult, ax: Any) -> None:
@@ -161,12 +181,14 @@ def _big(part: str) -> Any:
     return draw
 
 
-PANELS = {"throughput": _throughput, "freshness": _freshness, "memory": _memory, "reads": _reads, "big": _big("big"),
+PANELS = {"throughput": _throughput, "cpu": _cpu, "freshness": _freshness, "memory": _memory, "reads": _reads, "big": _big("big"),
           "big_redis": _big("big_redis")}
 
 
 def chart(r: BoardsBenchResult, path: Path) -> None:
-    panels = [functools.partial(draw, r) for part, draw in PANELS.items() if getattr(r, part) is not None]
+    shown = lambda part: (bool(r.throughput and r.throughput.median_cpu_s_per_1m) if part == "cpu"  # noqa: E731
+                          else getattr(r, part) is not None)
+    panels = [functools.partial(draw, r) for part, draw in PANELS.items() if shown(part)]
     rig.chart(path, "rankflow score boards vs the seed's design (one Lua script per result)", panels, (5.2, 4.6))
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rankflow.bench import rig
 from rankflow.bench.rig import Latency, PartsResult
 
 PARTS = ("throughput", "freshness", "memory", "reads", "big")
@@ -15,6 +16,8 @@ TARGET_RATIO = 2.0
 TARGET_FRESHNESS_P99_S = 1.0
 TARGET_TOP_P99_MS = 10.0
 TARGET_PLAYER_P99_MS = 5.0
+TARGET_CPU_RATIO = 0.5  # the flow's CPU per result (own + Redis + broker) at most half the baseline's (issue 21)
+TARGET_BIG_LOAD_S = 300.0  # 10M players loaded by the durable flow in under 5 minutes (issue 21)
 
 DAY_MS = 86_400_000
 MEMORY_DAY_MS = 1_799_107_200_000  # 2027-01-05T00:00:00Z, a Tuesday: one day, one ISO week
@@ -58,6 +61,11 @@ class Run:
     redis_cpu_s: float
     mismatches: int
     redis_used_memory_bytes: int
+    cpu_s: float = 0.0  # the system's own process (the flow, or the baseline's consumer)
+
+    def cpu_s_per_1m(self, results: int) -> dict[str, float]:
+        """CPU seconds per million results: own, Redis, broker and their sum (what an operator pays)."""
+        return rig.cpu_per_million(self.cpu_s, self.redis_cpu_s, self.broker_cpu_s, results)
 
 
 @dataclass
@@ -66,6 +74,9 @@ class Throughput:
     median_results_per_s: dict[str, float] = field(default_factory=dict)
     ratio: float = 0.0  # flow / baseline (medians)
     durable_ratio: float = 0.0  # flow durable / baseline: the one that counts
+    median_cpu_s_per_1m: dict[str, dict[str, float]] = field(default_factory=dict)  # system -> own, redis, broker, total
+    cpu_ratio: float = 0.0  # the flow's total CPU per result / the baseline's (medians)
+    durable_cpu_ratio: float = 0.0
     mismatches: int = 0  # over every run
     boards_compared: int = 0
     entries_compared: int = 0
@@ -175,6 +186,10 @@ def targets(r: BoardsBenchResult) -> dict[str, Any]:
         t["durable_ratio_met"] = r.throughput.durable_ratio >= TARGET_RATIO
         t["ratio_met"] = r.throughput.ratio >= TARGET_RATIO
         t["exact"] = r.throughput.mismatches == 0 and r.throughput.dead_letters == 0
+        if r.throughput.cpu_ratio:
+            t["cpu_ratio_max"] = TARGET_CPU_RATIO
+            t["cpu_ratio_met"] = r.throughput.cpu_ratio <= TARGET_CPU_RATIO
+            t["durable_cpu_ratio_met"] = r.throughput.durable_cpu_ratio <= TARGET_CPU_RATIO
     if r.freshness:
         t["freshness_p99_max_s"] = TARGET_FRESHNESS_P99_S
         t["freshness_met"] = r.freshness.p99_s is not None and r.freshness.p99_s < TARGET_FRESHNESS_P99_S
@@ -186,6 +201,8 @@ def targets(r: BoardsBenchResult) -> dict[str, Any]:
                            and not r.reads.player.errors)
     if r.big:
         t["big_fits"] = r.big.complete
+        t["big_load_max_s"] = TARGET_BIG_LOAD_S
+        t["big_load_met"] = r.big.complete and r.big.load_s is not None and r.big.load_s < TARGET_BIG_LOAD_S
     if r.big_redis:
         t["big_redis_fits"] = r.big_redis.complete
     return t

@@ -35,7 +35,8 @@ def throughput(bench: BoardsBench, result: BoardsBenchResult) -> None:
             _check(out, run, view, reference)
             del view
             out.runs.append(run)
-            bench.log(f"{system} (rep {rep + 1}): {run.results_per_s:,.0f} results/s ({run.seconds:.1f} s; broker "
+            bench.log(f"{system} (rep {rep + 1}): {run.results_per_s:,.0f} results/s ({run.seconds:.1f} s; own "
+                      f"{run.cpu_s:.1f} CPU-s, broker "
                       f"{run.broker_cpu_s:.1f} CPU-s, Redis {run.redis_cpu_s:.1f} CPU-s; peak RSS "
                       f"{run.peak_rss_bytes / 2**20:,.0f} MiB; {run.mismatches} mismatches)")
     for system in SYSTEMS:
@@ -43,9 +44,15 @@ def throughput(bench: BoardsBench, result: BoardsBenchResult) -> None:
     base = out.median_results_per_s["baseline"]
     out.ratio = out.median_results_per_s["flow"] / base
     out.durable_ratio = out.median_results_per_s["flow_durable"] / base
+    for system in SYSTEMS:
+        per_run = [r.cpu_s_per_1m(cfg.results) for r in out.runs if r.system == system]
+        out.median_cpu_s_per_1m[system] = {k: round(statistics.median(c[k] for c in per_run), 3) for k in per_run[0]}
+    base_cpu = out.median_cpu_s_per_1m["baseline"]["total"]
+    out.cpu_ratio = out.median_cpu_s_per_1m["flow"]["total"] / base_cpu
+    out.durable_cpu_ratio = out.median_cpu_s_per_1m["flow_durable"]["total"] / base_cpu
     bench.flush()
     bench.log(f"medians: {out.median_results_per_s}; flow/baseline {out.ratio:.2f}, durable {out.durable_ratio:.2f}; "
-              f"mismatches {out.mismatches}")
+              f"mismatches {out.mismatches}; CPU per result x{out.cpu_ratio:.2f}, durable x{out.durable_cpu_ratio:.2f}")
 
 
 def _one(bench: BoardsBench, system: str, topic: str, name: str,
@@ -58,7 +65,7 @@ def _one(bench: BoardsBench, system: str, topic: str, name: str,
     timed = bench.rig.timed(bench.command(system, topic, name), name)
     broker1, redis1 = bench.rig.services_cpu()
     run = Run(system, order, timed.seconds, bench.cfg.results / timed.seconds, timed.peak_rss_bytes,
-              broker1 - broker0, redis1 - redis0, 0, bench.used_memory() - before_mem)
+              broker1 - broker0, redis1 - redis0, 0, bench.used_memory() - before_mem, timed.cpu_s)
     if system == "baseline":
         boards = read_baseline_boards(bench.redis_url, name)
         view = {g: {b: [(p, s, 0) for p, s in e.items()] for b, e in bs.items()} for g, bs in boards.items()}
