@@ -22,7 +22,7 @@ from rankflow import products
 from rankflow.arg_types import (KAFKA_FORM, kafka as _kafka, not_negative as _not_negative, port as _port,
                                 positive as _positive, rate as _rate)
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
-from rankflow.connectors.kafka import KafkaUnavailable
+from rankflow.connectors.kafka import BATCH_MESSAGES, KafkaUnavailable
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
@@ -106,6 +106,10 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str
     p.add_argument("--workers", type=_positive, default=1, metavar="N")
     p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
                    help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
+    p.add_argument("--read-batch", type=_positive, metavar="N",
+                   help="Kafka input: the most messages a partition reads at once (default: "
+                        + ", ".join(f"{n} for --flow {p.name}" for p in products.PRODUCTS.values()
+                                    for n in [p.read_batch or BATCH_MESSAGES]) + ")")
     p.add_argument("--max-line-bytes", type=_positive, default=MAX_LINE_BYTES, metavar="N",
                    help="JSON Lines input: a longer line is not read but dead-lettered as invalid_json "
                         "(default: %(default)s, 1 MiB)")
@@ -369,7 +373,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
-        max_line_bytes=args.max_line_bytes, flow=args.flow, idle_timeout_s=args.idle_timeout,
+        max_line_bytes=args.max_line_bytes, read_batch=args.read_batch, flow=args.flow, idle_timeout_s=args.idle_timeout,
         **{k: v for k, v in own.items() if k in RunOptions.__dataclass_fields__},
         extra={k: v for k, v in own.items() if k not in RunOptions.__dataclass_fields__},
     )

@@ -143,6 +143,7 @@ class RunOptions:
     workers: int = 1
     barrier_ms: int = 250
     read_chunk_bytes: int = CHUNK_BYTES  # how much a JSONL partition reads per batch
+    read_batch: int | None = None  # the most messages a Kafka partition reads at once; None: the product's
     max_line_bytes: int = MAX_LINE_BYTES  # a longer JSONL line is dead-lettered (invalid_json), not read
     recovery_dir: str | None = None
     user_shards: int = DEFAULT_USER_SHARDS  # 0: one Bytewax key per user
@@ -177,6 +178,11 @@ class RunOptions:
         if self.k_max is not None:
             return self.k_max
         return self.product.k_max
+
+    @property
+    def kafka_batch(self) -> int | None:
+        """``--read-batch``, or the product's default (None: the Kafka connector's)."""
+        return self.read_batch if self.read_batch is not None else self.product.read_batch
 
     @property
     def stage_at(self) -> int:
@@ -215,6 +221,8 @@ class RunOptions:
                            ("max_line_bytes", "max-line-bytes")):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{flag} must be >= 1")
+        if self.read_batch is not None and self.read_batch < 1:
+            raise UsageError("--read-batch must be >= 1")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")
         product.check(self)

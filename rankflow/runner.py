@@ -112,7 +112,7 @@ def run(opts: RunOptions, fresh: bool | None = None) -> dict[str, Any] | None:
     if opts.metrics_port is not None:
         METRICS.serve(opts.metrics_port + (opts.process_id or 0), opts.metrics_host)
     source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes,
-                         max_line_bytes=opts.max_line_bytes)
+                         max_line_bytes=opts.max_line_bytes, read_batch=opts.kafka_batch)
     dead_letter = make_dead_letter_sink(opts.dead_letter)  # a Kafka topic: created, or the run fails, here
     client = connect_redis(opts.redis_url)
     try:

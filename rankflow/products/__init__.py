@@ -6,7 +6,8 @@ which flow runs asks its :class:`Product` here instead of comparing flow names:
 
 * its ``run``/``rebuild`` options (:attr:`Product.options`, shown grouped by product in
   ``--help``; another flow's options are refused) and their checks (:meth:`Product.check`);
-* where it publishes (:meth:`Product.namespace`) and its default K (:attr:`Product.k_max`);
+* where it publishes (:meth:`Product.namespace`), its default K (:attr:`Product.k_max`) and
+  read batch (:attr:`Product.read_batch`);
 * its flow (:meth:`Product.build_flow`, which names its Redis state, whose snapshot type
   lists its gauges for ``operators.metrics``; a generation's keys are removed by their
   common prefix, so no product lists them);
@@ -90,6 +91,10 @@ class Product:
     title: str = ""  # what it ranks, for --help
     options: tuple[Option, ...] = ()
     k_max: int = 100  # K_max when --k-max is not given
+    read_batch: int | None = None
+    """The most messages a Kafka partition reads at once when ``--read-batch`` is not given;
+    None: the connector's ``BATCH_MESSAGES``. A flow whose steps gain nothing from larger
+    batches keeps smaller ones (less memory in flight)."""
     readers: tuple[tuple[str, str, str], ...] = ()
     """Its reader commands: (module, command, handler); the module has ``add_parser(sub, add_redis)``."""
     routes: tuple[str, ...] = ()

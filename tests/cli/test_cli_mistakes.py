@@ -235,6 +235,7 @@ def test_ordinary_mistakes_are_one_line_and_exit_2(tmp_path, redis_url):
              "999.1.1.1"),
             ([*run, "--redis", redis_url, "--metrics-port", str(port)], f"127.0.0.1:{port}"),
             ([*run, "--redis", "notaurl"], "--redis"),
+            ([*run, "--redis", redis_url, "--read-batch", "0"], "--read-batch"),
             ([*run, "--redis", f"{redis_url}?socket_timeout=abc"], "socket_timeout"),
             (["rebuild", "--input", f"jsonl:{log}", "--redis", "notaurl"], "--redis"),
             (["top", "--redis", "notaurl"], "--redis"),

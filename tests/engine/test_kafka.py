@@ -46,6 +46,15 @@ def test_produce_then_run_from_kafka(tmp_path, kafka_brokers, topic, redis_url, 
     assert set(final["positions"]) == {f"{topic}/0", f"{topic}/1", f"{topic}/2"}
     assert sum(final["positions"].values()) == len(lines)
 
+    # batches of 7 messages, partitions interleaved otherwise: the same result
+    r = cli("run", "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
+            "--namespace", namespace + "-small", "--dead-letter", f"jsonl:{tmp_path / 'dead-small.jsonl'}",
+            "--song-partitions", "4", "--read-batch", "7")
+    assert r.returncode == 0, r.stderr
+    small = orjson.loads(cli("top", "--json", "--k", "100", "--redis", redis_url,
+                             "--namespace", namespace + "-small").stdout)
+    assert ranking(small) == ranking(final) and small["positions"] == final["positions"]
+
     dead = read_topic(kafka_brokers, dead_topic)
     assert len(dead) == model.dead_letters
     letter = orjson.loads(dead[0][1])

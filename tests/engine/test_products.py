@@ -30,6 +30,19 @@ def test_every_flow_is_a_product():
         assert opts.product is product and opts.top_k == product.k_max
 
 
+def test_a_kafka_read_batch_is_the_product_default_unless_given():
+    from rankflow.connectors.kafka import BATCH_MESSAGES, KafkaEndpoint, KafkaSource
+    from rankflow.options import UsageError
+
+    assert RunOptions(input="jsonl:x", flow="listeners").kafka_batch is None  # the connector's: BATCH_MESSAGES
+    assert RunOptions(input="jsonl:x", flow="activity").kafka_batch == 2_000 < BATCH_MESSAGES
+    assert RunOptions(input="jsonl:x", flow="activity", read_batch=7).kafka_batch == 7
+    with pytest.raises(UsageError, match="--read-batch must be >= 1"):
+        RunOptions(input="jsonl:x", read_batch=0).check()
+    with pytest.raises(ValueError, match="batch must be >= 1"):
+        KafkaSource(KafkaEndpoint("127.0.0.1:1", "t"), until_eof=True, batch=0)  # refused before any connection
+
+
 def test_an_unknown_flow_is_a_usage_error():
     from rankflow.options import UsageError
 
