@@ -67,7 +67,8 @@ def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, chaos
     command = [*RANKFLOW, "run", "--flow", "boards", "--signing-key", KEY.hex(),
                "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
                "--namespace", namespace, "--dead-letter", f"jsonl:{dead}", "--recovery-dir", str(tmp_path / "rec"),
-               "--barrier-ms", "50", "--partitions", "4", "--user-shards", shards]
+               "--barrier-ms", "50", "--partitions", "4", "--user-shards", shards,
+               "--read-batch", "2000"]  # small batches: many barriers in this small log, so kills land mid-way
     if compact_bytes is not None:
         monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
     kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(9), 3, 0.5)

@@ -59,7 +59,8 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
     command = [*RANKFLOW, "run", "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof",
                "--redis", redis_url, "--namespace", namespace, "--dead-letter", f"jsonl:{dead}",
                "--recovery-dir", str(tmp_path / "recovery"), "--barrier-ms", "50", "--song-partitions", "4",
-               "--user-shards", shards]
+               "--user-shards", shards,
+               "--read-batch", "2000"]  # small batches: many barriers in this small log, so kills land mid-way
     if compact_bytes is not None:
         monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
     kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(4), 4, 0.6)
