@@ -465,7 +465,7 @@ def main(cfg: BenchConfig) -> BenchResult:
     if "memory" in cfg.parts:
         print(f"memory per counted user: rankflow {r.memory_bytes_per_user:,.0f} B, "
               f"baseline {b.memory_bytes_per_user:,.0f} B")
-    print(f"wrote {json_path} and {png_path}")
+    print(rig.wrote(json_path, png_path))
     return result
 
 
@@ -559,5 +559,5 @@ def sweep_main(cfg: SweepConfig) -> SweepResult:
         print(f"{c.users:>10,} {c.partitions:>5} {r['rankflow']['events_per_s']:>10,.0f} "
               f"{r['rankflow_durable']['events_per_s']:>10,.0f} {r['baseline_lean']['events_per_s']:>10,.0f} "
               f"{c.ratio:>6.2f} {c.durable_ratio:>6.2f} {c.exact}")
-    print(f"wrote {json_path} and {png_path}")
+    print(rig.wrote(json_path, png_path))
     return result

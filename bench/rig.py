@@ -616,7 +616,9 @@ def keep_previous(result: R, json_path: Path, parts: Iterable[str],
 
 
 def write_results(result: Any, out: Path, name: str, draw: Callable[[Any, Path], None]) -> tuple[Path, Path]:
-    """``out/NAME.json`` (the result as it is) and ``out/NAME.png`` (``draw(result, path)``)."""
+    """``out/NAME.json`` (the result as it is) and ``out/NAME.png`` (``draw(result, path)``).
+    Without matplotlib (the bench extras) the chart is left out with one line saying so:
+    the figures, minutes in the making, are in the JSON and the summary all the same."""
     out.mkdir(parents=True, exist_ok=True)
     json_path, png_path = out / f"{name}.json", out / f"{name}.png"
     data = asdict(result)
@@ -624,7 +626,13 @@ def write_results(result: Any, out: Path, name: str, draw: Callable[[Any, Path],
         if summary in data:
             data[summary] = data.pop(summary)
     json_path.write_text(json.dumps(data, indent=2) + "\n")
-    draw(result, png_path)
+    try:
+        draw(result, png_path)
+    except ModuleNotFoundError as exc:
+        if exc.name != "matplotlib":
+            raise
+        print(f"[bench] no {png_path.name}: matplotlib is not installed (make bench installs the bench extras, "
+              "or pip install 'rankflow[bench]')", file=sys.stderr)
     return json_path, png_path
 
 
@@ -634,7 +642,12 @@ def report(result: Any, out: Path, write: Callable[[Any, Path], tuple[Path, Path
     read back, so parts kept from an earlier run are shown too)."""
     json_path, png_path = write(result, out)
     show(load_result(type(result), json.loads(json_path.read_text())))
-    print(f"wrote {json_path} and {png_path}")
+    print(wrote(json_path, png_path))
+
+
+def wrote(json_path: Path, png_path: Path) -> str:
+    """The line saying which result files a benchmark wrote (the chart only if it was drawn)."""
+    return f"wrote {json_path} and {png_path}" if png_path.exists() else f"wrote {json_path}"
 
 
 Panel = Callable[[Any], None]

@@ -133,3 +133,19 @@ def test_every_result_is_a_rig_result_and_its_file_keeps_its_layout(tmp_path):
     earlier = {"config": {}, "machine": {}, "rankflow": {"events_per_s": 9.0}, "ratio": 2.5, "targets": {"a": 1}}
     back = rig.load_result(BenchResult, earlier)
     assert back.rankflow.events_per_s == 9.0 and back.ratio == 2.5 and back.targets == {"a": 1}
+
+
+def test_without_matplotlib_the_results_are_written_and_the_chart_is_left_out(tmp_path, capsys):
+    def draw(result, path):
+        raise ModuleNotFoundError("No module named 'matplotlib'", name="matplotlib")
+
+    json_path, png_path = rig.write_results(_Result({}, {}, one=_Part(1)), tmp_path, "x", draw)
+    assert json.loads(json_path.read_text())["one"] == {"value": 1} and not png_path.exists()
+    assert "no x.png: matplotlib is not installed" in capsys.readouterr().err
+    assert rig.wrote(json_path, png_path) == f"wrote {json_path}"
+
+    def broken(result, path):
+        raise ModuleNotFoundError("No module named 'nope'", name="nope")
+
+    with pytest.raises(ModuleNotFoundError):  # any other missing module is a bug, not a missing extra
+        rig.write_results(_Result({}, {}, one=_Part(1)), tmp_path, "y", broken)
