@@ -22,7 +22,7 @@ from rankflow import products
 from rankflow.arg_types import (KAFKA_FORM, kafka as _kafka, not_negative as _not_negative, port as _port,
                                 positive as _positive, rate as _rate)
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
-from rankflow.connectors.kafka import BATCH_MESSAGES, KafkaUnavailable
+from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
@@ -108,8 +108,8 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str
                    help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
     p.add_argument("--read-batch", type=_positive, metavar="N",
                    help="Kafka input: the most messages a partition reads at once (default: "
-                        + ", ".join(f"{n} for --flow {p.name}" for p in products.PRODUCTS.values()
-                                    for n in [p.read_batch or BATCH_MESSAGES]) + ")")
+                        + ", ".join(f"{RunOptions(input='', flow=name).kafka_batch} for --flow {name}"
+                                    for name in products.PRODUCTS) + ")")
     p.add_argument("--max-line-bytes", type=_positive, default=MAX_LINE_BYTES, metavar="N",
                    help="JSON Lines input: a longer line is not read but dead-lettered as invalid_json "
                         "(default: %(default)s, 1 MiB)")

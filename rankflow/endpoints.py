@@ -17,7 +17,7 @@ from bytewax.outputs import Sink
 
 from rankflow.arg_types import KAFKA_FORM, kafka
 from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES, JsonlDeadLetterSink, JsonlSource
-from rankflow.connectors.kafka import KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
+from rankflow.connectors.kafka import BATCH_MESSAGES, KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
 from rankflow.connectors.source_batch import SourceBatch
 from rankflow.options import ServiceError, UsageError, check_input_file, check_output_file
 
@@ -75,18 +75,17 @@ def _kafka_endpoint(target: str, option: str) -> KafkaEndpoint:
 
 def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES, whole_history: bool = False,
                 max_line_bytes: int = MAX_LINE_BYTES,
-                read_batch: int | None = None) -> FixedPartitionedSource[SourceBatch, Any]:
+                read_batch: int = BATCH_MESSAGES) -> FixedPartitionedSource[SourceBatch, Any]:
     """The input's source. ``whole_history``: a fresh Kafka partition must still start at
     offset 0 (a rebuild from the beginning refuses a log that retention cut). ``max_line_bytes``
     caps a JSON Lines line (a Kafka message is capped by the broker). ``read_batch``: the most
-    messages a Kafka partition reads at once (None: the connector's ``BATCH_MESSAGES``)."""
+    messages a Kafka partition reads at once."""
     kind, target = check_input(uri)
     if kind == "jsonl":
         return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
     try:
-        batch = {} if read_batch is None else {"batch": read_batch}
         return KafkaSource(_kafka_endpoint(target, "--input"), until_eof=not follow, whole_history=whole_history,
-                           **batch)
+                           batch=read_batch)
     except KafkaUnavailable as exc:
         raise ServiceError(str(exc)) from None
 

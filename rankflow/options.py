@@ -20,6 +20,7 @@ import redis
 from rankflow import products
 from rankflow.connectors.activity_staging import STAGE_BUDGET
 from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES
+from rankflow.connectors.kafka import BATCH_MESSAGES
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys
 from rankflow.errors import ServiceError, UsageError
 from rankflow.products.boards import BOARDS_K_MAX, SIGNING_KEY_ENV
@@ -180,9 +181,11 @@ class RunOptions:
         return self.product.k_max
 
     @property
-    def kafka_batch(self) -> int | None:
-        """``--read-batch``, or the product's default (None: the Kafka connector's)."""
-        return self.read_batch if self.read_batch is not None else self.product.read_batch
+    def kafka_batch(self) -> int:
+        """``--read-batch``, else the product's default, else the Kafka connector's."""
+        if self.read_batch is not None:
+            return self.read_batch
+        return self.product.read_batch or BATCH_MESSAGES
 
     @property
     def stage_at(self) -> int:
@@ -217,12 +220,10 @@ class RunOptions:
         if self.user_shards < 0:
             raise UsageError("--user-shards must be >= 0")
         for name, flag in (("song_partitions", "song-partitions"), ("top_k", "k-max"), ("workers", "workers"),
-                           ("barrier_ms", "barrier-ms"), ("read_chunk_bytes", "read-chunk-bytes"),
+                           ("barrier_ms", "barrier-ms"), ("read_chunk_bytes", "read-chunk-bytes"), ("kafka_batch", "read-batch"),
                            ("max_line_bytes", "max-line-bytes")):
             if getattr(self, name) < 1:
                 raise UsageError(f"--{flag} must be >= 1")
-        if self.read_batch is not None and self.read_batch < 1:
-            raise UsageError("--read-batch must be >= 1")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")
         product.check(self)
