@@ -6,7 +6,8 @@ Each product brings its routes (``Product.routers``: the listener rankings and `
 and its background parts (``Product.serve_parts``, ``api.parts``: the readers that follow
 its snapshots), which this module starts, stops, and asks what ``GET /health`` and ``GET
 /metrics`` report; it names no product. Its own routes: ``GET /health``, ``GET /metrics``
-and the dashboard at ``GET /`` (``api.dashboard``). The OpenAPI schema is at
+and the dashboard at ``GET /`` (``api.dashboard``). The products' prepared answers
+(``api.prepared``) are ``app.state.prepared``, for the server's protocol. The OpenAPI schema is at
 ``/openapi.json``, browsable at ``/docs``.
 """
 
@@ -26,6 +27,7 @@ from rankflow import products as product_registry
 from rankflow.api import dashboard, responses, server
 from rankflow.api.hot_reads import HotReads
 from rankflow.api.parts import Part, close_client, ping, redis_client
+from rankflow.api.prepared import PreparedAnswers
 from rankflow.api.settings import Settings
 
 __all__ = ["Settings", "create_app"]
@@ -90,8 +92,11 @@ def create_app(settings: Settings) -> FastAPI:
         app.include_router(router)
     app.include_router(dashboard.router)
     app.state.hot_answers = 0
-    app.add_middleware(HotReads, routes={route.path_format: route for router in routers for route in router.routes
-                                         if hasattr(route, "path_format")})  # innermost: measured like the rest
+    templates = {route.path_format: route for router in routers for route in router.routes
+                 if hasattr(route, "path_format")}
+    app.state.prepared = PreparedAnswers(app.state, [route for product in mounted for route in product.prepared()],
+                                         {t: getattr(route, "path", t) for t, route in templates.items()}, metrics)
+    app.add_middleware(HotReads, routes=templates)  # innermost: measured like the rest
     app.add_middleware(server.BoundedBodies, timeout_s=settings.body_timeout_ms / 1000)
     app.add_middleware(MeasureRequests, metrics=metrics)  # outside: it counts the 408 of a late body
     default_openapi = app.openapi

@@ -47,10 +47,13 @@ from fastapi.responses import Response
 
 from rankflow.api.board_mirror import MirroredBoards
 from rankflow.api.paths import register_id
+from rankflow.api.prepared import PreparedRoute
 from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
 from rankflow.api.shared_cache import SharedTops
 from rankflow.connectors.board_layout import RedisBoardsLayout
-from rankflow.connectors.board_read import MAX_N, MAX_R, AsyncBoardReader, BoardQueryError, BoardsMoving
+from rankflow.connectors.board_read import (MAX_N, MAX_R, AsyncBoardReader, BoardQueryError, BoardsMoving, check_board,
+                                            check_n)
+from rankflow.connectors.redis_publish import dumps_document
 
 router = APIRouter(route_class=UsageErrorsAre400)
 
@@ -121,3 +124,29 @@ async def top(request: Request, game: str, board: str,
               n: int = Query(TOP_N, description=f"how many entries, 1..{MAX_N}")) -> Response:
     tops: SharedTops = request.app.state.board_tops
     return await answer(request, lambda _: tops.top(game, board, n))
+
+
+# -- answers ready before the request (api.prepared): the server's protocol writes them ------
+
+def ready_top(state: Any, params: tuple[str, ...], n: int | None) -> bytes | None:
+    """A top already encoded for the current snapshot (``SharedTops.ready``): as :func:`top` answers it."""
+    game, board = params
+    assert n is not None
+    check_n(n)
+    check_board(board)
+    tops: SharedTops = state.board_tops
+    return tops.ready(game, board, n)
+
+
+def ready_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes | None:
+    """A player's rank from the in-process mirror once it serves (``--board-index memory``): as
+    :func:`player` answers it; a player not on the board raises, and :func:`player` says so."""
+    reader: Reader = state.boards
+    if not isinstance(reader, MirroredBoards) or not reader.mirror.ready:
+        return None
+    return dumps_document(reader.mirror.player(*params))
+
+
+PREPARED = (PreparedRoute("/boards/{game}/{board}/top", "n", TOP_N, ready_top),
+            PreparedRoute("/boards/{game}/{board}/players/{player_id}", None, None, ready_player))
+"""The top and a player's rank, for ids without ``/`` (the same routes as ``api.hot_reads``)."""

@@ -35,11 +35,15 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from rankflow.api import sse
+from rankflow.api.prepared import PreparedRoute
 from rankflow.api.responses import Failure, STATUS, UsageErrorsAre400, error_response, json_response
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.redis_publish import dumps_document
 
 router = APIRouter(route_class=UsageErrorsAre400)  # k=ten is a 400, as on the other routes, never a 422
+
+TOP_K = 10
+"""Songs of a ranking when the query names no ``k``."""
 
 Body = Callable[[dict[str, Any], int, bool], dict[str, Any]]
 """A ranking body of a snapshot, its first k items, stale or not: :func:`ranking_body`, :func:`recent_body`."""
@@ -133,10 +137,26 @@ def ranking_response(request: Request, k: int, kind: Body) -> Response:
     return Response(bodies.render(snap, k, too_old, kind=kind), media_type="application/json")
 
 
+def ready_ranking(state: Any, params: tuple[str, ...], k: int | None) -> bytes | None:
+    """``GET /rankings?k=K`` as :func:`ranking_response` answers it with a ``200`` (a fresh snapshot,
+    a good k), from the bodies of the current snapshot (``api.prepared``); None otherwise."""
+    cache: SnapshotCache = state.cache
+    snap = cache.snapshot
+    assert k is not None
+    if snap is None or not cache.fresh or _check_k(k, snap) is not None:
+        return None
+    too_old = time.time() * 1000 - snap["published_at"] > state.settings.stale_after_ms
+    bodies: BodyCache = state.bodies
+    return bodies.render(snap, k, too_old, kind=ranking_body)
+
+
+PREPARED = (PreparedRoute("/rankings", "k", TOP_K, ready_ranking),)
+
+
 @router.get("/rankings", summary="The top K songs of the latest snapshot",
             responses={400: {"description": "k outside 1..K_max"},
                        503: {"description": "no usable ranking; the last one seen, if any, comes marked stale"}})
-async def get_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
+async def get_rankings(request: Request, k: int = Query(TOP_K, description="how many songs, 1..K_max")) -> Response:
     return ranking_response(request, k, ranking_body)
 
 

@@ -17,6 +17,10 @@ slow clients (slowloris) hold every slot. So:
 * ``--max-connections``: uvicorn's ``limit_concurrency``; a request on a connection
   beyond it is answered ``503``.
 
+The same protocol answers a plain keep-alive ``GET`` whose answer is ready
+(``api.prepared``) itself, before any ASGI request is built: the bounds hold for it as for
+every other request.
+
 The bounds never cut an answer being sent: an event stream lives as long as its client.
 """
 
@@ -26,6 +30,8 @@ import asyncio
 from typing import Any
 
 import orjson
+
+from rankflow.api.prepared import PreparedAnswers
 
 DEFAULT_HEADER_TIMEOUT_MS = 10_000
 DEFAULT_BODY_TIMEOUT_MS = 30_000
@@ -41,19 +47,37 @@ def raw_response(status: int, reason: str, error: str) -> bytes:
             % (status, reason.encode(), len(body))) + body
 
 
+class _Answered:
+    """What uvicorn's protocol reads of the request cycle of a prepared answer: a complete one."""
+
+    response_complete = True
+    disconnected = False
+    keep_alive = True
+    message_event = asyncio.Event()  # set by connection_lost; nobody waits on it
+
+
+ANSWERED = _Answered()
+_STATUS_200 = b"HTTP/1.1 200 OK\r\n"
+
+
 def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES,
-                     base: type[asyncio.Protocol] | None = None) -> type[asyncio.Protocol]:
+                     base: type[asyncio.Protocol] | None = None,
+                     prepared: PreparedAnswers | None = None) -> type[asyncio.Protocol]:
     """uvicorn's HTTP protocol class (``base``; by default httptools, or h11 without it) with
     a deadline and a size bound on each request head. It only uses what both of uvicorn's
     protocols have: the current request's ``cycle`` (set once a head is complete),
-    ``on_response_complete``."""
+    ``on_response_complete``. With ``prepared`` and httptools, a request it has ready is
+    answered here (:meth:`BoundedHeads._answer_prepared`)."""
     if base is None:
         from uvicorn.protocols.http.auto import AutoHTTPProtocol as base  # uvicorn only when serving
+    if prepared is not None and not _parses_with_httptools(base):  # type: ignore[arg-type]  # set above
+        prepared = None  # h11's protocol parses otherwise: every request takes the ASGI path
     late = raw_response(408, "Request Timeout", f"the request head did not arrive within {header_timeout_s:g} s")
     too_long = raw_response(431, "Request Header Fields Too Large",
                             f"the request head is longer than {max_head_bytes} bytes")
 
     class BoundedHeads(base):  # type: ignore[valid-type, misc]
+        cycle: Any  # uvicorn's request cycle; ANSWERED after a prepared answer
         _head_timer: asyncio.TimerHandle | None = None
         _head_bytes = 0  # received while no request ran
         _heads_begun = _heads_done = 0  # httptools' callbacks: a pipelined head begun during a request
@@ -64,7 +88,42 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
 
         def on_headers_complete(self) -> None:
             self._heads_done += 1
-            super().on_headers_complete()
+            if prepared is None or not self._answer_prepared(prepared):
+                super().on_headers_complete()
+
+        def _answer_prepared(self, answers: PreparedAnswers) -> bool:
+            """Write the answer of a request that ``answers`` has ready, as uvicorn would write it
+            (its default headers, then Starlette's); False for the ASGI path: anything but a plain
+            keep-alive HTTP/1.1 ``GET`` without a body, a request behind another one still running
+            (pipelined), a client not reading its answers, the connection limit reached, an
+            access log to write, a ``root_path``."""
+            parser = self.parser
+            cycle = self.cycle
+            if parser.get_method() != b"GET" or parser.get_http_version() != "1.1" \
+                    or not parser.should_keep_alive() or parser.should_upgrade() or self.expect_100_continue \
+                    or (cycle is not None and not cycle.response_complete) or self.flow.write_paused \
+                    or self.access_log or self.root_path or _has_body(self.headers) or self._over_limit():
+                return False
+            path, _, query = self.url.partition(b"?")
+            try:
+                body = answers.answer(path.decode("ascii"), query)
+            except UnicodeDecodeError:
+                return False
+            if body is None:
+                return False
+            head = [_STATUS_200]
+            for name, value in self.server_state.default_headers:
+                head += (name, b": ", value, b"\r\n")
+            head.append(b"content-length: %d\r\ncontent-type: application/json\r\n\r\n" % len(body))
+            head.append(body)
+            self.transport.write(b"".join(head))
+            self.cycle = ANSWERED
+            self.on_response_complete()
+            return True
+
+        def _over_limit(self) -> bool:
+            limit = self.limit_concurrency
+            return limit is not None and (len(self.connections) >= limit or len(self.tasks) >= limit)
 
         def connection_made(self, transport: Any) -> None:
             super().connection_made(transport)
@@ -112,6 +171,14 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
             self.transport.close()
 
     return BoundedHeads
+
+
+def _parses_with_httptools(protocol: type[asyncio.Protocol]) -> bool:
+    try:
+        from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
+    except ImportError:  # no httptools: uvicorn's h11 protocol
+        return False
+    return issubclass(protocol, HttpToolsProtocol)
 
 
 class BodyTooSlow(Exception):
@@ -175,11 +242,13 @@ def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:
 
 def server_config(app: Any, host: str, port: int, header_timeout_ms: int = DEFAULT_HEADER_TIMEOUT_MS,
                   max_connections: int = DEFAULT_MAX_CONNECTIONS, **options: Any) -> Any:
-    """uvicorn's configuration with the bounds (the body's is the app's: ``Settings.body_timeout_ms``).
+    """uvicorn's configuration with the bounds (the body's is the app's: ``Settings.body_timeout_ms``)
+    and the app's prepared answers (``app.state.prepared``, if it has them).
 
     ``limit_concurrency`` counts the connection being served too: N + 1 serves N."""
     import uvicorn
 
-    return uvicorn.Config(app, host=host, port=port, http=bounded_protocol(header_timeout_ms / 1000),
+    prepared = getattr(app.state, "prepared", None)
+    return uvicorn.Config(app, host=host, port=port, http=bounded_protocol(header_timeout_ms / 1000, prepared=prepared),
                           limit_concurrency=max_connections + 1, h11_max_incomplete_event_size=MAX_HEAD_BYTES,
                           **options)

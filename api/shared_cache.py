@@ -12,7 +12,8 @@ At most ``limit`` answers are kept per version; past this they start over.
 
 :meth:`SharedTops.top_bytes` is the same answer as JSON (``api.responses.json_response``'s
 bytes), encoded once per query and version: a top of 100 entries costs more to encode
-than to serve, and a snapshot changes a few times a second.
+than to serve, and a snapshot changes a few times a second. :meth:`SharedTops.ready` is
+that encoding if it is already made (``api.prepared``).
 """
 
 from __future__ import annotations
@@ -63,6 +64,14 @@ class SharedTops:
         if version is not None and version == self._version and query in self._reads:
             self._encoded[query] = encoded  # the answer of this version's read: shared like it
         return encoded
+
+    def ready(self, *query: Any) -> bytes | None:
+        """:meth:`top_bytes` if it is already encoded for the watcher's current version; None
+        otherwise (nothing read or encoded yet for it). O(1), no await (``api.prepared``)."""
+        version = self.watch.version
+        if version is None or version != self._version:
+            return None
+        return self._encoded.get(query)
 
     def _forget_failure(self, query: tuple[Any, ...]) -> Callable[[asyncio.Future[dict[str, Any]]], None]:
         """Only answers are kept: a failed read is asked again."""

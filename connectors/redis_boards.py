@@ -98,9 +98,10 @@ class BoardsState:
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         hashes: dict[str, int] = {}  # each player's once, whatever the boards they changed on
-        for entries in self._pending.values():
-            for player in entries.keys() - hashes.keys():
-                hashes[player] = crc32(player.encode())
+        for entries in self._pending.values():  # O(entries): a set difference per board walked every hash so far
+            for player in entries:
+                if player not in hashes:
+                    hashes[player] = crc32(player.encode())
         dumps = orjson.dumps
         args.append(dumps(hashes))
         for (game, board), entries in self._pending.items():

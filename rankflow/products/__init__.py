@@ -14,7 +14,8 @@ which flow runs asks its :class:`Product` here instead of comparing flow names:
 * what its recovery directory records (:meth:`Product.layout`);
 * what a rebuild checks before switching (:meth:`Product.rebuild_problem`);
 * its summary line (:meth:`Product.counts`), its reader commands
-  (:attr:`Product.readers`), its HTTP routes (:attr:`Product.routes`) and what ``rankflow
+  (:attr:`Product.readers`), its HTTP routes (:attr:`Product.routes`, those whose answers
+  may be ready before a request among them: :meth:`Product.prepared`) and what ``rankflow
   serve`` runs beside them (:meth:`Product.serve_parts`: its readers' background parts,
   what ``/health`` and ``/metrics`` say of it).
 
@@ -47,6 +48,7 @@ if TYPE_CHECKING:
     from fastapi import APIRouter
 
     from rankflow.api.parts import Part
+    from rankflow.api.prepared import PreparedRoute
     from rankflow.api.settings import Settings
     from rankflow.options import RunOptions
 
@@ -156,6 +158,11 @@ class Product:
     def routers(self) -> list[APIRouter]:
         """Its HTTP routes (``rankflow serve``): the ``router`` of each module of :attr:`routes`."""
         return [importlib.import_module(name).router for name in self.routes]
+
+    def prepared(self) -> list[PreparedRoute]:
+        """Its routes whose answers may be ready before a request (``api.prepared``): the
+        ``PREPARED`` of each module of :attr:`routes` that has one."""
+        return [route for name in self.routes for route in getattr(importlib.import_module(name), "PREPARED", ())]
 
     def serve_parts(self, settings: Settings) -> list[Part]:
         """What ``rankflow serve`` runs for its routes (``api.parts``): built without I/O, started

@@ -46,6 +46,10 @@ class Boards(Product):
     readers = (("rankflow.cli_boards", "boards", "cmd_boards"),)
     routes = ("rankflow.api.match_results", "rankflow.api.boards", "rankflow.api.board_stream")
     serves = "game score boards"
+    read_batch = 2_000
+    """A snapshot's script holds Redis for every entry its epoch changed, and a read cannot span
+    epochs: 8 partitions read 30,000 at a time made snapshots of 240,000 results, whose script
+    held Redis 2-8 s (readers got ``BUSY``) while loading a backlog (docs/benchmarks.md)."""
     options = (
         Option(("--signing-key",), "signing_key", metavar="HEX",
                resolve=lambda given: signing_key(given, os.environ),

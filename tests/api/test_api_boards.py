@@ -30,6 +30,7 @@ from rankflow.connectors.source_batch import STOP
 from rankflow.options import RunOptions
 from rankflow.runner import run
 from tests import boards_example as example
+from tests.api.raw_http import Connection, served
 
 ALL_PLAYERS = ["ana", "bo", "cy", "dee", "eve"]
 
@@ -430,3 +431,60 @@ def test_a_new_snapshot_replaces_the_cached_top(redis_url, tmp_path, index):
                 assert time.monotonic() < deadline, "the full path never saw the snapshot"
                 time.sleep(0.01)
             same_answers(fast, full, ["/boards/g1/all/top?n=100", "/boards/g1/all/players/fay"])
+
+
+# -- prepared answers (api.prepared): the server's protocol writes them, to the byte ---------
+
+def _metric(text: str, route: str) -> float:
+    line = next((x for x in text.splitlines()
+                 if x.startswith("rankflow_api_requests_total{") and f'route="{route}",status="200"' in x), None)
+    return 0.0 if line is None else float(line.rsplit(" ", 1)[1])
+
+
+@contextmanager
+def two_servers(settings: Settings) -> Iterator[tuple[Any, int, int]]:
+    """The app served twice by ``rankflow serve``'s server: with its prepared answers, and with none
+    (every request through ASGI); once the mirror serves, with ``--board-index memory``."""
+    fast, full = create_app(settings), create_app(settings)
+    full.state.prepared = None
+    with served(fast) as fast_port, served(full) as full_port:
+        for app in (fast, full):
+            mirror = app.state.board_mirror
+            deadline = time.monotonic() + 10
+            while mirror is not None and not mirror.ready:
+                assert time.monotonic() < deadline, f"the mirror never loaded: {mirror.problem}"
+                time.sleep(0.01)
+        yield fast, fast_port, full_port
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_prepared_answers_are_the_bytes_of_the_asgi_path(redis_url, published, index):
+    settings = Settings(redis_url=redis_url, namespace=published["namespace"], board_index=index)
+    with two_servers(settings) as (app, fast_port, full_port):
+        fast, full = Connection(fast_port), Connection(full_port)
+        for _ in range(2):  # the second time the tops are encoded: the protocol answers them
+            for path in HOT_PATHS:
+                assert fast.get(path)[0].without_date() == full.get(path)[0].without_date(), path
+        players = 4 * len(ALL_PLAYERS) if index == "memory" else 0
+        assert app.state.prepared.answered >= 7 + players
+        # pipelined: one write, a request the protocol answers behind one ASGI answers, in order
+        burst = ["/boards/g1/all/top", "/boards", "/boards/g1/all/top?n=1", "/boards/g1/all/players/zed",
+                 f"/boards/g1/best/players/{ALL_PLAYERS[0]}", "/boards/g1/all/top"]
+        assert [r.without_date() for r in fast.get(*burst)] == [r.without_date() for r in full.get(*burst)]
+        fast.close()
+        full.close()
+
+
+def test_prepared_answers_are_counted_under_their_route(redis_url, published):
+    settings = Settings(redis_url=redis_url, namespace=published["namespace"])
+    with two_servers(settings) as (app, port, _):
+        conn = Connection(port)
+        conn.get("/boards/g1/all/top")  # encodes it for this snapshot
+        before, answered = app.state.prepared.answered, _metric(conn.get("/metrics")[0].body.decode(), TOP_ROUTE)
+        assert [r.status for r in conn.get(*["/boards/g1/all/top"] * 5)] == [200] * 5
+        assert app.state.prepared.answered == before + 5
+        assert _metric(conn.get("/metrics")[0].body.decode(), TOP_ROUTE) == answered + 5
+        conn.close()
+
+
+TOP_ROUTE = "/boards/{game:game}/{board}/top"

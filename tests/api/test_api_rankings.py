@@ -25,6 +25,7 @@ from rankflow.connectors.redis_listeners import CountTable
 from rankflow.connectors.redis_publish import Publisher
 from rankflow.services import free_port
 from rankflow.state.snapshot import Snapshot, snapshot_id
+from tests.api.raw_http import Connection, served
 from tests.events import ev
 
 
@@ -305,3 +306,38 @@ def test_recent_plays_watermark_beyond_64_bits(flow, api, namespace):
              namespace=namespace)
     r = eventually(lambda: api.get("/rankings/recent"), lambda r: r.status_code == 200)
     assert b'"watermark":%d' % huge in r.content and r.json()["items"][0]["plays"] == 1
+
+
+def test_prepared_rankings_are_the_asgi_path_s_answers(flow, redis_url, namespace):
+    """``GET /rankings`` written by the server's protocol (``api.prepared``) once a snapshot is
+    cached: the ASGI path's answer but for ``age_ms``; every other answer is the ASGI path's."""
+    flow.run(flow.write_log(LINES), namespace=namespace, k_max=5)
+    settings = Settings(redis_url=redis_url, namespace=namespace, poll_ms=20)
+    fast, full = create_app(settings), create_app(settings)
+    full.state.prepared = None
+    with served(fast) as fast_port, served(full) as full_port:
+        a = Connection(fast_port)
+        assert eventually(lambda: a.get("/rankings?k=1")[0], lambda r: r.status == 200).status == 200
+        b = Connection(full_port)  # now: an idle connection closes after uvicorn's keep-alive timeout
+        paths = ["/rankings", "/rankings?k=1", "/rankings?k=5", "/rankings?k=05", "/rankings?k=6", "/rankings?k=0",
+                 "/rankings?k=x", "/rankings?k=1&k=2", "/rankings?n=1", "/rankings/", "/songs/song_b"]
+        before = fast.state.prepared.answered
+        for got, want in ((a.get(p)[0], b.get(p)[0]) for p in paths):  # one at a time: never behind an ASGI one
+            assert (got.status, _aged(got.body)) == (want.status, _aged(want.body))
+            assert [h for h in got.headers if h[0] not in ("date", "content-length")] == \
+                   [h for h in want.headers if h[0] not in ("date", "content-length")]
+            assert int(dict(got.headers)["content-length"]) == len(got.body)
+        assert fast.state.prepared.answered - before == 3  # k=1, 5, 05 (a repeated k is the ASGI path's)
+        a.close()
+        b.close()
+
+
+def _aged(body: bytes) -> object:
+    """A body without its age (it differs between two requests); other bodies as they are."""
+    try:
+        doc = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        return body
+    if isinstance(doc, dict):
+        doc.pop("age_ms", None)
+    return doc

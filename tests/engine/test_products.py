@@ -36,6 +36,7 @@ def test_a_kafka_read_batch_is_the_product_default_unless_given():
 
     assert RunOptions(input="jsonl:x", flow="listeners").kafka_batch == BATCH_MESSAGES  # the connector's
     assert RunOptions(input="jsonl:x", flow="activity").kafka_batch == 2_000 < BATCH_MESSAGES
+    assert RunOptions(input="jsonl:x", flow="boards").kafka_batch == 2_000
     assert RunOptions(input="jsonl:x", flow="activity", read_batch=7).kafka_batch == 7
     with pytest.raises(UsageError, match="--read-batch must be >= 1"):
         RunOptions(input="jsonl:x", read_batch=0).check()

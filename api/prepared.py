@@ -1,0 +1,119 @@
+"""Answers that are ready before the request comes: :class:`PreparedAnswers`, asked by the server's protocol.
+
+Contract: a product's route module may list ``PREPARED``, its :class:`PreparedRoute`\\ s:
+a path template (the FastAPI route's ``path_format``, each ``{name}`` one path segment
+without ``/``), the one integer query parameter it takes (or none) with its default,
+and ``ready(state, params, value) -> bytes | None``: the route's ``200`` body if it can
+be had now without waiting (an answer already encoded for the current snapshot, an
+in-process lookup), else None. It must not await, block or change anything, and never
+answer a request that FastAPI would answer otherwise than with that ``200``: a raise
+or None leaves the request to the ASGI app, which answers it as it always did (its
+errors have one source).
+
+:meth:`PreparedAnswers.answer` matches a request's raw path and query against the
+routes (no ``%`` in the path, a query of nothing or ``name=digits``); the server's HTTP
+protocol (``api.server.bounded_protocol``) asks it for a plain keep-alive ``GET`` before
+it builds an ASGI request at all, and writes the body with exactly the headers uvicorn
+and Starlette write for it. Each answer is counted in ``/metrics`` under its route, as
+``api.app.MeasureRequests`` counts the others, and in :attr:`PreparedAnswers.answered`.
+
+Why: an ASGI request costs uvicorn a task, a request cycle and its events before the
+app runs, and the app's middleware after it: measured at 1,000 req/s on one
+connection's worth of work, 96-114 us of server CPU per request for a constant body
+through uvicorn's ASGI path against 46-47 us written by the protocol itself
+(docs/benchmarks.md, "Prepared answers"). A snapshot changes a few times a second; a
+top is the same bytes for every request in between (issue 21, goal 4).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+Ready = Callable[[Any, tuple[str, ...], int | None], "bytes | None"]
+"""``ready(app state, the path's {name} segments in order, the query's value or default)``."""
+
+_VALUE = re.compile(rb"[a-z_]{1,20}=(\d{1,4})")
+
+
+@dataclass(frozen=True)
+class PreparedRoute:
+    """One route a protocol may answer itself: ``template`` as FastAPI's ``path_format``."""
+
+    template: str
+    query: str | None
+    default: int | None
+    ready: Ready
+
+    def segments(self) -> tuple[str | None, ...]:
+        """The template's segments after the first ``/``: a literal, or None for a ``{name}``.
+
+        >>> PreparedRoute("/boards/{game}/{board}/top", "n", 10, lambda *_: None).segments()
+        ('boards', None, None, 'top')
+        """
+        return tuple(None if s.startswith("{") else s for s in self.template.split("/")[1:])
+
+
+class _Matcher:
+    """One route, ready to match: its literal segments by position and its metric children."""
+
+    __slots__ = ("route", "literals", "holes", "query", "count", "latency")
+
+    def __init__(self, route: PreparedRoute, count: Any, latency: Any) -> None:
+        self.route = route
+        segments = route.segments()
+        self.literals = [(i, s) for i, s in enumerate(segments) if s is not None]
+        self.holes = [i for i, s in enumerate(segments) if s is None]
+        self.query = None if route.query is None else route.query.encode()
+        self.count, self.latency = count, latency
+
+
+class PreparedAnswers:
+    """The prepared routes of the products mounted, matched by segment count; O(routes of that count)."""
+
+    def __init__(self, state: Any, routes: Iterable[PreparedRoute], labels: Mapping[str, str], metrics: Any) -> None:
+        """``labels``: each template's route name in ``/metrics`` (FastAPI's ``path``);
+        ``metrics``: the app's ``requests`` counter and ``latency`` histogram."""
+        self.state = state
+        self.answered = 0
+        self._by_length: dict[int, list[_Matcher]] = {}
+        for route in routes:
+            label = labels.get(route.template, route.template)
+            matcher = _Matcher(route, metrics.requests.labels(label, "200"), metrics.latency.labels(label))
+            self._by_length.setdefault(len(route.segments()), []).append(matcher)
+
+    def answer(self, path: str, query: bytes) -> bytes | None:
+        """The ``200`` body for ``GET path?query`` if a route has it ready; None: the app answers.
+
+        ``path`` as the request wrote it (a ``%`` in it: None, the app decodes it)."""
+        started = time.perf_counter()
+        parts = path.split("/")
+        if parts[0] or "%" in path:
+            return None
+        for matcher in self._by_length.get(len(parts) - 1, ()):
+            if all(parts[i + 1] == s for i, s in matcher.literals):
+                body = self._ready(matcher, parts, query)
+                if body is not None:
+                    self.answered += 1
+                    matcher.count.inc()
+                    matcher.latency.observe(time.perf_counter() - started)
+                return body
+        return None
+
+    def _ready(self, matcher: _Matcher, parts: list[str], query: bytes) -> bytes | None:
+        params = tuple(parts[i + 1] for i in matcher.holes)
+        if "" in params:
+            return None
+        value = matcher.route.default
+        if query:
+            got = _VALUE.fullmatch(query)
+            if got is None or matcher.query is None or not query.startswith(matcher.query + b"="):
+                return None
+            value = int(got.group(1))
+        try:
+            return matcher.route.ready(self.state, params, value)
+        except Exception:  # noqa: BLE001 - the app answers the failure (its status, message and log)
+            return None

@@ -1,0 +1,78 @@
+"""``rankflow serve``'s server in a thread (``api.server.server_config``: its protocol, bounds and
+prepared answers) and a raw HTTP/1.1 client that sees the bytes it writes, pipelining included."""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import uvicorn
+
+from rankflow.api.server import server_config
+from rankflow.services import free_port
+
+
+@contextmanager
+def served(app: Any, **options: Any) -> Iterator[int]:
+    """The app behind the server ``rankflow serve`` runs, on a free port (yielded) of 127.0.0.1."""
+    port = free_port()
+    options = {"log_level": "warning", "access_log": False, **options}  # as `rankflow serve` without --access-log
+    server = uvicorn.Server(server_config(app, "127.0.0.1", port, **options))
+    thread = threading.Thread(target=server.run, name="test-serve", daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
+            time.sleep(0.02)
+        yield port
+    finally:
+        server.should_exit = True
+        thread.join(timeout=30)
+
+
+class Response:
+    def __init__(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+        self.status, self.headers, self.body = status, headers, body
+
+    def without_date(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        return self.status, [h for h in self.headers if h[0] != "date"], self.body
+
+
+class Connection:
+    """One keep-alive connection; :meth:`get` sends any number of requests in one write."""
+
+    def __init__(self, port: int) -> None:
+        self.sock = socket.create_connection(("127.0.0.1", port), timeout=30)
+        self.buffer = b""
+
+    def get(self, *paths: str) -> list[Response]:
+        self.sock.sendall(b"".join(b"GET %s HTTP/1.1\r\nhost: localhost\r\n\r\n" % p.encode() for p in paths))
+        return [self._response() for _ in paths]
+
+    def _read_until(self, marker: bytes) -> bytes:
+        while marker not in self.buffer:
+            chunk = self.sock.recv(65536)
+            assert chunk, "the server closed the connection"
+            self.buffer += chunk
+        head, _, self.buffer = self.buffer.partition(marker)
+        return head
+
+    def _response(self) -> Response:
+        head = self._read_until(b"\r\n\r\n").decode()
+        status_line, *lines = head.split("\r\n")
+        headers = [(name.lower(), value) for name, _, value in (line.partition(": ") for line in lines)]
+        length = int(dict(headers)["content-length"])
+        while len(self.buffer) < length:
+            chunk = self.sock.recv(65536)
+            assert chunk, "the server closed the connection"
+            self.buffer += chunk
+        body, self.buffer = self.buffer[:length], self.buffer[length:]
+        return Response(int(status_line.split(" ")[1]), headers, body)
+
+    def close(self) -> None:
+        self.sock.close()

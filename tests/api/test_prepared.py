@@ -1,0 +1,86 @@
+"""``api.prepared``: which requests a route answers before ASGI, and with what (no server needed)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from hypothesis import given
+from hypothesis import strategies as st
+from prometheus_client import CollectorRegistry, Counter, Histogram
+
+from rankflow.api.prepared import PreparedAnswers, PreparedRoute
+
+
+class Metrics:
+    def __init__(self) -> None:
+        registry = CollectorRegistry()
+        self.requests = Counter("r", "r", ["route", "status"], registry=registry)
+        self.latency = Histogram("l", "l", ["route"], registry=registry)
+
+
+def answers(ready: dict[str, Any]) -> tuple[PreparedAnswers, Metrics]:
+    """A top route (``n``, default 10) and an item route (no query), answering from ``ready``."""
+    def top(state: Any, params: tuple[str, ...], n: int | None) -> bytes | None:
+        if params[1] == "boom":
+            raise ValueError("a usage error: the app answers it")
+        return state.get(("top", *params, n))
+
+    def item(state: Any, params: tuple[str, ...], _: int | None) -> bytes | None:
+        return state.get(("item", *params))
+
+    metrics = Metrics()
+    routes = [PreparedRoute("/g/{game}/{board}/top", "n", 10, top), PreparedRoute("/g/{game}/{board}/items/{item}",
+                                                                                  None, None, item)]
+    return PreparedAnswers(ready, routes, {"/g/{game}/{board}/top": "/g/{game:game}/{board}/top"}, metrics), metrics
+
+
+def test_ready_answers_and_everything_else_is_none():
+    ready = {("top", "a", "all", 10): b"T10", ("top", "a", "all", 7): b"T7", ("item", "a", "all", "x"): b"X"}
+    prepared, metrics = answers(ready)
+    assert prepared.answer("/g/a/all/top", b"") == b"T10"
+    assert prepared.answer("/g/a/all/top", b"n=7") == b"T7"
+    assert prepared.answer("/g/a/all/top", b"n=0007") == b"T7"
+    assert prepared.answer("/g/a/all/items/x", b"") == b"X"
+    for path, query in [("/g/a/all/top", b"n=8"), ("/g/a/all/top", b"k=7"), ("/g/a/all/top", b"n=7&n=8"),
+                        ("/g/a/all/top", b"n=x"), ("/g/a/all/top", b"n=12345"), ("/g/a/all/top/", b""),
+                        ("/g/a//top", b""), ("/g/a%2Fb/all/top", b""), ("/g/a/all/items/x", b"n=1"),
+                        ("/g/a/boom/top", b""), ("/h/a/all/top", b""), ("g/a/all/top", b""), ("/", b"")]:
+        assert prepared.answer(path, query) is None, (path, query)
+    assert prepared.answered == 4
+    assert metrics.requests.labels("/g/{game:game}/{board}/top", "200")._value.get() == 3  # its FastAPI name
+    assert metrics.requests.labels("/g/{game}/{board}/items/{item}", "200")._value.get() == 1
+
+
+segment = st.text(st.sampled_from("ab/%?="), min_size=0, max_size=4)
+
+
+@given(st.lists(segment, min_size=1, max_size=6), st.binary(max_size=8))
+def test_only_exact_segments_of_a_route_are_answered(parts, query):
+    """Against a model: a path is answered iff it is a route's literal segments with one non-empty,
+    slash-free, percent-free segment per ``{name}``, and its query is empty or the route's ``name=digits``."""
+    path = "/" + "/".join(parts)
+    prepared, _ = answers({})
+    prepared.state = _Everything()
+    segs = path.split("/")[1:]
+    ok_path = "%" not in path and all(segs) and segs[0] == "g" and (
+        (len(segs) == 4 and segs[3] == "top") or (len(segs) == 5 and segs[3] == "items"))
+    is_top = ok_path and len(segs) == 4
+    digits = query[2:]
+    ok_query = query == b"" or (is_top and query.startswith(b"n=") and 1 <= len(digits) <= 4 and digits.isdigit()
+                                and digits.isascii())
+    expected = ok_path and ok_query and segs[2] != "boom"
+    assert (prepared.answer(path, query) is not None) == expected
+
+
+class _Everything(dict):
+    def get(self, key, default=None):  # type: ignore[override]
+        return b"x"
+
+
+def test_doctests():
+    import doctest
+
+    from rankflow.api import prepared
+
+    result = doctest.testmod(prepared)
+    assert result.attempted >= 1 and result.failed == 0
