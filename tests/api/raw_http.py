@@ -6,7 +6,7 @@ from __future__ import annotations
 import socket
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -17,12 +17,11 @@ from rankflow.services import free_port
 
 
 @contextmanager
-def served(app: Any, **options: Any) -> Iterator[int]:
-    """The app behind the server ``rankflow serve`` runs, on a free port (yielded) of 127.0.0.1."""
+def in_thread(config_for: Callable[[int], uvicorn.Config]) -> Iterator[int]:
+    """A uvicorn server on its own thread and event loop, ``config_for(a free port)``: the port."""
     port = free_port()
-    options = {"log_level": "warning", "access_log": False, **options}  # as `rankflow serve` without --access-log
-    server = uvicorn.Server(server_config(app, "127.0.0.1", port, **options))
-    thread = threading.Thread(target=server.run, name="test-serve", daemon=True)
+    server = uvicorn.Server(config_for(port))
+    thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
     thread.start()
     try:
         deadline = time.monotonic() + 30
@@ -33,6 +32,14 @@ def served(app: Any, **options: Any) -> Iterator[int]:
     finally:
         server.should_exit = True
         thread.join(timeout=30)
+
+
+@contextmanager
+def served(app: Any, **options: Any) -> Iterator[int]:
+    """The app behind the server ``rankflow serve`` runs, on a free port (yielded) of 127.0.0.1."""
+    options = {"log_level": "warning", "access_log": False, **options}  # as `rankflow serve` without --access-log
+    with in_thread(lambda port: server_config(app, "127.0.0.1", port, **options)) as port:
+        yield port
 
 
 class Response:

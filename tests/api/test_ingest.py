@@ -10,7 +10,6 @@ import os
 import socket
 import subprocess
 import sys
-import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -36,6 +35,7 @@ from rankflow.options import RunOptions, UsageError
 from rankflow.runner import run
 from rankflow.services import free_port
 from rankflow.state.score_events import validate_score
+from tests.api.raw_http import in_thread
 from tests import boards_example as example
 from tests.boards_model import signature
 from tests.events import ranking
@@ -158,19 +158,8 @@ def served(*options: str, log: Path, token_env: str | None = None, key_env: str 
 def served_in_thread(app: FastAPI) -> Iterator[str]:
     """uvicorn with its own event loop on a thread: a handler that blocked that loop
     would keep every other request of the test waiting."""
-    port = free_port()
-    server = uvicorn.Server(uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning"))
-    thread = threading.Thread(target=server.run, name="test-uvicorn", daemon=True)
-    thread.start()
-    try:
-        deadline = time.monotonic() + 30
-        while not server.started:
-            assert thread.is_alive() and time.monotonic() < deadline, "the server did not start"
-            time.sleep(0.02)
+    with in_thread(lambda port: uvicorn.Config(app, host="127.0.0.1", port=port, log_level="warning")) as port:
         yield f"http://127.0.0.1:{port}"
-    finally:
-        server.should_exit = True
-        thread.join(timeout=30)
 
 
 def status_of_unfinished_request(port: int, request: bytes) -> int:
