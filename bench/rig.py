@@ -287,6 +287,9 @@ class PositionsPoller(threading.Thread):
         self.seen: Seen = []
         self._last: Any = None
         self.stop_event = threading.Event()
+        self.redis_errors = 0
+        self.last_redis_error: str | None = None
+        self.failure: Exception | None = None  # what ended the thread early; finish() raises it
 
     @classmethod
     def of_hash(cls, redis_url: str, key: str, interval: float = 0.01) -> PositionsPoller:
@@ -308,14 +311,25 @@ class PositionsPoller(threading.Thread):
         return cls(redis_url, read, interval)
 
     def run(self) -> None:
-        while not self.stop_event.is_set():
-            self.poll()
-            time.sleep(self.interval)
-        self.poll()  # what was published last
-        self.client.close()
+        try:
+            while not self.stop_event.is_set():
+                self.poll()
+                time.sleep(self.interval)
+            self.poll()  # what was published last
+        except Exception as exc:  # noqa: BLE001 - finish() raises it in the bench's thread
+            self.failure = exc
+        finally:
+            self.client.close()
 
     def poll(self) -> None:
-        mark, positions = self.read(self.client)
+        """One read; a Redis error (``BUSY`` while a long script runs, a restart) is counted in
+        :attr:`redis_errors` and the next interval reads again."""
+        try:
+            mark, positions = self.read(self.client)
+        except redis.RedisError as exc:
+            self.redis_errors += 1
+            self.last_redis_error = f"{exc.__class__.__name__}: {exc}"
+            return
         if mark is not None and mark != self._last:
             self._last = mark
             self.seen.append((time.time(), positions))
@@ -324,8 +338,11 @@ class PositionsPoller(threading.Thread):
         return sum(self.seen[-1][1].values()) if self.seen else 0
 
     def finish(self) -> None:
+        """Stop polling; raise what ended the thread early, if anything did."""
         self.stop_event.set()
         self.join()
+        if self.failure is not None:
+            raise RuntimeError(f"the positions poller stopped: {self.failure!r}") from self.failure
 
 
 @dataclass

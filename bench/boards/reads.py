@@ -91,8 +91,10 @@ def reads(bench: BoardsBench, result: BoardsBenchResult) -> None:
             server.send_signal(signal.SIGCONT)
             rig.stop(server, 30)
         rig.end_child(feeder)
-        poller.finish()
         rig.stop(proc)
+        poller.finish()
+    if poller.redis_errors:  # e.g. BUSY: a publish script held Redis past its busy threshold
+        bench.log(f"the snapshot poller's reads failed {poller.redis_errors} times: {poller.last_redis_error}")
     bench.flush()
 
 

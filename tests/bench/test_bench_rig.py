@@ -149,3 +149,35 @@ def test_without_matplotlib_the_results_are_written_and_the_chart_is_left_out(tm
 
     with pytest.raises(ModuleNotFoundError):  # any other missing module is a bug, not a missing extra
         rig.write_results(_Result({}, {}, one=_Part(1)), tmp_path, "y", broken)
+
+
+def test_the_positions_poller_outlives_a_busy_redis_and_reports_other_failures(redis_url):
+    """``BUSY`` while a long publish script runs is a read to try again, not the poller's end
+    (it was: the reads part then waited ten minutes for a board it could no longer see)."""
+    import redis
+
+    replies: list[object] = [redis.ResponseError("BUSY Redis is busy running a script"), ("s1", {"p/0": 5})]
+    reads = []
+
+    def read(client: redis.Redis) -> tuple[object, dict[str, int]]:
+        reads.append(1)
+        reply = replies[0] if len(replies) == 1 else replies.pop(0)
+        if isinstance(reply, Exception):
+            raise reply
+        return reply  # type: ignore[return-value]
+
+    poller = rig.PositionsPoller(redis_url, read, interval=0.001)
+    poller.start()
+    rig.wait_until(lambda: bool(poller.seen), 30)
+    poller.finish()
+    assert poller.redis_errors == 1 and "BUSY" in (poller.last_redis_error or "")
+    assert [positions for _, positions in poller.seen] == [{"p/0": 5}] and poller.total() == 5
+
+    def broken(client: redis.Redis) -> tuple[object, dict[str, int]]:
+        raise KeyError("a bench bug")
+
+    failing = rig.PositionsPoller(redis_url, broken, interval=0.001)
+    failing.start()
+    failing.join(timeout=30)
+    with pytest.raises(RuntimeError, match="the positions poller stopped: KeyError"):
+        failing.finish()
