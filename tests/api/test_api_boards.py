@@ -448,11 +448,11 @@ def two_servers(settings: Settings) -> Iterator[tuple[Any, int, int]]:
     fast, full = create_app(settings), create_app(settings)
     full.state.prepared = None
     with served(fast) as fast_port, served(full) as full_port:
-        for app in (fast, full):
-            mirror = app.state.board_mirror
+        for app in (fast, full):  # the watcher knows the snapshot (the tops are shared per version), the mirror serves
+            watched = app.state.board_changes
             deadline = time.monotonic() + 10
-            while mirror is not None and not mirror.ready:
-                assert time.monotonic() < deadline, f"the mirror never loaded: {mirror.problem}"
+            while watched.version is None:
+                assert time.monotonic() < deadline, f"the boards were never seen: {watched.problem}"
                 time.sleep(0.01)
         yield fast, fast_port, full_port
 
