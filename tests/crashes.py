@@ -10,18 +10,21 @@ from collections.abc import Callable
 
 
 def kill_9_while_publishing(command: list[str], progress: Callable[[], int], rng: random.Random, times: int,
-                            max_pause_s: float) -> int:
-    """Start ``command`` up to ``times`` times; each time wait until it publishes (``progress``
-    grows), wait a random moment more, and SIGKILL it. Returns how many kills landed (an
-    execution that finished first ends the series)."""
+                            total: int) -> int:
+    """Start ``command`` up to ``times`` times and SIGKILL each execution once the published
+    ``progress`` (messages or lines behind the latest snapshot) passes a random point of its
+    share of 5-70% of ``total``: the i-th kill in the i-th of ``times`` equal slices, so each
+    lands mid-run at a moment the seed picks. A condition, never a pause: on a fast machine a
+    pause could outlast the whole run. Returns how many kills landed (an execution that
+    finished first ends the series)."""
     kills = 0
-    for _ in range(times):
+    share = 0.65 / times
+    for i in range(times):
+        target = total * (0.05 + share * (i + rng.random()))
         proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-        before = progress()
-        deadline = time.monotonic() + 60
-        while progress() <= before and proc.poll() is None and time.monotonic() < deadline:
-            time.sleep(0.02)  # wait until this execution publishes: the kill lands mid-run
-        time.sleep(rng.uniform(0.0, max_pause_s))
+        deadline = time.monotonic() + 120  # a guard against a hung execution, not a timing
+        while progress() < target and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.01)
         if proc.poll() is not None:
             break
         proc.send_signal(signal.SIGKILL)

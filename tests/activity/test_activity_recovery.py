@@ -110,7 +110,7 @@ def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, t
                "--input", f"kafka:{kafka_brokers}/{topic}", "--until-eof", "--redis", redis_url,
                "--namespace", namespace, "--dead-letter", f"jsonl:{dead}", "--recovery-dir", str(tmp_path / "rec"),
                "--barrier-ms", "50", "--partitions", "4", "--count", count, "--global-summary", str(summary),
-               "--publish-stage", stage]
+               "--publish-stage", stage, "--read-batch", "500"]  # many small snapshots: kills land mid-run
     if compact_bytes is not None:
         monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
     monkeypatch.setenv("RANKFLOW_STAGE_EVERY_S", "0")  # with --publish-stage 40: every large snapshot staged
@@ -119,7 +119,7 @@ def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, t
         snap = read_latest(redis_client, ns)
         return sum(snap["positions"].values()) if snap else -1
 
-    kills = kill_9_while_publishing(command, progress, random.Random(4), 3, 0.5)
+    kills = kill_9_while_publishing(command, progress, random.Random(4), 3, sum(len(v) for v in parts.values()))
     assert kills >= 2, "the flow finished before it could be killed twice: make the log bigger"
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr

@@ -71,7 +71,7 @@ def test_boards_survive_kill_9_and_resume_exactly(tmp_path, kafka_brokers, chaos
                "--read-batch", "2000"]  # small batches: many barriers in this small log, so kills land mid-way
     if compact_bytes is not None:
         monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
-    kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(9), 3, 0.5)
+    kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(9), 3, len(lines))
     assert kills >= 2, "the flow finished before it could be killed twice: make the log bigger"
 
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)

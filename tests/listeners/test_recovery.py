@@ -63,7 +63,7 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
                "--read-batch", "2000"]  # small batches: many barriers in this small log, so kills land mid-way
     if compact_bytes is not None:
         monkeypatch.setenv("RANKFLOW_CHANGELOG_MIN_BYTES", compact_bytes)
-    kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(4), 4, 0.6)
+    kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(4), 4, len(lines))
     assert kills >= 2, "the flow finished before it could be killed twice: make the log bigger"
 
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
@@ -243,7 +243,7 @@ def test_recent_plays_survive_kill_9(tmp_path, redis_client, redis_url, namespac
                "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}",
                "--recovery-dir", str(tmp_path / "recovery"), "--barrier-ms", "50", "--song-partitions", "3",
                "--recent-minutes", "2"]
-    kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(7), 3, 0.3)
+    kills = kill_9_while_publishing(command, lambda: progress(redis_client, namespace), random.Random(7), 3, len(lines))
     assert kills >= 2, "the flow finished before it could be killed twice: make the log bigger"
     done = subprocess.run(command, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
