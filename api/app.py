@@ -96,7 +96,7 @@ def create_app(settings: Settings) -> FastAPI:
                  if hasattr(route, "path_format")}
     app.state.prepared = PreparedAnswers(app.state, [route for product in mounted for route in product.prepared()],
                                          {t: getattr(route, "path", t) for t, route in templates.items()}, metrics)
-    app.add_middleware(HotReads, routes=templates)  # innermost: measured like the rest
+    app.add_middleware(HotReads, answers=app.state.prepared, routes=templates)  # innermost: measured like the rest
     app.add_middleware(server.BoundedBodies, timeout_s=settings.body_timeout_ms / 1000)
     app.add_middleware(MeasureRequests, metrics=metrics)  # outside: it counts the 408 of a late body
     default_openapi = app.openapi

@@ -58,7 +58,7 @@ from rankflow.connectors.redis_publish import dumps_document
 router = APIRouter(route_class=UsageErrorsAre400)
 
 TOP_N = 10
-"""Entries of a top when the query names no ``n`` (the hot path, ``api.hot_reads``, too)."""
+"""Entries of a top when the query names no ``n`` (its prepared route's too)."""
 
 
 # ``{game:game}``: a game id that may hold ``/`` (docs/semantics/boards.md allows any characters).
@@ -147,6 +147,24 @@ def ready_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes | 
     return dumps_document(reader.mirror.player(*params))
 
 
-PREPARED = (PreparedRoute("/boards/{game}/{board}/top", "n", TOP_N, ready_top),
-            PreparedRoute("/boards/{game}/{board}/players/{player_id}", None, None, ready_player))
-"""The top and a player's rank, for ids without ``/`` (the same routes as ``api.hot_reads``)."""
+async def answer_top(state: Any, params: tuple[str, ...], n: int | None) -> bytes:
+    """:func:`ready_top` read now (``SharedTops.top_bytes``: once per board, n and snapshot)."""
+    game, board = params
+    assert n is not None
+    check_n(n)
+    check_board(board)
+    tops: SharedTops = state.board_tops
+    return await tops.top_bytes(game, board, n)
+
+
+async def answer_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes:
+    """:func:`ready_player` read now, from the reader (the mirror, or Redis until it serves)."""
+    check_board(params[1])
+    reader: Reader = state.boards
+    return dumps_document(await reader.player(*params))
+
+
+PREPARED = (PreparedRoute("/boards/{game}/{board}/top", "n", TOP_N, ready_top, answer_top),
+            PreparedRoute("/boards/{game}/{board}/players/{player_id}", None, None, ready_player, answer_player))
+"""The top and a player's rank, for ids without ``/``: written by the server's protocol when
+ready, else answered by ``api.hot_reads`` before FastAPI's route."""

@@ -10,12 +10,15 @@ answer a request that FastAPI would answer otherwise than with that ``200``: a r
 or None leaves the request to the ASGI app, which answers it as it always did (its
 errors have one source).
 
-:meth:`PreparedAnswers.answer` matches a request's raw path and query against the
-routes (no ``%`` in the path, a query of nothing or ``name=digits``); the server's HTTP
-protocol (``api.server.bounded_protocol``) asks it for a plain keep-alive ``GET`` before
+:meth:`PreparedAnswers.answer` matches a request's path and query against the routes
+(:meth:`PreparedAnswers.match`: a query of nothing or ``name=digits``); the server's HTTP
+protocol (``api.server.bounded_protocol``) asks it for a plain keep-alive ``GET`` (whose
+path needs no decoding) before
 it builds an ASGI request at all, and writes the body with exactly the headers uvicorn
 and Starlette write for it. Each answer is counted in ``/metrics`` under its route, as
 ``api.app.MeasureRequests`` counts the others, and in :attr:`PreparedAnswers.answered`.
+A route's ``answer`` (when it has one) is the same body read when it is not ready: the
+ASGI app's lean path (``api.hot_reads``) matches the same routes and awaits it.
 
 Why: an ASGI request costs uvicorn a task, a request cycle and its events before the
 app runs, and the app's middleware after it: measured at 1,000 req/s on one
@@ -29,12 +32,15 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
 Ready = Callable[[Any, tuple[str, ...], int | None], "bytes | None"]
 """``ready(app state, the path's {name} segments in order, the query's value or default)``."""
+
+Answer = Callable[[Any, tuple[str, ...], int | None], Awaitable["bytes | None"]]
+"""``answer(...)``: as :data:`Ready`, but it may await a read (``api.hot_reads``)."""
 
 _VALUE = re.compile(rb"[a-z_]{1,20}=(\d{1,4})")
 
@@ -47,6 +53,9 @@ class PreparedRoute:
     query: str | None
     default: int | None
     ready: Ready
+    answer: Answer | None = None
+    """The same ``200`` body when it is not ready, read now; the ASGI app's lean path
+    (``api.hot_reads``) awaits it before FastAPI's route would run. None: FastAPI's route."""
 
     def segments(self) -> tuple[str | None, ...]:
         """The template's segments after the first ``/``: a literal, or None for a ``{name}``.
@@ -86,34 +95,38 @@ class PreparedAnswers:
             self._by_length.setdefault(len(route.segments()), []).append(matcher)
 
     def answer(self, path: str, query: bytes) -> bytes | None:
-        """The ``200`` body for ``GET path?query`` if a route has it ready; None: the app answers.
-
-        ``path`` as the request wrote it (a ``%`` in it: None, the app decodes it)."""
+        """The ``200`` body for ``GET path?query`` if a route has it ready; None: the app answers."""
         started = time.perf_counter()
+        found = self.match(path, query)
+        if found is None:
+            return None
+        matcher, params, value = found
+        try:
+            body = matcher.route.ready(self.state, params, value)
+        except Exception:  # noqa: BLE001 - the app answers the failure (its status, message and log)
+            return None
+        if body is not None:
+            self.answered += 1
+            matcher.count.inc()
+            matcher.latency.observe(time.perf_counter() - started)
+        return body
+
+    def match(self, path: str, query: bytes) -> tuple[_Matcher, tuple[str, ...], int | None] | None:
+        """The route ``GET path?query`` names, its ``{name}`` segments and its query's value (or
+        default); None when no route takes exactly this path and query. O(routes of its length)."""
         parts = path.split("/")
-        if parts[0] or "%" in path:
+        if parts[0]:
             return None
         for matcher in self._by_length.get(len(parts) - 1, ()):
             if all(parts[i + 1] == s for i, s in matcher.literals):
-                body = self._ready(matcher, parts, query)
-                if body is not None:
-                    self.answered += 1
-                    matcher.count.inc()
-                    matcher.latency.observe(time.perf_counter() - started)
-                return body
+                params = tuple(parts[i + 1] for i in matcher.holes)
+                if "" in params:
+                    return None
+                value = matcher.route.default
+                if query:
+                    got = _VALUE.fullmatch(query)
+                    if got is None or matcher.query is None or not query.startswith(matcher.query + b"="):
+                        return None
+                    value = int(got.group(1))
+                return matcher, params, value
         return None
-
-    def _ready(self, matcher: _Matcher, parts: list[str], query: bytes) -> bytes | None:
-        params = tuple(parts[i + 1] for i in matcher.holes)
-        if "" in params:
-            return None
-        value = matcher.route.default
-        if query:
-            got = _VALUE.fullmatch(query)
-            if got is None or matcher.query is None or not query.startswith(matcher.query + b"="):
-                return None
-            value = int(got.group(1))
-        try:
-            return matcher.route.ready(self.state, params, value)
-        except Exception:  # noqa: BLE001 - the app answers the failure (its status, message and log)
-            return None

@@ -105,6 +105,8 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
                     or self.access_log or self.root_path or _has_body(self.headers) or self._over_limit():
                 return False
             path, _, query = self.url.partition(b"?")
+            if b"%" in path:  # to decode: the ASGI path does it
+                return False
             try:
                 body = answers.answer(path.decode("ascii"), query)
             except UnicodeDecodeError:
