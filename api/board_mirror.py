@@ -6,9 +6,9 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
   ``board_changes`` stream the publish script writes (``scripts.PUBLISH_BOARDS``), asking
   Redis every ``poll_ms`` (100 ms) for the entries after the last one it applied.
   Queries (:meth:`top`, :meth:`player`, :meth:`around`, :meth:`boards`) are answered
-  from memory, each wholly from one snapshot, named in its answer: the two copies of
-  ``state.board_index.DoubleBuffer`` swap only when one has applied every change set
-  it knows, and applying them gives the event loop back, after every ``slice_ops``
+  from memory, each wholly from one snapshot, named in its answer: the last change set
+  ``state.board_index.LiveBoards`` applied wholly (a query corrects what it reads by
+  what the next one changed so far), and applying them gives the event loop back, after every ``slice_ops``
   operations, as long as they took (:func:`pause`), so a request never waits for more
   than one slice (about a millisecond).
 * Loading never blocks Redis for long: each board is read in chunks
@@ -26,8 +26,8 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
 * When Redis cannot be reached it keeps serving the last snapshot it has
   (:attr:`problem` says why), as ``api.store.SnapshotCache`` does.
 
-Memory: every entry twice (two dicts, two sorted lists) but its packed key and player
-id once; see the README's "Score boards over HTTP" for the bytes per entry.
+Memory: every entry once (a dict slot, a sorted-list slot, its packed key and player id);
+see the README's "Score boards over HTTP" for the bytes per entry.
 """
 
 from __future__ import annotations
@@ -58,10 +58,12 @@ from rankflow.connectors.script_query import bind
 from rankflow.connectors.scripts import BOARD_CHUNK
 from rankflow.state.board_index import (
     BoardId,
+    Board,
     BoardIndex,
     BoardsCopy,
     ChangeSet,
-    DoubleBuffer,
+    LiveBoards,
+    Served,
     entry_fields,
     key_of_member,
     stream_ops,
@@ -113,7 +115,7 @@ class BoardMirror(Polling):
         self.ready = False  # the serving copy is exactly one snapshot of the current generation
         self.loads = 0  # whole loads (the rest are changes)
         self.problem: str | None = "not loaded yet"
-        self._buffer: DoubleBuffer | None = None
+        self._buffer: LiveBoards | None = None
         self._generation = 0
         self._last_id = "0-0"  # the last stream entry read
         self._tail: int | None = None  # the snapshot id of the last change set read
@@ -170,21 +172,18 @@ class BoardMirror(Polling):
         if sid is not None and layout != LAYOUT.encode():
             raise RedisBoardsLayout(layout_message((layout or b"1").decode()))
         boards: dict[BoardId, BoardIndex] = {}
-        twins: dict[BoardId, BoardIndex] = {}
         for name in sorted(names):
             game, board = orjson.loads(name)
             keys, ordered = await self._load_board(k, game, board)
-            for copies in (boards, twins):  # the keys are shared; each copy is some 60 ms per 1M entries
-                started = time.perf_counter()
-                copies[(game, board)] = BoardIndex.of(dict(keys), ordered)
-                await pause(started)
+            started = time.perf_counter()
+            boards[(game, board)] = BoardIndex.of(keys, ordered)  # some 60 ms per 1M entries
+            await pause(started)
         snapshot_id = int(sid) if sid else None
         periods = {game.decode(): orjson.loads(p) for game, p in aliases.items()}
         self._generation, self._tail = generation, snapshot_id
         self._last_id = last[0][0].decode() if last else "0-0"
         # not served until the replay below caught up
-        self._buffer = DoubleBuffer(BoardsCopy(snapshot_id, boards, periods),
-                                    BoardsCopy(snapshot_id, twins, dict(periods)))
+        self._buffer = LiveBoards(BoardsCopy(snapshot_id, boards, periods))
         self.loads += 1
         await self.follow()
         self.ready = True
@@ -251,12 +250,12 @@ class BoardMirror(Polling):
 
 
     # -- queries (only while ready) ---------------------------------------------------
-    def _board(self, game: str, board: str) -> tuple[BoardsCopy, str, BoardIndex]:
+    def _board(self, game: str, board: str) -> tuple[Served, str, Board]:
         check_board(board)
         assert self._buffer is not None
         copy = self._buffer.serving
         name = copy.resolve(game, board)
-        index = copy.boards.get((game, name))
+        index = copy.board((game, name))
         if not index:
             raise NoSuchBoard(f"no such board: {game}/{name}")
         return copy, name, index
@@ -269,12 +268,12 @@ class BoardMirror(Polling):
 
     def player(self, game: str, board: str, player: str) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
-        key = index.keys.get(player)
+        key = index.key(player)
         if key is None:
             raise NotOnBoard(f"{player} is not on {game}/{name}")
         score = entry_fields(key)[1]
         return {"snapshot_id": copy.snapshot_id, "game_id": game, "board": name, "player_id": player,
-                "score": score, "rank": index.order.index(key) + 1, "competition_rank": index.better_than(score) + 1}
+                "score": score, "rank": index.below(key) + 1, "competition_rank": index.better_than(score) + 1}
 
     def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
         check_r(r)
@@ -291,7 +290,7 @@ class BoardMirror(Polling):
         return games_answer(copy.snapshot_id, copy.boards, copy.aliases)
 
     def entries(self) -> int:
-        """Board entries served (each held twice); 0 until the mirror serves."""
+        """Board entries served; 0 until the mirror serves."""
         return self._buffer.serving.entries() if self.ready and self._buffer is not None else 0
 
 

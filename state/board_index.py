@@ -1,4 +1,4 @@
-"""Every board in memory, twice: what the API's board mirror answers from (``api.board_mirror``).
+"""Every board in memory, once: what the API's board mirror answers from (``api.board_mirror``).
 
 Contract:
 
@@ -6,25 +6,23 @@ Contract:
   ``reached_at`` ascending, player id byte-wise): a ``SortedList`` of packed keys
   (:func:`entry_key`) plus a dict player -> key, so the rank of any player, a
   slice by rank and the number of strictly better scores are each O(log n).
-* :class:`BoardsCopy` is every board and alias of one snapshot.
+* :class:`BoardsCopy` is every live board and alias.
 * :class:`ChangeSet` is one snapshot's changes as the publish script streams them
   (``PUBLISH_BOARDS_LUA``), cut into small operations; they are absolute (the new
   score and ``reached_at``), so applying them over any older state converges.
-* :class:`DoubleBuffer` keeps two copies: queries read the *serving* one, which
-  is always wholly at one snapshot; new change sets are applied to the *standby*
-  one in slices of a few hundred operations (the caller yields between them, so
-  applying a big snapshot never holds the event loop for long), and when it has
-  applied every change set it knows, the two swap in one assignment, the snapshot
-  id with them. The other copy then catches up from where it was, with the same
-  change sets.
-
-The two copies share their keys and player ids (built once, when a change set is
-read), so the second copy costs only its dict and list slots.
+* :class:`LiveBoards` applies new change sets to the live boards in slices of a few
+  hundred operations (the caller yields between them, so applying a big snapshot never
+  holds the event loop for long), and serves (:class:`Served`) the boards as of the
+  last change set wholly applied: while one is half applied, each query corrects what
+  it reads of a board it touched by what it changed so far (:class:`Changes`,
+  :class:`BoardView`). So an answer is always wholly at one snapshot, and each change
+  is applied once.
 """
 
 from __future__ import annotations
 
 import struct
+from bisect import bisect_left, bisect_right, insort
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -80,7 +78,7 @@ def key_score(key: bytes) -> int:
 
 
 class BoardIndex:
-    """One board's entries in rank order, and each player's key."""
+    """One board's entries in rank order, and each player's key (the live board)."""
 
     __slots__ = ("order", "keys")
 
@@ -96,14 +94,24 @@ class BoardIndex:
     def __len__(self) -> int:
         return len(self.order)
 
-    def upsert(self, player: str, key: bytes) -> None:
+    def upsert(self, player: str, key: bytes) -> bytes | None:
+        """Put ``player`` at ``key``; the key it had (None if it was not on the board, ``key``
+        itself if unchanged). O(log n)."""
         old = self.keys.get(player)
         if old == key:
-            return
+            return key
         if old is not None:
             self.order.remove(old)
         self.order.add(key)
         self.keys[player] = key
+        return old
+
+    def key(self, player: str) -> bytes | None:
+        return self.keys.get(player)
+
+    def below(self, key: bytes) -> int:
+        """How many entries come before ``key`` (on the board or not). O(log n)."""
+        return self.order.bisect_left(key)
 
     def rank0(self, player: str) -> int | None:
         """The player's rank - 1, None if not on the board."""
@@ -116,20 +124,120 @@ class BoardIndex:
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
         """Entries ``start .. stop - 1`` (0-based) as answer items with both ranks."""
-        keys = list(self.order.islice(start, stop))
-        if not keys:
+        return answer_items(list(self.order.islice(start, stop)), start, self.better_than)
+
+    def _check(self) -> None:
+        """The invariants: the order sorted, every player's key in it once, nothing else."""
+        keys = list(self.order)
+        assert keys == sorted(keys) and sorted(self.keys.values()) == keys
+        assert all(entry_fields(k)[0] == p for p, k in self.keys.items())
+
+
+def answer_items(keys: list[bytes], start: int, better_than: Any) -> list[dict[str, Any]]:
+    """``keys``, the entries from rank ``start + 1`` on, as answer items with both ranks."""
+    if not keys:
+        return []
+    out: list[dict[str, Any]] = []
+    previous = key_score(keys[0])
+    competition = better_than(previous) + 1
+    rank = start + 1
+    for key in keys:
+        player, score, _ = entry_fields(key)
+        if score != previous:
+            competition, previous = rank, score
+        out.append({"rank": rank, "competition_rank": competition, "player_id": player, "score": score})
+        rank += 1
+    return out
+
+
+class Changes:
+    """What a change set applied so far did to one live board: the keys it added that are
+    still there (``added``), the keys it removed that were there before it (``removed``),
+    both sorted, and each touched player's key before it (``before``, None: not on it).
+
+    So the board before the change set is ``live - added + removed``, and any count of
+    entries before a key is the live count corrected by two bisections (:class:`BoardView`).
+    """
+
+    __slots__ = ("added", "removed", "before", "joined")
+
+    def __init__(self) -> None:
+        self.added: list[bytes] = []
+        self.removed: list[bytes] = []
+        self.before: dict[str, bytes | None] = {}
+        self.joined = 0  # players on the live board that were not on it before
+
+    def record(self, player: str, old: bytes | None, new: bytes) -> None:
+        """The live board moved ``player`` from ``old`` (None: absent) to ``new``. O(k) for k
+        changes so far (list inserts; k is at most a change set's entries)."""
+        if player not in self.before:
+            self.before[player] = old
+            if old is None:
+                self.joined += 1
+        if old is not None:
+            _discard_or_insert(self.added, self.removed, old)
+        _discard_or_insert(self.removed, self.added, new)
+
+    def __bool__(self) -> bool:
+        return bool(self.before)
+
+
+def _discard_or_insert(there: list[bytes], other: list[bytes], key: bytes) -> None:
+    """Remove ``key`` from sorted ``there`` if it is in it, else insert it into sorted ``other``."""
+    i = bisect_left(there, key)
+    if i < len(there) and there[i] == key:
+        del there[i]
+    else:
+        insort(other, key)
+
+
+class BoardView:
+    """A live board as it was before the change set being applied (:class:`Changes`):
+    the same queries as :class:`BoardIndex`, each O(log n) plus, for :meth:`items`,
+    O(changes)."""
+
+    __slots__ = ("live", "changes")
+
+    def __init__(self, live: BoardIndex, changes: Changes) -> None:
+        self.live, self.changes = live, changes
+
+    def __len__(self) -> int:
+        return len(self.live) - self.changes.joined
+
+    def key(self, player: str) -> bytes | None:
+        before = self.changes.before
+        return before[player] if player in before else self.live.keys.get(player)
+
+    def below(self, key: bytes) -> int:
+        c = self.changes
+        return self.live.below(key) - bisect_left(c.added, key) + bisect_left(c.removed, key)
+
+    def rank0(self, player: str) -> int | None:
+        key = self.key(player)
+        return None if key is None else self.below(key)
+
+    def better_than(self, score: int) -> int:
+        return self.below(score_floor(score))
+
+    def items(self, start: int, stop: int) -> list[dict[str, Any]]:
+        """Entries ``start .. stop - 1``. An entry still live moved by at most
+        ``len(removed)`` places up and ``len(added)`` down, so the live entries from
+        ``start - len(removed)`` to ``stop + len(added)``, less the added ones, with the
+        removed ones after the live entry before them, hold every entry of those ranks, in
+        a run of the board before from its first one (whose rank :meth:`below` gives) on.
+        O(log n + changes)."""
+        c, order = self.changes, self.live.order
+        if stop <= start:
             return []
-        out: list[dict[str, Any]] = []
-        previous = key_score(keys[0])
-        competition = self.better_than(previous) + 1
-        rank = start + 1
-        for key in keys:
-            player, score, _ = entry_fields(key)
-            if score != previous:
-                competition, previous = rank, score
-            out.append({"rank": rank, "competition_rank": competition, "player_id": player, "score": score})
-            rank += 1
-        return out
+        lo, hi = min(len(order), max(0, start - len(c.removed))), min(len(order), stop + len(c.added))
+        window = list(order.islice(lo, hi))
+        first = bisect_right(c.removed, order[lo - 1]) if lo > 0 else 0  # none before the window's neighbour
+        added = set(c.added)
+        run = sorted([k for k in window if k not in added] + c.removed[first:])
+        if not run:
+            return []
+        at = self.below(run[0])  # at most start: every rank from start on that exists is in run
+        return answer_items(run[start - at:stop - at], start, self.better_than)
 
 
 @dataclass
@@ -167,9 +275,9 @@ def stream_ops(aliases: bytes, boards: bytes, dropped: bytes, batch: int = 256) 
 
 
 class BoardsCopy:
-    """Every board and alias, at ``snapshot_id`` once its change sets are wholly applied.
+    """Every live board and alias; ``snapshot_id`` the last change set wholly applied.
 
-    ``at`` counts the change sets applied (numbered as :class:`DoubleBuffer` numbers
+    ``at`` counts the change sets applied (numbered as :class:`LiveBoards` numbers
     them) and ``op`` the operations applied of the next one.
     """
 
@@ -181,31 +289,104 @@ class BoardsCopy:
         self.at = 0
         self.op = 0
 
-    def twin(self) -> BoardsCopy:
-        """A second copy of the same state, sharing the keys (each board's list re-sorted: O(n) when sorted)."""
-        boards = {bid: BoardIndex(SortedList(b.order), dict(b.keys)) for bid, b in self.boards.items()}
-        twin = BoardsCopy(self.snapshot_id, boards, dict(self.aliases))
-        twin.at, twin.op = self.at, self.op
-        return twin
-
-    def apply(self, ops: Iterable[tuple[Any, ...]]) -> None:
+    def apply(self, ops: Iterable[tuple[Any, ...]], flight: InFlight) -> None:
+        """Apply ``ops`` to the live boards, recording in ``flight`` what they were before."""
         boards = self.boards
         for op in ops:
             kind = op[0]
             if kind == UPSERT:
-                boards[op[1]].upsert(op[2], op[3])
+                board = boards[op[1]]
+                old = board.upsert(op[2], op[3])
+                if old != op[3]:
+                    changes = flight.changes(op[1], board)
+                    if changes is not None:
+                        changes.record(op[2], old, op[3])
             elif kind == CREATE:
                 if op[1] not in boards:
+                    flight.boards.setdefault(op[1], (None, Changes()))
                     boards[op[1]] = BoardIndex()
             elif kind == DROP:
-                boards.pop(op[1], None)
+                gone = boards.pop(op[1], None)
+                if gone is not None:
+                    flight.boards.setdefault(op[1], (gone, Changes()))
             else:
+                if op[1] not in flight.aliases:
+                    flight.aliases[op[1]] = self.aliases.get(op[1], _ABSENT)
                 self.aliases[op[1]] = op[2]
+
+
+_ABSENT: list[str | None] = []  # an alias the game did not have before the change set
+
+
+class InFlight:
+    """What the change set being applied changed so far: per board it touched, the board
+    object it started from (None: it did not exist) and that object's :class:`Changes`;
+    per game whose aliases it set, the aliases before."""
+
+    __slots__ = ("boards", "aliases")
+
+    def __init__(self) -> None:
+        self.boards: dict[BoardId, tuple[BoardIndex | None, Changes]] = {}
+        self.aliases: dict[str, list[str | None]] = {}
+
+    def changes(self, bid: BoardId, board: BoardIndex) -> Changes | None:
+        """Where to record a change of the live ``board``; None if the change set replaced
+        the board it started from (dropped it, made a new one): that one is not seen."""
+        entry = self.boards.get(bid)
+        if entry is None:
+            entry = self.boards[bid] = (board, Changes())
+        return entry[1] if entry[0] is board else None
+
+
+Board = BoardIndex | BoardView
+
+
+class Served:
+    """The boards as of the last change set wholly applied, read from the live boards
+    (:class:`InFlight` undoes what the next one changed so far)."""
+
+    __slots__ = ("live", "flight")
+
+    def __init__(self, live: BoardsCopy, flight: InFlight) -> None:
+        self.live, self.flight = live, flight
+
+    @property
+    def snapshot_id(self) -> int | None:
+        return self.live.snapshot_id
+
+    def board(self, bid: BoardId) -> Board | None:
+        """One board, None if it was not there. O(1)."""
+        entry = self.flight.boards.get(bid)
+        if entry is None:
+            return self.live.boards.get(bid)
+        start, changes = entry
+        return None if start is None else BoardView(start, changes) if changes else start
+
+    @property
+    def boards(self) -> dict[BoardId, Board]:
+        """Every board. O(boards)."""
+        out: dict[BoardId, Board] = {bid: b for bid, b in self.live.boards.items() if bid not in self.flight.boards}
+        for bid in self.flight.boards:
+            board = self.board(bid)
+            if board is not None:
+                out[bid] = board
+        return out
+
+    @property
+    def aliases(self) -> dict[str, list[str | None]]:
+        out = dict(self.live.aliases)
+        for game, before in self.flight.aliases.items():
+            if before is _ABSENT:
+                out.pop(game, None)
+            else:
+                out[game] = before
+        return out
 
     def resolve(self, game: str, board: str) -> str:
         """The concrete board an alias names now; the alias itself when it names none."""
         if board in ("daily", "weekly"):
-            periods = self.aliases.get(game)
+            before = self.flight.aliases.get(game)
+            periods = self.live.aliases.get(game) if before is None else None if before is _ABSENT else before
             period = None if periods is None else periods[0 if board == "daily" else 1]
             if period is not None:
                 return f"{board}:{period}"
@@ -215,49 +396,49 @@ class BoardsCopy:
         return sum(len(b) for b in self.boards.values())
 
 
-class DoubleBuffer:
-    """Two copies of the boards: one serves, the other takes the new change sets."""
+class LiveBoards:
+    """The boards once, taking new change sets a few operations at a time, and served as of
+    the last change set wholly applied (:attr:`serving`).
 
-    def __init__(self, copy: BoardsCopy, twin: BoardsCopy | None = None) -> None:
-        self.serving = copy
-        self.standby = twin if twin is not None else copy.twin()
+    A second copy that takes each change set before the served one swaps with it applies
+    every change twice and holds every entry twice; here each is applied once, and a query
+    that comes while a change set is half applied corrects what it reads by what that
+    change set changed so far (:class:`Changes`, :class:`BoardView`).
+    """
+
+    def __init__(self, copy: BoardsCopy) -> None:
+        self.live = copy
         self._log: list[ChangeSet] = []
         self._base = copy.at  # the number of the log's first change set
+        self._flight = InFlight()
+
+    @property
+    def serving(self) -> Served:
+        return Served(self.live, self._flight)
 
     @property
     def pending(self) -> bool:
-        """Whether the standby copy has change sets to apply (the serving copy may then
-        show an older snapshot than the newest known)."""
-        return self.standby.at < self._base + len(self._log)
+        """Whether change sets are known that are not wholly applied yet."""
+        return bool(self._log)
 
     def add(self, change: ChangeSet) -> None:
         self._log.append(change)
 
     def step(self, limit: int) -> bool:
-        """Apply at most ``limit`` operations to the standby copy (whole change sets
-        without operations do not count); swap the copies when it has applied every
-        known change set. True if they swapped."""
-        copy, end = self.standby, self._base + len(self._log)
-        while copy.at < end:
-            change = self._log[copy.at - self._base]
+        """Apply at most ``limit`` operations (whole change sets without operations do not
+        count). True if a change set was wholly applied: the served snapshot moved on."""
+        copy, moved = self.live, False
+        while self._log:
+            change = self._log[0]
             stop = min(copy.op + limit, len(change.ops))
-            copy.apply(change.ops[copy.op:stop])
+            copy.apply(change.ops[copy.op:stop], self._flight)
             limit -= stop - copy.op
             if stop < len(change.ops):
                 copy.op = stop
-                return False
+                return moved
             copy.at, copy.op, copy.snapshot_id = copy.at + 1, 0, change.snapshot_id
-            if limit <= 0 and copy.at < end:
-                return False
-        if copy.at <= self.serving.at:
-            return False  # nothing new: both copies show the same snapshot
-        self.serving, self.standby = copy, self.serving
-        self._forget()
-        return True
-
-    def _forget(self) -> None:
-        """Drop the change sets both copies have applied."""
-        done = min(self.serving.at, self.standby.at) - self._base
-        if done > 0:
-            del self._log[:done]
-            self._base += done
+            self._flight, moved = InFlight(), True
+            del self._log[0]
+            if limit <= 0:
+                break
+        return moved

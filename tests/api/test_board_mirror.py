@@ -1,8 +1,8 @@
 """The API's in-process board mirror (``api.board_mirror``, ``state.board_index``).
 
-* A property test of the double buffer against a plain model: random change sets,
-  applied in random slices, with queries interleaved at random; every copy that
-  serves is exactly the model at the snapshot it names.
+* A property test of the live boards against a plain model: random change sets,
+  applied in random slices, with queries interleaved at random; what is served is
+  exactly the model at the snapshot it names, also half-way through a change set.
 * Against a real Redis, snapshots published by the real publisher (``Publisher`` and
   ``BoardsState``, the flow's own sink): the mirror answers every query exactly as
   the Redis reader does, after a load made while snapshots were being published, and
@@ -31,7 +31,7 @@ from rankflow.connectors.redis_boards import BoardsState
 from rankflow.connectors.redis_generations import claim_generation, join_run, new_run_token, switch_generation
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_publish import Publisher
-from rankflow.state.board_index import ALIAS, CREATE, DROP, UPSERT, BoardsCopy, ChangeSet, DoubleBuffer, entry_key
+from rankflow.state.board_index import ALIAS, CREATE, DROP, UPSERT, BoardsCopy, ChangeSet, LiveBoards, Served, entry_key
 from rankflow.state.snapshot import snapshot_id
 from tests.engine.test_script_keys import boards_snap  # a BoardsSnapshot from (player, changes) pairs
 
@@ -39,7 +39,7 @@ PLAYERS = ["a", "ab", "b", "é", "🎮", "z", "clan/zoe", "Z"]
 BOARDS = [("g", "all"), ("g", "best"), ("g", "daily:2027-01-01"), ("g", "daily:2027-01-02"), ("h", "all")]
 
 
-# -- the double buffer against a model ---------------------------------------------------
+# -- the live boards against a model ---------------------------------------------------
 
 Model = dict[tuple[str, str], dict[str, tuple[int, int]]]
 
@@ -92,47 +92,67 @@ def model_states(raws: list[list[tuple[Any, ...]]]) -> list[tuple[Model, dict[st
     return states
 
 
-def check_serving(copy: BoardsCopy, states: list[tuple[Model, dict[str, list[str | None]]]], player: str,
-                  bid: tuple[str, str]) -> None:
-    boards, aliases = states[copy.snapshot_id]
-    assert set(copy.boards) == set(boards) and copy.aliases == aliases
-    if bid in boards:
-        index, expected = copy.boards[bid], ordered(boards[bid])
-        items = index.items(0, len(index))
-        assert [(i["player_id"], i["score"], i["rank"], i["competition_rank"]) for i in items] == expected
-        assert len(index.keys) == len(index)
-        mine = [row for row in expected if row[0] == player]
-        assert index.rank0(player) == (mine[0][2] - 1 if mine else None)
-        if mine:
-            assert index.better_than(mine[0][1]) + 1 == mine[0][3]
+def check_serving(served: Served, states: list[tuple[Model, dict[str, list[str | None]]]], player: str,
+                  bid: tuple[str, str], start: int, stop: int) -> None:
+    boards, aliases = states[served.snapshot_id]
+    assert set(served.boards) == set(boards) and served.aliases == aliases
+    for game in ("g", "h"):
+        daily = aliases.get(game, [None, None])[0]
+        assert served.resolve(game, "daily") == ("daily" if daily is None else f"daily:{daily}")
+    index = served.board(bid)
+    if bid not in boards:
+        assert index is None
+        return
+    assert index is not None
+    expected = ordered(boards[bid])
+    rows = [(i["player_id"], i["score"], i["rank"], i["competition_rank"]) for i in index.items(0, len(index) + 2)]
+    assert rows == expected and len(index) == len(expected)
+    for first, end in [(start, stop), *((f, f + w) for f in range(len(expected)) for w in (1, 2))]:
+        part = [(i["player_id"], i["score"], i["rank"], i["competition_rank"]) for i in index.items(first, end)]
+        assert part == expected[first:end], (first, end)
+    mine = [row for row in expected if row[0] == player]
+    assert index.rank0(player) == (mine[0][2] - 1 if mine else None)
+    assert (index.key(player) is None) == (not mine)
+    if mine:
+        assert index.better_than(mine[0][1]) + 1 == mine[0][3]
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=300, deadline=None)
 @given(raws=change_sets, plan=st.lists(st.tuples(st.sampled_from(["add", "step", "query"]), st.integers(1, 6),
-                                                  st.sampled_from(PLAYERS), st.sampled_from(BOARDS)), max_size=60))
-def test_the_serving_copy_is_always_the_model_at_its_snapshot(raws, plan):
+                                                  st.sampled_from(PLAYERS), st.sampled_from(BOARDS),
+                                                  st.integers(0, 9), st.integers(0, 9)), max_size=60))
+def test_the_served_boards_are_always_the_model_at_their_snapshot(raws, plan):
+    """Queries between any two slices of any change sets: each board as of the last change
+    set wholly applied (the live boards corrected by the one half applied)."""
     changes = [as_change_set(sid, raw) for sid, raw in enumerate(raws, start=1)]
     states = model_states(raws)
-    buffer = DoubleBuffer(BoardsCopy(0, {}, {}))
+    live = LiveBoards(BoardsCopy(0, {}, {}))
     added = 0
-    for action, size, player, bid in plan:
+    for action, size, player, bid, start, stop in plan:
         if action == "add" and added < len(changes):
-            buffer.add(changes[added])
+            live.add(changes[added])
             added += 1
         elif action == "step":
-            before = buffer.serving.snapshot_id
-            buffer.step(size)
-            assert buffer.serving.snapshot_id >= before, "a swap never goes back in time"
-        check_serving(buffer.serving, states, player, bid)
+            before = live.serving.snapshot_id
+            moved = live.step(size)
+            assert (live.serving.snapshot_id != before) <= moved, "the served snapshot moves only when one is whole"
+        check_serving(live.serving, states, player, bid, start, stop)
     for change in changes[added:]:
-        buffer.add(change)
-    while buffer.pending:
-        buffer.step(3)
-    assert buffer.serving.snapshot_id == len(changes)
+        live.add(change)
+    for player in PLAYERS:  # then one operation at a time, every board and player half-way
+        for bid in BOARDS:
+            check_serving(live.serving, states, player, bid, 1, 4)
+        live.step(1)
+    while live.pending:
+        live.step(1)
+        for bid in BOARDS:
+            check_serving(live.serving, states, PLAYERS[live.live.op % len(PLAYERS)], bid, live.live.op % 5, 6)
+    assert live.serving.snapshot_id == len(changes)
     for player in PLAYERS:
         for bid in BOARDS:
-            check_serving(buffer.serving, states, player, bid)
-            check_serving(buffer.standby, states, player, bid)  # the other copy caught up too
+            check_serving(live.serving, states, player, bid, 0, 9)
+    for board in live.live.boards.values():
+        board._check()
 
 
 # -- against Redis ---------------------------------------------------------------------------
