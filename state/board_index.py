@@ -169,11 +169,16 @@ class Changes:
 
     def record(self, player: str, old: bytes | None, new: bytes) -> None:
         """The live board moved ``player`` from ``old`` (None: absent) to ``new``. O(k) for k
-        changes so far (list inserts; k is at most a change set's entries)."""
-        if player not in self.before:
+        changes so far (list inserts; k is at most a change set's entries). A key holds its
+        player's id, so before the player's first change neither key can be listed."""
+        if player not in self.before:  # the first change of the player's (nearly all): neither key is listed
             self.before[player] = old
             if old is None:
                 self.joined += 1
+            else:
+                insort(self.removed, old)
+            insort(self.added, new)
+            return
         if old is not None:
             _discard_or_insert(self.added, self.removed, old)
         _discard_or_insert(self.removed, self.added, new)
