@@ -27,7 +27,7 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
   (:attr:`problem` says why), as ``api.store.SnapshotCache`` does.
 
 Memory: every entry once (a dict slot, a sorted-list slot, its packed key and player id);
-see the README's "Score boards over HTTP" for the bytes per entry.
+docs/boards.md ("--board-index memory") gives the bytes per entry.
 """
 
 from __future__ import annotations
@@ -112,7 +112,7 @@ class BoardMirror(Polling):
         self.client = client
         self.keys = Keys(boards_namespace(namespace))
         self.slice_ops, self.load_chunk = slice_ops, load_chunk
-        self.ready = False  # the serving copy is exactly one snapshot of the current generation
+        self.ready = False  # what is served is exactly one snapshot of the current generation
         self.loads = 0  # whole loads (the rest are changes)
         self.problem: str | None = "not loaded yet"
         self._buffer: LiveBoards | None = None
