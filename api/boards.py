@@ -128,14 +128,19 @@ async def top(request: Request, game: str, board: str,
 
 # -- answers ready before the request (api.prepared): the server's protocol writes them ------
 
-def ready_top(state: Any, params: tuple[str, ...], n: int | None) -> bytes | None:
-    """A top already encoded for the current snapshot (``SharedTops.ready``): as :func:`top` answers it."""
+def _top_query(params: tuple[str, ...], n: int | None) -> tuple[str, str, int]:
+    """``(game, board, n)`` of a prepared top, checked as :func:`top` checks them."""
     game, board = params
     assert n is not None
     check_n(n)
     check_board(board)
+    return game, board, n
+
+
+def ready_top(state: Any, params: tuple[str, ...], n: int | None) -> bytes | None:
+    """A top already encoded for the current snapshot (``SharedTops.ready``): as :func:`top` answers it."""
     tops: SharedTops = state.board_tops
-    return tops.ready(game, board, n)
+    return tops.ready(*_top_query(params, n))
 
 
 def ready_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes | None:
@@ -149,12 +154,8 @@ def ready_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes | 
 
 async def answer_top(state: Any, params: tuple[str, ...], n: int | None) -> bytes:
     """:func:`ready_top` read now (``SharedTops.top_bytes``: once per board, n and snapshot)."""
-    game, board = params
-    assert n is not None
-    check_n(n)
-    check_board(board)
     tops: SharedTops = state.board_tops
-    return await tops.top_bytes(game, board, n)
+    return await tops.top_bytes(*_top_query(params, n))
 
 
 async def answer_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes:

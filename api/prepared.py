@@ -42,7 +42,7 @@ Ready = Callable[[Any, tuple[str, ...], int | None], "bytes | None"]
 Answer = Callable[[Any, tuple[str, ...], int | None], Awaitable["bytes | None"]]
 """``answer(...)``: as :data:`Ready`, but it may await a read (``api.hot_reads``)."""
 
-_VALUE = re.compile(rb"[a-z_]{1,20}=(\d{1,4})")
+_DIGITS = re.compile(rb"\d{1,4}")
 
 
 @dataclass(frozen=True)
@@ -69,14 +69,14 @@ class PreparedRoute:
 class _Matcher:
     """One route, ready to match: its literal segments by position and its metric children."""
 
-    __slots__ = ("route", "literals", "holes", "query", "count", "latency")
+    __slots__ = ("route", "literals", "holes", "prefix", "count", "latency")
 
     def __init__(self, route: PreparedRoute, count: Any, latency: Any) -> None:
         self.route = route
         segments = route.segments()
         self.literals = [(i, s) for i, s in enumerate(segments) if s is not None]
         self.holes = [i for i, s in enumerate(segments) if s is None]
-        self.query = None if route.query is None else route.query.encode()
+        self.prefix = None if route.query is None else route.query.encode() + b"="  # the query's ``name=``
         self.count, self.latency = count, latency
 
 
@@ -124,9 +124,9 @@ class PreparedAnswers:
                     return None
                 value = matcher.route.default
                 if query:
-                    got = _VALUE.fullmatch(query)
-                    if got is None or matcher.query is None or not query.startswith(matcher.query + b"="):
+                    prefix = matcher.prefix
+                    if prefix is None or not query.startswith(prefix) or not _DIGITS.fullmatch(query, len(prefix)):
                         return None
-                    value = int(got.group(1))
+                    value = int(query[len(prefix):])
                 return matcher, params, value
         return None

@@ -98,7 +98,7 @@ class BoardsState:
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         hashes: dict[str, int] = {}  # each player's once, whatever the boards they changed on
-        for entries in self._pending.values():  # O(entries): a set difference per board walked every hash so far
+        for entries in self._pending.values():  # O(entries); a set difference per board would walk every hash so far
             for player in entries:
                 if player not in hashes:
                     hashes[player] = crc32(player.encode())

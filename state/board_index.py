@@ -252,11 +252,6 @@ class ChangeSet:
     snapshot_id: int
     ops: list[tuple[Any, ...]] = field(default_factory=list)
 
-    @classmethod
-    def from_stream(cls, snapshot_id: int, aliases: bytes, boards: bytes, dropped: bytes) -> ChangeSet:
-        """From a ``board_changes`` entry's fields (``PUBLISH_BOARDS_LUA``), at once."""
-        return cls(snapshot_id, [op for part in stream_ops(aliases, boards, dropped) for op in part])
-
 
 def stream_ops(aliases: bytes, boards: bytes, dropped: bytes, batch: int = 256) -> Iterator[list[tuple[Any, ...]]]:
     """A ``board_changes`` entry's operations, in parts of about ``batch`` entries: building
