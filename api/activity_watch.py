@@ -1,7 +1,8 @@
 """What the service knows of the activity rankings' snapshots without asking Redis per request.
 
 :class:`ActivityWatch`, one background task per process (an ``api.watch.VersionWatch``),
-asks the reader every ``poll_ms`` for the current snapshot (one small script call that
+asks the reader at each announced publish (``api.announce``), and at least every
+``poll_ms``, for the current snapshot (one small script call that
 sends the snapshot document only when its id moved) and wakes the streams when the
 generation or the snapshot id changes; ``api.shared_cache.SharedTops`` shares, per
 snapshot, each streamed workspace's top among its subscribers.
@@ -75,6 +76,7 @@ class ActivityParts(Part):
         state.activity = reader = AsyncActivityReader(self.client, settings.namespace)
         self.watch = state.activity_watch = ActivityWatch(reader, settings.poll_ms)
         self.watch.start()
+        state.announcements.follow(reader.hint.keys.generation, self.watch)
         state.activity_tops = SharedTops(reader, self.watch)
 
     async def stop(self) -> None:

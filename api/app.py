@@ -25,6 +25,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rankflow import products as product_registry
 from rankflow.api import dashboard, responses, server
+from rankflow.api.announce import Announcements
 from rankflow.api.hot_reads import HotReads
 from rankflow.api.parts import Part, close_client, ping, redis_client
 from rankflow.api.prepared import PreparedAnswers
@@ -50,13 +51,16 @@ def create_app(settings: Settings) -> FastAPI:
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
         app.state.redis = redis_client(settings.redis_url)  # /health's ping
+        app.state.announcements = announcements = Announcements(settings.redis_url)  # parts follow channels
         started: list[Part] = []
         try:
             for part in parts:
                 await part.start(app.state)
                 started.append(part)
+            announcements.start()
             yield
         finally:
+            await announcements.stop()
             for part in started:
                 await part.stop()
             await close_client(app.state.redis)

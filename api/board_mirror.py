@@ -4,7 +4,8 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
 
 * :class:`BoardMirror` loads every board of the current generation, then follows the
   ``board_changes`` stream the publish script writes (``scripts.PUBLISH_BOARDS``), asking
-  Redis every ``poll_ms`` (100 ms) for the entries after the last one it applied.
+  Redis for the entries after the last one it applied whenever a publish is announced
+  (``api.announce``), and at least every ``poll_ms`` (1 s).
   Queries (:meth:`top`, :meth:`player`, :meth:`around`, :meth:`boards`) are answered
   from memory, each wholly from one snapshot, named in its answer: the last change set
   ``state.board_index.LiveBoards`` applied wholly (a query corrects what it reads by
@@ -106,7 +107,7 @@ class BoardMirror(Polling):
 
     name = "board mirror"
 
-    def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int = 100,
+    def __init__(self, client: aioredis.Redis, namespace: str, poll_ms: int = 1000,
                  slice_ops: int = SLICE_OPS, load_chunk: int = LOAD_CHUNK) -> None:
         super().__init__(poll_ms)
         self.client = client

@@ -1,7 +1,8 @@
 """What the service knows of the boards' snapshots without asking Redis per request.
 
 :class:`BoardWatch`, one background task per process (an ``api.watch.VersionWatch``),
-asks Redis every ``poll_ms`` for the boards' generation and snapshot id (one ``MGET``)
+asks Redis for the boards' generation and snapshot id (one ``MGET``) at each announced
+publish (``api.announce``) and at least every ``poll_ms``,
 and wakes the streams when they change. ``api.shared_cache.SharedTops`` keeps, for the
 snapshot the watcher last saw, each board's top N that was asked for: the first request
 reads it (one script call), every other request and stream of that snapshot shares the
@@ -90,10 +91,13 @@ class BoardParts(Part):
         self.watch = state.board_watch = state.board_changes = BoardWatch(client, settings.namespace,
                                                                           settings.poll_ms)
         self.watch.start()
+        channel = self.watch.hint.keys.generation
+        state.announcements.follow(channel, self.watch)
         state.board_mirror = None
         if settings.board_index == "memory":
             self.mirror = state.board_mirror = mirror = BoardMirror(client, settings.namespace, settings.poll_ms)
             mirror.start()
+            state.announcements.follow(channel, mirror)
             state.boards = MirroredBoards(mirror, state.boards)
             state.board_changes = mirror  # streams wake when the mirror serves a new snapshot
         state.board_tops = SharedTops(state.boards, state.board_changes)

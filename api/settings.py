@@ -22,7 +22,7 @@ class Settings:
     producer_queue_messages: int | None = None  # the producer's local queue; None: librdkafka's default
     max_body_bytes: int = ingest.DEFAULT_MAX_BODY_BYTES  # a longer POST /events body is a 413
     ingest_token: str | None = field(default=None, repr=False)  # POST /events needs it as a Bearer token
-    poll_ms: int = 100  # how often the service asks Redis for a newer snapshot
+    poll_ms: int = 1000  # how often a reader asks Redis for a newer snapshot unasked (announced ones: at once)
     board_index: str = "redis"  # board queries: "redis" (a script per query) or "memory" (api.board_mirror)
     stale_after_ms: int = 10_000  # a ranking older than this is marked stale
     body_timeout_ms: int = server.DEFAULT_BODY_TIMEOUT_MS  # a request body must arrive within this of its head (408)

@@ -2,7 +2,8 @@
 
 Readers never touch the flow: everything comes from the keys the publisher writes
 (``connectors.redis_publish``). A background task (:class:`SnapshotCache`) asks
-Redis every ``poll_ms`` for the current snapshot id, a few bytes, with one script
+Redis for the current snapshot id, a few bytes, whenever a publish is announced
+(``api.announce``) and at least every ``poll_ms``, with one script
 (``scripts.READ_LISTENERS``; called a second time after a rebuild's switch, with the new
 generation's keys); when the id changed the same call returns the new snapshot and
 the count changes published since the ones this process applied. The service keeps its
@@ -76,7 +77,7 @@ class SnapshotCache(Polling):
     name = "snapshot poller"
     wait_first = True  # :meth:`start` read the first snapshot
 
-    def __init__(self, url: str, namespace: str, poll_ms: int = 100) -> None:
+    def __init__(self, url: str, namespace: str, poll_ms: int = 1000) -> None:
         super().__init__(poll_ms)
         self.keys = Keys(namespace)
         self.client = redis_client(url)
@@ -203,6 +204,7 @@ class ListenerSnapshots(Part):
         self.cache = state.cache = SnapshotCache(settings.redis_url, settings.namespace, settings.poll_ms)
         state.bodies = BodyCache()
         await self.cache.start()
+        state.announcements.follow(self.cache.keys.generation, self.cache)
 
     async def stop(self) -> None:
         if self.cache is not None:

@@ -2,7 +2,8 @@
 
 Contract:
 
-* :class:`Polling` is a reader's background task: every ``poll_s`` it calls
+* :class:`Polling` is a reader's background task: every ``poll_s``, and at once when
+  :meth:`Polling.wake` is called (a publish was announced: ``api.announce``), it calls
   :meth:`Polling.poll_once`; a failure goes to :meth:`Polling.poll_failed`, which says
   whether to poll again at once or re-raises (ending the task). :meth:`Polling.start`
   and :meth:`Polling.stop` start it and stop it in bounded time; a reader that reads
@@ -58,11 +59,12 @@ class Polling:
     wait_first = False
     """Whether the loop waits one interval before its first poll (the reader read at start)."""
 
-    def __init__(self, poll_ms: int = 100) -> None:
+    def __init__(self, poll_ms: int = 1000) -> None:
         self.poll_s = poll_ms / 1000
         self._task: asyncio.Task[None] | None = None
         self._stopping = False
         self._changed = asyncio.Event()  # set, and replaced, at each new snapshot
+        self._woken = asyncio.Event()  # set by :meth:`wake`: poll now, not at the interval's end
 
     async def poll_once(self) -> None:
         """One look at Redis."""
@@ -73,18 +75,33 @@ class Polling:
         the interval; re-raise what the loop must not outlive."""
         raise exc
 
+    def wake(self) -> None:
+        """Poll now: something was published (a wake during a poll makes one more poll after it)."""
+        self._woken.set()
+
     async def _poll(self) -> None:
         wait = self.wait_first
         while not self._stopping:
             if wait:
-                await asyncio.sleep(self.poll_s)
+                await self._interval()
                 if self._stopping:
                     break
+            self._woken.clear()  # what is published from here on is the poll's, or wakes the next one
             try:
                 await self.poll_once()
                 wait = True
             except Exception as exc:  # noqa: BLE001 - poll_failed says which ones the loop outlives
                 wait = not self.poll_failed(exc)
+
+    async def _interval(self) -> None:
+        """Until :meth:`wake` or ``poll_s`` has passed (``asyncio.wait``: see :meth:`wait_for_change`)."""
+        if self._woken.is_set():
+            return
+        waiter = asyncio.ensure_future(self._woken.wait())
+        try:
+            await asyncio.wait({waiter}, timeout=self.poll_s)
+        finally:
+            waiter.cancel()
 
     def start(self) -> None:
         self._stopping = False

@@ -6,7 +6,9 @@ namespace in one Redis Cluster slot, so one script may touch them all:
 ==============================  ==================================================
 ``{ns}:runs``                   run tokens: ``INCR``-ed by every run and rebuild
 ``{ns}:run:<run id>``           ``token:generation`` of a run's processes (a day)
-``{ns}:generation``             the generation readers use (absent means 0)
+``{ns}:generation``             the generation readers use (absent means 0); also the
+                                pub/sub channel that announces its new snapshots
+                                (``scripts.PUBLISH_ARGV``)
 ``{ns}:retired``                generations a switch replaced and whose keys are not
                                 all removed yet (set; ``redis_generations``)
 ``{ns}:g<G>:owner``             the token of the run that owns generation G

@@ -172,6 +172,14 @@ Every call also re-creates the generation pointer (live), the owner and the run-
 counter (at least this token) if Redis lost them, so a run started later still gets a
 newer token and takes over.
 
+A snapshot stored into the generation readers use (the pointer's, or the run's own in
+live mode) is announced on the pub/sub channel named like the pointer's key
+(``{ns}:generation``), message ``generation:snapshot_id``: the service's readers wake on
+it (``api.announce``) rather than polling. A rebuild's snapshots, into a generation no
+reader uses yet, are not announced; its switch is (message ``generation:``). Both
+publish with ``pcall``: an ACL user without the channel loses the announcement, never
+the publish.
+
 "Same positions" is what makes a retry safe to forget: the state of a cut is a
 function of the input before it, so Redis's state is the one the caller has.
 Within one run a replayed epoch may cut the input elsewhere under the same id.
@@ -346,7 +354,8 @@ SWITCH = Script("switch", ("switch",), keys=("generation", "retired"), argv=("ol
 
 ``KEYS``: the generation pointer, the set of retired generations. ``ARGV``: the old and
 the new generation. Errors ``SWITCHED ...`` if the pointer is not the old generation
-(someone switched already); else replies 1. The caller then removes the retired
+(someone switched already); else announces the new generation (``generation:`` on the
+pointer's channel, as the publish prelude does) and replies 1. The caller then removes the retired
 generation's keys by their prefix (``redis_generations.drop_generation``)."""
 
 

@@ -248,6 +248,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="where board queries are answered: redis (one script per query; default) or memory (a copy "
                          "of every board in this process, following Redis: no request waits for a publish, but "
                          "every process holds all boards, about 300 bytes per entry)")
+    sv.add_argument("--poll-ms", type=_positive, default=1000, metavar="MS",
+                    help="the readers look for a newer snapshot when a flow announces one (Redis pub/sub) and at "
+                         "least every MS (default: %(default)s)")
     sv.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
                     help="how long to wait for the broker's acknowledgement before answering 503")
@@ -449,7 +452,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
                         ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index,
-                        body_timeout_ms=args.body_timeout_ms, products=args.products)
+                        body_timeout_ms=args.body_timeout_ms, products=args.products, poll_ms=args.poll_ms)
     problem = cannot_listen(args.host, args.port)
     if problem is not None:  # else uvicorn logs a traceback-sized error, or listens on another port
         raise UsageError(f"--host/--port: {problem}")

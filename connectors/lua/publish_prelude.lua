@@ -53,3 +53,6 @@ end
 redis.call('SET', KEYS[3], ARGV[3])
 redis.call('SET', KEYS[4], ARGV[4])
 redis.call('XADD', KEYS[6], 'MAXLEN', '~', ARGV[5], '*', 'snapshot_id', ARGV[3], 'snapshot', ARGV[4])
+if (gen or (ARGV[6] == 'live' and ARGV[2]) or '0') == ARGV[2] then
+  redis.pcall('PUBLISH', KEYS[1], ARGV[2] .. ':' .. ARGV[3])  -- an ACL without the channel only costs readers the wake-up
+end

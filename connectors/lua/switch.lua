@@ -6,4 +6,5 @@ if gen ~= ARGV[1] then
 end
 redis.call('SET', KEYS[1], ARGV[2])
 redis.call('SADD', KEYS[2], ARGV[1])
+redis.pcall('PUBLISH', KEYS[1], ARGV[2] .. ':')
 return 1

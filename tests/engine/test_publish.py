@@ -3,9 +3,11 @@ a rebuild's switch is atomic, and a Redis that lost its data is re-established."
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import pytest
+import redis
 
 from rankflow.connectors.redis_generations import (
     FencedError,
@@ -177,3 +179,52 @@ def test_a_run_fenced_at_its_last_snapshot_stops_with_the_error(tmp_path, redis_
     with pytest.raises(FencedError, match="current owner is run 50"):
         execute(flow, RunOptions(input=f"jsonl:{log}", until_eof=True), None)
     assert read_latest(redis_client, namespace) is None
+
+
+def _announced(pubsub, n: int) -> list[bytes]:
+    """The next ``n`` messages of ``pubsub`` (a subscription made before they were sent)."""
+    got: list[bytes] = []
+    deadline = time.monotonic() + 10
+    while len(got) < n and time.monotonic() < deadline:
+        message = pubsub.get_message(ignore_subscribe_messages=True, timeout=0.1)
+        if message is not None:
+            got.append(message["data"])
+    return got
+
+
+def test_what_readers_use_is_announced_a_rebuild_only_at_its_switch(redis_client, redis_url, namespace):
+    """Every snapshot stored into the readers' generation is announced on the pointer's channel
+    (``generation:snapshot_id``); refused ones and a rebuild's are not; its switch is."""
+    pubsub = redis_client.pubsub()
+    pubsub.subscribe(Keys(namespace).generation)
+    live_token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
+    live = Publisher(redis_url, namespace, live_token, state=CountTable())
+    assert live.publish(snap(live_token, 1)) == 1
+    assert live.publish(snap(live_token, 1)) == Published.ALREADY_STORED
+    build_token = new_run_token(redis_client, namespace)
+    claim_generation(redis_client, namespace, build_token, build_token)
+    build = Publisher(redis_url, namespace, build_token, generation=build_token, live=False, state=CountTable())
+    assert build.publish(snap(build_token, 50)) == 1
+    assert live.publish(snap(live_token, 2)) == 1
+    switch_generation(redis_client, namespace, 0, build_token)
+    assert build.publish(snap(build_token, 51)) == 1  # now the readers' generation
+    assert _announced(pubsub, 5) == [b"0:%d" % snapshot_id(live_token, 1), b"0:%d" % snapshot_id(live_token, 2),
+                                     b"%d:" % build_token, b"%d:%d" % (build_token, snapshot_id(build_token, 51))]
+    pubsub.close()
+
+
+def test_a_user_the_channels_are_closed_to_still_publishes(redis_client, redis_url, namespace):
+    """An ACL user without pub/sub channels (Redis 7's default for a new user) loses the
+    announcement, never the publish."""
+    user = f"flow-{uuid.uuid4().hex[:8]}"
+    redis_client.acl_setuser(user, enabled=True, passwords=["+secret"], keys=["*"], commands=["+@all"],
+                             reset_channels=True)
+    try:
+        url = redis_url.replace("redis://", f"redis://{user}:secret@")
+        token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
+        assert Publisher(url, namespace, token, state=CountTable()).publish(snap(token, 1)) == 1
+        assert read_latest(redis_client, namespace)["epoch"] == 1
+        with pytest.raises(redis.exceptions.NoPermissionError):
+            redis.Redis.from_url(url).publish(Keys(namespace).generation, b"x")  # the channel is closed to it
+    finally:
+        redis_client.acl_deluser(user)
