@@ -41,8 +41,10 @@ HEALTH_S = 10
 """How long the subscription may be silent before the client checks it with a ``PING``."""
 
 
-class Announcements:
-    """One subscription per process to the channels its pollers follow.
+class Announcements(Polling):
+    """One subscription per process to the channels its pollers follow: a :class:`Polling`
+    whose one look is the whole subscription (:meth:`poll_once` returns only when stopping
+    or failing), made again ``RETRY_S`` after a failure.
 
     >>> a = Announcements("redis://127.0.0.1:1/0")
     >>> a.follow("{ns}:generation", Polling())
@@ -53,10 +55,9 @@ class Announcements:
     name = "announcement listener"
 
     def __init__(self, url: str) -> None:
+        super().__init__(int(RETRY_S * 1000))
         self.url = url
         self._followers: dict[str, list[Polling]] = {}
-        self._task: asyncio.Task[None] | None = None
-        self._stopping = False
         self.heard = 0  # messages received
         self.subscribed = False  # whether the subscription is up now
         self.problem: str | None = None  # why the last attempt to subscribe failed (logged once per reason)
@@ -71,30 +72,19 @@ class Announcements:
     def start(self) -> None:
         """Listen in the background (nothing to do when no poller follows a channel)."""
         if self._followers:
-            self._stopping = False
-            self._task = asyncio.create_task(self._listen_forever(), name=self.name)
+            super().start()
 
-    async def stop(self) -> None:
-        """Stop in bounded time (a flag as well as a cancel: see ``api.watch.Polling``)."""
-        self._stopping = True
-        if self._task is not None:
-            self._task.cancel()
-            await wait_bounded(self._task, f"the {self.name} did not stop in time")
+    def poll_failed(self, exc: Exception) -> bool:
+        """Redis refused or dropped the subscription: log it (once per reason), try again later."""
+        if not isinstance(exc, (redis.RedisError, OSError)):
+            raise exc
+        if repr(exc) != self.problem:  # e.g. an ACL user without the channels: NOPERM
+            log.warning("cannot subscribe to the flows' announcements (%s): the readers poll on their own "
+                        "meanwhile", exc)
+        self.problem = repr(exc)
+        return False
 
-    async def _listen_forever(self) -> None:
-        while not self._stopping:
-            try:
-                await self._listen()
-            except (redis.RedisError, OSError) as exc:
-                if repr(exc) != self.problem:  # e.g. an ACL user without the channels: NOPERM
-                    log.warning("cannot subscribe to the flows' announcements (%s): the readers poll on their own "
-                                "meanwhile", exc)
-                self.problem = repr(exc)
-            self.subscribed = False
-            if not self._stopping:
-                await asyncio.sleep(RETRY_S)
-
-    async def _listen(self) -> None:
+    async def poll_once(self) -> None:
         """Subscribe, wake everyone (what was announced before is unheard), then wake per message."""
         # a PING every HEALTH_S while idle: a connection that died silently fails, and is made again
         client = aioredis.Redis.from_url(self.url, socket_connect_timeout=2, socket_keepalive=True,
@@ -110,6 +100,7 @@ class Announcements:
                     self.heard += 1
                     self._wake((message["channel"].decode(),))
         finally:
+            self.subscribed = False
             await wait_bounded(asyncio.ensure_future(_close(pubsub, client)), "the subscription did not close in time")
 
     def _wake(self, channels: Iterable[str]) -> None:

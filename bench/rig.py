@@ -61,10 +61,14 @@ POLL_S = 0.1
 # -- processes ---------------------------------------------------------------------------
 def cpu_seconds(pid: int | None) -> float:
     """User + system CPU seconds ``pid`` has spent so far (0 for no process)."""
-    if pid is None:
-        return 0.0
+    return 0.0 if pid is None else sum(cpu_times(pid))
+
+
+def cpu_times(pid: int) -> tuple[float, float]:
+    """User and system CPU seconds ``pid`` has spent so far."""
     fields_ = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields_[11]) + int(fields_[12])) / os.sysconf("SC_CLK_TCK")
+    tick = os.sysconf("SC_CLK_TCK")
+    return int(fields_[11]) / tick, int(fields_[12]) / tick
 
 
 def proc_status(pid: int | None, field: str) -> int:

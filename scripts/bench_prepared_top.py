@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import subprocess
 import sys
 import tempfile
@@ -25,16 +24,10 @@ from pathlib import Path
 import httpx
 
 from rankflow.bench.api_load import run_load
+from rankflow.bench.rig import cpu_times
 from rankflow.services import LocalRedis, free_port
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
-
-
-def cpu_split(pid: int) -> tuple[float, float]:
-    """User and system CPU seconds of ``pid`` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    tick = os.sysconf("SC_CLK_TCK")
-    return int(fields[11]) / tick, int(fields[12]) / tick
 
 
 def main() -> None:
@@ -71,10 +64,10 @@ def main() -> None:
                 for n in (1, 10, 100):
                     path = f"/boards/arena/all/top?n={n}"
                     size = len(client.get(path).content)
-                    (u0, s0) = cpu_split(server.pid)
+                    (u0, s0) = cpu_times(server.pid)
                     load = asyncio.run(run_load("127.0.0.1", port, lambda _, path=path: path, args.rate, args.seconds,
                                                 connections=8))
-                    (u1, s1) = cpu_split(server.pid)
+                    (u1, s1) = cpu_times(server.pid)
                     per = 1e6 / max(1, load.requests)
                     print(f"rep {rep} n={n:>3}, body {size:>5} B: user {(u1 - u0) * per:5.1f} + system "
                           f"{(s1 - s0) * per:5.1f} us per request ({load.requests} requests, {load.errors} errors)")

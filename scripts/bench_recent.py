@@ -89,27 +89,26 @@ def at_rate(path: Path, events: int, rate: float, out: Path) -> Path:
     """``path`` with every valid ``ts`` moved towards the first so that ``events`` span
     ``events / rate`` seconds; lines without an integer ``ts`` are kept as they are."""
     lines = path.read_bytes().splitlines()
-    stamps = [ts for ts in map(_ts, lines) if ts is not None]
+    records = [_timed(line) for line in lines]
+    stamps = [r["ts"] for r in records if r is not None]
     first, span_ms = min(stamps), max(stamps) - min(stamps)
     scale = events / rate * 1000 / span_ms
     with out.open("wb") as f:
-        for line in lines:
-            ts = _ts(line)
-            if ts is not None:
-                record = orjson.loads(line)
-                record["ts"] = first + round((ts - first) * scale)
+        for line, record in zip(lines, records):
+            if record is not None:
+                record["ts"] = first + round((record["ts"] - first) * scale)
                 line = orjson.dumps(record)
             f.write(line + b"\n")
     return out
 
 
-def _ts(line: bytes) -> int | None:
+def _timed(line: bytes) -> dict | None:
+    """The line's record if it is an object with an integer ``ts``, else None."""
     try:
         record = orjson.loads(line)
     except orjson.JSONDecodeError:
         return None
-    ts = record.get("ts") if isinstance(record, dict) else None
-    return ts if type(ts) is int else None
+    return record if isinstance(record, dict) and type(record.get("ts")) is int else None
 
 
 if __name__ == "__main__":
