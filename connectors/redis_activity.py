@@ -7,8 +7,8 @@ it turns an :class:`state.activity_snapshot.ActivitySnapshot` into the arguments
 stores, newest count per channel.
 
 Every execution's first snapshot is ``full`` (the counters send every count), so a
-run resumed after Redis lost its data heals it at once. Redis losing its data *during*
-a run stops the run with :class:`RedisLostActivity`: the counts live in the counter
+run resumed after Redis lost its data heals it at once. Redis losing its data, or going back
+to an older backup, *during* a run stops the run with :class:`RedisLostActivity`: the counts live in the counter
 partitions, and a restart (with the same ``--recovery-dir``) sends them all.
 """
 
@@ -76,11 +76,11 @@ class ActivityState:
             return
         merge_pending(self._pending, snapshot.changed)
 
-    def resend_all(self) -> None:
+    def resend_all(self, why: str) -> None:
         if not self._full:
             raise RedisLostActivity(
-                "Redis has no snapshot of this run's activity rankings (it lost its data?): stopping. Start the "
-                "run again with the same --recovery-dir: its first snapshot sends every count")
+                f"{why}: stopping. Start the run again with the same --recovery-dir: its first snapshot sends "
+                "every count")
 
     def stored(self) -> None:
         self._pending, self._full, self._stale = {}, False, []

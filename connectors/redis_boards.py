@@ -39,7 +39,8 @@ def board_name(game: str, board: str) -> bytes:
 
 
 class RedisLostBoards(RuntimeError):
-    """Redis has no snapshot of the run's generation, and this process cannot send every board."""
+    """Redis has no snapshot of the run's generation, or an older one than the run's changes build
+    on, and this process cannot send every board."""
 
 
 class BoardsState:
@@ -48,9 +49,10 @@ class BoardsState:
     ``complete``: what this execution publishes starts from nothing, so until Redis
     stores its first snapshot the pending entries are every board (a fresh run, or a
     resumed run whose per-player stage republishes every record because Redis had
-    none at start-up, see ``runner``). Redis answering ``NO_TABLE`` then gets them as
-    the whole state. Any other ``NO_TABLE`` (Redis lost its data during the run) stops
-    the run with :class:`RedisLostBoards`: holding a copy of 10M players' entries here
+    none, or less than the run's recovery state, at start-up: ``Boards.must_republish``).
+    Redis answering ``NO_TABLE`` or ``GAP`` then gets them as the whole state. Any other
+    ``NO_TABLE`` or ``GAP`` (Redis lost its data, or was restored from an older backup,
+    during the run) stops the run with :class:`RedisLostBoards`: holding a copy of 10M players' entries here
     to heal in place would double the flow's memory, and a restart heals exactly.
     """
 
@@ -71,12 +73,12 @@ class BoardsState:
             self._dropped.add(bid)
         self._aliases.update(snapshot.aliases)
 
-    def resend_all(self) -> None:
+    def resend_all(self, why: str) -> None:
         if not self._whole:
             raise RedisLostBoards(
-                "Redis has no snapshot of this run's boards (it lost its data?): stopping. Start the run again "
-                "with the same --recovery-dir: it republishes every board when Redis has none (or rebuild with "
-                "`rankflow rebuild --flow boards`)")
+                f"{why}: stopping. Start the run again with the same --recovery-dir: it sends every board again "
+                "when Redis has none or holds less than its recovery state (or rebuild with `rankflow rebuild "
+                "--flow boards`)")
         self._full = True
 
     def stored(self) -> None:

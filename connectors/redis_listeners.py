@@ -22,7 +22,8 @@ class CountTable:
     """The listener flow's state in Redis: the count table, sent as changes.
 
     Count changes not yet in Redis wait for the next snapshot Redis accepts. The
-    publisher mirrors the whole table, to send it whole when Redis has none.
+    publisher mirrors the whole table, to send it whole when Redis has none or holds
+    an older one (restored from a backup): the flow heals Redis in place.
     """
 
     script = PUBLISH_LISTENERS
@@ -44,8 +45,8 @@ class CountTable:
             else:
                 self._mirror.pop(song, None)
 
-    def resend_all(self) -> None:
-        self._pending, self._full = dict(self._mirror), True
+    def resend_all(self, why: str) -> None:
+        self._pending, self._full = dict(self._mirror), True  # whatever ``why``: the mirror is the whole table
 
     def stored(self) -> None:
         self._pending, self._full = {}, False

@@ -9,6 +9,14 @@ If Redis lost its data, the first publish re-creates the generation pointer, the
 owner and the run-token counter, and the next complete snapshot restores the
 ranking: every snapshot is whole, and the publisher mirrors the full count table
 to send it whole when Redis has none.
+
+Changes are laid on what Redis holds, so each call names its *floor*: the positions
+Redis must hold for them to apply (those of the last snapshot this publisher stored,
+or, first, of the last one the resumed run's recovery state had emitted:
+``rankflow.resume_point``). A Redis behind it (restored from an older backup, or
+left behind by a run that died or stopped while Redis did not answer) answers
+``GAP``, and the state sends everything or stops the run saying how to heal it,
+as when Redis has nothing.
 """
 
 from __future__ import annotations
@@ -39,6 +47,13 @@ STREAM_MAXLEN = 10_000
 TRANSIENT_REPLIES = frozenset({"LOADING", "BUSY", "MASTERDOWN", "READONLY", "TRYAGAIN", "CLUSTERDOWN"})
 """Redis replies that mean "not now": loading its data, running a long script, a
 replica without its master or not yet promoted, a cluster moving slots or failing over."""
+
+
+LOST = "Redis has no snapshot of this run's generation (it lost its data?)"
+"""Why a state must send everything (``ProductState.resend_all``): ``NO_TABLE``."""
+BEHIND = ("Redis holds this run's generation at positions behind what the run has published (it was restored "
+          "from an older backup, or the run's recovery state moved past snapshots Redis never stored)")
+"""Why a state must send everything: ``GAP``."""
 
 
 class RedisUnavailable(redis.ConnectionError):
@@ -112,8 +127,10 @@ class ProductState(Protocol):
     def remember(self, snapshot: Any) -> None:
         """Take a snapshot's changes: pending until Redis stores a snapshot."""
 
-    def resend_all(self) -> None:
-        """Redis has nothing (``NO_TABLE``): the next call sends the whole state."""
+    def resend_all(self, why: str) -> None:
+        """Redis has nothing (``NO_TABLE``, ``why`` is :data:`LOST`) or lacks changes the pending
+        ones build on (``GAP``, :data:`BEHIND`): the next call sends the whole state, or this
+        raises, saying ``why`` and how to heal Redis, when the state does not hold it."""
 
     def stored(self) -> None:
         """Redis stored the pending changes."""
@@ -140,7 +157,8 @@ class Publisher:
     """
 
     def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0,
-                 live: bool = True, retry_for_s: float = 300.0, *, state: ProductState) -> None:
+                 live: bool = True, retry_for_s: float = 300.0, *, state: ProductState,
+                 floor: dict[str, int] | None = None) -> None:
         self._client = connect(url)
         self._keys = Keys(namespace, generation)
         self._state = state
@@ -151,6 +169,7 @@ class Publisher:
                              "snapshot": k.snapshot, "positions": k.positions, "stream": k.stream, "runs": k.runs}
         self._hurry = False
         self._retry_for_s = retry_for_s
+        self._floor = floor  # the positions Redis must hold for the pending changes to apply
 
     def publish(self, snapshot: Any, hurry: bool = False) -> Published:
         """Store ``snapshot``, or keep its changes until Redis stores a snapshot.
@@ -188,13 +207,17 @@ class Publisher:
         body = dumps_document(obj)
         started = time.perf_counter()
         outcome = Published(self._call(snapshot, body))
-        if outcome is Published.NO_TABLE:  # send all of it
-            self._state.resend_all()
+        if outcome in (Published.NO_TABLE, Published.GAP):  # send all of it
+            why = LOST if outcome is Published.NO_TABLE else BEHIND
+            if outcome is Published.GAP:
+                log.warning("%s: sending snapshot %s with the whole state", why, snapshot.snapshot_id)
+            self._state.resend_all(why)
             outcome = Published(self._call(snapshot, body))
         if outcome is Published.STORED:
             METRICS.published(snapshot.positions, snapshot.gauges(), time.perf_counter() - started)
         if outcome in (Published.STORED, Published.ALREADY_STORED):  # the pending changes are in Redis
             self._state.stored()
+            self._floor = dict(snapshot.positions)
         return outcome
 
     def _call(self, snapshot: Any, body: bytes) -> Any:
@@ -204,7 +227,8 @@ class Publisher:
             if prepare is not None:
                 prepare(self._client, k, self._fence, self._hurry)
             reply = self._script(*publish_call(state.script, self._fence, snapshot.snapshot_id, body, STREAM_MAXLEN,
-                                               snapshot.positions, self._shared_keys, state.keys(k), state.args()))
+                                               snapshot.positions, self._shared_keys, state.keys(k), state.args(),
+                                               self._floor))
             if finish is not None:
                 finish(self._client, k, self._fence)
             return reply
@@ -286,13 +310,17 @@ class RedisSnapshotSink(DynamicSink[tuple[str, Any]]):
     """Bytewax sink publishing the merger's ``(key, snapshot)`` items.
 
     ``state``: builds the flow's :class:`ProductState` (its product's); one per
-    partition, built where the partition runs.
+    partition, built where the partition runs. ``retry_for_s``: how long a snapshot waits
+    for Redis before the run stops (``--redis-retry-s``). ``floor``: the positions Redis
+    must hold before the run's first changes apply (``rankflow.resume_point``).
     """
 
     def __init__(self, url: str, namespace: str, run_token: int, generation: int = 0, live: bool = True, *,
-                 state: Callable[[], ProductState]) -> None:
-        self._args = (url, namespace, run_token, generation, live)
+                 state: Callable[[], ProductState], retry_for_s: float = 300.0,
+                 floor: dict[str, int] | None = None) -> None:
+        self._args = (url, namespace, run_token, generation, live, retry_for_s)
         self._state = state
+        self._floor = floor
 
     def build(self, step_id: str, worker_index: int, worker_count: int) -> _PublisherPartition:
-        return _PublisherPartition(Publisher(*self._args, state=self._state()))
+        return _PublisherPartition(Publisher(*self._args, state=self._state(), floor=self._floor))

@@ -149,7 +149,9 @@ counter."""
 PUBLISH_ARGV = ("token", "generation", "snapshot_id", "snapshot", "stream_cap", "mode", "partitions")
 """``ARGV`` 1-7 of every publish script: run token, generation, snapshot id, snapshot JSON,
 stream cap, ``live`` or ``build``, N source partitions; then N (partition, offset) pairs;
-then at ``ARGV[P]`` (``P = 8 + 2N``) :attr:`Script.argv_at_p`.
+then at ``ARGV[F]`` (``F = 8 + 2N``) M, and M (partition, offset) pairs: the *floor*, the
+positions Redis must hold for the changes to apply (empty when there is none); then at
+``ARGV[P]`` (``P = F + 1 + 2M``) :attr:`Script.argv_at_p`.
 
 ``lua/publish_prelude.lua`` refuses, in this order:
 
@@ -164,7 +166,12 @@ then at ``ARGV[P]`` (``P = 8 + 2N``) :attr:`Script.argv_at_p`.
   recovery state with its old token replays older epochs): ``OLDER``;
 * a snapshot whose positions are behind the stored ones for any source partition
   (a restarted run still catching up): ``BEHIND``. Published positions never go
-  backwards.
+  backwards;
+* changes (``delta``) whose floor is ahead of the stored positions for any partition:
+  ``GAP``. Redis lacks changes they build on: it was restored from an older backup, or
+  a run died (or stopped) after its recovery state had moved past snapshots Redis never
+  stored. The publisher sends its whole state, or stops the run saying how to heal it
+  (``rankflow.resume_point``).
 
 Otherwise it stores the snapshot and its positions, and the product's body (run
 next, in the same script) stores its changes: ``STORED`` (replies: ``Published``).
@@ -429,23 +436,26 @@ SCRIPTS: tuple[Script, ...] = (PUBLISH_LISTENERS, PUBLISH_BOARDS, PUBLISH_ACTIVI
 
 def publish_call(script: Script, fence: tuple[int, int, str], snapshot_id: int, snapshot: bytes, stream_cap: int,
                  positions: Mapping[Any, int], keys: Mapping[str, Any], product_keys: list[Any],
-                 product_args: list[Any]) -> Call:
+                 product_args: list[Any], floor: Mapping[Any, int] | None = None) -> Call:
     """A publish script's call: the shared keys (``keys``, by :data:`PUBLISH_KEYS` name)
     and arguments, the source positions in partition order (their count in ``ARGV[7]``
-    tells the script where ``P`` is), then the product's keys and arguments
-    (:meth:`Script.product_keys`, :meth:`Script.at_p` and its variable parts)."""
+    tells the script where ``F`` is), the floor's count and positions (``floor``: what
+    Redis must hold for the changes to apply; its count tells the script where ``P`` is),
+    then the product's keys and arguments (:meth:`Script.product_keys`,
+    :meth:`Script.at_p` and its variable parts)."""
     token, generation, mode = fence
     pairs = [x for part, offset in sorted(positions.items()) for x in (part, offset)]
+    floors = [x for part, offset in sorted((floor or {}).items()) for x in (part, offset)]
     return Call(_ordered(PUBLISH_KEYS, keys, script.name, "KEYS") + product_keys,
                 _ordered(PUBLISH_ARGV, {"token": token, "generation": generation, "snapshot_id": snapshot_id,
                                         "snapshot": snapshot, "stream_cap": stream_cap, "mode": mode,
                                         "partitions": len(pairs) // 2}, script.name, "ARGV")
-                + pairs + product_args)
+                + pairs + [len(floors) // 2] + floors + product_args)
 
 
 class Published(IntEnum):
-    """The publish scripts' replies (:data:`PUBLISH_ARGV`). After ``OLDER``, ``BEHIND``
-    and ``NO_TABLE`` the changes are not in Redis: they must go with the next snapshot
+    """The publish scripts' replies (:data:`PUBLISH_ARGV`). After ``OLDER``, ``BEHIND``,
+    ``NO_TABLE`` and ``GAP`` the changes are not in Redis: they must go with the next snapshot
     it stores."""
 
     STORED = 1
@@ -453,3 +463,4 @@ class Published(IntEnum):
     BEHIND = -1
     NO_TABLE = -2
     OLDER = -3
+    GAP = -4

@@ -50,6 +50,17 @@ def rate(text: str) -> float:
     return value
 
 
+def seconds(text: str) -> float:
+    """A duration in seconds, more than 0 (``inf``, ``nan`` and negatives are refused)."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 < value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be more than 0 and finite, got {text}")
+    return value
+
+
 def comma_list(text: str) -> list[str]:
     """``a,b,,c`` -> ``['a', 'b', 'c']``."""
     return [s for s in text.split(",") if s]

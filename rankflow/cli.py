@@ -20,7 +20,7 @@ import redis
 
 from rankflow import products
 from rankflow.arg_types import (KAFKA_FORM, kafka as _kafka, not_negative as _not_negative, port as _port,
-                                positive as _positive, rate as _rate)
+                                positive as _positive, rate as _rate, seconds as _seconds)
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.board_layout import RedisBoardsLayout
@@ -115,6 +115,9 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str
                         "(default: %(default)s, 1 MiB)")
     p.add_argument("--recovery-dir", metavar="DIR",
                    help="keep state and input positions here at every barrier and resume from them")
+    p.add_argument("--redis-retry-s", type=_seconds, default=300.0, metavar="SECONDS",
+                   help="how long a snapshot waits for an unreachable or stalled Redis before the run stops "
+                        "(exit 1; resume it with the same --recovery-dir) (default: %(default)g)")
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="live runs of the activity flow, and the listener flow's recent plays: an input partition "
                         "with nothing to read this long stops holding the watermark back until its next event "
@@ -377,6 +380,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
         max_line_bytes=args.max_line_bytes, read_batch=args.read_batch, flow=args.flow, idle_timeout_s=args.idle_timeout,
+        redis_retry_s=args.redis_retry_s,
         **{k: v for k, v in own.items() if k in RunOptions.__dataclass_fields__},
         extra={k: v for k, v in own.items() if k not in RunOptions.__dataclass_fields__},
     )

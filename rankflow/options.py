@@ -147,6 +147,7 @@ class RunOptions:
     read_batch: int | None = None  # the most messages a Kafka partition reads at once; None: the product's
     max_line_bytes: int = MAX_LINE_BYTES  # a longer JSONL line is dead-lettered (invalid_json), not read
     recovery_dir: str | None = None
+    redis_retry_s: float = 300.0  # how long a snapshot waits for Redis before the run stops (RedisUnavailable)
     user_shards: int = DEFAULT_USER_SHARDS  # 0: one Bytewax key per user
     hot_threshold: float = 20_000.0  # changes/s of one song (per process) that split it; 0 never splits
     hot_salts: int = 4  # partial counters of a split song
@@ -226,6 +227,8 @@ class RunOptions:
                 raise UsageError(f"--{flag} must be >= 1")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")
+        if not 0 < self.redis_retry_s < float("inf"):
+            raise UsageError("--redis-retry-s must be more than 0 seconds")
         product.check(self)
         if self.processes < 1:
             raise UsageError("--processes must be >= 1")

@@ -20,7 +20,7 @@ import sys
 import time
 import uuid
 from collections.abc import Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 import redis
@@ -37,6 +37,7 @@ from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.operators.metrics import METRICS
 from rankflow.options import RunOptions, ServiceError, UsageError, check_redis_url, redacted
 from rankflow.recovery import check_resumable, recovery_config, resumes_from_recovery
+from rankflow.resume_point import published_floor
 from rankflow.services import cannot_listen, free_port
 
 log = logging.getLogger("rankflow.run")
@@ -68,13 +69,32 @@ def check_run(opts: RunOptions) -> None:
 
 
 def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, source: Source, fresh: bool,
-                   republish: bool = False, dead_letter: Sink | None = None) -> Dataflow:
+                   republish: bool = False, dead_letter: Sink | None = None,
+                   floor: dict[str, int] | None = None) -> Dataflow:
     """The flow of the product ``opts.flow`` names, publishing into ``generation`` with run token
     ``token``; ``fresh``: it starts its input over (no recovery state to resume from). ``dead_letter``:
-    the sink made (and its topic created) before the run claimed anything, else made here."""
+    the sink made (and its topic created) before the run claimed anything, else made here. ``floor``:
+    what Redis must hold before the first changes apply (:class:`Start`)."""
     if dead_letter is None:
         dead_letter = make_dead_letter_sink(opts.dead_letter)
-    return opts.product.build_flow(opts, token, generation, live, source, dead_letter, fresh, republish)
+    return opts.product.build_flow(opts, token, generation, live, source, dead_letter, fresh, republish, floor)
+
+
+@dataclass(frozen=True)
+class Start:
+    """Where a run starts: over from its input's beginning (``fresh``, no recovery state), or
+    resumed, with ``floor``, the positions of the last snapshot its recovery state had emitted
+    (``rankflow.resume_point``): Redis must hold them, or the changes before them are lost."""
+
+    fresh: bool
+    floor: dict[str, int] | None = None
+
+    @classmethod
+    def of(cls, opts: RunOptions) -> Start:
+        """Read before the run's store is opened (a resume's floor from Bytewax's store)."""
+        if not resumes_from_recovery(opts.recovery_dir):
+            return cls(fresh=True)
+        return cls(fresh=False, floor=published_floor(opts.recovery_dir, opts.flow))
 
 
 def warn_unchecked(opts: RunOptions) -> None:
@@ -82,9 +102,11 @@ def warn_unchecked(opts: RunOptions) -> None:
     opts.product.warn(opts)
 
 
-def must_republish(client: redis.Redis, opts: RunOptions, generation: int, fresh: bool) -> bool:
-    """Whether a resumed run must send its whole state again: Redis lost it while the run was down."""
-    return opts.product.must_republish(client, opts, generation, fresh)
+def must_republish(client: redis.Redis, opts: RunOptions, generation: int, fresh: bool,
+                   floor: dict[str, int] | None = None) -> bool:
+    """Whether a resumed run must send its whole state again: Redis lost it while the run was down,
+    or holds less than the run's recovery state has published (``floor``)."""
+    return opts.product.must_republish(client, opts, generation, fresh, floor)
 
 
 def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, source: Source,
@@ -94,11 +116,12 @@ def listener_flow(opts: RunOptions, token: int, generation: int, live: bool, sou
                                         republish=False)
 
 
-def run(opts: RunOptions, fresh: bool | None = None) -> dict[str, Any] | None:
+def run(opts: RunOptions, start: Start | None = None) -> dict[str, Any] | None:
     """Run the flow live; with ``until_eof`` return the final published snapshot.
 
-    ``fresh``: whether the run starts its input over (no stored state), when the caller
-    decided it before creating the store (the processes of one run); else read here."""
+    ``start``: whether the run starts its input over (no stored state) and where a resume's
+    snapshots build on, when the caller read it before creating the store (the processes of
+    one run); else read here."""
     check_run(opts)
     check_resumable(opts)  # before any process starts: another input, layout or key is a usage error
     if opts.processes > 1:
@@ -106,8 +129,9 @@ def run(opts: RunOptions, fresh: bool | None = None) -> dict[str, Any] | None:
     if opts.process_id in (None, 0):  # one line per run, not per process
         warn_unchecked(opts)
     tune_gc()
-    if fresh is None:
-        fresh = not resumes_from_recovery(opts.recovery_dir)
+    if start is None:
+        start = Start.of(opts)
+    fresh = start.fresh
     recovery = recovery_config(opts)  # first: a directory of another input or layout is a usage error
     if opts.metrics_port is not None:
         METRICS.serve(opts.metrics_port + (opts.process_id or 0), opts.metrics_host)
@@ -118,7 +142,8 @@ def run(opts: RunOptions, fresh: bool | None = None) -> dict[str, Any] | None:
     try:
         token, generation = join_run(client, opts.redis_namespace, opts.run_id or uuid.uuid4().hex, fresh=fresh)
         flow = build_dataflow(opts, token, generation, live=True, source=source, fresh=fresh,
-                              republish=must_republish(client, opts, generation, fresh), dead_letter=dead_letter)
+                              republish=must_republish(client, opts, generation, fresh, start.floor),
+                              dead_letter=dead_letter, floor=start.floor)
         log.info("run %s owns generation %s of namespace %r", token, generation, opts.redis_namespace)
         execute(flow, opts, recovery)
         return read_latest(client, opts.redis_namespace)
@@ -136,12 +161,12 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
     run_id = uuid.uuid4().hex
     # decided once, and the store created once, before the processes start: each deciding for
     # itself would race the first one's creating it (and disagree on ``fresh``)
-    fresh = not resumes_from_recovery(opts.recovery_dir)
+    start = Start.of(opts)
     recovery_config(opts)
     context = multiprocessing.get_context("fork")
     children = [
         context.Process(target=_process_main, name=f"rankflow-{i}", args=(replace(
-            opts, processes=1, addresses=[f"127.0.0.1:{p}" for p in ports], process_id=i, run_id=run_id), fresh))
+            opts, processes=1, addresses=[f"127.0.0.1:{p}" for p in ports], process_id=i, run_id=run_id), start))
         for i in range(opts.processes)
     ]
     for child in children:
@@ -178,10 +203,10 @@ def _wait_all(children: Sequence[multiprocessing.process.BaseProcess]) -> multip
     return next((c for c in children if c.exitcode != 0), None)
 
 
-def _process_main(opts: RunOptions, fresh: bool) -> None:
+def _process_main(opts: RunOptions, start: Start) -> None:
     logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s %(name)s[{opts.process_id}]: %(message)s")
     try:
-        run(opts, fresh)
+        run(opts, start)
         stopped = stop_signal()
         if stopped is not None:
             sys.exit(128 + stopped)

@@ -19,7 +19,8 @@ end
 if tonumber(redis.call('GET', KEYS[7]) or '0') < token then
   redis.call('SET', KEYS[7], ARGV[1])
 end
-local P = 8 + 2 * tonumber(ARGV[7])
+local F = 8 + 2 * tonumber(ARGV[7])
+local P = F + 1 + 2 * tonumber(ARGV[F])
 local previous = redis.call('GET', KEYS[3])
 if ARGV[P] ~= 'full' and not previous then
   return -2
@@ -28,7 +29,7 @@ local function is_stored()
   if ARGV[3] ~= previous or redis.call('HLEN', KEYS[5]) ~= tonumber(ARGV[7]) then
     return false
   end
-  for i = 8, P - 1, 2 do
+  for i = 8, F - 1, 2 do
     if redis.call('HGET', KEYS[5], ARGV[i]) ~= ARGV[i + 1] then
       return false
     end
@@ -41,13 +42,20 @@ if tonumber(ARGV[3]) <= tonumber(previous or '-1') then
   end
   return -3
 end
-for i = 8, P - 1, 2 do
+for i = 8, F - 1, 2 do
   local stored = tonumber(redis.call('HGET', KEYS[5], ARGV[i]) or '-1')
   if tonumber(ARGV[i + 1]) < stored then
     return -1
   end
 end
-for i = 8, P - 1, 2 do
+if ARGV[P] ~= 'full' then
+  for i = F + 1, P - 1, 2 do
+    if tonumber(redis.call('HGET', KEYS[5], ARGV[i]) or '-1') < tonumber(ARGV[i + 1]) then
+      return -4
+    end
+  end
+end
+for i = 8, F - 1, 2 do
   redis.call('HSET', KEYS[5], ARGV[i], ARGV[i + 1])
 end
 redis.call('SET', KEYS[3], ARGV[3])

@@ -118,20 +118,29 @@ class Product:
     def warn(self, opts: RunOptions) -> None:
         """Say once at start what the run will not do (a boards run without a signing key)."""
 
-    def must_republish(self, client: redis.Redis, opts: RunOptions, generation: int, fresh: bool) -> bool:
-        """Whether a resumed run must send its whole state again (Redis lost it)."""
+    def must_republish(self, client: redis.Redis, opts: RunOptions, generation: int, fresh: bool,
+                       floor: dict[str, int] | None = None) -> bool:
+        """Whether a resumed run must send its whole state again from its first barrier: Redis lost
+        it, or holds less than the run's recovery state has published (``floor``, see
+        ``rankflow.resume_point``). Needed by a product whose first snapshot after a resume is
+        not whole anyway."""
         return False
 
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
-                   dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
+                   dead_letter: Sink, fresh: bool, republish: bool, floor: dict[str, int] | None = None) -> Dataflow:
+        """The product's dataflow; ``floor``: what Redis must hold before its first changes apply
+        (the publisher's, see ``sink``)."""
         raise NotImplementedError
 
-    def sink(self, opts: RunOptions, token: int, generation: int, live: bool, state: Any) -> Sink:
+    def sink(self, opts: RunOptions, token: int, generation: int, live: bool, state: Any,
+             floor: dict[str, int] | None = None) -> Sink:
         """The publisher of its snapshots into its namespace; ``state``: what makes its Redis
-        state (``RedisSnapshotSink``'s, one per sink partition)."""
+        state (``RedisSnapshotSink``'s, one per sink partition); ``floor``: the positions Redis
+        must hold before the run's first changes apply (``rankflow.resume_point``)."""
         from rankflow.connectors.redis_publish import RedisSnapshotSink
 
-        return RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, state=state)
+        return RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, state=state,
+                                 retry_for_s=opts.redis_retry_s, floor=floor)
 
     @staticmethod
     def engine(opts: RunOptions, token: int) -> dict[str, Any]:

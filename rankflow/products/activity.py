@@ -73,7 +73,7 @@ class Activity(Product):
         return [ActivityParts(settings)]
 
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
-                   dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
+                   dead_letter: Sink, fresh: bool, republish: bool, floor: dict[str, int] | None = None) -> Dataflow:
         from functools import partial
 
         from rankflow.connectors.redis_activity import ActivityState
@@ -83,7 +83,7 @@ class Activity(Product):
         return build_flow(
             source,
             dead_letter,
-            self.sink(opts, token, generation, live, state=partial(ActivityState, opts.stage_at)),
+            self.sink(opts, token, generation, live, state=partial(ActivityState, opts.stage_at), floor=floor),
             partitions=opts.song_partitions,
             bucket_ms=opts.bucket_seconds * 1000,
             window_buckets=opts.window_buckets,

@@ -76,19 +76,31 @@ class Boards(Product):
             log.warning("no signing key: results' signatures are not checked, anyone who can write to the input "
                         "can post scores; set --signing-key or $%s", SIGNING_KEY_ENV)
 
-    def must_republish(self, client: redis.Redis, opts: RunOptions, generation: int, fresh: bool) -> bool:
+    def must_republish(self, client: redis.Redis, opts: RunOptions, generation: int, fresh: bool,
+                       floor: dict[str, int] | None = None) -> bool:
         """A resumed run must send every board again when Redis has no snapshot of its generation
-        (it lost its data while the run was down). The listener flow's counters send their whole
-        table with every execution's first snapshot instead."""
+        (it lost its data while the run was down), or holds positions behind ``floor``, those of
+        the last snapshot the run's recovery state had emitted (the run died or stopped while
+        Redis did not store them, or Redis was restored from an older backup): the changes in
+        between are in no snapshot the run will emit again. The listener and activity flows
+        send their whole state with every execution's first snapshot instead."""
         from rankflow.connectors.redis_keys import Keys
 
-        if fresh or client.exists(Keys(opts.redis_namespace, generation).snapshot_id):
+        if fresh:
             return False
+        keys = Keys(opts.redis_namespace, generation)
+        if not client.exists(keys.snapshot_id):
+            why = f"Redis has no snapshot of generation {generation}"
+        else:
+            behind = _behind(client.hgetall(keys.positions), floor or {})
+            if behind is None:
+                return False
+            why = (f"Redis holds generation {generation} at {behind}, behind this run's recovery state (it was "
+                   "restored from an older backup, or snapshots were not stored before the run stopped)")
         if not opts.user_shards:
-            raise ServiceError("Redis has none of this run's boards, and a run with --user-shards 0 cannot send "
-                               "them again: resume with the default player shards, or rebuild (`rankflow rebuild "
-                               "--flow boards`)")
-        log.warning("Redis has no snapshot of generation %s: every player's entries are published again", generation)
+            raise ServiceError(f"{why}, and a run with --user-shards 0 cannot send every board again: resume with "
+                               "the default player shards, or rebuild (`rankflow rebuild --flow boards`)")
+        log.warning("%s: every player's entries are published again", why)
         return True
 
     def serve_parts(self, settings: Settings) -> list[Part]:
@@ -99,7 +111,7 @@ class Boards(Product):
                              "Match results in the POST /matches producer's local queue"), BoardParts(settings)]
 
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
-                   dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
+                   dead_letter: Sink, fresh: bool, republish: bool, floor: dict[str, int] | None = None) -> Dataflow:
         from rankflow.connectors.redis_boards import BoardsState
         from rankflow.flows.boards import build_flow
         from rankflow.recovery import user_changelog
@@ -107,7 +119,8 @@ class Boards(Product):
         return build_flow(
             source,
             dead_letter,
-            self.sink(opts, token, generation, live, state=lambda: BoardsState(complete=fresh or republish)),
+            self.sink(opts, token, generation, live, state=lambda: BoardsState(complete=fresh or republish),
+                      floor=floor),
             board_partitions=opts.song_partitions,
             signing_key=opts.signing_key,
             user_shards=opts.user_shards,
@@ -115,6 +128,16 @@ class Boards(Product):
             republish=republish,
             **self.engine(opts, token),
         )
+
+
+def _behind(stored: dict[Any, Any], floor: dict[str, int]) -> str | None:
+    """The first partition whose stored position (``HGETALL`` of the positions hash) is behind
+    ``floor``, said as ``partition at X, the run needs Y``; None if none is."""
+    held = {(k.decode() if isinstance(k, bytes) else k): int(v) for k, v in stored.items()}
+    for part, needed in sorted(floor.items()):
+        if held.get(part, -1) < needed:
+            return f"{part} at {held.get(part, 'nothing')} where the run needs {needed}"
+    return None
 
 
 PRODUCT = Boards()

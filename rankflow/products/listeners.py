@@ -66,7 +66,7 @@ class Listeners(Product):
         return {"recent_minutes": opts.recent_minutes}  # the song partitions' window state is made for its length
 
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
-                   dead_letter: Sink, fresh: bool, republish: bool) -> Dataflow:
+                   dead_letter: Sink, fresh: bool, republish: bool, floor: dict[str, int] | None = None) -> Dataflow:
         from rankflow.connectors.redis_listeners import CountTable
         from rankflow.flows.listeners import build_flow
         from rankflow.operators.song_keys import HOT_SONGS
@@ -76,7 +76,7 @@ class Listeners(Product):
         return build_flow(
             source,
             dead_letter,
-            self.sink(opts, token, generation, live, state=CountTable),
+            self.sink(opts, token, generation, live, state=CountTable, floor=floor),
             song_partitions=opts.song_partitions,
             user_shards=opts.user_shards,
             user_changelog=user_changelog(opts.recovery_dir),

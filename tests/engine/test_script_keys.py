@@ -285,12 +285,13 @@ def test_the_named_keys_and_argv_are_the_ones_the_lua_reads(script):
         assert literal == set(range(1, len(names) + 1)), f"{script.name} reads {table} {sorted(literal)}: {names}"
         if not more:
             assert not computed and f"#{table}" not in source, f"{script.name} reads more {table}: {computed}"
-    p = re.search(r"local P = (\d+) \+ 2 \* tonumber\(ARGV\[(\d+)\]\)", source)
+    f = re.search(r"local F = (\d+) \+ 2 \* tonumber\(ARGV\[(\d+)\]\)", source)
     if not script.argv_at_p:
-        assert p is None
+        assert f is None
         return
-    assert p is not None and int(p[1]) == len(script.argv) + 1
-    assert int(p[2]) == script.argv.index("partitions") + 1
+    assert f is not None and int(f[1]) == len(script.argv) + 1
+    assert int(f[2]) == script.argv.index("partitions") + 1
+    assert re.search(r"local P = F \+ 1 \+ 2 \* tonumber\(ARGV\[F\]\)", source)  # the floor's pairs
     assert "ARGV[P]" in source
     assert max(int(n) for n in re.findall(r"\bP \+ (\d+)", source)) == len(script.argv_at_p) - 1
 
@@ -305,19 +306,21 @@ def test_the_builders_order_by_name_and_refuse_a_wrong_name():
 
 
 def test_a_publish_call_puts_the_products_arguments_at_p():
-    """``P = 8 + 2 * ARGV[7]`` (the prelude) is where the builder put ``full``, whatever the
-    number of source partitions."""
+    """``F = 8 + 2 * ARGV[7]`` and ``P = F + 1 + 2 * ARGV[F]`` (the prelude) are where the
+    builder put the floor and ``full``, whatever the number of source partitions and floors."""
     shared = {name: f"key:{name}" for name in scripts.PUBLISH_KEYS}
-    for positions in ({}, {"f": 3}, {"b": 1, "a": 7, "c": 0}):
+    for positions, floor in (({}, None), ({"f": 3}, {"f": 2}), ({"b": 1, "a": 7, "c": 0}, {"b": 1, "a": 5})):
         product = scripts.PUBLISH_LISTENERS
         keys, args = scripts.publish_call(product, (5, 2, "live"), 17, b"{}", 100, positions, shared,
                                           product.product_keys(counts="c", changes="ch"),
-                                          product.at_p(full="full", counts=b"{}", changes_cap=9))
+                                          product.at_p(full="full", counts=b"{}", changes_cap=9), floor)
         assert keys == [f"key:{name}" for name in scripts.PUBLISH_KEYS] + ["c", "ch"]
         assert len(keys) == len(product.keys)
-        p = 8 + 2 * args[6]
+        f = 8 + 2 * args[6]
+        p = f + 1 + 2 * args[f - 1]
         assert args[:7] == [5, 2, 17, b"{}", 100, "live", len(positions)]
-        assert args[7:p - 1] == [x for part in sorted(positions) for x in (part, positions[part])]
+        assert args[7:f - 1] == [x for part in sorted(positions) for x in (part, positions[part])]
+        assert args[f:p - 1] == [x for part in sorted(floor or {}) for x in (part, (floor or {})[part])]
         assert args[p - 1:] == ["full", b"{}", 9]
 
 
