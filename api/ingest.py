@@ -26,6 +26,11 @@ Contract:
 * ``503`` (with ``Retry-After``) when the broker does not acknowledge within the
   delivery timeout, or the producer's local queue stays full that long. Waiting
   for room in the queue yields to the event loop, so other requests go on.
+* A refusal given before the body was read whole (``401``, ``415``, ``413``, the
+  ``503`` of a service without a broker) closes the connection (``Connection: close``,
+  ``api.server.BoundedBodies``): the rest of the body is dropped, never read as the
+  next request. Answers after the whole body (``202``, ``400``, the broker's ``503``)
+  keep it.
 
 The machinery (token, body limit, the producer that answers only once the broker
 acknowledged: :func:`produce_request`) also serves the match servers' ``POST

@@ -17,6 +17,12 @@ slow clients (slowloris) hold every slot. So:
 * ``--max-connections``: uvicorn's ``limit_concurrency``; a request on a connection
   beyond it is answered ``503``.
 
+An answer given before the request's body was read whole (a refusal: ``401``, ``413``,
+``415``, ``503``, a ``404`` or ``405`` of a ``POST``...) closes the connection
+(:class:`BoundedBodies` adds ``Connection: close``), and the protocol closes it so that the
+client reads that answer and then the end of the stream (:meth:`BoundedHeads._close_after_answer`):
+the rest of the body is never read as the next request, and no reset takes the answer away.
+
 The same protocol answers a plain keep-alive ``GET`` whose answer is ready
 (``api.prepared``) itself, before any ASGI request is built: the bounds hold for it as for
 every other request.
@@ -27,6 +33,7 @@ The bounds never cut an answer being sent: an event stream lives as long as its 
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Callable
 from typing import Any
 
 import orjson
@@ -38,6 +45,12 @@ DEFAULT_BODY_TIMEOUT_MS = 30_000
 DEFAULT_MAX_CONNECTIONS = 1000
 MAX_HEAD_BYTES = 64 * 1024
 """A request line and headers longer than this are a ``431`` (h11's own bound is 16 KiB)."""
+LINGER_IDLE_S = 5.0
+LINGER_MAX_S = 30.0
+"""After an answer that closes the connection while the request is still coming in, what
+the client still sends is read and dropped until it closes its side, until nothing came for
+:data:`LINGER_IDLE_S`, or for :data:`LINGER_MAX_S` at most: only then is the connection
+closed (:meth:`BoundedHeads._linger`)."""
 
 
 def raw_response(status: int, reason: str, error: str) -> bytes:
@@ -67,7 +80,9 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
     a deadline and a size bound on each request head. It only uses what both of uvicorn's
     protocols have: the current request's ``cycle`` (set once a head is complete),
     ``on_response_complete``. With ``prepared`` and httptools, a request it has ready is
-    answered here (:meth:`BoundedHeads._answer_prepared`)."""
+    answered here (:meth:`BoundedHeads._answer_prepared`). With httptools (which the
+    service's dependencies install) a connection closed before its request's body was read
+    lingers (:meth:`BoundedHeads._close_after_answer`); h11's protocol closes it at once."""
     if base is None:
         from uvicorn.protocols.http.auto import AutoHTTPProtocol as base  # uvicorn only when serving
     if prepared is not None and not _parses_with_httptools(base):  # type: ignore[arg-type]  # set above
@@ -81,6 +96,10 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
         _head_timer: asyncio.TimerHandle | None = None
         _head_bytes = 0  # received while no request ran
         _heads_begun = _heads_done = 0  # httptools' callbacks: a pipelined head begun during a request
+        _messages_done = 0  # httptools' too: requests read whole, body and all
+        _lingering = False  # the answer is written and the write side shut: what comes is dropped
+        _linger_timer: asyncio.TimerHandle | None = None
+        _linger_last = _linger_end = 0.0
 
         def on_message_begin(self) -> None:
             self._heads_begun += 1
@@ -89,7 +108,15 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
         def on_headers_complete(self) -> None:
             self._heads_done += 1
             if prepared is None or not self._answer_prepared(prepared):
+                cycle = self.cycle
                 super().on_headers_complete()
+                if self.cycle is not cycle and _has_body(self.headers):
+                    # uvicorn closes the cycle's transport after an answer with Connection: close
+                    self.cycle.transport = _CloseAfterAnswer(self.transport, self._close_after_answer)
+
+        def on_message_complete(self) -> None:
+            self._messages_done += 1
+            super().on_message_complete()
 
         def _answer_prepared(self, answers: PreparedAnswers) -> bool:
             """Write the answer of a request that ``answers`` has ready, as uvicorn would write it
@@ -134,14 +161,21 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
         def connection_lost(self, exc: Exception | None) -> None:
             if self._head_timer is not None:
                 self._head_timer.cancel()
+            if self._linger_timer is not None:
+                self._linger_timer.cancel()
             super().connection_lost(exc)
 
         def on_response_complete(self) -> None:
             super().on_response_complete()
-            if not self.transport.is_closing():
+            if self._lingering:
+                self._unset_keepalive_if_required()  # the linger's own bounds hold
+            elif not self.transport.is_closing():
                 self._expect_head()  # the next request's head has the same time
 
         def data_received(self, data: bytes) -> None:
+            if self._lingering:
+                self._linger_last = self.loop.time()  # the refused rest: dropped unparsed
+                return
             if self._awaiting_head():
                 self._head_bytes += len(data)
             super().data_received(data)
@@ -170,9 +204,70 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
 
         def _refuse(self, answer: bytes) -> None:
             self.transport.write(answer)
-            self.transport.close()
+            self._linger()  # the head may still be coming
+
+        def _close_after_answer(self) -> None:
+            """uvicorn's close of the connection after the answer to a request with a body (one
+            with ``Connection: close``, or an app that failed): at once when the request was
+            read whole; else linger (:meth:`_linger`), since closing a socket with unread bytes
+            sends a reset, which may reach the client before it read the answer, and the
+            client's system then drops the answer (a 10 MB body sent in one go did)."""
+            transport = self.transport
+            if transport.is_closing() or self._lingering:
+                return
+            if self._messages_done >= self._heads_begun:
+                transport.close()
+            else:
+                self._linger()
+
+        def _linger(self) -> None:
+            """Shut the write side once the answer is written (the client reads the answer, then
+            the end of the stream), drop what the client still sends, and close when the client
+            closes its side (uvicorn's ``eof_received`` lets the transport close then: nothing is
+            left unread, so it is a clean close) or at the bounds of :data:`LINGER_IDLE_S` and
+            :data:`LINGER_MAX_S`. Also after the protocol's own ``408`` and ``431``, whose head
+            may still be coming."""
+            transport = self.transport
+            if transport.is_closing() or self._lingering:
+                return
+            if not transport.can_write_eof():  # TLS has no half-close
+                transport.close()
+                return
+            self._lingering = True
+            self._unset_keepalive_if_required()  # uvicorn's idle close: the linger's bounds replace it
+            if self._head_timer is not None:
+                self._head_timer.cancel()
+                self._head_timer = None
+            transport.write_eof()
+            self.flow.resume_reading()
+            self._linger_last = now = self.loop.time()
+            self._linger_end = now + LINGER_MAX_S
+            self._linger_timer = self.loop.call_at(now + LINGER_IDLE_S, self._linger_check)
+
+        def _linger_check(self) -> None:
+            now = self.loop.time()
+            if now >= self._linger_end or now - self._linger_last >= LINGER_IDLE_S:
+                self._linger_timer = None
+                self.transport.close()
+            else:
+                self._linger_timer = self.loop.call_at(min(self._linger_last + LINGER_IDLE_S, self._linger_end),
+                                                       self._linger_check)
 
     return BoundedHeads
+
+
+class _CloseAfterAnswer:
+    """The transport uvicorn writes the answer of a request with a body on: its ``close`` is
+    the protocol's ``_close_after_answer``, all else the connection's transport."""
+
+    __slots__ = ("_transport", "close")
+
+    def __init__(self, transport: asyncio.Transport, close: Callable[[], None]) -> None:
+        self._transport = transport
+        self.close = close
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._transport, name)
 
 
 def _parses_with_httptools(protocol: type[asyncio.Protocol]) -> bool:
@@ -188,12 +283,26 @@ class BodyTooSlow(Exception):
 
 
 class BoundedBodies:
-    """Pure ASGI middleware: a request's body must arrive within ``timeout_s`` of its head.
+    """Pure ASGI middleware: a request's body must arrive within ``timeout_s`` of its head,
+    and an answer that starts before the app read the body whole closes the connection.
 
     Only requests that declare a body are bounded (a ``Content-Length`` or a chunked
     ``Transfer-Encoding``): an event stream's later waits for the client to leave are
     no body. A late body is a ``408`` and the connection closes (the rest of the body
-    would otherwise be read as the next request)."""
+    would otherwise be read as the next request).
+
+    Any other answer the app starts before it received the last of the body (a refusal
+    of ingest: ``401``, ``415``, ``413``, ``503`` unconfigured; a ``404`` or ``405``) gets
+    ``Connection: close``, for the same reason; uvicorn then closes the connection after
+    it (the protocol makes that close clean: ``BoundedHeads._close_after_answer``). An
+    answer after the whole body was read (``202``, ``400``, a broker's ``503``) keeps the
+    connection.
+
+    A body refused before the app read it closes the connection whatever its size, even
+    when all of it had already arrived: whether it had is a matter of timing, which neither
+    the app nor the client sees, and one rule a client can rely on is worth a reconnection
+    after a refusal. Reading the body to keep the connection instead would make a refused
+    client's whole upload cost the service, and hold the refusal back until it ends."""
 
     def __init__(self, app: Any, timeout_s: float) -> None:
         self.app = app
@@ -220,7 +329,10 @@ class BoundedBodies:
 
         async def noting_send(message: dict[str, Any]) -> None:
             nonlocal started
-            started = started or message["type"] == "http.response.start"
+            if message["type"] == "http.response.start":
+                started = True
+                if not body_done and not _closes(message.get("headers", ())):
+                    message = {**message, "headers": [*message.get("headers", ()), (b"connection", b"close")]}
             await send(message)
 
         try:
@@ -233,6 +345,11 @@ class BoundedBodies:
                         "headers": [(b"content-type", b"application/json"), (b"connection", b"close"),
                                     (b"content-length", b"%d" % len(body))]})
             await send({"type": "http.response.body", "body": body})
+
+
+def _closes(headers: Any) -> bool:
+    """Whether answer ``headers`` have ``Connection: close``."""
+    return any(name.lower() == b"connection" and b"close" in value.lower() for name, value in headers)
 
 
 def _has_body(headers: list[tuple[bytes, bytes]]) -> bool:

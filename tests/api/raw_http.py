@@ -1,5 +1,6 @@
 """``rankflow serve``'s server in a thread (``api.server.server_config``: its protocol, bounds and
-prepared answers) and a raw HTTP/1.1 client that sees the bytes it writes, pipelining included."""
+prepared answers) and a raw HTTP/1.1 client that sees the bytes it writes, pipelining included,
+and whether the server closed the connection."""
 
 from __future__ import annotations
 
@@ -60,6 +61,17 @@ class Connection:
     def get(self, *paths: str) -> list[Response]:
         self.sock.sendall(b"".join(b"GET %s HTTP/1.1\r\nhost: localhost\r\n\r\n" % p.encode() for p in paths))
         return [self._response() for _ in paths]
+
+    def response(self) -> Response:
+        """The next answer, read whole."""
+        return self._response()
+
+    def until_eof(self) -> bytes:
+        """What the server sends until it closes the connection cleanly (a reset fails the test)."""
+        received, self.buffer = self.buffer, b""
+        while chunk := self.sock.recv(65536):
+            received += chunk
+        return received
 
     def _read_until(self, marker: bytes) -> bytes:
         while marker not in self.buffer:
