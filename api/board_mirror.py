@@ -26,6 +26,13 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
   Until then :class:`MirroredBoards` answers from Redis.
 * When Redis cannot be reached it keeps serving the last snapshot it has
   (:attr:`problem` says why), as ``api.store.SnapshotCache`` does.
+* When Redis has no usable boards snapshot (the generation has no snapshot id: nothing
+  published yet, or Redis lost its data) every query raises
+  ``connectors.board_read.NoBoardsSnapshot`` (HTTP ``503``), never "no such board", with
+  the answer of the last snapshot it had, if any, to be served marked stale (the listeners'
+  rule). It notices the loss at its next look, and the first snapshot published after it
+  (a restarted run's, which holds every board: ``connectors.redis_boards``) makes it load
+  everything again.
 
 Memory: every entry once (a dict slot, a sorted-list slot, its packed key and player id);
 docs/boards.md ("--board-index memory") gives the bytes per entry.
@@ -36,7 +43,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Callable
+from typing import Any, NoReturn
 
 import orjson
 import redis
@@ -46,12 +54,14 @@ from rankflow.api.change_feed import FeedGap, chain_end
 from rankflow.api.watch import Polling
 from rankflow.connectors.board_read import (
     AsyncBoardReader,
+    NoBoardsSnapshot,
     NoSuchBoard,
     NotOnBoard,
     check_board,
     check_n,
     check_r,
     games_answer,
+    no_snapshot,
 )
 from rankflow.connectors.board_layout import LAYOUT, REACHED_BYTES, RedisBoardsLayout, layout_message
 from rankflow.connectors.redis_keys import Keys, boards_namespace
@@ -116,6 +126,7 @@ class BoardMirror(Polling):
         self.ready = False  # what is served is exactly one snapshot of the current generation
         self.loads = 0  # whole loads (the rest are changes)
         self.problem: str | None = "not loaded yet"
+        self._missing: str | None = None  # why Redis has no usable snapshot (then queries are 503s)
         self._buffer: LiveBoards | None = None
         self._generation = 0
         self._last_id = "0-0"  # the last stream entry read
@@ -128,7 +139,7 @@ class BoardMirror(Polling):
             await self.follow()
         else:
             await self.load()
-        self.problem = None
+        self.problem = self._missing
 
     def poll_failed(self, exc: Exception) -> bool:
         if isinstance(exc, (redis.RedisError, OSError)):
@@ -146,7 +157,7 @@ class BoardMirror(Polling):
 
     def _reset(self, problem: str) -> None:
         """Forget everything (its memory too, before the next load): answers come from Redis meanwhile."""
-        self.ready, self._buffer, self.problem = False, None, problem
+        self.ready, self._buffer, self.problem, self._missing = False, None, problem, None
 
     def _lost(self, problem: str) -> None:
         if self.problem != problem:
@@ -170,7 +181,13 @@ class BoardMirror(Polling):
             now, sid, last, names, aliases, layout = await pipe.execute()
         if int(now or 0) != generation:
             raise CannotFollow("the generation switched during the load")
-        if sid is not None and layout != LAYOUT.encode():
+        if sid is None:  # nothing to load: no usable snapshot until one is published (follow notices it)
+            self._generation, self._tail = generation, None
+            self._last_id = last[0][0].decode() if last else "0-0"
+            self._no_snapshot()
+            self.ready = True
+            return
+        if layout != LAYOUT.encode():
             raise RedisBoardsLayout(layout_message((layout or b"1").decode()))
         boards: dict[BoardId, BoardIndex] = {}
         for name in sorted(names):
@@ -179,12 +196,13 @@ class BoardMirror(Polling):
             started = time.perf_counter()
             boards[(game, board)] = BoardIndex.of(keys, ordered)  # some 60 ms per 1M entries
             await pause(started)
-        snapshot_id = int(sid) if sid else None
+        snapshot_id = int(sid)
         periods = {game.decode(): orjson.loads(p) for game, p in aliases.items()}
         self._generation, self._tail = generation, snapshot_id
         self._last_id = last[0][0].decode() if last else "0-0"
         # not served until the replay below caught up
         self._buffer = LiveBoards(BoardsCopy(snapshot_id, boards, periods))
+        self._missing = None
         self.loads += 1
         await self.follow()
         self.ready = True
@@ -213,15 +231,23 @@ class BoardMirror(Polling):
 
     async def follow(self) -> None:
         """Read the stream entries after the last one read and apply them (in slices)."""
-        buffer = self._buffer
-        assert buffer is not None
         k = self.keys.of_generation(self._generation)
         async with self.client.pipeline(transaction=True) as pipe:
             pipe.get(self.keys.generation)  # one command per statement, as in load
+            pipe.get(k.snapshot_id)
             pipe.xrange(k.board_changes, min=f"({self._last_id}", max="+", count=READ_MAX)
-            generation, entries = await pipe.execute()
+            generation, sid, entries = await pipe.execute()
         if int(generation or 0) != self._generation:
             raise CannotFollow(f"the boards moved to generation {int(generation or 0)}")
+        if sid is None:  # Redis lost its data (or nothing was ever published): keep the copy, for stale answers
+            self._no_snapshot()
+            return
+        if self._missing is not None:
+            raise CannotFollow("a snapshot was published after Redis had none")
+        if self._tail is not None and int(sid) < self._tail:  # a new run's ids after a loss the mirror missed
+            raise CannotFollow(f"the boards' snapshot id went back from {self._tail} to {int(sid)}")
+        buffer = self._buffer
+        assert buffer is not None  # a load with a snapshot made it, and none without one gets here
         # full: sent every board again; large: too many changes to copy; a gap: trimmed before read
         chain_end(str(self._tail).encode(), (fields for _, fields in entries))
         started = time.perf_counter()
@@ -240,14 +266,24 @@ class BoardMirror(Polling):
     def _notify(self) -> None:
         self._announce_change()
 
+    def _no_snapshot(self) -> None:
+        """Redis has no usable snapshot: queries raise :class:`NoBoardsSnapshot` from now on."""
+        if self._missing is None:
+            self._missing = no_snapshot(self.keys.namespace)
+            log.warning("board mirror: %s", self._missing)
+            self._notify()  # nothing served is current: the streams and the shared tops look again
+        self.problem = self._missing
+
     # -- what the streams and the top cache watch (as ``api.board_watch.BoardWatch``) -------
     @property
-    def version(self) -> tuple[int, bytes | None] | None:
-        """The generation and snapshot id served; None while not ready (answers come from Redis)."""
-        if not self.ready or self._buffer is None:
+    def version(self) -> tuple[int, bytes | None, int] | None:
+        """The generation, the snapshot id served and the loads so far (after Redis lost its data a
+        new run's ids start over: a load is a new version whatever its id); None while not ready
+        (answers come from Redis) or while Redis has no usable snapshot."""
+        if not self.ready or self._buffer is None or self._missing is not None:
             return None
         sid = self._buffer.serving.snapshot_id
-        return self._generation, None if sid is None else str(sid).encode()
+        return self._generation, None if sid is None else str(sid).encode(), self.loads
 
 
     # -- queries (only while ready) ---------------------------------------------------
@@ -261,13 +297,36 @@ class BoardMirror(Polling):
             raise NoSuchBoard(f"no such board: {game}/{name}")
         return copy, name, index
 
+    def _unpublished(self, board: str, query: Callable[[], dict[str, Any]]) -> NoReturn:
+        """No usable snapshot in Redis: :class:`NoBoardsSnapshot`, with ``query``'s answer from the
+        last copy, if there is one and it answers (a usage error stays one)."""
+        assert self._missing is not None
+        check_board(board)
+        last = None
+        if self._buffer is not None:
+            try:
+                last = query()
+            except (NoSuchBoard, NotOnBoard):
+                pass
+        raise NoBoardsSnapshot(self._missing, last)
+
     def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
         check_n(n)
+        if self._missing is not None:
+            self._unpublished(board, lambda: self._top(game, board, n))
+        return self._top(game, board, n)
+
+    def _top(self, game: str, board: str, n: int) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
         return {"snapshot_id": copy.snapshot_id, "game_id": game, "board": name, "total_players": len(index),
                 "items": index.items(0, n)}
 
     def player(self, game: str, board: str, player: str) -> dict[str, Any]:
+        if self._missing is not None:
+            self._unpublished(board, lambda: self._player(game, board, player))
+        return self._player(game, board, player)
+
+    def _player(self, game: str, board: str, player: str) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
         key = index.key(player)
         if key is None:
@@ -278,6 +337,11 @@ class BoardMirror(Polling):
 
     def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
         check_r(r)
+        if self._missing is not None:
+            self._unpublished(board, lambda: self._around(game, board, player, r))
+        return self._around(game, board, player, r)
+
+    def _around(self, game: str, board: str, player: str, r: int) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
         rank0 = index.rank0(player)
         if rank0 is None:
@@ -286,6 +350,11 @@ class BoardMirror(Polling):
                 "items": index.items(max(0, rank0 - r), rank0 + r + 1)}
 
     def boards(self) -> dict[str, Any]:
+        if self._missing is not None:
+            raise NoBoardsSnapshot(self._missing, None if self._buffer is None else self._boards())
+        return self._boards()
+
+    def _boards(self) -> dict[str, Any]:
         assert self._buffer is not None
         copy = self._buffer.serving
         return games_answer(copy.snapshot_id, copy.boards, copy.aliases)

@@ -7,8 +7,8 @@ Each carries ``{snapshot_id, game_id, board, total_players, items}`` as ``GET
 /boards/{game}/{board}/top?n=10`` does (``total_players`` as of that snapshot: a new
 player far down does not by itself make a message), and the snapshot id as the SSE
 ``id``. An alias stream follows the alias as it moves. A board that does not exist
-is a ``404`` before the stream starts (``400`` for an unknown board name); one that
-stops existing while streamed (retention dropped its period) ends the stream with a
+is a ``404`` before the stream starts (``400`` for an unknown board name, ``503`` while
+Redis has no usable boards snapshot); one that stops existing while streamed (retention dropped its period) ends the stream with a
 ``gone`` event ``{"error": "no such board: ..."}``. A comment line every 15 s keeps
 idle connections open; streams end at once when the server stops (``api.sse``).
 
@@ -33,7 +33,7 @@ from rankflow.api.boards import ERRORS, UNAVAILABLE
 from rankflow.api.responses import UsageErrorsAre400
 from rankflow.api.shared_cache import SharedTops
 from rankflow.api.watch import Watched
-from rankflow.connectors.board_read import NoSuchBoard
+from rankflow.connectors.board_read import NoBoardsSnapshot, NoSuchBoard
 
 log = logging.getLogger("rankflow.api")
 
@@ -69,6 +69,8 @@ class BoardFeed:
             top = await self.tops.top(self.game, self.board, TOP)
         except NoSuchBoard as exc:
             raise sse.StreamEnds(b"event: gone\ndata: %s\n\n" % orjson.dumps({"error": str(exc)})) from None
+        except NoBoardsSnapshot:
+            return None  # Redis lost its data: not gone, the next snapshot says
         except UNAVAILABLE as exc:
             log.warning("board stream %s/%s: %r", self.game, self.board, exc)
             return None  # the next snapshot tries again

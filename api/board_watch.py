@@ -52,6 +52,8 @@ class BoardWatch(VersionWatch[Version]):
         generation, sid = cast(Values, await self.client.mget(keys.generation, snapshot_id))
         if self.hint.moved(int(generation or 0)):
             return None  # the new generation's snapshot id at the next poll
+        if sid is None:
+            return None  # no usable snapshot (nothing published, Redis lost its data): nothing is current
         return self.hint.generation, sid
 
     def poll_failed(self, exc: Exception) -> bool:
@@ -62,8 +64,8 @@ class BoardWatch(VersionWatch[Version]):
         return False
 
 
-def snapshot_id(version: Version | None) -> int | None:
-    """The snapshot id of a boards version (None: none known)."""
+def snapshot_id(version: tuple[Any, ...] | None) -> int | None:
+    """The snapshot id of a boards version, the watcher's or the mirror's (None: none known)."""
     return None if version is None or version[1] is None else int(version[1])
 
 

@@ -20,7 +20,11 @@ outside 0..50, a value that is not an integer, a board name that is none of ``al
 ``best``, ``daily``, ``weekly``, ``daily:YYYY-MM-DD``, ``weekly:YYYY-Www``. A board
 that does not exist is ``404 {"error": "no such board: GAME/BOARD"}``; a player not
 on the board ``404 {"error": "PLAYER is not on GAME/BOARD"}``. ``503`` while Redis
-cannot be reached. Ids may hold ``/``, as is or as ``%2F``: a game id is the shortest
+cannot be reached, and while it has no usable boards snapshot (its generation has no
+snapshot id: nothing published yet, or Redis lost its data), as the listeners' routes
+answer then: ``{"error": "no usable boards snapshot in namespace ..."}``, with
+``--board-index memory`` also the last answer this process had, marked ``"stale": true``.
+A board is "no such board" only in a usable snapshot. Ids may hold ``/``, as is or as ``%2F``: a game id is the shortest
 path that a board name and the route's rest follow (``{game:game}``), a
 player id the rest of the path (``/around`` ends it).
 
@@ -48,11 +52,11 @@ from fastapi.responses import Response
 from rankflow.api.board_mirror import MirroredBoards
 from rankflow.api.paths import register_id
 from rankflow.api.prepared import PreparedRoute
-from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
+from rankflow.api.responses import Errors, Failure, UsageErrorsAre400
 from rankflow.api.shared_cache import SharedTops
 from rankflow.connectors.board_layout import RedisBoardsLayout
-from rankflow.connectors.board_read import (MAX_N, MAX_R, AsyncBoardReader, BoardQueryError, BoardsMoving, check_board,
-                                            check_n)
+from rankflow.connectors.board_read import (MAX_N, MAX_R, AsyncBoardReader, BoardsMoving, NoBoardsSnapshot,
+                                            NoSuchBoard, NotOnBoard, check_board, check_n)
 from rankflow.connectors.redis_publish import dumps_document
 
 router = APIRouter(route_class=UsageErrorsAre400)
@@ -75,12 +79,15 @@ UNAVAILABLE = (redis.RedisError, OSError, BoardsMoving, RedisBoardsLayout)
 """What makes a board query a ``503``: Redis cannot be reached, a rebuild keeps switching, or
 the boards there are in another rankflow's layout (the message says to rebuild)."""
 
-ERRORS = Errors("board", "the boards", {Failure.USAGE: (ValueError,), Failure.MISSING: (BoardQueryError,),
+ERRORS = Errors("board", "the boards", {Failure.USAGE: (ValueError,), Failure.NOT_PUBLISHED: (NoBoardsSnapshot,),
+                                        Failure.MISSING: (NoSuchBoard, NotOnBoard),
                                         Failure.UNREACHABLE: UNAVAILABLE}, {
     400: "a usage error: n or r out of range or not an integer, an unknown board name",
-    404: "no such board (its game or period has no result, or it was dropped), or the player is not on it",
-    503: "Redis cannot be reached (or the boards' generation kept switching during the query, or the boards "
-         "there were written in an older layout: rebuild them)",
+    404: "no such board in the current snapshot (its game or period has no result, or it was dropped), or the "
+         "player is not on it",
+    503: "no usable boards snapshot (nothing published yet, or Redis lost its data; with --board-index memory the "
+         "last answer this process had comes marked stale), or Redis cannot be reached (or the boards' generation "
+         "kept switching during the query, or the boards there were written in an older layout: rebuild them)",
 })
 
 
@@ -97,11 +104,7 @@ async def answer(request: Request, query: Callable[[Reader], Awaitable[dict[str,
 @router.get("/boards", summary="Every game's boards and aliases",
             responses=ERRORS.openapi(503))
 async def list_boards(request: Request) -> Response:
-    reader: Reader = request.app.state.boards
-    try:
-        return json_response(await reader.boards())
-    except UNAVAILABLE as exc:
-        return ERRORS.unreachable(exc)
+    return await answer(request, lambda reader: reader.boards())
 
 
 @router.get("/boards/{game:game}/{board}/players/{player_id:path}/around",

@@ -9,7 +9,9 @@ Contract:
   which status on every read route, the listeners', the boards' and the activity
   rankings' alike. A product's :class:`Errors` says which of its reader's exceptions are
   which kind; :meth:`Errors.ask` turns a failed query into its response and
-  :meth:`Errors.openapi` lists the answers a route gives.
+  :meth:`Errors.openapi` lists the answers a route gives. A "not published" failure that
+  carries the last answer this process had (``last``) is answered ``503`` with it,
+  marked ``"stale": true``, as the listeners' routes answer.
 * A parameter FastAPI cannot read (``k=ten``) is a usage error like one out of range,
   ``400`` (:class:`UsageErrorsAre400`), never FastAPI's own ``422``: a route whose class
   is not :class:`UsageErrorsAre400` (``POST /events``) keeps FastAPI's default, and
@@ -78,6 +80,10 @@ class Errors:
             if isinstance(exc, types):
                 if kind is Failure.UNREACHABLE:
                     return self.unreachable(exc)
+                last = getattr(exc, "last", None)
+                if kind is Failure.NOT_PUBLISHED and last is not None:
+                    # as the listeners' 503: the last answer this process had, marked stale
+                    return json_response({"error": str(exc), **last, "stale": True}, STATUS[kind])
                 return error_response(STATUS[kind], str(exc))
         return None
 

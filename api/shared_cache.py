@@ -43,6 +43,9 @@ class SharedTops:
     async def top(self, *query: Any) -> dict[str, Any]:
         version = self.watch.version
         if version is None:
+            # nothing is known current: forget what was read (after Redis lost its data a new run's
+            # snapshot ids start over, and a new snapshot must not get an old one's reads)
+            self._version, self._reads, self._encoded = None, {}, {}
             return await self.reader.top(*query)
         if version != self._version or len(self._reads) >= self.limit:
             self._version, self._reads, self._encoded = version, {}, {}

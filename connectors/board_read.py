@@ -7,6 +7,11 @@ every player: ``ZRANK`` of the player's member is the rank - 1 (docs/semantics/b
 ``scripts.PUBLISH_BOARDS``), and ``ZCOUNT`` of the strictly better scores gives the
 competition rank.
 
+A board is "no such board" (:class:`NoSuchBoard`) only in a usable snapshot: while the
+generation has no snapshot id (nothing published yet, or Redis lost its data) every
+query raises :class:`NoBoardsSnapshot` instead, whatever the board (docs/boards.md,
+"When Redis has no usable boards snapshot").
+
 One round trip per query in the common case: the reader remembers the generation and
 what each alias last resolved to, and passes them to the script as guesses; the
 script checks both (a rebuild may switch the generation, a snapshot may move an
@@ -57,6 +62,24 @@ class NoSuchBoard(BoardQueryError):
     pass
 
 
+class NoBoardsSnapshot(BoardQueryError):
+    """Redis has no usable boards snapshot: its generation has no snapshot id (nothing published
+    yet, or Redis lost its data and no run has published since). A board missing then is not
+    known not to exist: readers answer "not published" (HTTP ``503``), never "no such board".
+
+    ``last``: the answer this process gave to the same query from the last snapshot it had, if it
+    keeps one (the in-process mirror, ``api.board_mirror``); served marked stale."""
+
+    def __init__(self, message: str, last: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.last = last
+
+
+def no_snapshot(namespace: str) -> str:
+    """What :class:`NoBoardsSnapshot` says, as the listeners' "no usable ranking in namespace ..."."""
+    return f"no usable boards snapshot in namespace {namespace!r}: nothing published yet, or Redis lost its data"
+
+
 class NotOnBoard(BoardQueryError):
     pass
 
@@ -85,7 +108,7 @@ def check_r(r: int) -> None:
 class Reply(NamedTuple):
     """A board query's answer from the script, before it becomes an answer dict."""
 
-    snapshot_id: int | None
+    snapshot_id: int
     players: int
     answer: Any  # top: flat member, score pairs; player / around: the script's triple, or None
     board: str  # the concrete board (an alias resolved)
@@ -151,9 +174,11 @@ class BoardQuery:
             self.guesses.learn_alias(self.game, self.alias, reply[1].decode())
             return False
         sid, players = reply[1], int(reply[2])
+        if not sid:  # the publish script writes the id with the boards: without it, none are usable
+            raise NoBoardsSnapshot(no_snapshot(self.guesses.keys.namespace))
         if players == 0:
             raise NoSuchBoard(f"no such board: {self.game}/{self.name}")
-        self.reply = Reply(int(sid) if sid else None, players, reply[3] if len(reply) > 3 else None, self.name)
+        self.reply = Reply(int(sid), players, reply[3] if len(reply) > 3 else None, self.name)
         return True
 
     def gave_up(self) -> BoardsMoving:
@@ -229,7 +254,7 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
 
     async def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot (one ``MULTI``: the publish
-        script changes them and the snapshot id in one step)."""
+        script changes them and the snapshot id in one step); :class:`NoBoardsSnapshot` without one."""
         for _ in range(ATTEMPTS):
             g = self.hint
             keys = g.keys.of_generation(g.generation)
@@ -242,6 +267,8 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
                 pipe.hgetall(keys.aliases)
                 generation, sid, names, aliases = await pipe.execute()
             if int(generation or 0) == g.generation:
+                if sid is None:
+                    raise NoBoardsSnapshot(no_snapshot(g.keys.namespace))
                 return boards_answer(sid, names, aliases)
             g.generation = int(generation)
         raise BoardsMoving("the boards kept changing generation while being read; try again")

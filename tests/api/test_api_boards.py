@@ -204,10 +204,18 @@ def test_the_list_of_games_boards_and_aliases(api, published):
 
 
 @pytest.mark.parametrize("index", INDEXES)
-def test_an_empty_namespace_has_no_boards(redis_url, index):
-    with serving(Settings(redis_url=redis_url, namespace=f"e-{uuid.uuid4().hex[:8]}", board_index=index)) as client:
-        assert client.get("/boards").json() == {"snapshot_id": None, "games": {}}
-        assert client.get("/boards/g1/all/top").status_code == 404
+def test_an_empty_namespace_has_no_usable_snapshot(redis_url, index):
+    """Nothing published: no board is known not to exist, so every board route is a 503 (as
+    ``/rankings`` before the first ranking), never "no such board"; a usage error stays a 400."""
+    namespace = f"e-{uuid.uuid4().hex[:8]}"
+    with serving(Settings(redis_url=redis_url, namespace=namespace, board_index=index)) as client:
+        unusable = {"error": f"no usable boards snapshot in namespace {boards_namespace(namespace)!r}: nothing "
+                             "published yet, or Redis lost its data"}
+        for path in ("/boards", "/boards/g1/all/top", "/boards/g1/daily/players/ana",
+                     "/boards/g1/all/players/ana/around", "/boards/g1/weekly/stream"):
+            r = client.get(path)
+            assert (r.status_code, r.json()) == (503, unusable), path
+        assert client.get("/boards/g1/monthly/top").status_code == 400
 
 
 @pytest.mark.parametrize("index", INDEXES)
@@ -488,3 +496,93 @@ def test_prepared_answers_are_counted_under_their_route(redis_url, published):
 
 
 TOP_ROUTE = "/boards/{game:game}/{board}/top"
+
+
+# -- no usable boards snapshot: Redis lost its data, a restarted run publishes again ---------
+
+@pytest.fixture
+def own_redis(tmp_path: Path) -> Iterator[str]:
+    """A Redis of the test's own: its FLUSHALL takes no other test's data."""
+    from rankflow.services import LocalRedis, free_port
+
+    service = LocalRedis(free_port(), tmp_path / "redis").start()
+    yield service.url
+    service.stop()
+
+
+GAP_ROUTES = ["/boards/g1/all/top", "/boards/g1/daily/top?n=2", "/boards/g1/best/players/bo",
+              "/boards/g1/weekly/players/cy", "/boards/g1/all/players/ana/around?r=1", "/boards"]
+"""Tops, player ranks, arounds (aliases too) and the list: the routes a lost snapshot makes 503s."""
+
+
+def get_until(api: TestClient, path: str, done: Any, timeout: float = 30.0) -> Any:
+    """The first answer to ``GET path`` that ``done`` accepts (the service follows Redis by itself)."""
+    deadline = time.monotonic() + timeout
+    while not done(r := api.get(path)):
+        assert time.monotonic() < deadline, f"{path}: still {r.status_code} {r.text}"
+    return r
+
+
+def without_id(body: dict[str, Any]) -> dict[str, Any]:
+    """An answer but for its snapshot id (a run restarted after Redis lost its data numbers anew)."""
+    return {key: value for key, value in body.items() if key != "snapshot_id"}
+
+
+@pytest.mark.redis  # its own Redis besides the session's (tests/markers.py)
+@pytest.mark.parametrize("index", INDEXES)
+def test_no_usable_snapshot_is_a_503_until_a_restarted_run_publishes_every_board(own_redis, tmp_path, index):
+    """Redis loses its data (FLUSHALL) while the boards run is down: the board routes answer what
+    the listener routes answer without a ranking, ``503 {"error": "no usable ..."}`` (with
+    ``--board-index memory`` also the last answer this process had, marked stale), never "no such
+    board". The run restarted on its --recovery-dir publishes every board again in its first
+    snapshot: from then on the same answers as before, and never a 404 on the way. A board no
+    usable snapshot ever had is a 404 before and after."""
+    path = tmp_path / "scores.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in example.LINES))
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    opts = RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=own_redis, namespace=namespace, flow="boards",
+                      dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", signing_key=example.KEY, user_shards=2,
+                      recovery_dir=str(tmp_path / "recovery"))
+    assert run(opts)
+    missing = (404, {"error": "no such board: g2/all"})
+    unusable = f"no usable boards snapshot in namespace {boards_namespace(namespace)!r}: nothing published yet, " \
+               "or Redis lost its data"
+    settings = Settings(redis_url=own_redis, namespace=namespace, poll_ms=20, board_index=index)
+    with serving(settings) as api, redis.Redis.from_url(own_redis) as client:
+        before = {p: api.get(p) for p in GAP_ROUTES}
+        assert all(r.status_code == 200 for r in before.values()), {p: r.text for p, r in before.items()}
+        assert ((r := api.get("/boards/g2/all/top")).status_code, r.json()) == missing
+
+        client.flushall()  # Redis lost its data
+        for p in GAP_ROUTES:
+            body = get_until(api, p, lambda r: r.status_code == 503).json()
+            last = {**before[p].json(), "stale": True} if index == "memory" else {}  # the last answer it had
+            assert body == {"error": unusable, **last}, p
+        for p in ("/boards/g2/all/top", "/boards/g1/daily:2027-01-09/players/ana", "/boards/g1/all/players/zed"):
+            r = api.get(p)  # nothing is known not to exist
+            assert (r.status_code, r.json()) == (503, {"error": unusable}), p
+        r = api.get("/boards/g1/all/stream")  # as its top (memory: with the last one, stale)
+        assert (r.status_code, r.json()["error"]) == (503, unusable)
+        assert api.get("/boards/g1/monthly/top").status_code == 400  # a usage error stays one
+        health = api.get("/health").json()
+        assert health["boards_snapshot_id"] is None
+        if index == "memory":
+            assert health["board_mirror"]["problem"] == unusable and health["board_mirror"]["snapshot_id"] is None
+
+        restarted = threading.Thread(target=run, args=(opts,), name="boards-restarted")
+        restarted.start()  # Redis has none of its boards: it publishes every one again
+        try:
+            deadline = time.monotonic() + 60
+            back = False
+            while not back:  # until the run ended and every route answers again
+                assert time.monotonic() < deadline, "the boards never came back"
+                done = not restarted.is_alive()
+                answers = [(p, api.get(p)) for p in GAP_ROUTES]
+                bad = [(p, r.status_code, r.text) for p, r in answers if r.status_code not in (200, 503)]
+                assert not bad, bad  # never "no such board" on the way back
+                back = done and all(r.status_code == 200 for _, r in answers)
+        finally:
+            restarted.join(timeout=60)
+        for p, r in answers:
+            assert without_id(r.json()) == without_id(before[p].json()), p
+        assert ((r := api.get("/boards/g2/all/top")).status_code, r.json()) == missing
