@@ -10,13 +10,16 @@ its data: :class:`BoardsState`.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 from zlib import crc32
 
 import orjson
+import redis
 
 from rankflow.connectors.board_layout import LAYOUT
+from rankflow.connectors.redis_generations import Fence
 from rankflow.connectors.redis_keys import Keys
+from rankflow.connectors.redis_replies import Members
 from rankflow.connectors.redis_publish import merge_pending
 from rankflow.connectors.scripts import PUBLISH_BOARDS
 from rankflow.state.board_snapshot import BoardsSnapshot
@@ -83,6 +86,18 @@ class BoardsState:
 
     def stored(self) -> None:
         self._pending, self._aliases, self._dropped, self._full, self._whole = {}, {}, set(), False, False
+
+    def prepare(self, client: redis.Redis, k: Keys, fence: Fence, hurry: bool = False) -> None:
+        """Before a ``full`` call: the boards Redis lists that the whole state does not hold are
+        dropped with it. Redis behind the run (an older backup) may list periods retention
+        dropped since; the run will never name them again. A script must declare every key it
+        touches, so they are read here; only the generation's owner writes them."""
+        if not self._full:
+            return
+        for raw in cast(Members, client.smembers(k.boards)):
+            game, board = orjson.loads(raw)
+            if (game, board) not in self._pending:
+                self._dropped.add((game, board))
 
     def keys(self, k: Keys) -> list[str]:
         out = PUBLISH_BOARDS.product_keys(aliases=k.aliases, boards=k.boards, board_changes=k.board_changes,

@@ -209,9 +209,9 @@ class Publisher:
         outcome = Published(self._call(snapshot, body))
         if outcome in (Published.NO_TABLE, Published.GAP):  # send all of it
             why = LOST if outcome is Published.NO_TABLE else BEHIND
+            self._state.resend_all(why)  # raises when the state cannot: the run stops saying how to heal Redis
             if outcome is Published.GAP:
-                log.warning("%s: sending snapshot %s with the whole state", why, snapshot.snapshot_id)
-            self._state.resend_all(why)
+                log.warning("%s: snapshot %s sends the whole state", why, snapshot.snapshot_id)
             outcome = Published(self._call(snapshot, body))
         if outcome is Published.STORED:
             METRICS.published(snapshot.positions, snapshot.gauges(), time.perf_counter() - started)
@@ -244,6 +244,12 @@ class Publisher:
 
     def close(self) -> None:
         self._client.close()
+
+
+FAILURES: list[BaseException] = []
+"""The errors that stopped this process's publishers. With several processes, Bytewax turns an
+error raised in a step into a panic of the cluster (``PanicException``, "Send thread panic"),
+and the error itself is lost: ``execution.execute`` reports it from here instead."""
 
 
 class _PublisherPartition(StatelessSinkPartition[tuple[str, Any]]):
@@ -285,6 +291,7 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Any]]):
                     self._publisher.publish(snapshot, hurry=pressed >= self.PRESSED)
                 except BaseException as exc:  # noqa: BLE001 - handed to the flow's thread
                     self._failure = exc
+                    FAILURES.append(exc)
 
     def _raise_failure(self) -> None:
         """Raise the thread's error, once: Bytewax closes the partition while it unwinds

@@ -31,7 +31,7 @@ from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.redis_boards import RedisLostBoards
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
-from rankflow.connectors.redis_publish import is_transient
+from rankflow.connectors.redis_publish import FAILURES, is_transient
 from rankflow.connectors.source_batch import ENDS, FAILED, STOP, PositionOutOfRange
 from rankflow.options import RunOptions, ServiceError
 from rankflow.panic_filter import PanicFilter
@@ -108,6 +108,7 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
     _stopped_by.clear()
     ENDS.clear()
     FAILED.clear()
+    FAILURES.clear()
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, _stop_gracefully) for s in GRACEFUL} if in_main_thread else {}
     try:
@@ -119,8 +120,12 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
         else:  # cluster_main hands errors raised in steps to Python without a panic report
             cluster_main(flow, opts.addresses or [], opts.process_id or 0, epoch_interval=interval,
                          recovery_config=recovery, worker_count_per_proc=opts.workers)
-    except Exception as exc:
-        raise explain(exc) from exc
+    except BaseException as exc:  # a cluster's panic hides the error that caused it
+        if FAILURES:
+            raise explain(FAILURES[0]) from exc
+        if isinstance(exc, Exception):
+            raise explain(exc) from exc
+        raise
     finally:
         for s, handler in previous.items():
             signal.signal(s, handler)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import fcntl
 import hmac
+import os
 import shutil
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -148,8 +149,22 @@ class StoredLayout:
 
 
 def write_layout(path: Path, layout: dict[str, Any]) -> None:
-    """Record ``layout`` under the current format (:data:`LAYOUT_FORMAT`), replacing whatever was there."""
-    (path / LAYOUT_FILE).write_bytes(orjson.dumps({FORMAT_KEY: LAYOUT_FORMAT, **layout}))
+    """Record ``layout`` under the current format (:data:`LAYOUT_FORMAT`), replacing whatever was there.
+
+    Written whole or not at all (a new file made durable, then renamed over the old one): a run
+    killed while writing it must leave a directory its restart can read, not an empty file."""
+    final = path / LAYOUT_FILE
+    temporary = final.with_name(f".{LAYOUT_FILE}.{os.getpid()}")
+    with open(temporary, "wb") as out:
+        out.write(orjson.dumps({FORMAT_KEY: LAYOUT_FORMAT, **layout}))
+        out.flush()
+        os.fsync(out.fileno())
+    os.replace(temporary, final)
+    directory = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(directory)
+    finally:
+        os.close(directory)
 
 
 def read_layout(path: Path) -> StoredLayout | None:

@@ -215,3 +215,10 @@ def _process_main(opts: RunOptions, start: Start) -> None:
     except Exception as exc:  # noqa: BLE001 - reported, and the exit status tells the parent
         log.error("%s", exc)
         sys.exit(1)
+    except BaseException as exc:
+        if type(exc).__name__ != "PanicException":  # pyo3's, not importable by name
+            raise
+        # Bytewax's cluster panics in every process when one of them fails: the one that failed
+        # reports why (above); the others only stop
+        log.error("stopped: another process of the run failed (%s)", exc)
+        sys.exit(1)

@@ -228,3 +228,45 @@ def test_a_user_the_channels_are_closed_to_still_publishes(redis_client, redis_u
             redis.Redis.from_url(url).publish(Keys(namespace).generation, b"x")  # the channel is closed to it
     finally:
         redis_client.acl_deluser(user)
+
+
+def _rewind(client: redis.Redis, namespace: str, snapshot_id_: int, position: int) -> None:
+    """Redis as an older backup has it: an older snapshot id and positions (its count table kept)."""
+    k = Keys(namespace, 0)
+    client.set(k.snapshot_id, snapshot_id_)
+    client.hset(k.positions, "f", position)
+
+
+def test_changes_are_never_laid_on_a_redis_behind_them(redis_client, redis_url, namespace):
+    """A publisher's floor is the last snapshot it stored: a Redis that went back (an older backup)
+    answers GAP and stores nothing of the changes; the count table's copy is sent whole instead."""
+    token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
+    pub = Publisher(redis_url, namespace, token, state=CountTable())
+    assert pub.publish(snap(token, 1, counts={"a": 2, "b": 1}, full=True)) == Published.STORED
+    assert pub.publish(snap(token, 2, counts={"b": 3})) == Published.STORED
+    _rewind(redis_client, namespace, snapshot_id(token, 1), 1)
+    redis_client.zadd(Keys(namespace, 0).counts, {"b": 1})  # the backup's count of b
+    assert pub.publish(snap(token, 3, counts={"c": 1})) == Published.STORED  # GAP, then the whole table
+    assert read_counts(redis_client, namespace) == {"a": 2, "b": 3, "c": 1}
+
+
+def test_a_resumed_runs_floor_comes_from_its_recovery_state(redis_client, redis_url, namespace):
+    """A first publisher given a floor (the positions its recovery state had published) refuses to
+    lay changes on a Redis behind it: the boards, which hold no copy, stop saying how to heal."""
+    from rankflow.connectors.redis_boards import BoardsState, RedisLostBoards
+    from rankflow.state.board_snapshot import BoardsSnapshot
+
+    def boards(run: int, epoch: int, entries: dict) -> BoardsSnapshot:
+        return BoardsSnapshot(snapshot_id=snapshot_id(run, epoch), run=run, epoch=epoch, positions={"f": epoch},
+                              dead_letters=0, counts={}, k_max=10, boards={}, entries=entries, dropped=[], aliases={},
+                              partition_lag_ms={}, errors=[], total_boards=1)
+
+    token = join_run(redis_client, namespace, uuid.uuid4().hex)[0]
+    assert Publisher(redis_url, namespace, token, state=BoardsState()).publish(
+        boards(token, 1, {("g", "all"): {"p1": (5, 1)}})) == Published.STORED
+    ahead = Publisher(redis_url, namespace, token, state=BoardsState(complete=False), floor={"f": 3})
+    with pytest.raises(RedisLostBoards, match="behind what the run has published.*Start the run again"):
+        ahead.publish(boards(token, 4, {("g", "all"): {"p2": (7, 4)}}))
+    assert read_latest(redis_client, namespace)["epoch"] == 1, "nothing of the refused changes stored"
+    level = Publisher(redis_url, namespace, token, state=BoardsState(complete=False), floor={"f": 1})
+    assert level.publish(boards(token, 2, {("g", "all"): {"p2": (7, 2)}})) == Published.STORED

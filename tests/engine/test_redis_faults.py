@@ -32,7 +32,7 @@ from pathlib import Path
 import pytest
 import redis
 
-from rankflow.connectors.board_read import read_boards
+from rankflow.connectors.board_read import read_aliases, read_boards
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.connectors.redis_keys import activity_namespace, boards_namespace
 from rankflow.connectors.redis_read import read_counts, read_latest
@@ -93,6 +93,7 @@ def _boards(tmp: Path, brokers: str) -> Case:
     for offset, line in enumerate(lines):
         model.feed(line, "file", offset)
     boards = model.boards()
+    aliases = {g: {k: v.split(":", 1)[1] for k, v in a.items()} for g, a in model.aliases().items()}
     topic = "faults-boards-" + tmp.name
     produce_file(str(log), KafkaEndpoint(brokers, topic), partitions=3, progress=False, key_field="player_id")
 
@@ -101,6 +102,7 @@ def _boards(tmp: Path, brokers: str) -> Case:
         assert sum(final["positions"].values()) == len(lines), final["positions"]
         got = read_boards(client, namespace)
         assert got == boards, board_differences(got, boards)
+        assert read_aliases(client, namespace) == aliases
     return Case("boards", topic, len(lines), ["--flow", "boards", "--signing-key", KEY.hex(), "--partitions", "4",
                                               "--user-shards", "8"], boards_namespace, check)
 
@@ -277,14 +279,15 @@ def test_a_run_that_lost_redis_stops_and_its_restart_is_exact(flow, processes, c
     run.check()
 
 
+@pytest.mark.parametrize("processes", [1, 2])
 @pytest.mark.parametrize("flow", FLOWS)
-def test_redis_restored_from_an_older_backup_while_the_flow_runs(flow, cases, kafka_brokers, own_redis, tmp_path,
-                                                                  namespace):
+def test_redis_restored_from_an_older_backup_while_the_flow_runs(flow, processes, cases, kafka_brokers, own_redis,
+                                                                  tmp_path, namespace):
     """The flow is frozen mid-run while Redis goes back to an RDB saved earlier in the run, then
     goes on: the listener flow sends its whole count table again (Redis exact at the end of the
     same run); boards and activity stop with one line, and their restart brings Redis to exact."""
     case = cases[flow]
-    run = Run(case, kafka_brokers, own_redis, tmp_path, namespace, 1)
+    run = Run(case, kafka_brokers, own_redis, tmp_path, namespace, processes)
     proc = run.start()
     run.wait_published(case.total // 5)
     save(own_redis, tmp_path / "backup.rdb")
@@ -298,21 +301,23 @@ def test_redis_restored_from_an_older_backup_while_the_flow_runs(flow, cases, ka
         assert "restored from an older backup" in err, "the flow said why it sent everything"
     else:
         assert proc.returncode == 1, err
-        line = next(x for x in err.splitlines() if "restored from an older backup" in x)
-        assert "Start the run again with the same --recovery-dir" in line
+        line = next(x for x in err.splitlines() if "Start the run again with the same --recovery-dir" in x)
+        assert "restored from an older backup" in line
+        assert "whole state" not in err, "it did not claim to send what it does not hold"
         assert "Traceback" not in err
         run.to_the_end()
     assert restored.running()
     run.check()
 
 
+@pytest.mark.parametrize("processes", [1, 2])
 @pytest.mark.parametrize("flow", FLOWS)
-def test_redis_restored_from_an_older_backup_after_the_run(flow, cases, kafka_brokers, own_redis, tmp_path,
+def test_redis_restored_from_an_older_backup_after_the_run(flow, processes, cases, kafka_brokers, own_redis, tmp_path,
                                                            namespace):
     """The run ended; Redis goes back to an RDB saved mid-run; the same run started again (nothing
     left to read) brings Redis back to exact."""
     case = cases[flow]
-    run = Run(case, kafka_brokers, own_redis, tmp_path, namespace, 1)
+    run = Run(case, kafka_brokers, own_redis, tmp_path, namespace, processes)
     proc = run.start()
     run.wait_published(case.total // 3)
     save(own_redis, tmp_path / "backup.rdb")
