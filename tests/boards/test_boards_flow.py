@@ -219,7 +219,7 @@ def test_without_player_shards_a_lost_redis_is_a_clear_error(redis_url, redis_cl
     run(RunOptions(**opts))
     for key in redis_client.scan_iter(f"{{{boards_namespace(namespace)}}}:*"):
         redis_client.delete(key)
-    with pytest.raises(ServiceError, match="cannot send them again"):
+    with pytest.raises(ServiceError, match="cannot send every board again"):
         run(RunOptions(**opts))
 
 
