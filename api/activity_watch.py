@@ -90,3 +90,11 @@ class ActivityParts(Part):
         version = self.watch.version
         activity_id = None if version is None else version[1]
         return Health({"activity_snapshot_id": activity_id}, True if activity_id is not None else None)
+
+    def unready(self) -> str | None:
+        """Unready while the watcher knows no activity snapshot (its reason: the reader's "no usable ...")."""
+        watch = self.watch
+        assert watch is not None
+        if watch.version is not None:
+            return None
+        return watch.problem or f"no usable activity snapshot in namespace {self.settings.namespace!r}"

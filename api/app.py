@@ -5,8 +5,9 @@ Each product brings its routes (``Product.routers``: the listener rankings and `
 /events``, the score boards and ``POST /matches/{match_id}/result``, the activity rankings)
 and its background parts (``Product.serve_parts``, ``api.parts``: the readers that follow
 its snapshots), which this module starts, stops, and asks what ``GET /health`` and ``GET
-/metrics`` report; it names no product. Its own routes: ``GET /health``, ``GET /metrics``
-and the dashboard at ``GET /`` (``api.dashboard``). The products' prepared answers
+/metrics`` report; it names no product. Its own routes: ``GET /health``, the orchestrators'
+probes ``GET /livez`` and ``GET /readyz``, ``GET /metrics`` and the dashboard at ``GET /``
+(``api.dashboard``). The products' prepared answers
 (``api.prepared``) are ``app.state.prepared``, for the server's protocol. The OpenAPI schema is at
 ``/openapi.json``, browsable at ``/docs``.
 """
@@ -46,7 +47,9 @@ class ApiMetrics:
 
 def create_app(settings: Settings) -> FastAPI:
     mounted = [product_registry.get(name) for name in settings.products]
-    parts: list[Part] = [part for product in mounted for part in product.serve_parts(settings)]
+    owned: list[tuple[str, Part]] = [(product.name, part) for product in mounted
+                                     for part in product.serve_parts(settings)]
+    parts = [part for _, part in owned]
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
@@ -86,6 +89,19 @@ def create_app(settings: Settings) -> FastAPI:
                                         "redis": "ok" if redis_ok else "unreachable", **body, **informs},
                                        200 if ok else 503)
 
+    @app.get("/livez", summary="Liveness: 200 while the process answers (asks Redis nothing)",
+             responses={200: {"description": '`{"status": "live"}`'}})
+    async def livez() -> Response:
+        return responses.json_response({"status": "live"})
+
+    @app.get("/readyz", summary="Readiness: 200 when Redis answers and every product served has a usable snapshot",
+             responses={200: {"description": '`{"status": "ready", "redis": "ok", "products": {name: "ready"}}`'},
+                        503: {"description": 'not ready: `{"status": "not ready", "reason", "redis", "products": '
+                                             '{name: "ready" or why not}}`, the reason a product\'s 503 "no usable '
+                                             '..." or Redis unreachable'}})
+    async def readyz(request: Request) -> Response:
+        return await readiness(request.app.state.redis, owned)
+
     @app.get("/metrics", summary="Prometheus metrics of this service")
     async def prometheus(request: Request) -> Response:
         body = generate_latest(metrics.registry) + b"".join(part.metrics() for part in parts)
@@ -112,6 +128,25 @@ def create_app(settings: Settings) -> FastAPI:
 
     app.openapi = openapi  # type: ignore[method-assign]
     return app
+
+
+async def readiness(client: Any, owned: list[tuple[str, Part]]) -> Response:
+    """``GET /readyz``: Redis answers a ``PING`` now, and each mounted product's readers hold a
+    usable snapshot (what they saw at their last look: ``Part.unready``). Unlike ``/health``, a
+    product with nothing published makes the service unready: its routes answer ``503``."""
+    redis_ok = await ping(client)
+    products: dict[str, str] = {}
+    for name, part in owned:
+        why = part.unready()
+        if why is not None or name not in products:
+            products[name] = "ready" if why is None else why
+    reasons = ([] if redis_ok else ["cannot reach Redis"]) + [f"{name}: {why}" for name, why in products.items()
+                                                              if why != "ready"]
+    body: dict[str, Any] = {"status": "not ready" if reasons else "ready"}
+    if reasons:
+        body["reason"] = "; ".join(reasons)
+    body.update(redis="ok" if redis_ok else "unreachable", products=products)
+    return responses.json_response(body, 503 if reasons else 200)
 
 
 class MeasureRequests:

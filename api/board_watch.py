@@ -22,6 +22,7 @@ import redis.asyncio as aioredis
 
 from rankflow.api.parts import Health, Part, close_client, redis_client, gauge
 from rankflow.api.watch import VersionWatch
+from rankflow.connectors.board_read import no_snapshot
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_replies import Values
@@ -52,8 +53,9 @@ class BoardWatch(VersionWatch[Version]):
         generation, sid = cast(Values, await self.client.mget(keys.generation, snapshot_id))
         if self.hint.moved(int(generation or 0)):
             return None  # the new generation's snapshot id at the next poll
-        if sid is None:
-            return None  # no usable snapshot (nothing published, Redis lost its data): nothing is current
+        if sid is None:  # no usable snapshot (nothing published, Redis lost its data): nothing is current
+            self.problem = no_snapshot(keys.namespace)  # what /readyz says, as the board routes' 503
+            return None
         return self.hint.generation, sid
 
     def poll_failed(self, exc: Exception) -> bool:
@@ -123,6 +125,14 @@ class BoardParts(Part):
                                        "snapshot_id": snapshot_id(mirror.version)}
         return Health({"boards_snapshot_id": boards_id, "board_index": self.settings.board_index},
                       True if boards_id is not None else None, informs)
+
+    def unready(self) -> str | None:
+        """Unready while the watcher knows no boards snapshot id (``no usable boards snapshot``)."""
+        watch = self.watch
+        assert watch is not None
+        if snapshot_id(watch.version) is not None:
+            return None
+        return watch.problem or no_snapshot(watch.hint.keys.namespace)
 
     def metrics(self) -> bytes:
         mirror = self.mirror

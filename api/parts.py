@@ -4,8 +4,9 @@ Contract: ``Product.serve_parts(settings)`` lists :class:`Part` objects, built w
 The app starts every mounted product's parts before it answers (:meth:`Part.start`, which
 puts on ``app.state`` what the product's routes read), stops them at shutdown
 (:meth:`Part.stop`, in bounded time), and asks them what ``GET /health``
-(:meth:`Part.health`) and ``GET /metrics`` (:meth:`Part.metrics`) report. The app names no
-product: what it knows of one is what its parts say.
+(:meth:`Part.health`), ``GET /readyz`` (:meth:`Part.unready`) and ``GET /metrics``
+(:meth:`Part.metrics`) report. The app names no product: what it knows of one is what its
+parts say.
 
 ``/health``'s status (``api.app``) is ``ok`` when Redis answers, no part is degraded
 (:attr:`Health.serving` False: a snapshot it serves is stale) and at least one serves a
@@ -55,6 +56,12 @@ class Part:
 
     def health(self) -> Health | None:
         """What ``/health`` reports of it; None: nothing."""
+        return None
+
+    def unready(self) -> str | None:
+        """Why the product cannot answer its reading routes from a usable snapshot (``GET
+        /readyz``: the product's "no usable ..." reason), or None when it can. Asks Redis
+        nothing: it says what the part's background reader last saw."""
         return None
 
     def metrics(self) -> bytes:

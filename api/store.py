@@ -221,6 +221,16 @@ class ListenerSnapshots(Part):
         return Health({"snapshot_id": None if snap is None else snap["snapshot_id"], "snapshot_age_ms": age,
                        "problem": cache.problem}, True if current else None if snap is None else False)
 
+    def unready(self) -> str | None:
+        """Unready without a snapshot, and while the one kept is not Redis's current one (Redis
+        lost it, or could not be read at the last look): the routes then answer ``503``. An old
+        snapshot that is still current is ready: a quiet input is no reason to stop serving."""
+        cache = self.cache
+        assert cache is not None
+        if cache.snapshot is not None and cache.fresh:
+            return None
+        return cache.problem or f"no usable ranking in namespace {cache.keys.namespace!r}"
+
     def metrics(self) -> bytes:
         cache = self.cache
         assert cache is not None

@@ -82,6 +82,8 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
         # the last bytes read (up to _TAIL), which must still be there at the next read
         self._file.seek(byte)
         self._follow = follow
+        self._size_at_start = os.fstat(self._file.fileno()).st_size  # where the end was (operators.catch_up)
+        self._caught_up = False  # the reader passed it (or reached the file's end): said once
         self._parts: list[bytes] = []  # the incomplete last line's pieces, waiting for its newline
         self._partial = 0  # that line's length so far (beyond the cap its pieces stop growing)
 
@@ -153,6 +155,8 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
         return self.empty_batch()  # a long line without its end yet: an empty batch keeps the barriers going
 
     def _at_end(self) -> SourceBatch | None:
+        if not self._caught_up:
+            self._catch_up()
         if self._follow:
             return None  # a partial last line waits for its newline
         if self._parts or self._partial:  # a last line without a newline is still a line
@@ -194,6 +198,8 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
         start = self._pos.line
         self._pos = FilePosition(start + len(lines), self._pos.byte + consumed)
         METRICS.input_lag[self._path] = os.fstat(self._file.fileno()).st_size - self._pos.byte
+        if not self._caught_up and self._pos.byte >= self._size_at_start:
+            self._catch_up()
         if not refused:
             return SourceBatch(self._path, start, self._pos.line, lines)
         skip = {i for i, _, _ in refused}
@@ -201,6 +207,12 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
         batch = SourceBatch(self._path, start, self._pos.line, [lines[i] for i in kept], [start + i for i in kept])
         batch.refused = [(start + i, detail, raw) for i, detail, raw in refused]
         return batch
+
+    def _catch_up(self) -> None:
+        """The reader is at the end the file had at start (or at its end): this line is where the input
+        ended when the run first looked, in the partition's own positions (``operators.catch_up``)."""
+        METRICS.catch_up.end_seen(self._path, self._pos.line)
+        self._caught_up = METRICS.catch_up.read_to(self._path, self._pos.line)
 
     def empty_batch(self) -> SourceBatch:
         return SourceBatch(self._path, self._pos.line, self._pos.line, [])
@@ -226,11 +238,13 @@ class JsonlSource(FixedPartitionedSource[SourceBatch, FilePosition]):
         self._max_line_bytes = max_line_bytes
 
     def list_parts(self) -> list[str]:
+        METRICS.catch_up.listed_parts(self._paths)
         return self._paths
 
     def build_part(
         self, step_id: str, for_part: str, resume_state: FilePosition | None
     ) -> _JsonlPartition:
+        METRICS.catch_up.built_part(for_part)
         if resume_state is not None:
             log.info("%s: resuming at line %s", for_part, resume_state.line)
         return _JsonlPartition(for_part, resume_state, self._follow, self._chunk_bytes, self._max_line_bytes)

@@ -190,7 +190,10 @@ class _KafkaPartition(BarrierPartition[int]):
         self._whole_history = whole_history
         self._until_eof = until_eof
         self._stop_at: int | None = None
-        self._consumer = _consumer(brokers, until_eof)
+        self._end_seen: int | None = None  # the end of the log at the first fetch (operators.catch_up)
+        self._caught_up = False  # read up to it
+        # the end-of-partition marker live too: how a partition with nothing to read learns its end
+        self._consumer = _consumer(brokers, until_eof=True)
         self._consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if resume is None else resume)])
 
     def read(self) -> SourceBatch | None:
@@ -213,9 +216,13 @@ class _KafkaPartition(BarrierPartition[int]):
                 self._next = _offset(msgs[-1]) + 1
             self._learn_end(eof_at is not None)
         if not msgs:
+            if not self._caught_up and eof_at is not None:
+                self._catch_up(eof_at)
             return None
         start, last = _offset(msgs[0]), _offset(msgs[-1])
         self._next = last + 1
+        if not self._caught_up:
+            self._catch_up(eof_at)
         _, high = self._consumer.get_watermark_offsets(TopicPartition(*self._tp), cached=True)
         if high >= 0:
             METRICS.input_lag[self._name] = max(0, high - self._next)
@@ -223,6 +230,20 @@ class _KafkaPartition(BarrierPartition[int]):
         # Offsets are contiguous unless the topic is compacted or transactional.
         offsets = None if last - start + 1 == len(msgs) else [_offset(m) for m in msgs]
         return SourceBatch(self._name, start, self._next, records, offsets)
+
+    def _catch_up(self, eof_at: int | None) -> None:
+        """Tell ``operators.catch_up`` the end this partition saw at start (the end-of-partition
+        marker, else the high watermark of the first fetch that returned messages: as
+        :meth:`_learn_end`, never a queried one) and how far it has read, until it got there."""
+        if self._end_seen is None:
+            if eof_at is None:
+                _, high = self._consumer.get_watermark_offsets(TopicPartition(*self._tp), cached=True)
+                if high < self._next:
+                    return
+                eof_at = high
+            self._end_seen = eof_at
+            METRICS.catch_up.end_seen(self._name, eof_at)
+        self._caught_up = METRICS.catch_up.read_to(self._name, self._next)
 
     def _start_at(self, first: int) -> None:
         """A fresh partition's first offset: above 0 when retention deleted the log's beginning."""
@@ -329,9 +350,11 @@ class KafkaSource(FixedPartitionedSource[SourceBatch, int]):
         self._lock = threading.Lock()
 
     def list_parts(self) -> list[str]:
+        METRICS.catch_up.listed_parts(self._parts)
         return self._parts
 
     def build_part(self, step_id: str, for_part: str, resume_state: int | None) -> _KafkaPartition:
+        METRICS.catch_up.built_part(for_part)
         topic, _, number = for_part.rpartition("/")
         if topic != self._endpoint.topic:
             raise ValueError(f"recovery state is for topic {topic!r}, this run reads {self._endpoint.topic!r}")

@@ -216,6 +216,8 @@ class Publisher:
         if outcome is Published.STORED:
             METRICS.published(snapshot.positions, snapshot.gauges(), time.perf_counter() - started)
         if outcome in (Published.STORED, Published.ALREADY_STORED):  # the pending changes are in Redis
+            if outcome is Published.ALREADY_STORED:  # a resumed run's first: what it holds is there all the same
+                METRICS.catch_up.stored(snapshot.positions)
             self._state.stored()
             self._floor = dict(snapshot.positions)
         return outcome

@@ -37,21 +37,31 @@ them (``gauges()`` of ``state.snapshot.Snapshot``, ``state.board_snapshot.Boards
 ``state.activity_snapshot.ActivitySnapshot``) and this module exports what it is given.
 Every flow has ``rankflow_snapshot_id`` and ``rankflow_partition_lag_seconds{partition}``
 (how far each partition's counts trailed the input: the snapshot's ``partition_lag_ms``).
+
+The same port answers an orchestrator's probes (docs/operations.md, health probes): ``GET
+/livez`` is ``200`` while the process answers, ``GET /readyz`` ``200`` once the run has caught
+up with its input the first time (``operators.catch_up``), else ``503`` with the reason. Every
+other path is the metrics, as before.
 """
 
 from __future__ import annotations
 
+import json
+import socket
 import threading
 import time
 import weakref
 from collections import defaultdict
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from socketserver import ThreadingMixIn
 from typing import Any
+from wsgiref.simple_server import WSGIRequestHandler, WSGIServer, make_server
 
-from prometheus_client import CollectorRegistry, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Histogram, make_wsgi_app
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from rankflow.operators.catch_up import CatchUp
 from rankflow.state.snapshot import Gauge
 
 
@@ -76,6 +86,7 @@ class RunMetrics:
             buckets=(0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1.0),
             registry=self.registry)
         self.registry.register(_Collector(self))
+        self.catch_up = CatchUp()  # GET /readyz
         self._server_started = False
         self._lock = threading.Lock()
 
@@ -87,12 +98,51 @@ class RunMetrics:
             read = sum(positions.values()) - sum(self.last[0].values())
             self.events_per_second = max(0, read) / (now - self.last[2])
         self.last = positions, gauges, now
+        self.catch_up.stored(positions)
 
     def serve(self, port: int, host: str) -> None:
+        """Serve the metrics and the probes on ``host:port``, in a daemon thread (once per process)."""
         with self._lock:
             if not self._server_started:
-                start_http_server(port, addr=host, registry=self.registry)
+                class Server(_Server):  # of the address's family (IPv6 too)
+                    address_family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+
+                server = make_server(host, port, _probes(make_wsgi_app(self.registry), self.catch_up), Server,
+                                     handler_class=_QuietHandler)
+                threading.Thread(target=server.serve_forever, name="metrics", daemon=True).start()
                 self._server_started = True
+
+
+WsgiApp = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+def _probes(metrics: WsgiApp, catch_up: CatchUp) -> WsgiApp:
+    """``GET /livez`` and ``GET /readyz`` in front of prometheus-client's metrics application."""
+
+    def app(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+        path = environ.get("PATH_INFO", "")
+        if path not in ("/livez", "/readyz"):
+            return metrics(environ, start_response)
+        ready, body = (True, {"status": "live"}) if path == "/livez" else catch_up.verdict()
+        data = json.dumps(body).encode()
+        start_response("200 OK" if ready else "503 Service Unavailable",
+                       [("Content-Type", "application/json"), ("Content-Length", str(len(data)))])
+        return [data]
+
+    return app
+
+
+class _Server(ThreadingMixIn, WSGIServer):
+    """A thread per request (a slow scrape never holds a probe), as prometheus-client's own server."""
+
+    daemon_threads = True
+
+
+class _QuietHandler(WSGIRequestHandler):
+    """No line per request on standard error: probes come every few seconds."""
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
+        pass
 
 
 class _Collector(Collector):

@@ -33,6 +33,7 @@ from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched
 from rankflow.connectors.redis_publish import FAILURES, is_transient
 from rankflow.connectors.source_batch import ENDS, FAILED, STOP, PositionOutOfRange
+from rankflow.operators.metrics import METRICS
 from rankflow.options import RunOptions, ServiceError
 from rankflow.panic_filter import PanicFilter
 
@@ -109,6 +110,7 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
     ENDS.clear()
     FAILED.clear()
     FAILURES.clear()
+    METRICS.catch_up.reset(whole_input=opts.addresses is None)  # one process reads all and publishes
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, _stop_gracefully) for s in GRACEFUL} if in_main_thread else {}
     try:

@@ -2,7 +2,8 @@
 counters -> merger -> publish``.
 
 Each module of ``operators/`` has a place on that path (:data:`STAGES`); the engine's own
-types (``operators.engine_types``) and the metrics sit below every stage. A module may
+types (``operators.engine_types``) and the metrics (with ``catch_up``, the readiness they
+serve) sit below every stage. A module may
 import its own stage's and upstream stages' modules, never a downstream one, so that
 following one event opens the modules in the order it passes them, and what a stage
 sends is named where it is made or in the engine's types. A module of ``operators/`` with
@@ -18,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 ENGINE, PARSE, KEYED, ROUTING, COUNTERS, MERGER, PUBLISH = range(7)
 STAGES = {
-    "engine_types": ENGINE, "metrics": ENGINE,
+    "engine_types": ENGINE, "metrics": ENGINE, "catch_up": ENGINE,
     "parse": PARSE,
     "keyed_shards": KEYED, "song_keys": KEYED, "user_stage": KEYED, "player_stage": KEYED,
     "routing": ROUTING,
