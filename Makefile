@@ -34,6 +34,7 @@ $(BIN)/rankflow: pyproject.toml constraints.txt
 setup: $(BIN)/rankflow
 	@scripts/ensure-redis.sh
 	@scripts/ensure-browser.sh
+	@scripts/ensure-stunnel.sh
 
 services-start: setup  ## a local Redis and Kafka-protocol broker (Tansu), left running
 	@$(SERVICES) start redis --port $(REDIS_PORT) --dir $(LOCAL)/redis

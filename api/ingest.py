@@ -78,7 +78,7 @@ class EventProducer:
         }
         if queue_messages is not None:
             config["queue.buffering.max.messages"] = queue_messages
-        self._producer = reliable_producer(endpoint.brokers, **config)
+        self._producer = reliable_producer(endpoint.brokers, endpoint.settings, **config)
         self._stop = threading.Event()
         self._poller = threading.Thread(target=self._poll, name="ingest-producer-poll", daemon=True)
         self._poller.start()

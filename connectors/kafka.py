@@ -23,6 +23,18 @@ high watermark of its first fetch, or the partition-EOF marker when it was empty
 (A queried high watermark is not used: some Kafka-compatible brokers, Tansu among
 them, answer it wrongly after batched produces; the fetch response is right.)
 
+**Client settings.** A user's librdkafka properties (``--kafka-config``, ``-X``:
+``rankflow.kafka_settings``) travel with the endpoint (:attr:`KafkaEndpoint.settings`),
+and :func:`client_config` merges them into every consumer, producer and admin client
+made here, so none is made without them (a TLS cluster's metadata names only TLS
+listeners: a client that missed them would fail, not quietly read in plaintext).
+
+**A cluster that cannot be reached** (down, plaintext against a TLS listener, a CA that
+does not sign the broker's certificate, credentials it refuses) fails the first request
+of a command within :data:`METADATA_TIMEOUT_S`, with the reason librdkafka gave
+(``SSL handshake failed: ... certificate verify failed``, ``SASL authentication
+error``) in its one line, secrets masked; librdkafka's retries stay in the debug log.
+
 **Dead letters** are produced with ``acks=all`` and idempotence, keyed
 ``"<partition>:<offset>"`` of the invalid event. The sink flushes when an epoch
 closes, so every dead letter of a completed epoch is acknowledged by the broker.
@@ -35,7 +47,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
@@ -45,6 +57,7 @@ from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaExcepti
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from rankflow.connectors.source_batch import BarrierPartition, PositionOutOfRange, SourceBatch
+from rankflow.kafka_settings import NO_SETTINGS, KafkaSettings
 from rankflow.operators.metrics import METRICS
 from rankflow.state.events import DeadLetter
 
@@ -59,6 +72,8 @@ ticks of every counter partition, one item per key shard, exchanges) whatever it
 Live, a read takes what arrived since the last one, so batches stay small and freshness
 is unchanged."""
 METADATA_TIMEOUT_S = 5.0
+"""How long a command's first request (the topic's metadata) waits for the brokers: the bound
+on how long a command that cannot connect takes to fail (docs/operations.md)."""
 
 
 class KafkaUnavailable(RuntimeError):
@@ -67,8 +82,12 @@ class KafkaUnavailable(RuntimeError):
 
 @dataclass(frozen=True)
 class KafkaEndpoint:
+    """A topic, and how to reach its cluster: the brokers and the user's client settings
+    (compared and hashed with them; never printed: they may hold secrets)."""
+
     brokers: str
     topic: str
+    settings: KafkaSettings = field(default=NO_SETTINGS, repr=False)
 
     def __str__(self) -> str:
         return f"kafka:{self.brokers}/{self.topic}"
@@ -88,28 +107,44 @@ class _ClientLog:
     """
 
     WARN_EVERY_S = 60.0
+    VAGUE = (KafkaError._ALL_BROKERS_DOWN,)  # says that, not why: a cause is any other error
 
-    def __init__(self) -> None:
+    def __init__(self, settings: KafkaSettings = NO_SETTINGS, warn: bool = True) -> None:
         self._warned: dict[int, float] = {}
+        self._settings = settings
+        self._warn = warn
+        self.cause: str | None = None  # the first error that says why the brokers were not reached
+        self.failed: str | None = None  # the last connection failure logged (some are never errors)
 
     def log(self, level: int, fmt: str, *args: object) -> None:
         """What confluent-kafka calls for each line of librdkafka's log (``logger``)."""
-        CLIENT_LOG.debug(fmt, *args)
+        if args and args[0] == "FAIL":  # ("FAIL", client, "[thrd:...]: broker: why")
+            self.failed = self._settings.scrub(str(args[-1]).partition("]: ")[2] or str(args[-1]))
+        if self._settings.secrets():
+            CLIENT_LOG.debug("%s", self._settings.scrub(fmt % args if args else fmt))
+        else:
+            CLIENT_LOG.debug(fmt, *args)
 
     def error(self, err: KafkaError) -> None:
+        said = self._settings.scrub(err.str())
+        if self.cause is None and err.code() not in self.VAGUE:
+            self.cause = said
         now = time.monotonic()
-        if now - self._warned.get(err.code(), float("-inf")) >= self.WARN_EVERY_S:
+        if self._warn and now - self._warned.get(err.code(), float("-inf")) >= self.WARN_EVERY_S:
             self._warned[err.code()] = now
-            CLIENT_LOG.warning("Kafka: %s", err.str())
+            CLIENT_LOG.warning("Kafka: %s", said)
 
 
-def client_config(brokers: str, **extra: object) -> dict[str, Any]:
-    """Every client's configuration: the brokers, and librdkafka's log routed as :class:`_ClientLog` says.
+def client_config(brokers: str, settings: KafkaSettings = NO_SETTINGS, routed: _ClientLog | None = None, /,
+                  **extra: object) -> dict[str, Any]:
+    """Every client's configuration: the brokers, librdkafka's log routed as :class:`_ClientLog`
+    says (``routed``, else a new one), rankflow's ``extra`` and, over them, the user's ``settings``
+    (which may not set what rankflow's guarantees depend on: ``kafka_settings.OWNED``).
 
     Values of every kind (strings, numbers, the logger, callbacks): confluent-kafka's own
     hints for ``AdminClient`` name only the plain ones, though it takes these too."""
-    routed = _ClientLog()
-    return {"bootstrap.servers": brokers, "logger": routed, "error_cb": routed.error, **extra}
+    routed = routed or _ClientLog(settings)
+    return {"bootstrap.servers": brokers, "logger": routed, "error_cb": routed.error, **extra, **settings.as_dict()}
 
 
 def _offset(m: Message) -> int:
@@ -120,18 +155,38 @@ def _offset(m: Message) -> int:
     return offset
 
 
-def admin(brokers: str) -> AdminClient:
-    return AdminClient(client_config(brokers))
+def admin(brokers: str, settings: KafkaSettings = NO_SETTINGS) -> AdminClient:
+    return AdminClient(client_config(brokers, settings))
 
 
-def topic_partitions(brokers: str, topic: str) -> list[int]:
-    """The topic's partition numbers; raises if the broker or the topic is missing."""
+def _cluster(brokers: str, settings: KafkaSettings) -> tuple[AdminClient, Any]:
+    """An admin client and the cluster's metadata (all topics, not ``list_topics(topic=...)``:
+    asking for one by name makes brokers with auto-creation create it, turning a typo into an
+    empty topic). Failing, :class:`KafkaUnavailable` within :data:`METADATA_TIMEOUT_S`, with
+    the cause librdkafka reported (its errors are served by ``poll``, here, not warned of)."""
+    routed = _ClientLog(settings, warn=False)
+    client = AdminClient(client_config(brokers, settings, routed))
     try:
-        # All topics, not list_topics(topic=...): asking for one by name makes brokers
-        # with auto-creation create it, turning a typo into an empty topic.
-        meta = admin(brokers).list_topics(timeout=METADATA_TIMEOUT_S)
+        return client, client.list_topics(timeout=METADATA_TIMEOUT_S)
     except KafkaException as exc:
-        raise KafkaUnavailable(f"cannot reach Kafka at {brokers}: {exc}") from None
+        client.poll(0)
+        said = exc.args[0].str() if exc.args and isinstance(exc.args[0], KafkaError) else str(exc)
+        why = routed.cause or routed.failed
+        cause = f" ({why}{_plaintext_hint(why, settings)})" if why else ""
+        raise KafkaUnavailable(settings.scrub(f"cannot reach Kafka at {brokers}: {said}{cause}")) from None
+
+
+def _plaintext_hint(why: str, settings: KafkaSettings) -> str:
+    """What a plaintext client hung up on before the first answer most likely met: a TLS listener."""
+    protocol = settings.as_dict().get("security.protocol", "plaintext").lower()
+    if "APIVERSION_QUERY" in why and "ssl" not in protocol:
+        return "; a TLS listener? then set security.protocol=SSL (or SASL_SSL)"
+    return ""
+
+
+def topic_partitions(brokers: str, topic: str, settings: KafkaSettings = NO_SETTINGS) -> list[int]:
+    """The topic's partition numbers; raises if the broker or the topic is missing."""
+    _, meta = _cluster(brokers, settings)
     t = meta.topics.get(topic)
     if t is None or t.error is not None or not t.partitions:
         reason = t.error if t is not None and t.error is not None else "no such topic"
@@ -139,13 +194,9 @@ def topic_partitions(brokers: str, topic: str) -> list[int]:
     return sorted(t.partitions)
 
 
-def ensure_topic(brokers: str, topic: str, partitions: int) -> int:
+def ensure_topic(brokers: str, topic: str, partitions: int, settings: KafkaSettings = NO_SETTINGS) -> int:
     """Create the topic if it does not exist; return its partition count."""
-    client = admin(brokers)
-    try:
-        meta = client.list_topics(timeout=METADATA_TIMEOUT_S)
-    except KafkaException as exc:
-        raise KafkaUnavailable(f"cannot reach Kafka at {brokers}: {exc}") from None
+    client, meta = _cluster(brokers, settings)
     if topic in meta.topics and not meta.topics[topic].error:
         return len(meta.topics[topic].partitions)
     future = client.create_topics([NewTopic(topic, num_partitions=partitions, replication_factor=1)])[topic]
@@ -153,18 +204,18 @@ def ensure_topic(brokers: str, topic: str, partitions: int) -> int:
         future.result(timeout=METADATA_TIMEOUT_S)
     except KafkaException as exc:
         if exc.args[0].code() != KafkaError.TOPIC_ALREADY_EXISTS:
-            raise KafkaUnavailable(f"cannot create topic {topic!r}: {exc}") from None
-    return len(topic_partitions(brokers, topic))
+            raise KafkaUnavailable(settings.scrub(f"cannot create topic {topic!r}: {exc}")) from None
+    return len(topic_partitions(brokers, topic, settings))
 
 
-def reliable_producer(brokers: str, **extra: object) -> Producer:
+def reliable_producer(brokers: str, settings: KafkaSettings = NO_SETTINGS, /, **extra: object) -> Producer:
     """A producer that loses nothing it acknowledges: acks=all with idempotence."""
-    return Producer(client_config(brokers, **{"acks": "all", "enable.idempotence": True, "linger.ms": 5,
-                                              "compression.type": "none", **extra}))
+    return Producer(client_config(brokers, settings, None, **{"acks": "all", "enable.idempotence": True, "linger.ms": 5,
+                                                        "compression.type": "none", **extra}))
 
 
-def _consumer(brokers: str, until_eof: bool, **extra: object) -> Consumer:
-    return Consumer(client_config(brokers, **{
+def _consumer(brokers: str, until_eof: bool, settings: KafkaSettings = NO_SETTINGS, /, **extra: object) -> Consumer:
+    return Consumer(client_config(brokers, settings, None, **{
         "group.id": "rankflow-unused",  # required by the client; assign() never joins it
         "enable.auto.commit": False,
         "enable.partition.eof": until_eof,
@@ -180,7 +231,7 @@ class _KafkaPartition(BarrierPartition[int]):
     idle_poll = timedelta(milliseconds=2)
 
     def __init__(self, brokers: str, topic: str, partition: int, resume: int | None, until_eof: bool,
-                 whole_history: bool = False, batch: int = BATCH_MESSAGES) -> None:
+                 whole_history: bool = False, batch: int = BATCH_MESSAGES, settings: KafkaSettings = NO_SETTINGS) -> None:
         super().__init__()
         self._batch = batch
         self._name = f"{topic}/{partition}"
@@ -193,7 +244,7 @@ class _KafkaPartition(BarrierPartition[int]):
         self._end_seen: int | None = None  # the end of the log at the first fetch (operators.catch_up)
         self._caught_up = False  # read up to it
         # the end-of-partition marker live too: how a partition with nothing to read learns its end
-        self._consumer = _consumer(brokers, until_eof=True)
+        self._consumer = _consumer(brokers, True, settings)
         self._consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if resume is None else resume)])
 
     def read(self) -> SourceBatch | None:
@@ -298,7 +349,8 @@ OUT_OF_RANGE_ADVICE = ("the recovery state belongs to other data (was the topic 
                        "retention delete the events?): start over with an empty --recovery-dir, or rebuild")
 
 
-def log_ranges(brokers: str, topic: str, partitions: list[int]) -> dict[int, tuple[int, int]]:
+def log_ranges(brokers: str, topic: str, partitions: list[int],
+               settings: KafkaSettings = NO_SETTINGS) -> dict[int, tuple[int, int]]:
     """Each partition's ``(first offset, end offset)``, as the broker's fetch answers say.
 
     Learned by fetching from each log's beginning, not by an offset query: some
@@ -306,7 +358,7 @@ def log_ranges(brokers: str, topic: str, partitions: list[int]) -> dict[int, tup
     the watermark carried by a fetch response is right. One consumer for all
     partitions, small fetches: a start-up cost of one round trip, paid on resume only.
     """
-    consumer = _consumer(brokers, until_eof=True, **{"max.partition.fetch.bytes": 65536, "fetch.wait.max.ms": 10})
+    consumer = _consumer(brokers, True, settings, **{"max.partition.fetch.bytes": 65536, "fetch.wait.max.ms": 10})
     try:
         consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in partitions])
         answered: set[int] = set()
@@ -344,7 +396,7 @@ class KafkaSource(FixedPartitionedSource[SourceBatch, int]):
         self._batch = batch
         self._until_eof = until_eof
         self._whole_history = whole_history
-        self._numbers = topic_partitions(endpoint.brokers, endpoint.topic)
+        self._numbers = topic_partitions(endpoint.brokers, endpoint.topic, endpoint.settings)
         self._parts = [f"{endpoint.topic}/{p}" for p in self._numbers]
         self._ranges: dict[int, tuple[int, int]] | None = None
         self._lock = threading.Lock()
@@ -362,12 +414,13 @@ class KafkaSource(FixedPartitionedSource[SourceBatch, int]):
             self._check_resume(int(number), resume_state)
             log.info("%s: resuming at offset %s", for_part, resume_state)
         return _KafkaPartition(self._endpoint.brokers, topic, int(number), resume_state, self._until_eof,
-                               self._whole_history, self._batch)
+                               self._whole_history, self._batch, self._endpoint.settings)
 
     def _check_resume(self, partition: int, offset: int) -> None:
         with self._lock:
             if self._ranges is None:
-                self._ranges = log_ranges(self._endpoint.brokers, self._endpoint.topic, self._numbers)
+                self._ranges = log_ranges(self._endpoint.brokers, self._endpoint.topic, self._numbers,
+                                          self._endpoint.settings)
         low, high = self._ranges[partition]
         if offset > high or (low >= 0 and offset < low):
             raise PositionOutOfRange(
@@ -378,7 +431,7 @@ class KafkaSource(FixedPartitionedSource[SourceBatch, int]):
 class _DeadLetterProducer(StatefulSinkPartition[DeadLetter, None]):
     def __init__(self, endpoint: KafkaEndpoint) -> None:
         self._topic = endpoint.topic
-        self._producer = reliable_producer(endpoint.brokers)
+        self._producer = reliable_producer(endpoint.brokers, endpoint.settings)
         self._failed: list[str] = []
 
     def _delivered(self, err: KafkaError | None, _msg: object) -> None:
@@ -406,7 +459,7 @@ class KafkaDeadLetterSink(FixedPartitionedSink[DeadLetter, None]):
 
     def __init__(self, endpoint: KafkaEndpoint) -> None:
         self._endpoint = endpoint
-        ensure_topic(endpoint.brokers, endpoint.topic, 1)
+        ensure_topic(endpoint.brokers, endpoint.topic, 1, endpoint.settings)
 
     def list_parts(self) -> list[str]:
         return ["dead-letters"]

@@ -2,7 +2,8 @@
 
 One producer per process, made at the first timer that fires (a run without due
 timers never connects), with the settings of every other writer of the input
-(``connectors.kafka.reliable_producer``: ``acks=all``, idempotent) and the same
+(``connectors.kafka.reliable_producer``: ``acks=all``, idempotent, and the user's client
+settings, which the endpoint carries) and the same
 default partitioner, so a ``TIMEOUT`` keyed by ``user_id`` lands in the partition of
 that user's other events and is applied in arrival order with them. Delivery
 reports are served by :meth:`TimeoutProducer.poll` on every call of the user
@@ -48,7 +49,7 @@ class TimeoutProducer:
         if self._producer is None:
             with self._lock:
                 if self._producer is None:
-                    self._producer = reliable_producer(self.endpoint.brokers)
+                    self._producer = reliable_producer(self.endpoint.brokers, self.endpoint.settings)
         payload = orjson.dumps({"type": "TIMEOUT", "user_id": user_id, "playback_id": playback_id,
                                 "song_id": song_id, "version": version, "ts": ts, "idle_ms": idle_ms})
         producer, key = self._producer, user_id.encode()

@@ -13,12 +13,13 @@ import signal
 import sys
 import time
 from collections.abc import Mapping
+from dataclasses import replace
 from datetime import datetime, UTC
 from typing import Any, NoReturn
 
 import redis
 
-from rankflow import products
+from rankflow import kafka_settings, products
 from rankflow.arg_types import (KAFKA_FORM, kafka as _kafka, not_negative as _not_negative, port as _port,
                                 positive as _positive, rate as _rate, seconds as _seconds)
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
@@ -118,6 +119,7 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str
     p.add_argument("--redis-retry-s", type=_seconds, default=300.0, metavar="SECONDS",
                    help="how long a snapshot waits for an unreachable or stalled Redis before the run stops "
                         "(exit 1; resume it with the same --recovery-dir) (default: %(default)g)")
+    kafka_settings.add_options(p)
     p.add_argument("--idle-timeout", type=float, default=5.0, metavar="SECONDS",
                    help="live runs of the activity flow, and the listener flow's recent plays: an input partition "
                         "with nothing to read this long stops holding the watermark back until its next event "
@@ -230,6 +232,7 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--partitions", type=_positive, default=4, metavar="N",
                     help="partitions when the topic is created (default: %(default)s)")
     pr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    kafka_settings.add_options(pr)
 
     sv = sub.add_parser("serve", help="the HTTP service: rankings and score boards for readers, POST /events and "
                                       "POST /matches/{id}/result ingest, the dashboard",
@@ -275,6 +278,7 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"the products whose routes are served: {', '.join(products.PRODUCTS)} "
                          "(default: all of them)")
     _add_redis(sv)
+    kafka_settings.add_options(sv)
 
     cli_bench.add_parsers(sub, _positive, _not_negative)  # bench, bench-sweep, bench-boards, bench-activity
 
@@ -380,7 +384,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
         max_line_bytes=args.max_line_bytes, read_batch=args.read_batch, flow=args.flow, idle_timeout_s=args.idle_timeout,
-        redis_retry_s=args.redis_retry_s,
+        redis_retry_s=args.redis_retry_s, kafka_settings=kafka_settings.from_args(args, os.environ),
         **{k: v for k, v in own.items() if k in RunOptions.__dataclass_fields__},
         extra={k: v for k, v in own.items() if k not in RunOptions.__dataclass_fields__},
     )
@@ -417,7 +421,7 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
 
 
 def cmd_produce(args: argparse.Namespace) -> int:
-    endpoint = args.kafka
+    endpoint = replace(args.kafka, settings=kafka_settings.from_args(args, os.environ))
     check_input_file(args.input, "--input")
     started = time.perf_counter()
     if not args.key_field:
@@ -450,8 +454,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from rankflow.api.ingest import DEFAULT_MAX_BODY_BYTES
     from rankflow.api.server import server_config
 
-    settings = Settings(redis_url=args.redis, namespace=args.namespace, kafka=args.kafka,
-                        score_kafka=args.score_kafka,
+    client_settings = kafka_settings.from_args(args, os.environ)  # the producers of POST /events and /matches
+    settings = Settings(redis_url=args.redis, namespace=args.namespace,
+                        kafka=replace(args.kafka, settings=client_settings) if args.kafka else None,
+                        score_kafka=replace(args.score_kafka, settings=client_settings) if args.score_kafka else None,
                         signing_key=signing_key(args.signing_key, os.environ),
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import os
+from dataclasses import replace
 from typing import Any
 from collections.abc import Callable
 
@@ -19,6 +20,7 @@ from rankflow.arg_types import KAFKA_FORM, kafka
 from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES, JsonlDeadLetterSink, JsonlSource
 from rankflow.connectors.kafka import BATCH_MESSAGES, KafkaDeadLetterSink, KafkaEndpoint, KafkaSource, KafkaUnavailable
 from rankflow.connectors.source_batch import SourceBatch
+from rankflow.kafka_settings import NO_SETTINGS, KafkaSettings
 from rankflow.options import ServiceError, UsageError, check_input_file, check_output_file
 
 ENDPOINT_KINDS = f"use jsonl:PATH or {KAFKA_FORM}"
@@ -65,26 +67,27 @@ def check_endpoints(input_uri: str, dead_letter_uri: str) -> None:
         raise UsageError(f"--dead-letter {dead_letter_uri} is the input file: the run would overwrite its input")
 
 
-def _kafka_endpoint(target: str, option: str) -> KafkaEndpoint:
-    """The topic of ``kafka:TARGET`` (:func:`rankflow.arg_types.kafka`), or a one-line usage error naming ``option``."""
+def _kafka_endpoint(target: str, option: str, settings: KafkaSettings = NO_SETTINGS) -> KafkaEndpoint:
+    """The topic of ``kafka:TARGET`` (:func:`rankflow.arg_types.kafka`) reached with ``settings``, or a
+    one-line usage error naming ``option``."""
     try:
-        return kafka(f"kafka:{target}")
+        return replace(kafka(f"kafka:{target}"), settings=settings)
     except argparse.ArgumentTypeError as exc:
         raise UsageError(f"{option}: {exc}") from None
 
 
 def make_source(uri: str, follow: bool, chunk_bytes: int = CHUNK_BYTES, whole_history: bool = False,
-                max_line_bytes: int = MAX_LINE_BYTES,
-                read_batch: int = BATCH_MESSAGES) -> FixedPartitionedSource[SourceBatch, Any]:
+                max_line_bytes: int = MAX_LINE_BYTES, read_batch: int = BATCH_MESSAGES,
+                kafka_settings: KafkaSettings = NO_SETTINGS) -> FixedPartitionedSource[SourceBatch, Any]:
     """The input's source. ``whole_history``: a fresh Kafka partition must still start at
     offset 0 (a rebuild from the beginning refuses a log that retention cut). ``max_line_bytes``
     caps a JSON Lines line (a Kafka message is capped by the broker). ``read_batch``: the most
-    messages a Kafka partition reads at once."""
+    messages a Kafka partition reads at once. ``kafka_settings``: the user's client settings."""
     kind, target = check_input(uri)
     if kind == "jsonl":
         return JsonlSource([target], follow=follow, chunk_bytes=chunk_bytes, max_line_bytes=max_line_bytes)
     try:
-        return KafkaSource(_kafka_endpoint(target, "--input"), until_eof=not follow, whole_history=whole_history,
+        return KafkaSource(_kafka_endpoint(target, "--input", kafka_settings), until_eof=not follow, whole_history=whole_history,
                            batch=read_batch)
     except KafkaUnavailable as exc:
         raise ServiceError(str(exc)) from None
@@ -101,11 +104,11 @@ def input_identity(uri: str) -> dict[str, Any]:
     return {"jsonl_files": [target]}
 
 
-def make_dead_letter_sink(uri: str) -> Sink:
+def make_dead_letter_sink(uri: str, kafka_settings: KafkaSettings = NO_SETTINGS) -> Sink:
     kind, target = check_dead_letter(uri)
     if kind == "jsonl":
         return JsonlDeadLetterSink(target)
     try:
-        return KafkaDeadLetterSink(_kafka_endpoint(target, "--dead-letter"))
+        return KafkaDeadLetterSink(_kafka_endpoint(target, "--dead-letter", kafka_settings))
     except KafkaUnavailable as exc:
         raise ServiceError(str(exc)) from None

@@ -23,6 +23,7 @@ from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES
 from rankflow.connectors.kafka import BATCH_MESSAGES
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL, Keys
 from rankflow.errors import ServiceError, UsageError
+from rankflow.kafka_settings import NO_SETTINGS, KafkaSettings
 from rankflow.products.boards import BOARDS_K_MAX, SIGNING_KEY_ENV
 
 DEFAULT_DEAD_LETTER = "jsonl:dead-letters.jsonl"
@@ -169,6 +170,7 @@ class RunOptions:
     # and the listener flow's recent plays)
     recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
     idle_timeout_ms: int = 0  # listeners, live Kafka runs: the sweeper's T (docs/semantics/listeners.md 6); 0: no sweeper
+    kafka_settings: KafkaSettings = NO_SETTINGS  # --kafka-config and -X: every Kafka client of the run gets them
     extra: dict[str, Any] = field(default_factory=dict)  # options of a product that have no field here, by dest
 
     @property

@@ -107,8 +107,8 @@ def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: 
                  key_field: str = "user_id") -> ProduceResult:
     check_key_field(path, key_field)
     check_line_sizes(path)
-    count = ensure_topic(endpoint.brokers, endpoint.topic, partitions)
-    producer = reliable_producer(endpoint.brokers, **{"linger.ms": 20, "batch.num.messages": 10_000,
+    count = ensure_topic(endpoint.brokers, endpoint.topic, partitions, endpoint.settings)
+    producer = reliable_producer(endpoint.brokers, endpoint.settings, **{"linger.ms": 20, "batch.num.messages": 10_000,
                                                       "message.max.bytes": MESSAGE_MAX_BYTES})
     errors: list[KafkaError] = []
 
@@ -138,8 +138,9 @@ def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: 
         remaining = producer.flush(120)
         bar.update(task, completed=os.path.getsize(path))
     if errors or remaining:
-        raise KafkaUnavailable(f"{len(errors) + remaining} messages not acknowledged by {endpoint.brokers}"
-                               + (f": {errors[0]}" if errors else ""))
+        raise KafkaUnavailable(endpoint.settings.scrub(
+            f"{len(errors) + remaining} messages not acknowledged by {endpoint.brokers}"
+            + (f": {errors[0]}" if errors else "")))
     return ProduceResult(sent, count, unkeyed)
 
 

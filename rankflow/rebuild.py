@@ -63,8 +63,9 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
     recovery = recovery_config(opts)
     warn_unchecked(opts)
     source = make_source(opts.input, follow=False, chunk_bytes=opts.read_chunk_bytes, whole_history=from_start,
-                         max_line_bytes=opts.max_line_bytes, read_batch=opts.kafka_batch)
-    dead_letter = make_dead_letter_sink(opts.dead_letter)
+                         max_line_bytes=opts.max_line_bytes, read_batch=opts.kafka_batch,
+                         kafka_settings=opts.kafka_settings)
+    dead_letter = make_dead_letter_sink(opts.dead_letter, opts.kafka_settings)
     client = connect_redis(opts.redis_url)
     try:
         token = new_run_token(client, opts.redis_namespace)

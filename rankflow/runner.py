@@ -76,7 +76,7 @@ def build_dataflow(opts: RunOptions, token: int, generation: int, live: bool, so
     the sink made (and its topic created) before the run claimed anything, else made here. ``floor``:
     what Redis must hold before the first changes apply (:class:`Start`)."""
     if dead_letter is None:
-        dead_letter = make_dead_letter_sink(opts.dead_letter)
+        dead_letter = make_dead_letter_sink(opts.dead_letter, opts.kafka_settings)
     return opts.product.build_flow(opts, token, generation, live, source, dead_letter, fresh, republish, floor)
 
 
@@ -136,8 +136,9 @@ def run(opts: RunOptions, start: Start | None = None) -> dict[str, Any] | None:
     if opts.metrics_port is not None:
         METRICS.serve(opts.metrics_port + (opts.process_id or 0), opts.metrics_host)
     source = make_source(opts.input, follow=not opts.until_eof, chunk_bytes=opts.read_chunk_bytes,
-                         max_line_bytes=opts.max_line_bytes, read_batch=opts.kafka_batch)
-    dead_letter = make_dead_letter_sink(opts.dead_letter)  # a Kafka topic: created, or the run fails, here
+                         max_line_bytes=opts.max_line_bytes, read_batch=opts.kafka_batch,
+                         kafka_settings=opts.kafka_settings)
+    dead_letter = make_dead_letter_sink(opts.dead_letter, opts.kafka_settings)  # a Kafka topic: created, or the run fails, here
     client = connect_redis(opts.redis_url)
     try:
         token, generation = join_run(client, opts.redis_namespace, opts.run_id or uuid.uuid4().hex, fresh=fresh)

@@ -152,11 +152,18 @@ class LocalRedis(LocalService):
 
 
 class LocalTansu(LocalService):
+    """Tansu on ``port``; ``advertised_port``: the port its metadata names instead, where a TLS
+    terminator (:class:`LocalStunnel`) forwards to ``port``, so every client speaks TLS."""
+
     name = "tansu"
 
+    def __init__(self, port: int, workdir: str | Path, advertised_port: int | None = None) -> None:
+        super().__init__(port, workdir)
+        self.advertised_port = advertised_port or port
+
     def command(self) -> list[str]:
-        address = f"tcp://127.0.0.1:{self.port}"
-        return [tansu_binary(), "broker", "--listener-url", address, "--advertised-listener-url", address,
+        return [tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{self.port}",
+                "--advertised-listener-url", f"tcp://127.0.0.1:{self.advertised_port}",
                 "--storage-engine", "memory://tansu/"]
 
     @property
@@ -170,6 +177,40 @@ class LocalTansu(LocalService):
             AdminClient({"bootstrap.servers": self.url, "log_level": 0}).list_topics(timeout=1)
             return True
         except Exception:  # noqa: BLE001 - any failure means "not yet"
+            return False
+
+
+class LocalStunnel(LocalService):
+    """Debian's stunnel4 accepting TLS on ``port`` with ``cert`` (a PEM of the server's certificate
+    and key) and forwarding the plaintext to ``127.0.0.1:target``: TLS in front of a broker that
+    has none of its own (Tansu's is not usable: docs/operations.md). Installed by
+    ``scripts/ensure-stunnel.sh`` (``make setup``)."""
+
+    name = "stunnel"
+
+    def __init__(self, port: int, workdir: str | Path, target: int, cert: str | Path) -> None:
+        super().__init__(port, workdir)
+        self.target = target
+        self.cert = Path(cert).resolve()
+
+    def command(self) -> list[str]:
+        binary = shutil.which("stunnel4") or shutil.which("stunnel")
+        if binary is None:
+            raise RuntimeError("stunnel4 is not installed: run scripts/ensure-stunnel.sh (Debian's stunnel4)")
+        config = self.dir / "stunnel.conf"
+        config.write_text(f"foreground = yes\npid =\n\n[kafka]\naccept = 127.0.0.1:{self.port}\n"
+                          f"connect = 127.0.0.1:{self.target}\ncert = {self.cert}\n")
+        return [binary, str(config)]
+
+    @property
+    def url(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        except OSError:
             return False
 
 

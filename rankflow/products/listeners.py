@@ -112,7 +112,11 @@ def sweeper_config(opts: RunOptions) -> SweeperConfig | None:
         return None
     from rankflow.operators.user_stage import SweeperConfig
 
-    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000), kafka(opts.input))
+    from dataclasses import replace
+
+    # the run's client settings: the sweeper writes to the cluster the run reads
+    endpoint = replace(kafka(opts.input), settings=opts.kafka_settings)
+    return SweeperConfig(opts.idle_timeout_ms, int(opts.idle_timeout_s * 1000), endpoint)
 
 
 def _check_sweeper(opts: RunOptions) -> None:
