@@ -94,12 +94,13 @@ def skip_reason(exc: BaseException) -> str | None:
     'down'
     >>> skip_reason(redis.exceptions.BusyLoadingError("Redis is loading the dataset in memory"))
     'refusing'
-    >>> skip_reason(redis.ResponseError("MASTERDOWN Link with MASTER is down"))
+    >>> skip_reason(redis.exceptions.MasterDownError("Link with MASTER is down"))
     'refusing'
     >>> skip_reason(redis.ResponseError("ERR wrong number of arguments")) is None
     True
     """
-    if isinstance(exc, redis.exceptions.BusyLoadingError):  # a ConnectionError to redis-py
+    # redis-py raises its own classes for both refusals (and drops the code from the message)
+    if isinstance(exc, (redis.exceptions.BusyLoadingError, redis.exceptions.MasterDownError)):
         return "refusing"
     if isinstance(exc, (redis.ConnectionError, redis.TimeoutError, OSError)):
         return "down"
@@ -161,7 +162,8 @@ class ReadRoute:
         """``endpoint`` failed (``reason``, :func:`skip_reason`): count it, skip it for a while."""
         endpoint.skips[reason] += 1
         if endpoint.skipped_until == 0.0:  # logged once until it answers again
-            log.warning("Redis replica %s is %s (%s): reading from the next one for now", endpoint.name, reason, exc)
+            log.warning("Redis replica %s is %s (%s: %s): reading from the next one for now", endpoint.name, reason,
+                        type(exc).__name__, exc)
         endpoint.skipped_until = self._clock() + self.skip_s
 
     def answered(self, endpoint: Endpoint) -> None:

@@ -53,12 +53,12 @@ class Replica(LocalRedis):
 
     name = "replica"
 
-    def __init__(self, port: int, workdir: Path, of_port: int) -> None:
+    def __init__(self, port: int, workdir: Path, of_port: int, *options: str) -> None:
         super().__init__(port, workdir)
-        self.of_port = of_port
+        self.of_port, self.options = of_port, options
 
     def command(self) -> list[str]:
-        return [*super().command(), "--replicaof", "127.0.0.1", str(self.of_port)]
+        return [*super().command(), "--replicaof", "127.0.0.1", str(self.of_port), *self.options]
 
 
 class LinkProxy:
@@ -313,7 +313,34 @@ def test_a_lagging_replica_answers_the_older_whole_snapshot_named_by_its_id(pair
     primary.close()
 
 
-def test_a_replica_that_is_down_is_skipped_and_counted(pair, everything):
+class RefusingReplica(Replica):
+    """A replica whose primary cannot be reached, set not to serve stale data: it answers every
+    read, ``PING`` too, with ``MASTERDOWN``."""
+
+    name = "refusing"
+
+    def __init__(self, port: int, workdir: Path) -> None:
+        super().__init__(port, workdir, free_port(), "--replica-serve-stale-data", "no")
+
+    def ready(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+                s.sendall(b"PING\r\n")
+                return s.recv(16).startswith(b"-MASTERDOWN")
+        except OSError:
+            return False
+
+
+@pytest.fixture
+def refusing(tmp_path: Path) -> Iterator[str]:
+    """A replica that refuses reads: its primary cannot be reached, and it is set not to serve
+    stale data (``MASTERDOWN``)."""
+    service = RefusingReplica(free_port(), tmp_path / "refusing").start()
+    yield service.url
+    service.stop()
+
+
+def test_a_replica_that_is_down_is_skipped_and_counted(pair, everything, refusing):
     down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     primary = redis.Redis.from_url(pair.url)
     expected = BoardReader(primary, everything).top("g1", "all", 3)
@@ -323,15 +350,21 @@ def test_a_replica_that_is_down_is_skipped_and_counted(pair, everything):
             "--redis-read", down, "--redis-read", pair.replica_url)
     assert r.returncode == 0 and orjson.loads(r.stdout) == expected
     assert f"Redis replica {where(down)} is down" in r.stderr
+    r = cli("boards", "top", "--game", "g1", "--board", "all", "-n", "3", "--json", *common,
+            "--redis-read", refusing, "--redis-read", pair.replica_url)
+    assert r.returncode == 0 and orjson.loads(r.stdout) == expected
+    assert f"Redis replica {where(refusing)} is refusing (MasterDownError: Link with MASTER is down" in r.stderr
     # every replica down: the primary answers
     r = cli("boards", "top", "--game", "g1", "--board", "all", "-n", "3", "--json", *common, "--redis-read", down)
     assert r.returncode == 0 and orjson.loads(r.stdout) == expected
     # the service: answers from the replica, the skips counted
-    with serving(*common, "--redis-read", down, "--redis-read", pair.replica_url) as api:
+    with serving(*common, "--redis-read", down, "--redis-read", refusing, "--redis-read", pair.replica_url) as api:
         assert until(lambda: api.get("/boards/g1/all/top?n=3"), lambda r: r.status_code == 200).json() == expected
         seen = metrics(api)
         assert seen[label("rankflow_api_redis_read_skips_total", endpoint=where(down), reason="down")] >= 1
+        assert seen[label("rankflow_api_redis_read_skips_total", endpoint=where(refusing), reason="refusing")] >= 1
         assert seen[label("rankflow_api_redis_read_skipped", endpoint=where(down))] == 1
+        assert seen[label("rankflow_api_redis_read_skipped", endpoint=where(refusing))] == 1
         assert seen[label("rankflow_api_redis_reads_total", endpoint=where(pair.replica_url), role="replica")] > 0
         assert seen[label("rankflow_api_redis_reads_total", endpoint=where(pair.url), role="primary")] == 0
         assert api.get("/health").json()["redis"] == "ok"
