@@ -236,7 +236,7 @@ def everything(pair: Pair, tmp_path_factory: pytest.TempPathFactory) -> str:
     return namespace
 
 
-def test_readers_on_a_caught_up_replica_answer_the_primarys_snapshots(pair, everything):
+def test_readers_on_a_caught_up_replica_answer_the_primarys_snapshots(pair, everything, tmp_path):
     ns, on_replica = everything, ("--redis", pair.url, "--namespace", everything, "--redis-read", pair.replica_url)
     primary = redis.Redis.from_url(pair.url)
     boards, activity, latest = BoardReader(primary, ns), ActivityReader(primary, ns), read_latest(primary, ns)
@@ -255,12 +255,25 @@ def test_readers_on_a_caught_up_replica_answer_the_primarys_snapshots(pair, ever
     assert answer("activity", "channel", "--workspace", "A", "--channel", "c1", *on_replica) \
         == activity.channel("A", "c1")
     # the service
-    with serving(*on_replica) as api:
+    # the service, its boards loaded into memory (in chunks, in transactions) from the replica too;
+    # it looks for new snapshots only when told (a poll every 10 minutes)
+    with serving(*on_replica, "--board-index", "memory", "--poll-ms", "600000") as api:
+        until(lambda: api.get("/health").json(), lambda h: h["board_mirror"]["ready"])
         ranking = until(lambda: api.get("/rankings?k=3"), lambda r: r.status_code == 200).json()
         assert (ranking["snapshot_id"], ranking["items"]) == (latest["snapshot_id"], latest["items"][:3])
         assert api.get("/boards/g1/all/top?n=3").json() == boards.top("g1", "all", 3)
         assert api.get("/boards/g1/daily/players/cy").json() == boards.player("g1", "daily", "cy")
         assert api.get("/activity/A/top?k=2").json() == activity.top("A", 2)
+        # it hears the flows' announcements where it reads: the replica relays them
+        until(lambda: pair.r.pubsub_channels(), lambda channels: f"{{{ns}}}:generation".encode() in channels)
+        assert f"{{{ns}}}:generation".encode() not in pair.p.pubsub_channels()
+        plays = tmp_path / "later.jsonl"
+        plays.write_bytes(b"".join(ev(f"w{i}", f"r{i}", "s-later", "START", 1) + b"\n" for i in range(7)))
+        later = run(RunOptions(input=f"jsonl:{plays}", until_eof=True, redis_url=pair.url, namespace=ns,
+                               dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", k_max=5))
+        assert later is not None
+        ranking = until(lambda: api.get("/rankings?k=3").json(), lambda r: r["items"] == later["items"][:3])
+        assert (ranking["snapshot_id"], ranking["published_at"]) == (later["snapshot_id"], later["published_at"])
         seen = metrics(api)
     # every read went to the replica: the primary answered none, the replica ran the read scripts
     assert seen[label("rankflow_api_redis_reads_total", endpoint=where(pair.url), role="primary")] == 0
