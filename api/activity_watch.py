@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import redis
 
-from rankflow.api.parts import Health, Part, close_client, redis_client
+from rankflow.api.parts import Health, Part, close_client, read_client
 from rankflow.api.watch import VersionWatch
 from rankflow.connectors.activity_read import ActivityMoving, AsyncActivityReader, NoSnapshot
 
@@ -72,7 +72,7 @@ class ActivityParts(Part):
         from rankflow.api.shared_cache import SharedTops
 
         settings = self.settings
-        self.client = redis_client(settings.redis_url)
+        self.client = read_client(state)
         state.activity = reader = AsyncActivityReader(self.client, settings.namespace)
         self.watch = state.activity_watch = ActivityWatch(reader, settings.poll_ms)
         self.watch.start()

@@ -28,6 +28,7 @@ import redis
 import redis.asyncio as aioredis
 
 from rankflow.api.watch import Polling, wait_bounded
+from rankflow.connectors.redis_replicas import Endpoint, ReadRoute, skip_reason
 
 log = logging.getLogger("rankflow.api")
 
@@ -54,9 +55,11 @@ class Announcements(Polling):
 
     name = "announcement listener"
 
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, route: ReadRoute | None = None) -> None:
         super().__init__(int(RETRY_S * 1000))
         self.url = url
+        self.route = route  # with replicas, subscribe where the readers read (:meth:`poll_once`)
+        self._endpoint: Endpoint | None = None  # where the subscription is (being) made
         self._followers: dict[str, list[Polling]] = {}
         self.heard = 0  # messages received
         self.subscribed = False  # whether the subscription is up now
@@ -78,6 +81,9 @@ class Announcements(Polling):
         """Redis refused or dropped the subscription: log it (once per reason), try again later."""
         if not isinstance(exc, (redis.RedisError, OSError)):
             raise exc
+        endpoint, reason = self._endpoint, skip_reason(exc)
+        if self.route is not None and endpoint is not None and endpoint.replica and reason is not None:
+            self.route.skip(endpoint, reason, exc)  # the next attempt subscribes at the next endpoint
         if repr(exc) != self.problem:  # e.g. an ACL user without the channels: NOPERM
             log.warning("cannot subscribe to the flows' announcements (%s): the readers poll on their own "
                         "meanwhile", exc)
@@ -85,16 +91,25 @@ class Announcements(Polling):
         return False
 
     async def poll_once(self) -> None:
-        """Subscribe, wake everyone (what was announced before is unheard), then wake per message."""
+        """Subscribe, wake everyone (what was announced before is unheard), then wake per message.
+
+        With replicas (``--redis-read``), the subscription is made at the endpoint the readers
+        read now (``ReadRoute.first``): a replica relays the primary's announcements after the
+        writes they announce, so a woken reader finds the snapshot there. It is made again
+        when the readers move to another endpoint."""
+        route, url = self.route, self.url
+        self._endpoint = endpoint = None if route is None else route.first()
+        if endpoint is not None:
+            url = endpoint.url
         # a PING every HEALTH_S while idle: a connection that died silently fails, and is made again
-        client = aioredis.Redis.from_url(self.url, socket_connect_timeout=2, socket_keepalive=True,
+        client = aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_keepalive=True,
                                          health_check_interval=HEALTH_S)
         pubsub = client.pubsub(ignore_subscribe_messages=True)
         try:
             await pubsub.subscribe(*self._followers)
             self.subscribed, self.problem = True, None
             self._wake(self._followers)
-            while not self._stopping:
+            while not self._stopping and (route is None or route.first() is endpoint):
                 message = await pubsub.get_message(timeout=LISTEN_S)
                 if message is not None and message["type"] == "message":
                     self.heard += 1

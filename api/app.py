@@ -28,9 +28,10 @@ from rankflow import products as product_registry
 from rankflow.api import dashboard, responses, server
 from rankflow.api.announce import Announcements
 from rankflow.api.hot_reads import HotReads
-from rankflow.api.parts import Part, close_client, ping, redis_client
+from rankflow.api.parts import Part, close_client, ping, read_client, read_metrics
 from rankflow.api.prepared import PreparedAnswers
 from rankflow.api.settings import Settings
+from rankflow.connectors.redis_replicas import ReadRoute
 
 __all__ = ["Settings", "create_app"]
 
@@ -53,8 +54,9 @@ def create_app(settings: Settings) -> FastAPI:
 
     @asynccontextmanager
     async def lifespan(app: FastAPI) -> AsyncIterator[None]:
-        app.state.redis = redis_client(settings.redis_url)  # /health's ping
-        app.state.announcements = announcements = Announcements(settings.redis_url)  # parts follow channels
+        app.state.redis = read_client(app.state)  # /health's ping, where the readers read
+        announcements = Announcements(settings.redis_url, route)  # parts follow channels
+        app.state.announcements = announcements
         started: list[Part] = []
         try:
             for part in parts:
@@ -71,6 +73,7 @@ def create_app(settings: Settings) -> FastAPI:
     summary = ", ".join(product.serves for product in mounted)
     app = FastAPI(title="rankflow", summary=summary[:1].upper() + summary[1:], lifespan=lifespan)
     app.state.settings = settings
+    app.state.read_route = route = ReadRoute(settings.read_urls, settings.redis_url)  # replicas, then --redis
     app.state.stopping = threading.Event()  # set by the server at Ctrl-C: event streams end
     metrics = ApiMetrics()
 
@@ -105,6 +108,8 @@ def create_app(settings: Settings) -> FastAPI:
     @app.get("/metrics", summary="Prometheus metrics of this service")
     async def prometheus(request: Request) -> Response:
         body = generate_latest(metrics.registry) + b"".join(part.metrics() for part in parts)
+        if route.replicas:
+            body += read_metrics(route)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
 
     routers = [router for product in mounted for router in product.routers()]

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any, cast
 import redis
 import redis.asyncio as aioredis
 
-from rankflow.api.parts import Health, Part, close_client, redis_client, gauge
+from rankflow.api.parts import Health, Part, close_client, read_client, gauge
 from rankflow.api.watch import VersionWatch
 from rankflow.connectors.board_read import no_snapshot
 from rankflow.connectors.read_hint import GenerationHint
@@ -90,7 +90,7 @@ class BoardParts(Part):
         from rankflow.connectors.board_read import AsyncBoardReader
 
         settings = self.settings
-        self.client = client = redis_client(settings.redis_url)
+        self.client = client = read_client(state)
         state.boards = AsyncBoardReader(client, settings.namespace)
         self.watch = state.board_watch = state.board_changes = BoardWatch(client, settings.namespace,
                                                                           settings.poll_ms)

@@ -25,6 +25,7 @@ import redis
 import redis.asyncio as aioredis
 
 from rankflow.api.watch import wait_bounded
+from rankflow.connectors.redis_replicas import AsyncFailoverRedis, ReadRoute
 
 if TYPE_CHECKING:
     from rankflow.api.ingest import EventProducer
@@ -72,6 +73,36 @@ class Part:
 def redis_client(url: str) -> aioredis.Redis:
     """A part's connections to Redis: a stalled Redis fails a read in seconds, never hangs it."""
     return aioredis.Redis.from_url(url, socket_connect_timeout=2, socket_timeout=2)
+
+
+def read_client(state: Any) -> aioredis.Redis:
+    """A part's client for reading snapshots: from the replicas of ``--redis-read`` first, the
+    primary last (``state.read_route``, ``connectors.redis_replicas``); without replicas, the
+    primary's client as before."""
+    route: ReadRoute = state.read_route
+    if not route.replicas:
+        return redis_client(route.primary.url)
+    return AsyncFailoverRedis(route, redis_client)
+
+
+def read_metrics(route: ReadRoute) -> bytes:
+    """``/metrics``'s lines of the endpoints the readers read (with ``--redis-read``): the commands
+    each answered, each replica's skips by reason and whether it is skipped now."""
+    lines = ["# HELP rankflow_api_redis_reads_total Readers' Redis commands, by the endpoint that answered",
+             "# TYPE rankflow_api_redis_reads_total counter"]
+    lines += [f'rankflow_api_redis_reads_total{{endpoint="{e.name}",role="{"replica" if e.replica else "primary"}"}} '
+              f"{e.reads}" for e in route.endpoints]
+    lines += ["# HELP rankflow_api_redis_read_skips_total Times a replica was found down or refusing, and the "
+              "read went to the next endpoint",
+              "# TYPE rankflow_api_redis_read_skips_total counter"]
+    lines += [f'rankflow_api_redis_read_skips_total{{endpoint="{e.name}",reason="{reason}"}} {count}'
+              for e in route.replicas for reason, count in e.skips.items()]
+    lines += ["# HELP rankflow_api_redis_read_skipped 1 while a replica is skipped (found down or refusing "
+              "less than a few seconds ago), else 0",
+              "# TYPE rankflow_api_redis_read_skipped gauge"]
+    lines += [f'rankflow_api_redis_read_skipped{{endpoint="{e.name}"}} {int(route.skipped(e))}'
+              for e in route.replicas]
+    return ("\n".join(lines) + "\n").encode()
 
 
 async def close_client(client: aioredis.Redis | None) -> None:

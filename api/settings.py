@@ -14,6 +14,7 @@ from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
 @dataclass
 class Settings:
     redis_url: str = DEFAULT_REDIS_URL
+    read_urls: tuple[str, ...] = ()  # replicas the readers read, in order (--redis-read); the primary last
     namespace: str = DEFAULT_NAMESPACE
     kafka: KafkaEndpoint | None = None  # where POST /events produces; None disables ingest
     score_kafka: KafkaEndpoint | None = None  # where POST /matches/{id}/result produces; None disables it

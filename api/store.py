@@ -27,7 +27,7 @@ import orjson
 import redis
 
 from rankflow.api.change_feed import FeedGap, chain_end
-from rankflow.api.parts import Health, Part, close_client, gauge, redis_client
+from rankflow.api.parts import Health, Part, close_client, gauge, read_client, redis_client
 from rankflow.api.watch import Polling
 from rankflow.connectors.redis_generations import GenerationMoving
 from rankflow.connectors.redis_keys import Keys
@@ -37,6 +37,8 @@ from rankflow.connectors.scripts import MOVED, MOVES, READ_LISTENERS, Call
 from rankflow.state.ranking_index import RetractableIndex
 
 if TYPE_CHECKING:
+    import redis.asyncio as aioredis
+
     from rankflow.api.settings import Settings
 
 log = logging.getLogger("rankflow.api")
@@ -77,10 +79,10 @@ class SnapshotCache(Polling):
     name = "snapshot poller"
     wait_first = True  # :meth:`start` read the first snapshot
 
-    def __init__(self, url: str, namespace: str, poll_ms: int = 1000) -> None:
+    def __init__(self, url: str, namespace: str, poll_ms: int = 1000, client: aioredis.Redis | None = None) -> None:
         super().__init__(poll_ms)
         self.keys = Keys(namespace)
-        self.client = redis_client(url)
+        self.client = redis_client(url) if client is None else client  # a reader of replicas: ``parts.read_client``
         self.snapshot: dict[str, Any] | None = None
         self.fresh = False  # the cached snapshot is Redis's current one
         self.problem: str | None = "not read yet"
@@ -201,7 +203,8 @@ class ListenerSnapshots(Part):
         from rankflow.api.rankings import BodyCache
 
         settings = self.settings
-        self.cache = state.cache = SnapshotCache(settings.redis_url, settings.namespace, settings.poll_ms)
+        self.cache = state.cache = SnapshotCache(settings.redis_url, settings.namespace, settings.poll_ms,
+                                                 read_client(state))
         state.bodies = BodyCache()
         await self.cache.start()
         state.announcements.follow(self.cache.keys.generation, self.cache)

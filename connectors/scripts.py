@@ -92,10 +92,12 @@ class Script:
     more_keys: str = ""
     more_argv: str = ""
     argv_at_p: tuple[str, ...] = ()
+    reads_only: bool = False
 
     @cached_property
     def source(self) -> str:
-        return compose(self.parts)
+        """The text sent to Redis: a script that only reads declares it (:data:`NO_WRITES`)."""
+        return (NO_WRITES if self.reads_only else "") + compose(self.parts)
 
     @cached_property
     def sha(self) -> str:
@@ -120,6 +122,12 @@ class Script:
     def at_p(self, **named: Any) -> list[Any]:
         """A publish script's fixed arguments from ``ARGV[P]`` (:attr:`argv_at_p`), in order."""
         return _ordered(self.argv_at_p, named, self.name, "ARGV from P")
+
+
+NO_WRITES = "#!lua flags=no-writes\n"
+"""The first line of a script that only reads (Redis 7 script flags): Redis then runs it on a
+read-only replica whatever the replica's configuration, and on a primary over its memory
+limit, and refuses any write it would try (readers on replicas: ``redis_replicas``)."""
 
 
 def slots_at(keys: tuple[str, ...]) -> Local:
@@ -374,7 +382,7 @@ generation's keys by their prefix (``redis_generations.drop_generation``)."""
 READ_LISTENERS = Script(
     "read_listeners", ("moved", "read_listeners"),
     keys=("generation", "snapshot_id", "snapshot", "changes", "counts"),
-    argv=("generation", "held_snapshot_id", "held_generation", "changes_at"))
+    argv=("generation", "held_snapshot_id", "held_generation", "changes_at"), reads_only=True)
 """What a reader needs to follow the latest snapshot, atomically (``api.store``).
 
 ``KEYS``: the generation pointer, then of generation G (the one the reader expects to be
@@ -389,7 +397,8 @@ snapshot, 'changes', entries}`` (the ``changes`` entries after the reader's)."""
 READ_BOARD = Script(
     "read_board", ("moved", "board_buckets", "read_board"),
     keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout"),
-    argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash"))
+    argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash"),
+    reads_only=True)
 """One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
 generation G: snapshot_id, aliases, the board's sorted set, its ``reached_at`` buckets'
 count key, the layout key. ``ARGV``: G, the alias asked for (``daily``, ``weekly`` or
@@ -405,7 +414,7 @@ better score, member, score ...}`` or false."""
 READ_ACTIVITY = Script(
     "read_activity", ("moved", "read_activity"),
     keys=("generation", "snapshot_id", "snapshot", "workspace_slots", "slot_a", "slot_b"),
-    argv=("generation", "held_snapshot_id", "query", "k", "channel", "workspace"))
+    argv=("generation", "held_snapshot_id", "query", "k", "channel", "workspace"), reads_only=True)
 """One activity query, atomically (``activity_read``). ``KEYS``: the generation pointer,
 then of generation G: snapshot_id, snapshot, the slots hash and both slots of the
 workspace (any keys for ``global``). ``ARGV``: G, the snapshot id whose document the
@@ -415,7 +424,7 @@ the workspace. Replies ``{'moved', current}``, ``{'none'}`` (nothing published y
 first k ``channel, count`` pairs, for ``channel`` ``{count, rank - 1}`` or false."""
 
 BOARD_CHUNK = Script("board_chunk", ("board_chunk",), keys=("board",), argv=("size",),
-                     more_argv="anchors: (member, score) pairs the reader read last, oldest first")
+                     more_argv="anchors: (member, score) pairs the reader read last, oldest first", reads_only=True)
 """The next chunk of a board for a reader loading it in pieces (``api.board_mirror``).
 
 ``KEYS``: the board's sorted set. ``ARGV``: the chunk's size, then anchors, ``member,

@@ -27,6 +27,7 @@ from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
+from rankflow.connectors.redis_replicas import READ_URL_ENV, read_urls
 from rankflow.execution import stop_signal, tune_gc
 from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, SIGNING_KEY_ENV, RunOptions,
                               ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
@@ -87,6 +88,20 @@ def _add_redis(p: argparse.ArgumentParser) -> None:
                    help="Redis URL (default: $RANKFLOW_REDIS_URL or %(default)s)")
     p.add_argument("--namespace", default=DEFAULT_NAMESPACE, metavar="NS",
                    help="key namespace in Redis (default: %(default)s)")
+
+
+def _add_redis_read(p: argparse.ArgumentParser) -> None:
+    """``--redis-read``: where a reader reads (``connectors.redis_replicas``), apart from ``--redis``."""
+    p.add_argument("--redis-read", action="append", metavar="URL",
+                   help=f"read snapshots from this Redis replica, repeatable: the first one that answers, the "
+                        f"--redis URL last (default: ${READ_URL_ENV}, URLs separated by commas; without either, "
+                        f"reads go to --redis)")
+
+
+def _add_reader_redis(p: argparse.ArgumentParser) -> None:
+    """The Redis options of a command that only reads: ``--redis``, ``--namespace``, ``--redis-read``."""
+    _add_redis(p)
+    _add_redis_read(p)
 
 
 def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str) -> None:
@@ -277,13 +292,13 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--products", type=_products, default=tuple(products.PRODUCTS), metavar="NAME,...",
                     help=f"the products whose routes are served: {', '.join(products.PRODUCTS)} "
                          "(default: all of them)")
-    _add_redis(sv)
+    _add_reader_redis(sv)
     kafka_settings.add_options(sv)
 
     cli_bench.add_parsers(sub, _positive, _not_negative)  # bench, bench-sweep, bench-boards, bench-activity
 
     for product in products.PRODUCTS.values():  # the readers: `top`, `boards ...`, `activity ...`
-        READERS.update(product.add_readers(sub, _add_redis))
+        READERS.update(product.add_readers(sub, _add_reader_redis))
     _list_by_family(parser, sub)
     return parser
 
@@ -455,7 +470,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     from rankflow.api.server import server_config
 
     client_settings = kafka_settings.from_args(args, os.environ)  # the producers of POST /events and /matches
-    settings = Settings(redis_url=args.redis, namespace=args.namespace,
+    settings = Settings(redis_url=args.redis, read_urls=tuple(args.redis_read), namespace=args.namespace,
                         kafka=replace(args.kafka, settings=client_settings) if args.kafka else None,
                         score_kafka=replace(args.score_kafka, settings=client_settings) if args.score_kafka else None,
                         signing_key=signing_key(args.signing_key, os.environ),
@@ -509,6 +524,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if getattr(args, "redis", None) is not None:
             check_redis_url(args.redis)
+        if hasattr(args, "redis_read"):  # a reader: its read URLs, from the option or the environment
+            args.redis_read = read_urls(args.redis_read)
+            for url in args.redis_read:
+                check_redis_url(url, "--redis-read")
         return {**COMMANDS, **READERS}[args.command](args)
     except UsageError as exc:
         print(f"rankflow: {exc}", file=sys.stderr)

@@ -53,7 +53,7 @@ def cmd_activity(args: argparse.Namespace) -> int:
         return reader.top(args.workspace, args.limit)
 
     # dumps_document: a watermark may be beyond 64 bits
-    return answer_query(args.redis, ask, ActivityQueryError, args.json, dumps_document, print_answer)
+    return answer_query(args.redis, args.redis_read, ask, ActivityQueryError, args.json, dumps_document, print_answer)
 
 
 def print_answer(answer: dict[str, Any]) -> None:

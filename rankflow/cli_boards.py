@@ -66,7 +66,7 @@ def cmd_boards(args: argparse.Namespace) -> int:
             return reader.player(args.game, args.board, args.player)
         return reader.around(args.game, args.board, args.player, args.radius)
 
-    return answer_query(args.redis, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
+    return answer_query(args.redis, args.redis_read, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
 
 
 def print_answer(answer: dict[str, Any]) -> None:

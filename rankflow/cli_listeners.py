@@ -33,7 +33,8 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
 
 
 def cmd_top(args: argparse.Namespace) -> int:
-    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.redis, args.namespace)).read()
+    reading = RankingReader(args.redis, args.namespace, default_cache_path(args.redis, args.namespace),
+                            read_urls=args.redis_read).read()
     snap = reading.snapshot
     if snap is None:
         print(f"rankflow: {reading.problem}; no earlier ranking cached", file=sys.stderr)

@@ -10,12 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import redis
 
 from rankflow.connectors.redis_keys import connect
+from rankflow.connectors.redis_replicas import sync_reader
 from rankflow.options import UsageError
 
 Answer = dict[str, Any]
@@ -30,12 +31,14 @@ def add_option(parser: argparse.ArgumentParser, flags: tuple[str, ...], old: str
     parser.add_argument(old, dest=action.dest, default=argparse.SUPPRESS, help=argparse.SUPPRESS, **same)
 
 
-def answer_query(redis_url: str, ask: Callable[[redis.Redis], Answer], nothing: type[Exception], json: bool,
-                 dumps: Callable[[Answer], bytes], show: Callable[[Answer], None]) -> int:
-    """The exit status of one reader command that ``ask``\\ s its query of a client of ``redis_url``:
+def answer_query(redis_url: str, read_urls: Sequence[str], ask: Callable[[redis.Redis], Answer],
+                 nothing: type[Exception], json: bool, dumps: Callable[[Answer], bytes],
+                 show: Callable[[Answer], None]) -> int:
+    """The exit status of one reader command that ``ask``\\ s its query of a client of ``redis_url``
+    (or of its replicas ``read_urls``, ``--redis-read``: ``connectors.redis_replicas``):
     ``nothing`` is the reader's error for a query with no answer; ``dumps`` writes the
     answer for ``--json`` (``json``), ``show`` prints it for people."""
-    client = connect(redis_url)
+    client = sync_reader(redis_url, read_urls, connect)
     try:
         answer = ask(client)
     except ValueError as exc:

@@ -57,13 +57,13 @@ def redacted(url: str) -> str:
     return urlunsplit(parts._replace(netloc=f"{user}:***@{host}"))
 
 
-def check_redis_url(url: str) -> None:
+def check_redis_url(url: str, option: str = "--redis") -> None:
     """A URL redis-py can connect with (scheme, port, query options such as ``socket_timeout``):
     checked before anything connects, where redis-py would raise a bare ValueError."""
     try:
         redis.ConnectionPool.from_url(url)
     except ValueError as exc:
-        raise UsageError(f"--redis {redacted(url)}: {exc}") from None
+        raise UsageError(f"{option} {redacted(url)}: {exc}") from None
 
 
 def check_port(port: int, option: str) -> None:

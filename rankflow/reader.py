@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import os
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +23,7 @@ from redis.connection import parse_url
 from rankflow.connectors.redis_keys import connect
 from rankflow.connectors.redis_publish import dumps_document, loads_document
 from rankflow.connectors.redis_read import read_latest
+from rankflow.connectors.redis_replicas import sync_reader
 from rankflow.options import redacted
 
 
@@ -71,15 +73,19 @@ def redis_identity(url: str) -> str:
 
 
 class RankingReader:
-    def __init__(self, url: str, namespace: str, cache_path: Path | None = None) -> None:
+    def __init__(self, url: str, namespace: str, cache_path: Path | None = None,
+                 read_urls: Sequence[str] = ()) -> None:
+        """Reads ``namespace`` of the Redis at ``url``, or of its replicas ``read_urls``
+        (``connectors.redis_replicas``); the cached ranking is the primary's either way."""
         self._url = url
+        self._read_urls = read_urls
         self._namespace = namespace
         self._cache_path = cache_path
         self._last: dict[str, Any] | None = None
 
     def read(self) -> Reading:
         try:
-            client = connect(self._url)
+            client = sync_reader(self._url, self._read_urls, connect)
             try:
                 snap = read_latest(client, self._namespace)
             finally:

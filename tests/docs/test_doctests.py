@@ -13,7 +13,7 @@ MODULES = ["rankflow.options", "rankflow.state.rules", "rankflow.state.signature
            "rankflow.state.heavy_hitters", "rankflow.connectors.redis_publish", "rankflow.state.message_events",
            "rankflow.operators.recent_plays", "rankflow.state.timers", "rankflow.reader",
            "rankflow.recovery", "rankflow.panic_filter", "rankflow.connectors.redis_generations",
-           "rankflow.connectors.redis_keys", "rankflow.state.json_exact"]
+           "rankflow.connectors.redis_keys", "rankflow.state.json_exact", "rankflow.connectors.redis_replicas"]
 
 
 @pytest.mark.parametrize("name", MODULES)
