@@ -92,8 +92,8 @@ def test_every_mounted_product_must_have_a_snapshot(own_redis, tmp_path):
     publish_listeners(own_redis.url, tmp_path, "some")
     settings = Settings(redis_url=own_redis.url, namespace="some", poll_ms=20)  # every product
     with TestClient(create_app(settings)) as api:
-        answer = wait_for(api, "/readyz", lambda r: r.json()["products"]["listeners"] == "ready",
-                          "the listener snapshot read")
+        answer = wait_for(api, "/readyz", lambda r: r.json()["products"]["listeners"] == "ready" and "not read yet"
+                          not in r.json()["products"].values(), "every product's reader to have looked")
         assert answer.status_code == 503
         body = answer.json()
         assert list(body["products"]) == ["listeners", "boards", "activity"]
