@@ -14,6 +14,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from rich.markup import escape
+
 from rankflow import products
 from rankflow.cli_format import print_line, print_rows, quantity, utc
 from rankflow.cli_help import KAFKA, REDIS, example
@@ -96,7 +98,8 @@ def print_status(status: ProductStatus) -> None:
     """One product's status for people: a title saying whether it is caught up, its partitions
     (position, end, lag), then the lines naming its input, owner, snapshot and dead letters."""
     view = status.to_json()
-    where = f"{view['product']} in namespace {view['namespace']!r} (generation {view['generation']})"
+    # names the user chose (namespace, file, topic) are printed as they are, never read as rich markup
+    where = f"{view['product']} in namespace {escape(repr(view['namespace']))} (generation {view['generation']})"
     snap = view["snapshot"]
     if view["caught_up"]:
         state = "caught up"
@@ -108,7 +111,7 @@ def print_status(status: ProductStatus) -> None:
         state = f"behind by {quantity(view['lag'])} events"
     footer = []
     if view["input"] is not None:
-        footer.append(f"input {view['input']}: lag {quantity(view['lag'])} in all, ends read when status started")
+        footer.append(f"input {escape(view['input'])}: lag {quantity(view['lag'])} in all, ends read when status started")
     footer.append(_owner_line(view["owner"]))
     if snap is not None:
         footer.append(_dead_letters_line(view["dead_letters"], view["dead_letters_by_reason"]))
@@ -120,7 +123,8 @@ def print_status(status: ProductStatus) -> None:
         for line in footer:
             print_line(line)
         return
-    print_rows(title, ("partition", "position", "end", "lag"), view["partitions"], footer)
+    rows = [{**p, "partition": escape(p["partition"])} for p in view["partitions"]]
+    print_rows(title, ("partition", "position", "end", "lag"), rows, footer)
 
 
 def _owner_line(owner: dict[str, Any] | None) -> str:
@@ -128,7 +132,8 @@ def _owner_line(owner: dict[str, Any] | None) -> str:
         return "no run owns the generation"
     if owner["since"] is None:
         return f"owned by run {owner['token']} (who and since when: not recorded)"
-    who = ", ".join(f"{k.replace('_', ' ')} {owner[k]}" for k in ("run_id", "host", "pid") if owner[k] is not None)
+    who = ", ".join(f"{k.replace('_', ' ')} {escape(str(owner[k]))}" for k in ("run_id", "host", "pid")
+                    if owner[k] is not None)
     return f"owned by {owner['command']} {owner['token']} ({who}) since {utc(owner['since'])}"
 
 
