@@ -18,6 +18,7 @@ from confluent_kafka import Consumer, KafkaError, TopicPartition
 
 from rankflow.connectors.kafka import topic_partitions
 from rankflow.generate import generate
+from rankflow.generate_scores import generate_scores
 from rankflow.options import RunOptions
 from rankflow.runner import run
 
@@ -127,6 +128,26 @@ def test_status_of_a_jsonl_run(flow, tmp_path, redis_url, namespace, monkeypatch
     code, [view], err = status(*where)
     assert code == 1
     assert view["partitions"] == [{"partition": "events.jsonl", "position": 1_000, "end": 1_007, "lag": 7}]
+
+
+def test_every_product_of_a_namespace_against_its_own_input(flow, tmp_path, redis_url, namespace):
+    plays, scores = tmp_path / "events.jsonl", tmp_path / "scores.jsonl"
+    generate(users=50, songs=10, events=300, seed=1, out=plays)
+    generate_scores(200, 2, 400, 1, scores)
+    flow.run(str(plays), namespace=namespace)
+    boards = run(RunOptions(input=f"jsonl:{scores}", until_eof=True, redis_url=redis_url, namespace=namespace,
+                            dead_letter=f"jsonl:{tmp_path / 'score-dead.jsonl'}", flow="boards"))
+    assert boards is not None
+    code, views, err = status("--input", f"jsonl:{plays}", "--input", f"jsonl:{scores}", "--redis", redis_url,
+                              "--namespace", namespace)
+    assert code == 0, err
+    assert [(v["product"], v["namespace"], v["input"], v["lag"], v["caught_up"]) for v in views] == [
+        ("listeners", namespace, f"jsonl:{plays}", 0, True),
+        ("boards", f"{namespace}:boards", f"jsonl:{scores}", 0, True)]
+    assert views[1]["dead_letters_by_reason"] == boards["dead_letters_by_reason"] and boards["dead_letters"] > 0
+    code, views, err = status("--flow", "boards", "--input", f"jsonl:{scores}", "--redis", redis_url,
+                              "--namespace", namespace)
+    assert code == 0 and [v["product"] for v in views] == ["boards"], err
 
 
 def test_status_of_an_empty_namespace(tmp_path, redis_url, namespace):
