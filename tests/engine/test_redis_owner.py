@@ -38,3 +38,22 @@ def test_a_rebuild_records_itself_without_a_run_id(redis_client, namespace):
     assert record_owner(redis_client, namespace, 7, 7, "", "rebuild")
     owner = read_owner(redis_client, namespace, 7)
     assert owner is not None and (owner["token"], owner["run_id"], owner["command"]) == (7, None, "rebuild")
+
+
+def test_runs_and_rebuilds_record_themselves(flow, redis_client, tmp_path):
+    from rankflow.connectors.redis_generations import current_generation
+    from rankflow.options import RunOptions
+    from rankflow.rebuild import rebuild
+
+    path = flow.write_log([b'{"not": "an event"}'] * 3)
+    done = flow.run(path)
+    namespace = done["namespace"]
+    owner = read_owner(redis_client, namespace, current_generation(redis_client, namespace))
+    assert owner is not None and (owner["token"], owner["command"]) == (done["final"]["run"], "run")
+    assert owner["run_id"] and owner["pid"] == os.getpid()
+
+    final = rebuild(RunOptions(input=f"jsonl:{path}", redis_url=flow.redis_url, namespace=namespace,
+                               dead_letter=f"jsonl:{tmp_path / 'rebuild-dead.jsonl'}"))
+    generation = current_generation(redis_client, namespace)
+    owner = read_owner(redis_client, namespace, generation)
+    assert owner is not None and (owner["token"], owner["command"], owner["run_id"]) == (final["run"], "rebuild", None)
