@@ -224,6 +224,19 @@ class _JsonlPartition(BarrierPartition[FilePosition]):
         self._file.close()
 
 
+def line_end(path: str) -> int:
+    """The position after the file's last complete line: its count of newlines, the offset
+    the source reaches at its end (positions are 0-based line numbers). A last line without
+    its newline is not counted: a followed file's run waits for it (an ``--until-eof`` run
+    counts it, and then stands one past this end). Read in chunks: memory stays small
+    whatever the file's size."""
+    lines = 0
+    with open(path, "rb") as f:
+        while chunk := f.read(CHUNK_BYTES * 4):
+            lines += chunk.count(b"\n")
+    return lines
+
+
 class JsonlSource(FixedPartitionedSource[SourceBatch, FilePosition]):
     """One partition per file. ``follow=True`` tails the files instead of ending."""
 

@@ -12,6 +12,8 @@ namespace in one Redis Cluster slot, so one script may touch them all:
 ``{ns}:retired``                generations a switch replaced and whose keys are not
                                 all removed yet (set; ``redis_generations``)
 ``{ns}:g<G>:owner``             the token of the run that owns generation G
+``{ns}:g<G>:owner_run``         who that run is: token, run id, host, pid, since
+                                (hash; ``redis_owner``, read by ``rankflow status``)
 ``{ns}:g<G>:snapshot``          G's latest snapshot (JSON)
 ``{ns}:g<G>:snapshot_id``       its id
 ``{ns}:g<G>:positions``         its input positions (hash: partition -> offset)
@@ -115,6 +117,7 @@ class Keys:
         """What every key of the generation starts with, and no key of another one."""
         g = self.prefix
         self.owner = f"{g}owner"
+        self.owner_run = f"{g}owner_run"
         self.snapshot = f"{g}snapshot"
         self.snapshot_id = f"{g}snapshot_id"
         self.positions = f"{g}positions"

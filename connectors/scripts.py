@@ -364,6 +364,15 @@ a run whose token has published G's latest snapshot, ``{'published',
 would restart below the stored one and be ignored. Within one start of a run every
 process joins before any publishes (Bytewax connects them all first)."""
 
+RECORD_OWNER = Script("record_owner", ("record_owner",), keys=("owner", "owner_run"),
+                      argv=("token", "run_id", "host", "pid", "since", "command"))
+"""Records who the run owning a generation is, for ``rankflow status`` (``redis_owner``).
+``KEYS``: the generation's owner, its ``owner_run`` hash. ``ARGV``: the run's token, its run
+id, host name, process id, when it claimed the generation (ms since the epoch) and the
+command (``run``, ``rebuild``). Writes the hash only for a token that is not older than the
+owner and newer than the one recorded: the first process of a run records it, a fenced run
+never does. Replies 1 when it wrote, else 0."""
+
 SWITCH = Script("switch", ("switch",), keys=("generation", "retired"), argv=("old", "new"))
 """Points readers at a new generation and retires the old one, atomically.
 
@@ -439,7 +448,7 @@ new place a load would skip the unchanged entries between the two."""
 
 
 SCRIPTS: tuple[Script, ...] = (PUBLISH_LISTENERS, PUBLISH_BOARDS, PUBLISH_ACTIVITY, STAGE_ACTIVITY, DROP_ACTIVITY,
-                               CLAIM, JOIN, SWITCH, READ_LISTENERS, READ_BOARD, READ_ACTIVITY, BOARD_CHUNK)
+                               CLAIM, JOIN, RECORD_OWNER, SWITCH, READ_LISTENERS, READ_BOARD, READ_ACTIVITY, BOARD_CHUNK)
 """Every script rankflow sends (a new one goes here, and so into the tests that load them all)."""
 
 

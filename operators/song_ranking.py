@@ -23,7 +23,7 @@ from rankflow.operators.merger import Cut, MergerLogic, MergerState, lag_ms
 from rankflow.operators.recent_plays import combine_recent
 from rankflow.operators.song_counter import PartitionReport
 from rankflow.state.ranking_index import COUNT_THEN_ID_DESCENDING, merge_local_tops
-from rankflow.state.snapshot import Snapshot
+from rankflow.state.snapshot import Snapshot, dead_letters_by_reason
 
 log = logging.getLogger("rankflow.merger")
 
@@ -69,6 +69,7 @@ class SongRanking:
             counted_users=users,
             active_songs=sum(r.active_songs for r in reports.values()) + len(split_live),
             dead_letters=cut.dead_letters,
+            dead_letters_by_reason=dead_letters_by_reason(cut.counts),
             k_max=self.k_max,
             items=merge_local_tops([*(r.top for r in reports.values()), split_live], self.k_max,
                                    COUNT_THEN_ID_DESCENDING),

@@ -33,7 +33,7 @@ from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, 
                               ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
                               default_redis_url, redacted)
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
-from rankflow import cli_bench
+from rankflow import cli_bench, cli_status
 from rankflow.cli_format import positions, quantity
 from rankflow.cli_help import KAFKA, REDIS, HelpFormatter, example, produce_examples, run_examples
 from rankflow.products.boards import signing_key
@@ -295,6 +295,7 @@ def build_parser() -> argparse.ArgumentParser:
     _add_reader_redis(sv)
     kafka_settings.add_options(sv)
 
+    cli_status.add_parser(sub, _add_redis)
     cli_bench.add_parsers(sub, _positive, _not_negative)  # bench, bench-sweep, bench-boards, bench-activity
 
     for product in products.PRODUCTS.values():  # the readers: `top`, `boards ...`, `activity ...`
@@ -303,7 +304,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-FAMILIES = (("run a flow", ("run", "rebuild")), ("make and load logs", ("generate", "produce")),
+FAMILIES = (("run a flow", ("run", "rebuild", "status")), ("make and load logs", ("generate", "produce")),
             ("read the rankings", ()), ("serve readers over HTTP", ("serve",)),
             ("measure", ("bench", "bench-sweep", "bench-boards", "bench-activity")))
 """The commands in ``rankflow --help``, by family; the readers' family holds the products' reader
@@ -515,7 +516,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 READERS: dict[str, products.Command] = {}
 """The products' reader commands (``Product.add_readers``), filled when the parser is built."""
 COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "produce": cmd_produce,
-            "serve": cmd_serve, **cli_bench.COMMANDS}
+            "serve": cmd_serve, "status": cli_status.cmd_status, **cli_bench.COMMANDS}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -18,8 +18,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-IDENTIFIERS = frozenset({"song_id", "player_id", "workspace_id", "channel_id"})
-"""Columns printed as stored and left-aligned; every other column is a quantity."""
+IDENTIFIERS = frozenset({"song_id", "player_id", "workspace_id", "channel_id", "partition"})
+"""Columns printed as stored and left-aligned; every other column is a quantity or an offset."""
+OFFSETS = frozenset({"position", "end"})
+"""Input offsets (``rankflow status``): printed as stored, right-aligned."""
 
 
 def utc(ms: int | None) -> str:
@@ -68,7 +70,7 @@ def print_rows(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, A
     for column in columns:
         table.add_column(column, justify="left" if column in IDENTIFIERS else "right")
     for row in rows:
-        table.add_row(*(str(row[c]) if c in IDENTIFIERS else quantity(row[c]) for c in columns))
+        table.add_row(*(str(row[c]) if c in IDENTIFIERS or c in OFFSETS else quantity(row[c]) for c in columns))
     console = Console()
     if warning:
         console.print(warning, style="bold red")

@@ -31,6 +31,7 @@ from rankflow.connectors.redis_generations import (
     new_run_token,
     switch_generation,
 )
+from rankflow.connectors.redis_owner import record_owner
 from rankflow.connectors.redis_read import read_generation
 from rankflow.connectors.source_batch import ENDS
 from rankflow.endpoints import make_dead_letter_sink, make_source
@@ -73,6 +74,7 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
         flow = build_dataflow(opts, token, new, live=False, source=source, fresh=from_start,
                               republish=must_republish(client, opts, new, from_start), dead_letter=dead_letter)
         claim_generation(client, opts.redis_namespace, new, token)
+        record_owner(client, opts.redis_namespace, new, token, "", "rebuild")  # a rebuild has no run id
         log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.redis_namespace, new, old)
         try:
             execute(flow, opts, recovery)

@@ -31,6 +31,7 @@ from bytewax.outputs import Sink
 from rankflow.products import listeners
 from rankflow.connectors.redis_generations import join_run
 from rankflow.connectors.redis_keys import connect
+from rankflow.connectors.redis_owner import record_owner
 from rankflow.connectors.redis_read import read_latest
 from rankflow.endpoints import check_endpoints, make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
@@ -141,7 +142,9 @@ def run(opts: RunOptions, start: Start | None = None) -> dict[str, Any] | None:
     dead_letter = make_dead_letter_sink(opts.dead_letter, opts.kafka_settings)  # a Kafka topic: created, or the run fails, here
     client = connect_redis(opts.redis_url)
     try:
-        token, generation = join_run(client, opts.redis_namespace, opts.run_id or uuid.uuid4().hex, fresh=fresh)
+        run_id = opts.run_id or uuid.uuid4().hex
+        token, generation = join_run(client, opts.redis_namespace, run_id, fresh=fresh)
+        record_owner(client, opts.redis_namespace, generation, token, run_id, "run")  # for `rankflow status`
         flow = build_dataflow(opts, token, generation, live=True, source=source, fresh=fresh,
                               republish=must_republish(client, opts, generation, fresh, start.floor),
                               dead_letter=dead_letter, floor=start.floor)

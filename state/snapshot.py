@@ -63,7 +63,7 @@ def cut_header(cut: Cut, published_at_ms: int) -> dict[str, Any]:
 
 def dead_letters_by_reason(counts: Mapping[str, int]) -> dict[str, int]:
     """The ``dead_letters.<reason>`` running totals of ``counts``, by reason, sorted by name
-    (the boards and activity documents' ``dead_letters_by_reason``)."""
+    (every product's snapshot document's ``dead_letters_by_reason``)."""
     return {name.split(".", 1)[1]: n for name, n in sorted(counts.items()) if name.startswith("dead_letters.")}
 
 
@@ -101,6 +101,7 @@ class Snapshot(NamedTuple):
     counts: dict[str, int] = {}  # songs whose count changed since the previous snapshot (not in the JSON)
     counts_full: bool = False  # ``counts`` holds every song: readers' count tables start over
     recent: RecentRanking | None = None  # recent plays; None with ``--recent-minutes 0`` (then not in the JSON)
+    dead_letters_by_reason: dict[str, int] = {}  # running totals, as the boards and activity documents have them
 
     def to_json_obj(self, published_at_ms: int) -> dict[str, Any]:
         obj = {
@@ -109,6 +110,7 @@ class Snapshot(NamedTuple):
             "counted_users": self.counted_users,
             "active_songs": self.active_songs,
             "dead_letters": self.dead_letters,
+            "dead_letters_by_reason": self.dead_letters_by_reason,
             "k_max": self.k_max,
             "items": [
                 {"rank": i, "song_id": song, "listeners": count}

@@ -274,7 +274,8 @@ def test_a_followed_file_fed_at_a_steady_rate_then_ctrl_c(tmp_path, redis_url, n
     client.close()
 
 
-@pytest.mark.parametrize("command", [["run", "--input", "jsonl:{log}", "--until-eof"], ["top"]])
+@pytest.mark.parametrize("command", [["run", "--input", "jsonl:{log}", "--until-eof"], ["top"],
+                                     ["status", "--input", "jsonl:{log}"]])
 def test_redis_passwords_are_never_printed(tmp_path, command):
     log = tmp_path / "e.jsonl"
     log.write_text("")

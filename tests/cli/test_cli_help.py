@@ -115,7 +115,7 @@ def test_a_bad_kafka_address_is_one_line_and_status_2(args, tmp_path):
     assert len(r.stderr.splitlines()) == 1 and "expected kafka:HOST:PORT/TOPIC" in r.stderr, r.stderr
 
 
-HELP_ORDER = (("generate",), ("produce",), ("run",), ("rebuild",), ("top",), ("boards",), ("activity",))
+HELP_ORDER = (("generate",), ("produce",), ("run",), ("rebuild",), ("top",), ("boards",), ("activity",), ("status",))
 """The commands whose examples read what the ones before wrote (``serve`` and the benchmarks aside:
 one keeps running, the others start services of their own)."""
 

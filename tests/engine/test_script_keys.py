@@ -8,7 +8,7 @@ same slot, which Redis Cluster accepts from a script (it refuses a key of anothe
 slot); its number depends on the board's size, which only Redis knows. So each script rankflow sends
 gets a prelude here that asks Redis which arguments of every command it runs are
 keys (``COMMAND GETKEYS``, Redis's own answer) and records any key not in ``KEYS``.
-The scripts then run their real paths: joins, claims, publishes (whole table,
+The scripts then run their real paths: joins, claims, the owner's record, publishes (whole table,
 changes, Redis lost its data), a reader following snapshots across a rebuild's
 switch.
 
@@ -42,6 +42,7 @@ from rankflow.connectors.redis_boards import BoardsState, RedisLostBoards
 from rankflow.connectors.activity_read import ActivityReader
 from rankflow.connectors.redis_activity import ActivityState, RedisLostActivity
 from rankflow.connectors.redis_keys import Keys, activity_namespace, boards_namespace
+from rankflow.connectors.redis_owner import record_owner
 from rankflow.state.activity_snapshot import ActivitySnapshot
 from rankflow.connectors.redis_listeners import CountTable
 from rankflow.connectors.redis_publish import Publisher
@@ -112,6 +113,7 @@ def test_every_script_touches_only_keys_it_declares(undeclared, monkeypatch, red
     run_id = uuid.uuid4().hex
     token, generation = join_run(redis_client, namespace, run_id, fresh=True)
     assert join_run(redis_client, namespace, run_id) == (token, generation), "a second process joins the run"
+    assert record_owner(redis_client, namespace, generation, token, run_id, "run")  # for `rankflow status`
     live = Publisher(redis_url, namespace, token, generation, state=CountTable())
     loop = asyncio.new_event_loop()
     cache = SnapshotCache(redis_url, namespace)
