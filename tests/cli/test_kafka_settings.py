@@ -45,7 +45,8 @@ def commands(tmp_path) -> list[list[str]]:
     run = ["--input", "kafka:127.0.0.1:1/t", "--redis", UNREACHABLE_REDIS, "--dead-letter", "kafka:127.0.0.1:1/d"]
     return [["run", *run, "--until-eof"], ["rebuild", *run],
             ["produce", "--input", str(log), "--kafka", "kafka:127.0.0.1:1/t", "--no-progress"],
-            ["serve", "--kafka", "kafka:127.0.0.1:1/t", "--redis", UNREACHABLE_REDIS, "--port", "1"]]
+            ["serve", "--kafka", "kafka:127.0.0.1:1/t", "--redis", UNREACHABLE_REDIS, "--port", "1"],
+            ["status", "--input", "kafka:127.0.0.1:1/t", "--redis", UNREACHABLE_REDIS]]
 
 
 def test_the_file_and_its_overrides(tmp_path):
@@ -102,7 +103,7 @@ def test_unreadable_files_and_bad_arguments_are_one_line_and_exit_2(tmp_path):
 def test_help_names_the_options_and_no_secret(tmp_path):
     path = tmp_path / "client.properties"
     path.write_text(f"sasl.password={SECRET}\n")
-    for command in ("run", "rebuild", "produce", "serve"):
+    for command in ("run", "rebuild", "produce", "serve", "status"):
         r = cli(command, "--help", env={CONFIG_ENV: str(path)})
         assert r.returncode == 0 and "--kafka-config FILE" in r.stdout and "-X KEY=VALUE" in r.stdout
         assert SECRET not in r.stdout and str(path) not in r.stdout
