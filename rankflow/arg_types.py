@@ -61,6 +61,17 @@ def seconds(text: str) -> float:
     return value
 
 
+def interval(text: str) -> float:
+    """An interval in seconds, 0 meaning off (``--log-every``); ``inf``, ``nan`` and negatives are refused."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not 0 <= value < float("inf"):
+        raise argparse.ArgumentTypeError(f"must be 0 (off) or more, and finite, got {text}")
+    return value
+
+
 def comma_list(text: str) -> list[str]:
     """``a,b,,c`` -> ``['a', 'b', 'c']``."""
     return [s for s in text.split(",") if s]

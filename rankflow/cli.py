@@ -20,8 +20,8 @@ from typing import Any, NoReturn
 import redis
 
 from rankflow import kafka_settings, products
-from rankflow.arg_types import (KAFKA_FORM, kafka as _kafka, not_negative as _not_negative, port as _port,
-                                positive as _positive, rate as _rate, seconds as _seconds)
+from rankflow.arg_types import (KAFKA_FORM, interval as _interval, kafka as _kafka, not_negative as _not_negative,
+                                port as _port, positive as _positive, rate as _rate, seconds as _seconds)
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.board_layout import RedisBoardsLayout
@@ -44,6 +44,9 @@ from rankflow.generate_scores import DEFAULT_DAYS, DEFAULT_START_MS, ScoreChaos,
 from rankflow import generate_messages as gm
 from rankflow.produce import produce_file
 from rankflow.services import cannot_listen
+from rankflow import log_setup
+from rankflow.log_setup import say
+from rankflow.progress import counting
 
 log = logging.getLogger("rankflow")
 
@@ -139,7 +142,16 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str
                    help="live runs of the activity flow, and the listener flow's recent plays: an input partition "
                         "with nothing to read this long stops holding the watermark back until its next event "
                         "(default: %(default)s)")
+    p.add_argument("--log-every", type=_interval, default=30.0, metavar="SECONDS",
+                   help="log the input position, lag and events/s every SECONDS (default: %(default)g; 0: never)")
+    _add_log_format(p)
     _add_product_options(p, command)
+
+
+def _add_log_format(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--log-format", choices=log_setup.FORMATS, default="text",
+                   help="text lines, or one JSON object a line (time, level, logger, message and the line's "
+                        "fields) for log collectors; json draws no progress bar (default: %(default)s)")
 
 
 def _add_product_options(p: argparse.ArgumentParser, command: str) -> None:
@@ -211,6 +223,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="playback: also write, at this rate per event, what the idle-playback sweeper writes "
                         "(docs/semantics/listeners.md 6): TIMEOUT events for playbacks idle for --idle-ms, and stale, early and "
                         "malformed ones (default: 0, none)")
+    _add_log_format(g)
     g.add_argument("--idle-ms", type=_positive, default=Chaos.idle_ms, metavar="MS",
                    help="playback, with --timeouts: the sweeper's idle timeout, the idle_ms of its TIMEOUT events "
                         "(default: %(default)s)")
@@ -246,8 +259,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the topic to load (created if missing)")
     pr.add_argument("--partitions", type=_positive, default=4, metavar="N",
                     help="partitions when the topic is created (default: %(default)s)")
-    pr.add_argument("--no-progress", action="store_true", help="no progress bar")
+    pr.add_argument("--no-progress", action="store_true",
+                    help="no progress bar (there is one only where standard error is a terminal)")
     kafka_settings.add_options(pr)
+    _add_log_format(pr)
 
     sv = sub.add_parser("serve", help="the HTTP service: rankings and score boards for readers, POST /events and "
                                       "POST /matches/{id}/result ingest, the dashboard",
@@ -292,6 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--products", type=_products, default=tuple(products.PRODUCTS), metavar="NAME,...",
                     help=f"the products whose routes are served: {', '.join(products.PRODUCTS)} "
                          "(default: all of them)")
+    _add_log_format(sv)
     _add_reader_redis(sv)
     kafka_settings.add_options(sv)
 
@@ -347,9 +363,10 @@ def cmd_generate(args: argparse.Namespace) -> int:
     if args.users is None or args.songs is None:
         raise UsageError("generate --kind playback needs --users and --songs")
     chaos = Chaos(timeout=args.timeouts, idle_ms=args.idle_ms)
-    stats = generate(args.users, args.songs, args.events, args.seed, args.out, chaos=chaos)
+    with counting("generating", args.events) as progress:
+        stats = generate(args.users, args.songs, args.events, args.seed, args.out, chaos=chaos, progress=progress)
     took = time.perf_counter() - started
-    print(f"wrote {stats.lines} events to {args.out} in {took:.1f}s", file=sys.stderr)
+    say(f"wrote {stats.lines} events to {args.out} in {took:.1f}s", events=stats.lines, seconds=round(took, 3))
     return 0
 
 
@@ -357,31 +374,43 @@ def _generate_scores(args: argparse.Namespace, started: float) -> int:
     if args.days <= 0 or args.chaos < 0:
         raise UsageError("--days must be positive and --chaos not negative")
     key = signing_key(args.signing_key, os.environ)  # as run and serve: the variable is the default
-    stats = generate_scores(args.players, args.games, args.events, args.seed, args.out, start_ms=args.start,
-                            days=args.days, key=key, chaos=ScoreChaos().scaled(args.chaos), clean=args.clean)
+    with counting("generating", args.events, "results") as progress:
+        stats = generate_scores(args.players, args.games, args.events, args.seed, args.out, start_ms=args.start,
+                                days=args.days, key=key, chaos=ScoreChaos().scaled(args.chaos), clean=args.clean,
+                                progress=progress)
     took = time.perf_counter() - started
-    print(f"wrote {stats.lines} score results to {args.out} in {took:.1f}s"
-          + (" (clean)" if args.clean else "") + (", signed" if key else ", unsigned"), file=sys.stderr)
-    for kind, n in sorted(stats.by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {kind:<28} {n:>10,}", file=sys.stderr)
+    summary = (f"wrote {stats.lines} score results to {args.out} in {took:.1f}s"
+               + (" (clean)" if args.clean else "") + (", signed" if key else ", unsigned"))
+    _by_kind(summary, stats.lines, took, stats.by_kind, [])
     return 0
+
+
+def _by_kind(summary: str, lines: int, took: float, by_kind: Mapping[str, int], notes: list[str]) -> None:
+    """``generate``'s summary line and its table of lines by kind; with ``--log-format json``
+    one object holding the table (``by_kind``)."""
+    if log_setup.is_json():
+        say(summary, events=lines, seconds=round(took, 3), by_kind=dict(by_kind), notes=notes)
+        return
+    say(summary)
+    for kind, n in sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
+        print(f"  {kind:<28} {n:>10,}", file=sys.stderr)
+    for note in notes:
+        print(f"  {note}", file=sys.stderr)
 
 
 def _generate_messages(args: argparse.Namespace, started: float) -> int:
     if not args.rate > 0 or args.chaos < 0:
         raise UsageError("--rate must be positive and --chaos not negative")
-    stats = gm.generate_messages(args.events, args.seed, args.out, workspaces=args.workspaces,
-                                 channels=args.channels, users=args.users or gm.DEFAULT_USERS, bots=args.bots,
-                                 start_ms=args.start_ms, rate=args.rate, chaos=gm.MessageChaos().scaled(args.chaos),
-                                 clean=args.clean)
+    with counting("generating", args.events) as progress:
+        stats = gm.generate_messages(args.events, args.seed, args.out, workspaces=args.workspaces,
+                                     channels=args.channels, users=args.users or gm.DEFAULT_USERS, bots=args.bots,
+                                     start_ms=args.start_ms, rate=args.rate,
+                                     chaos=gm.MessageChaos().scaled(args.chaos), clean=args.clean, progress=progress)
     took = time.perf_counter() - started
-    print(f"wrote {stats.lines} message events to {args.out} in {took:.1f}s" + (" (clean)" if args.clean else ""),
-          file=sys.stderr)
-    for kind, n in sorted(stats.by_kind.items(), key=lambda kv: (-kv[1], kv[0])):
-        print(f"  {kind:<28} {n:>10,}", file=sys.stderr)
-    print(f"  {'(valid, out of order)':<28} {stats.out_of_order:>10,}", file=sys.stderr)
-    for ws, ch, bot in stats.bot_channels:
-        print(f"  bot {bot!r} posts in {ws!r} / {ch!r}", file=sys.stderr)
+    notes = [f"{'(valid, out of order)':<28} {stats.out_of_order:>10,}"]
+    notes += [f"bot {bot!r} posts in {ws!r} / {ch!r}" for ws, ch, bot in stats.bot_channels]
+    _by_kind(f"wrote {stats.lines} message events to {args.out} in {took:.1f}s" + (" (clean)" if args.clean else ""),
+             stats.lines, took, stats.by_kind, notes)
     return 0
 
 
@@ -401,6 +430,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
         k_max=args.k_max, workers=args.workers, barrier_ms=args.barrier_ms, recovery_dir=args.recovery_dir,
         max_line_bytes=args.max_line_bytes, read_batch=args.read_batch, flow=args.flow, idle_timeout_s=args.idle_timeout,
         redis_retry_s=args.redis_retry_s, kafka_settings=kafka_settings.from_args(args, os.environ),
+        log_every_s=args.log_every, log_format=args.log_format,
         **{k: v for k, v in own.items() if k in RunOptions.__dataclass_fields__},
         extra={k: v for k, v in own.items() if k not in RunOptions.__dataclass_fields__},
     )
@@ -413,16 +443,22 @@ def _summary(opts: RunOptions, final: dict[str, Any], took: float) -> str:
             f"{positions(final['positions'])}")
 
 
+def _summary_fields(final: dict[str, Any], took: float) -> dict[str, Any]:
+    """The summary line's fields in JSON logs."""
+    return {"seconds": round(took, 3), "snapshot_id": final["snapshot_id"], "dead_letters": final["dead_letters"],
+            "positions": final["positions"], "position": sum(final["positions"].values())}
+
+
 def cmd_run(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     started = time.perf_counter()
     final = run(opts)
     stopped = stop_signal()
     if final is not None:
-        print(f"{'stopped' if stopped else 'done'} in {_summary(opts, final, time.perf_counter() - started)}",
-              file=sys.stderr)
+        say(f"{'stopped' if stopped else 'done'} in {_summary(opts, final, time.perf_counter() - started)}",
+            **_summary_fields(final, time.perf_counter() - started))
     if stopped is not None:
-        print("rankflow: interrupted; stopped at a barrier, everything read so far is published", file=sys.stderr)
+        say("rankflow: interrupted; stopped at a barrier, everything read so far is published", "WARNING")
         return 128 + stopped
     return 0
 
@@ -431,8 +467,8 @@ def cmd_rebuild(args: argparse.Namespace) -> int:
     opts = _run_options(args)
     started = time.perf_counter()
     final = rebuild(opts)
-    print(f"rebuilt and switched in {_summary(opts, final, time.perf_counter() - started)}",
-          file=sys.stderr)
+    say(f"rebuilt and switched in {_summary(opts, final, time.perf_counter() - started)}",
+        **_summary_fields(final, time.perf_counter() - started))
     return 0
 
 
@@ -445,11 +481,12 @@ def cmd_produce(args: argparse.Namespace) -> int:
     result = produce_file(args.input, endpoint, args.partitions, progress=not args.no_progress,
                           key_field=args.key_field)
     took = time.perf_counter() - started
-    print(f"produced {result.messages} messages to {endpoint} ({result.partitions} partitions) in {took:.1f}s, "
-          f"{result.messages / max(took, 1e-9):,.0f}/s, all acknowledged", file=sys.stderr)
+    say(f"produced {result.messages} messages to {endpoint} ({result.partitions} partitions) in {took:.1f}s, "
+        f"{result.messages / max(took, 1e-9):,.0f}/s, all acknowledged", messages=result.messages,
+        partitions=result.partitions, seconds=round(took, 3))
     if result.unkeyed:
-        print(f"rankflow: {result.unkeyed} of {result.messages} lines had no string {args.key_field}: produced "
-              "unkeyed (the empty key)", file=sys.stderr)
+        say(f"rankflow: {result.unkeyed} of {result.messages} lines had no string {args.key_field}: produced "
+            "unkeyed (the empty key)", "WARNING", unkeyed=result.unkeyed)
     return 0
 
 
@@ -497,7 +534,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
             super().handle_exit(sig, frame)
 
     server = Server(server_config(app, args.host, args.port, args.header_timeout_ms, args.max_connections,
-                                  log_level="info", access_log=args.access_log, timeout_graceful_shutdown=5))
+                                  log_level="info", access_log=args.access_log, timeout_graceful_shutdown=5,
+                                  **({"log_config": None} if log_setup.is_json() else {})))
     previous = signal.signal(signal.SIGTERM, signal.default_int_handler)  # what uvicorn raises again at the end
     try:
         server.run()
@@ -509,7 +547,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 0
     # ... but whether that reaches us depends on the handler it restores (asyncio's, or an ignored
     # SIGINT inherited from the parent): the status comes from the signal itself, 130 for Ctrl-C.
-    print("rankflow: interrupted", file=sys.stderr)
+    say("rankflow: interrupted", "WARNING")
     return 128 + server.stopped_by
 
 
@@ -521,7 +559,7 @@ COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "p
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    log_setup.configure(getattr(args, "log_format", "text"))
     try:
         if getattr(args, "redis", None) is not None:
             check_redis_url(args.redis)
@@ -531,20 +569,20 @@ def main(argv: list[str] | None = None) -> int:
                 check_redis_url(url, "--redis-read")
         return {**COMMANDS, **READERS}[args.command](args)
     except UsageError as exc:
-        print(f"rankflow: {exc}", file=sys.stderr)
+        say(f"rankflow: {exc}", "ERROR")
         return 2
     except RebuildFailed as exc:
-        print(f"rankflow: {exc}; readers stay on the old ranking", file=sys.stderr)
+        say(f"rankflow: {exc}; readers stay on the old ranking", "ERROR")
         return 1 if exc.signal is None else 128 + exc.signal
     except (ServiceError, FencedError, GenerationSwitched, RunAlreadyPublished, KafkaUnavailable,
             RedisBoardsLayout) as exc:
-        print(f"rankflow: {exc}", file=sys.stderr)
+        say(f"rankflow: {exc}", "ERROR")
         return 1
     except redis.RedisError as exc:
-        print(f"rankflow: cannot reach Redis at {redacted(getattr(args, 'redis', '?'))}: {exc}", file=sys.stderr)
+        say(f"rankflow: cannot reach Redis at {redacted(getattr(args, 'redis', '?'))}: {exc}", "ERROR")
         return 1
     except KeyboardInterrupt:
-        print("rankflow: interrupted", file=sys.stderr)
+        say("rankflow: interrupted", "WARNING")
         return 130
 
 

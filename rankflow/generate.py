@@ -254,22 +254,29 @@ class LogGenerator:
 
 
 def generate(users: int, songs: int, events: int, seed: int, out: str | Path,
-             chaos: Chaos = Chaos()) -> GenerateStats:
+             chaos: Chaos = Chaos(), progress: Callable[[int], None] | None = None) -> GenerateStats:
     gen = LogGenerator(users, songs, seed, chaos)
-    write_lines(gen.lines(events), out)
+    write_lines(gen.lines(events), out, progress)
     return gen.stats
 
 
-def write_lines(lines: Iterable[bytes], out: str | Path) -> None:
-    """Write a log as JSON Lines, 10,000 lines per write (one write per line is slower)."""
+def write_lines(lines: Iterable[bytes], out: str | Path, progress: Callable[[int], None] | None = None) -> None:
+    """Write a log as JSON Lines, 10,000 lines per write (one write per line is slower);
+    ``progress`` is told the lines written so far after each write (a bar: ``rankflow.progress``)."""
     path = Path(out)
     path.parent.mkdir(parents=True, exist_ok=True)
     with open(path, "wb") as f:
         buf: list[bytes] = []
+        written = 0
         for line in lines:
             buf.append(line)
             if len(buf) >= 10_000:
                 f.write(b"\n".join(buf) + b"\n")
+                written += len(buf)
                 buf.clear()
+                if progress is not None:
+                    progress(written)
         if buf:
             f.write(b"\n".join(buf) + b"\n")
+            if progress is not None:
+                progress(written + len(buf))

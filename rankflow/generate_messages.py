@@ -378,11 +378,12 @@ MALFORMED: tuple[tuple[str, tuple[Variant, ...]], ...] = (
 def generate_messages(events: int, seed: int, out: str | Path, *, workspaces: int = DEFAULT_WORKSPACES,
                       channels: int = DEFAULT_CHANNELS, users: int = DEFAULT_USERS, bots: int = DEFAULT_BOTS,
                       start_ms: int = DEFAULT_START_MS, rate: float = DEFAULT_RATE,
-                      chaos: MessageChaos = MessageChaos(), clean: bool = False) -> MessageStats:
+                      chaos: MessageChaos = MessageChaos(), clean: bool = False,
+                      progress: Callable[[int], None] | None = None) -> MessageStats:
     """Write ``events`` lines to ``out``; ``clean`` means no chaos at all (``chaos`` is then ignored)."""
     if events < 1:
         raise ValueError("events must be positive")
     gen = MessageLogGenerator(workspaces, channels, users, seed, start_ms=start_ms, rate=rate,
                               chaos=CLEAN if clean else chaos, activity=Activity(bots=bots))
-    write_lines(gen.lines(events), out)
+    write_lines(gen.lines(events), out, progress)
     return gen.stats

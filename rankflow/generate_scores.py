@@ -384,9 +384,10 @@ MALFORMED: tuple[tuple[str, tuple[Variant, ...]], ...] = (
 
 def generate_scores(players: int, games: int, events: int, seed: int, out: str | Path, *,
                     start_ms: int = DEFAULT_START_MS, days: float = DEFAULT_DAYS, key: bytes | None = None,
-                    chaos: ScoreChaos = ScoreChaos(), clean: bool = False) -> GenerateStats:
+                    chaos: ScoreChaos = ScoreChaos(), clean: bool = False,
+                    progress: Callable[[int], None] | None = None) -> GenerateStats:
     """Write ``events`` lines to ``out``; ``clean`` means no chaos at all (``chaos`` is then ignored)."""
     gen = ScoreLogGenerator(players, games, events, seed, start_ms=start_ms, days=days, key=key,
                             chaos=CLEAN if clean else chaos)
-    write_lines(gen.lines(events), out)
+    write_lines(gen.lines(events), out, progress)
     return gen.stats

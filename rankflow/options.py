@@ -171,6 +171,8 @@ class RunOptions:
     recent_minutes: int = DEFAULT_RECENT_MINUTES  # listeners: songs by accepted starts in the last N minutes; 0: off
     idle_timeout_ms: int = 0  # listeners, live Kafka runs: the sweeper's T (docs/semantics/listeners.md 6); 0: no sweeper
     kafka_settings: KafkaSettings = NO_SETTINGS  # --kafka-config and -X: every Kafka client of the run gets them
+    log_every_s: float = 30.0  # a live run's position line every this many seconds (rankflow.run_log); 0: none
+    log_format: str = "text"  # text, or one JSON object a line (rankflow.log_setup)
     extra: dict[str, Any] = field(default_factory=dict)  # options of a product that have no field here, by dest
 
     @property

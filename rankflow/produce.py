@@ -22,11 +22,11 @@ from typing import Any
 
 import orjson
 from confluent_kafka import KafkaError
-from rich.progress import BarColumn, Progress, TextColumn, TimeRemainingColumn, TransferSpeedColumn
 
 from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable, ensure_topic, reliable_producer
 from rankflow.generate import LogGenerator
 from rankflow.options import UsageError
+from rankflow.progress import reading
 
 KEY_SAMPLE_LINES = 1000
 """How many lines the key field is looked for in before anything is produced."""
@@ -105,6 +105,8 @@ class ProduceResult:
 
 def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: bool = True,
                  key_field: str = "user_id") -> ProduceResult:
+    """Produce every line of ``path``; ``progress``: a bar while it runs, where standard error is a
+    terminal (``rankflow.progress``)."""
     check_key_field(path, key_field)
     check_line_sizes(path)
     count = ensure_topic(endpoint.brokers, endpoint.topic, partitions, endpoint.settings)
@@ -117,8 +119,8 @@ def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: 
             errors.append(err)
 
     sent = unkeyed = 0
-    with open(path, "rb") as f, _progress(progress) as bar:
-        task = bar.add_task("producing", total=os.path.getsize(path))
+    started = time.perf_counter()
+    with open(path, "rb") as f, reading("producing", os.path.getsize(path), enabled=progress) as bar:
         for line in f:
             value = line.rstrip(b"\n")
             key = field_key(value, key_field)
@@ -132,11 +134,13 @@ def produce_file(path: str, endpoint: KafkaEndpoint, partitions: int, progress: 
             sent += 1
             if sent % 5000 == 0:
                 producer.poll(0)
-                bar.update(task, completed=f.tell())
+                if bar is not None:
+                    bar(f.tell(), sent, time.perf_counter() - started)
             if errors:
                 break
         remaining = producer.flush(120)
-        bar.update(task, completed=os.path.getsize(path))
+        if bar is not None:
+            bar(f.tell(), sent, time.perf_counter() - started)
     if errors or remaining:
         raise KafkaUnavailable(endpoint.settings.scrub(
             f"{len(errors) + remaining} messages not acknowledged by {endpoint.brokers}"
@@ -200,9 +204,3 @@ def append_steady(path: str, rate: int, users: int, songs: int, seed: int, stop:
                 time.sleep(delay)
         out.write(b"".join(pending))
 
-
-def _progress(enabled: bool) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), TransferSpeedColumn(), TimeRemainingColumn(),
-        disable=not enabled, transient=True,
-    )

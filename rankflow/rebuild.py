@@ -39,6 +39,7 @@ from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.options import RunOptions
 from rankflow.products import Product
 from rankflow.recovery import recovery_config, resumes_from_recovery
+from rankflow.run_log import RunLog
 from rankflow.runner import build_dataflow, check_run, connect_redis, must_republish, warn_unchecked
 
 log = logging.getLogger("rankflow.rebuild")
@@ -77,7 +78,11 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
         record_owner(client, opts.redis_namespace, new, token, "", "rebuild")  # a rebuild has no run id
         log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.redis_namespace, new, old)
         try:
-            execute(flow, opts, recovery)
+            reporting = RunLog.of(opts, live=False, what="rebuilding").start()
+            try:
+                execute(flow, opts, recovery)
+            finally:
+                reporting.stop()
             final = read_generation(client, opts.redis_namespace, new)
             _check_complete(final, source.list_parts())
             _check_sound(final, opts.product)

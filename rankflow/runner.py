@@ -39,6 +39,8 @@ from rankflow.operators.metrics import METRICS
 from rankflow.options import RunOptions, ServiceError, UsageError, check_redis_url, redacted
 from rankflow.recovery import check_resumable, recovery_config, resumes_from_recovery
 from rankflow.resume_point import published_floor
+from rankflow import log_setup
+from rankflow.run_log import RunLog
 from rankflow.services import cannot_listen, free_port
 
 log = logging.getLogger("rankflow.run")
@@ -149,7 +151,11 @@ def run(opts: RunOptions, start: Start | None = None) -> dict[str, Any] | None:
                               republish=must_republish(client, opts, generation, fresh, start.floor),
                               dead_letter=dead_letter, floor=start.floor)
         log.info("run %s owns generation %s of namespace %r", token, generation, opts.redis_namespace)
-        execute(flow, opts, recovery)
+        reporting = RunLog.of(opts, live=not opts.until_eof, what="reading" if opts.until_eof else "catching up").start()
+        try:
+            execute(flow, opts, recovery)
+        finally:
+            reporting.stop()
         return read_latest(client, opts.redis_namespace)
     finally:
         client.close()
@@ -208,7 +214,7 @@ def _wait_all(children: Sequence[multiprocessing.process.BaseProcess]) -> multip
 
 
 def _process_main(opts: RunOptions, start: Start) -> None:
-    logging.basicConfig(level=logging.INFO, format=f"%(asctime)s %(levelname)s %(name)s[{opts.process_id}]: %(message)s")
+    log_setup.configure(opts.log_format, opts.process_id)
     try:
         run(opts, start)
         stopped = stop_signal()
