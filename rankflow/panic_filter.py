@@ -21,6 +21,7 @@ from types import TracebackType
 
 _PANIC = re.compile(rb"^thread '.*' panicked at ")
 _REPORT = (b"Box<dyn Any>", b"stack backtrace:", b"note: ")
+_LOG_RECORD = re.compile(rb'^(\d{4}-\d\d-\d\d \d\d:\d\d:\d\d|\{"time":)')  # either format (log_setup)
 
 
 class PanicLines:
@@ -28,8 +29,10 @@ class PanicLines:
 
     A report is its ``thread '...' panicked at`` line, the payload line ``Box<dyn Any>``
     (a Python error), the backtrace (``stack backtrace:`` and indented frames), the
-    ``note:`` lines, and the one empty line ``run_main`` prints after it. Any other line
-    ends the report and is kept (a panic with a text payload keeps its text).
+    ``note:`` lines, and the one empty line ``run_main`` prints after it. A log record is
+    kept and does not end the report: another thread (the run's position lines,
+    ``rankflow.run_log``) may log while the report is written. Any other line ends the
+    report and is kept (a panic with a text payload keeps its text).
 
     >>> lines = PanicLines()
     >>> [line for line in [b"INFO start", b"thread '<unnamed>' panicked at src/operators.rs:198:33:",
@@ -39,6 +42,10 @@ class PanicLines:
     [b'INFO start', b'rankflow: stopped']
     >>> lines.keep(b"")  # an empty line outside a report is kept
     True
+    >>> [line for line in [b"thread '<unnamed>' panicked at src/operators.rs:198:33:", b"stack backtrace:",
+    ...                    b"  34: std::rt::lang_start", b"2026-12-04 23:37:53,770 INFO rankflow.run: caught up",
+    ...                    b"  35: __libc_start_call_main", b"", b"rankflow: stopped"] if lines.keep(line)]
+    [b'2026-12-04 23:37:53,770 INFO rankflow.run: caught up', b'rankflow: stopped']
     """
 
     def __init__(self) -> None:
@@ -53,6 +60,8 @@ class PanicLines:
             return True
         if line.startswith(_REPORT) or line[:1] in (b" ", b"\t"):
             return False
+        if _LOG_RECORD.match(line):
+            return True
         self._in_report = False
         return line != b""  # run_main's empty line after the report
 
