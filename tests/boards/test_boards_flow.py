@@ -58,13 +58,14 @@ def test_the_worked_example_of_boards_md(redis_url, redis_client, tmp_path):
     out = run_boards(redis_url, tmp_path, example.LINES, signing_key=example.KEY, song_partitions=3)
     reader = BoardReader(redis_client, out["namespace"])
     sid = out["final"]["snapshot_id"]
+    at = stored_published_at(redis_client, boards_namespace(out["namespace"]))
     for board, expected in example.BOARDS.items():
         top = reader.top("g1", board, 1000)
         assert top["snapshot_id"] == sid and top["total_players"] == len(expected)
         assert [(i["player_id"], i["score"], i["rank"], i["competition_rank"]) for i in top["items"]] == expected
         for player, score, rank, competition in expected:
-            assert reader.player("g1", board, player) == {
-                "snapshot_id": sid, "game_id": "g1", "board": board, "player_id": player, "score": score,
+            assert stamped(reader.player("g1", board, player), at) == {
+                "snapshot_id": sid, "published_at": at, "game_id": "g1", "board": board, "player_id": player, "score": score,
                 "rank": rank, "competition_rank": competition}
     for alias, board in example.ALIASES.items():
         assert reader.top("g1", alias, 10)["board"] == board
