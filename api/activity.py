@@ -1,15 +1,16 @@
 """The activity rankings for readers: a workspace's top, the global top, one channel, a stream.
 
 Contract (docs/semantics/windows.md 4 and 6; every answer is exactly what ``connectors.activity_read``
-gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id``):
+gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id``, its
+``published_at`` (the snapshot document's) and ``age_ms``, its age when answered):
 
-* ``GET /activity/global/top?k=K`` -> ``{snapshot_id, window_start, window_end,
+* ``GET /activity/global/top?k=K`` -> ``{snapshot_id, published_at, age_ms, window_start, window_end,
   watermark, items: [{rank, workspace_id, channel_id, count}]}`` (with
   ``--global-summary``: ``count_low`` and ``count_high`` in place of ``count``).
-* ``GET /activity/{workspace}/top?k=K`` -> ``{snapshot_id, workspace_id, window_start,
+* ``GET /activity/{workspace}/top?k=K`` -> ``{snapshot_id, published_at, age_ms, workspace_id, window_start,
   window_end, watermark, items: [{rank, channel_id, count}]}``; a workspace without
   counts has ``items: []``.
-* ``GET /activity/{workspace}/channels/{channel}`` -> ``{snapshot_id, workspace_id,
+* ``GET /activity/{workspace}/channels/{channel}`` -> ``{snapshot_id, published_at, age_ms, workspace_id,
   channel_id, count, rank}`` (the rank in its workspace, exact for every channel);
   ``404 {"error"}`` when the channel has no count in the window.
 * ``GET /activity/{workspace}/stream`` -> Server-Sent Events: an ``activity`` event at
@@ -21,7 +22,8 @@ gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id
   comment line every 15 s keeps idle connections open; streams end when the server stops.
 * ``GET /activity`` -> the current snapshot: ``{snapshot_id, published_at, watermark,
   window_start, window_end, bucket_ms, window_buckets, count, k_max, active_pairs, now,
-  watermark_lag_ms, published_lag_ms}``: ``now`` is the server's clock (ms),
+  age_ms, watermark_lag_ms, published_lag_ms}``: ``now`` is the server's clock (ms),
+  ``age_ms = now - published_at``,
   ``watermark_lag_ms = now - watermark`` and ``published_lag_ms = published_at -
   watermark`` (null without a watermark). The dashboard's activity view reads it.
 
@@ -73,6 +75,7 @@ from rankflow.api.shared_cache import SharedTops
 from rankflow.api.watch import Watched
 from rankflow.connectors.activity_read import AsyncActivityReader, NoCount, NoSnapshot
 from rankflow.connectors.redis_publish import dumps_document
+from rankflow.connectors.snapshot_age import age_ms
 
 log = logging.getLogger("rankflow.api")
 
@@ -114,10 +117,10 @@ def with_lags(snapshot: dict[str, Any], now_ms: int) -> dict[str, Any]:
     """``GET /activity``: the snapshot and how far its watermark is behind now and its publication.
 
     >>> with_lags({"watermark": 1000, "published_at": 1500}, 4000)
-    {'watermark': 1000, 'published_at': 1500, 'now': 4000, 'watermark_lag_ms': 3000, 'published_lag_ms': 500}
+    {'watermark': 1000, 'published_at': 1500, 'now': 4000, 'age_ms': 2500, 'watermark_lag_ms': 3000, 'published_lag_ms': 500}
     """
     w = snapshot["watermark"]
-    return {**snapshot, "now": now_ms, "watermark_lag_ms": None if w is None else now_ms - w,
+    return {**snapshot, "now": now_ms, "age_ms": age_ms(snapshot["published_at"], now_ms), "watermark_lag_ms": None if w is None else now_ms - w,
             "published_lag_ms": None if w is None else snapshot["published_at"] - w}
 
 

@@ -7,7 +7,9 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
   Redis for the entries after the last one it applied whenever a publish is announced
   (``api.announce``), and at least every ``poll_ms`` (1 s).
   Queries (:meth:`top`, :meth:`player`, :meth:`around`, :meth:`boards`) are answered
-  from memory, each wholly from one snapshot, named in its answer: the last change set
+  from memory, each wholly from one snapshot, named in its answer (its id, and its
+  ``published_at``, which the load reads with the id and each ``board_changes`` entry
+  carries, with ``age_ms`` at answer time): the last change set
   ``state.board_index.LiveBoards`` applied wholly (a query corrects what it reads by
   what the next one changed so far), and applying them gives the event loop back, after every ``slice_ops``
   operations, as long as they took (:func:`pause`), so a request never waits for more
@@ -67,6 +69,7 @@ from rankflow.connectors.board_layout import LAYOUT, REACHED_BYTES, RedisBoardsL
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.script_query import bind
 from rankflow.connectors.scripts import BOARD_CHUNK
+from rankflow.connectors.snapshot_age import published, stamp
 from rankflow.state.board_index import (
     BoardId,
     Board,
@@ -174,11 +177,12 @@ class BoardMirror(Polling):
             # awaitables, though each returns the pipeline
             pipe.get(self.keys.generation)
             pipe.get(k.snapshot_id)
+            pipe.get(k.published_at)
             pipe.xrevrange(k.board_changes, count=1)
             pipe.smembers(k.boards)
             pipe.hgetall(k.aliases)
             pipe.get(k.boards_layout)
-            now, sid, last, names, aliases, layout = await pipe.execute()
+            now, sid, at, last, names, aliases, layout = await pipe.execute()
         if int(now or 0) != generation:
             raise CannotFollow("the generation switched during the load")
         if sid is None:  # nothing to load: no usable snapshot until one is published (follow notices it)
@@ -201,7 +205,7 @@ class BoardMirror(Polling):
         self._generation, self._tail = generation, snapshot_id
         self._last_id = last[0][0].decode() if last else "0-0"
         # not served until the replay below caught up
-        self._buffer = LiveBoards(BoardsCopy(snapshot_id, boards, periods))
+        self._buffer = LiveBoards(BoardsCopy(snapshot_id, boards, periods, published(at)))
         self._missing = None
         self.loads += 1
         await self.follow()
@@ -252,7 +256,7 @@ class BoardMirror(Polling):
         chain_end(str(self._tail).encode(), (fields for _, fields in entries))
         started = time.perf_counter()
         for entry_id, fields in entries:
-            change = ChangeSet(int(fields[b"snapshot_id"]))
+            change = ChangeSet(int(fields[b"snapshot_id"]), published_at=published(fields.get(b"published_at")))
             for part in stream_ops(fields[b"aliases"], fields[b"boards"], fields[b"dropped"], self.slice_ops):
                 change.ops += part
                 started = await pause(started)  # 2,000 entries' keys take some 3 ms to build: in slices too
@@ -318,7 +322,8 @@ class BoardMirror(Polling):
 
     def _top(self, game: str, board: str, n: int) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
-        return {"snapshot_id": copy.snapshot_id, "game_id": game, "board": name, "total_players": len(index),
+        return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name,
+                "total_players": len(index),
                 "items": index.items(0, n)}
 
     def player(self, game: str, board: str, player: str) -> dict[str, Any]:
@@ -332,7 +337,7 @@ class BoardMirror(Polling):
         if key is None:
             raise NotOnBoard(f"{player} is not on {game}/{name}")
         score = entry_fields(key)[1]
-        return {"snapshot_id": copy.snapshot_id, "game_id": game, "board": name, "player_id": player,
+        return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name, "player_id": player,
                 "score": score, "rank": index.below(key) + 1, "competition_rank": index.better_than(score) + 1}
 
     def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
@@ -346,7 +351,7 @@ class BoardMirror(Polling):
         rank0 = index.rank0(player)
         if rank0 is None:
             raise NotOnBoard(f"{player} is not on {game}/{name}")
-        return {"snapshot_id": copy.snapshot_id, "game_id": game, "board": name,
+        return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name,
                 "items": index.items(max(0, rank0 - r), rank0 + r + 1)}
 
     def boards(self) -> dict[str, Any]:

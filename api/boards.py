@@ -2,17 +2,19 @@
 
 Contract (docs/semantics/boards.md section 5; every answer is exactly what
 ``connectors.board_read`` gives, so it names its ``snapshot_id``, ``game_id`` and the
-concrete ``board``, the aliases ``daily`` and ``weekly`` resolved):
+concrete ``board``, the aliases ``daily`` and ``weekly`` resolved; a top, a player's rank and
+an around also name when that snapshot was published, ``published_at`` (ms since the epoch,
+read with the id), and ``age_ms``, its age when answered: ``connectors.snapshot_age``):
 
 * ``GET /boards`` -> ``{snapshot_id, games: {game: {boards: [...], aliases: {daily,
   weekly}}}}``: every board there is, ``all`` and ``best`` first, then the periods
   newest first; an alias names the concrete board it resolves to (or null).
-* ``GET /boards/{game}/{board}/top?n=N`` -> ``{snapshot_id, game_id, board,
+* ``GET /boards/{game}/{board}/top?n=N`` -> ``{snapshot_id, published_at, age_ms, game_id, board,
   total_players, items: [{rank, competition_rank, player_id, score}]}``; n defaults to 10.
-* ``GET /boards/{game}/{board}/players/{player_id}`` -> ``{snapshot_id, game_id, board,
+* ``GET /boards/{game}/{board}/players/{player_id}`` -> ``{snapshot_id, published_at, age_ms, game_id, board,
   player_id, score, rank, competition_rank}``.
 * ``GET /boards/{game}/{board}/players/{player_id}/around?r=R`` -> ``{snapshot_id,
-  game_id, board, items}``: the entries ranked R above to R below the player, fewer
+  published_at, age_ms, game_id, board, items}``: the entries ranked R above to R below the player, fewer
   near the ends; r defaults to 5.
 
 A usage error is ``400 {"error"}`` and never clamped: ``n`` outside 1..1000, ``r``
@@ -31,7 +33,8 @@ player id the rest of the path (``/around`` ends it).
 Each query is one script call on the async Redis client (one round trip unless a
 rebuild or an alias moved since the last query): the event loop never waits on Redis.
 A top N is read once per board, n and snapshot and shared (``api.shared_cache``): it
-may be one poll interval (100 ms) behind the newest snapshot, never a mix of two.
+may be one poll interval (100 ms) behind the newest snapshot, never a mix of two, and its
+``age_ms`` is the request's (prepared bytes too: the age is written into them when sent).
 
 With ``rankflow serve --board-index memory`` the same queries are answered from an
 in-process copy of every board (``api.board_mirror``), the same JSON, each answer

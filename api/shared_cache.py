@@ -14,6 +14,12 @@ At most ``limit`` answers are kept per version; past this they start over.
 bytes), encoded once per query and version: a top of 100 entries costs more to encode
 than to serve, and a snapshot changes a few times a second. :meth:`SharedTops.ready` is
 that encoding if it is already made (``api.prepared``).
+
+An answer names its snapshot's ``published_at`` and its ``age_ms`` (``connectors.snapshot_age``):
+a kept answer is the read's, but its age is the request's. :meth:`SharedTops.top` gives each
+request a copy with its age now; the encoding is kept in two parts around the age's digits,
+which each request (a prepared one too) fills in with its age now, as ``api.rankings``'
+``BodyCache`` does for the listeners.
 """
 
 from __future__ import annotations
@@ -24,6 +30,31 @@ from typing import Any
 
 from rankflow.api.watch import Watched
 from rankflow.connectors.redis_publish import dumps_document
+from rankflow.connectors.snapshot_age import age_ms, aged
+
+Encoded = tuple[bytes, bytes, "int | None"]
+"""An answer's JSON before and after its age's digits, and its ``published_at`` (None: no age to
+fill in, the first part is the whole answer)."""
+
+
+def encode(answer: dict[str, Any]) -> Encoded:
+    """``answer``'s JSON cut where its ``age_ms`` goes (:func:`render` puts an age there).
+
+    >>> encode({"snapshot_id": 7, "published_at": 1000, "age_ms": 5, "items": []})
+    (b'{"snapshot_id":7,"published_at":1000,"age_ms":', b',"items":[]}', 1000)
+    """
+    at = answer.get("published_at")
+    if at is None or "age_ms" not in answer:
+        return dumps_document(answer), b"", None
+    head, _, tail = dumps_document({**answer, "age_ms": 0}).partition(b'"age_ms":0')  # the first key of that name
+    return head + b'"age_ms":', tail, at
+
+
+def render(encoded: Encoded) -> bytes:
+    """The encoded answer with its age now."""
+    head, tail, at = encoded
+    age = age_ms(at)
+    return head if age is None else b"%s%d%s" % (head, age, tail)
 
 MAX_SHARED_TOPS = 10_000
 """Answers kept for one snapshot (the queries asked for); past this they start over."""
@@ -38,9 +69,13 @@ class SharedTops:
         self.limit = limit
         self._version: Hashable | None = None
         self._reads: dict[tuple[Any, ...], asyncio.Future[dict[str, Any]]] = {}
-        self._encoded: dict[tuple[Any, ...], bytes] = {}  # of self._version's answers
+        self._encoded: dict[tuple[Any, ...], Encoded] = {}  # of self._version's answers
 
     async def top(self, *query: Any) -> dict[str, Any]:
+        """The shared read's answer, with its ``age_ms`` now."""
+        return aged(await self._top(*query))
+
+    async def _top(self, *query: Any) -> dict[str, Any]:
         version = self.watch.version
         if version is None:
             # nothing is known current: forget what was read (after Redis lost its data a new run's
@@ -56,25 +91,26 @@ class SharedTops:
         return await asyncio.shield(read)  # a request that leaves must not cancel the others' read
 
     async def top_bytes(self, *query: Any) -> bytes:
-        """:meth:`top` as JSON bytes, encoded once per query and version."""
+        """:meth:`top` as JSON bytes, encoded once per query and version (the age filled in now)."""
         version = self.watch.version
         if version is not None and version == self._version:
             encoded = self._encoded.get(query)
             if encoded is not None:
-                return encoded
-        answer = await self.top(*query)
-        encoded = dumps_document(answer)
+                return render(encoded)
+        encoded = encode(await self._top(*query))
         if version is not None and version == self._version and query in self._reads:
             self._encoded[query] = encoded  # the answer of this version's read: shared like it
-        return encoded
+        return render(encoded)
 
     def ready(self, *query: Any) -> bytes | None:
         """:meth:`top_bytes` if it is already encoded for the watcher's current version; None
-        otherwise (nothing read or encoded yet for it). O(1), no await (``api.prepared``)."""
+        otherwise (nothing read or encoded yet for it). O(1), no await (``api.prepared``): the age
+        is filled in now, so a prepared answer's ``age_ms`` is the request's."""
         version = self.watch.version
         if version is None or version != self._version:
             return None
-        return self._encoded.get(query)
+        encoded = self._encoded.get(query)
+        return None if encoded is None else render(encoded)
 
     def _forget_failure(self, query: tuple[Any, ...]) -> Callable[[asyncio.Future[dict[str, Any]]], None]:
         """Only answers are kept: a failed read is asked again."""

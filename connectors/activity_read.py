@@ -1,7 +1,7 @@
 """Reading the activity rankings: a workspace's top, the global top, one channel.
 
 Every query is one Lua script (``scripts.READ_ACTIVITY``), so the snapshot
-id, the window and every item of an answer come from one state: the publish script
+id, its ``published_at`` (the document's; with ``age_ms``, ``connectors.snapshot_age``), the window and every item of an answer come from one state: the publish script
 changes the workspaces' sorted sets (or switches them to the slots a large snapshot
 was staged in, ``connectors.activity_staging``) and the snapshot id in one atomic step. A
 channel's rank is ``ZREVRANK`` + 1 in its workspace's sorted set: exact for every
@@ -34,6 +34,7 @@ from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, activity_namespace
 from rankflow.connectors.script_query import ScriptReader, arun, run
 from rankflow.connectors.scripts import MOVES, READ_ACTIVITY, Call
+from rankflow.connectors.snapshot_age import stamp
 
 WINDOW_FIELDS = ("window_start", "window_end", "watermark")
 SNAPSHOT_FIELDS = ("snapshot_id", "published_at", "watermark", "window_start", "window_end", "bucket_ms",
@@ -166,15 +167,21 @@ def global_query(held: Held, k: int) -> ActivityQuery:
     return ActivityQuery(held, "global")
 
 
+def of_snapshot(doc: dict[str, Any]) -> dict[str, Any]:
+    """``{snapshot_id, published_at, age_ms}`` of the document an answer was read with: the
+    script returns the document (or says the reader holds it) with the id, atomically."""
+    return stamp(doc["snapshot_id"], doc.get("published_at"))
+
+
 def top_answer(query: ActivityQuery) -> dict[str, Any]:
-    """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (docs/semantics/windows.md 6)."""
+    """``{snapshot_id, published_at, age_ms, workspace_id, window_start, window_end, watermark, items}``
+    (docs/semantics/windows.md 6)."""
     doc, pairs = query.doc, query.answer
     assert doc is not None
     check_k(query.k, doc["k_max"])
     items = [{"rank": i, "channel_id": pairs[2 * i - 2].decode(), "count": int(float(pairs[2 * i - 1]))}
              for i in range(1, len(pairs) // 2 + 1)]
-    return {"snapshot_id": doc["snapshot_id"], "workspace_id": query.workspace,
-            **{f: doc[f] for f in WINDOW_FIELDS}, "items": items}
+    return {**of_snapshot(doc), "workspace_id": query.workspace, **{f: doc[f] for f in WINDOW_FIELDS}, "items": items}
 
 
 def global_answer(query: ActivityQuery, k: int) -> dict[str, Any]:
@@ -182,11 +189,12 @@ def global_answer(query: ActivityQuery, k: int) -> dict[str, Any]:
     doc = query.doc
     assert doc is not None
     check_k(k, doc["k_max"])
-    return {"snapshot_id": doc["snapshot_id"], **{f: doc[f] for f in WINDOW_FIELDS}, "items": doc["global"][:k]}
+    return {**of_snapshot(doc), **{f: doc[f] for f in WINDOW_FIELDS}, "items": doc["global"][:k]}
 
 
 def channel_answer(query: ActivityQuery) -> dict[str, Any]:
-    """``{snapshot_id, workspace_id, channel_id, count, rank}``; :class:`NoCount` when it has none."""
+    """``{snapshot_id, published_at, age_ms, workspace_id, channel_id, count, rank}``; :class:`NoCount`
+    when it has none."""
     doc, found = query.doc, query.answer
     assert doc is not None
     workspace, channel = query.workspace, query.channel
@@ -194,7 +202,7 @@ def channel_answer(query: ActivityQuery) -> dict[str, Any]:
         raise NoCount(f"channel {channel!r} of workspace {workspace!r} has no count in the window of "
                       f"snapshot {doc['snapshot_id']}")
     count, rank = found
-    return {"snapshot_id": doc["snapshot_id"], "workspace_id": workspace, "channel_id": channel,
+    return {**of_snapshot(doc), "workspace_id": workspace, "channel_id": channel,
             "count": int(float(count)), "rank": int(rank) + 1}
 
 
@@ -212,7 +220,7 @@ class ActivityReader(ScriptReader[redis.Redis, Held]):
     source = READ_ACTIVITY
 
     def top(self, workspace: str, k: int) -> dict[str, Any]:
-        """``{snapshot_id, workspace_id, window_start, window_end, watermark, items}`` (docs/semantics/windows.md 6).
+        """``{snapshot_id, published_at, age_ms, workspace_id, window_start, window_end, watermark, items}`` (docs/semantics/windows.md 6).
 
         A reader holding no snapshot reads it first (one small call) to learn K_max."""
         if not check_k_known(k, self.hint):
@@ -224,7 +232,7 @@ class ActivityReader(ScriptReader[redis.Redis, Held]):
         return global_answer(self._query(global_query(self.hint, k)), k)
 
     def channel(self, workspace: str, channel: str) -> dict[str, Any]:
-        """``{snapshot_id, workspace_id, channel_id, count, rank}``; :class:`NoCount` when it has none."""
+        """``{snapshot_id, published_at, age_ms, workspace_id, channel_id, count, rank}``; :class:`NoCount` when it has none."""
         return channel_answer(self._query(ActivityQuery(self.hint, "channel", workspace, 0, channel)))
 
     def snapshot(self) -> dict[str, Any]:

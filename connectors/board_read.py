@@ -1,6 +1,7 @@
 """Reading a board: top, one player, around a player, each from one snapshot.
 
-Every query is one Lua script (``scripts.READ_BOARD``), so the snapshot id, the
+Every query is one Lua script (``scripts.READ_BOARD``), so the snapshot id, its
+``published_at`` (``connectors.snapshot_age``: with ``age_ms``, its age when answered), the
 player count and every item of an answer come from the same state: the publish
 script changes a board and the snapshot id in one atomic step. Ranks are exact for
 every player: ``ZRANK`` of the player's member is the rank - 1 (docs/semantics/boards.md 4, see
@@ -42,6 +43,7 @@ from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_replies import Hash, Scored
 from rankflow.connectors.script_query import ScriptReader, arun, run
 from rankflow.connectors.scripts import MOVES, READ_BOARD, Call
+from rankflow.connectors.snapshot_age import published, stamp
 
 MAX_N = 1000
 MAX_R = 50
@@ -112,6 +114,7 @@ class Reply(NamedTuple):
     players: int
     answer: Any  # top: flat member, score pairs; player / around: the script's triple, or None
     board: str  # the concrete board (an alias resolved)
+    published_at: int | None = None  # when that snapshot was published (None: an older rankflow's)
 
 
 class Guesses(GenerationHint):
@@ -159,7 +162,8 @@ class BoardQuery:
         zset, hashed = keys.board(self.game, self.name)
         return READ_BOARD.ordered(
             {"generation": keys.generation, "snapshot_id": keys.snapshot_id, "aliases": keys.aliases,
-             "board": zset, "reached_at": hashed, "boards_layout": keys.boards_layout},
+             "board": zset, "reached_at": hashed, "boards_layout": keys.boards_layout,
+             "published_at": keys.published_at},
             {"generation": g.generation, "alias": self.alias, "guess": guess, "query": self.query, "n": self.arg,
              "player": self.player, "game": self.game, "layout": LAYOUT, "player_hash": player_hash(self.player)})
 
@@ -173,12 +177,12 @@ class BoardQuery:
         if tag == b"alias":
             self.guesses.learn_alias(self.game, self.alias, reply[1].decode())
             return False
-        sid, players = reply[1], int(reply[2])
+        sid, at, players = reply[1], reply[2], int(reply[3])
         if not sid:  # the publish script writes the id with the boards: without it, none are usable
             raise NoBoardsSnapshot(no_snapshot(self.guesses.keys.namespace))
         if players == 0:
             raise NoSuchBoard(f"no such board: {self.game}/{self.name}")
-        self.reply = Reply(int(sid), players, reply[3] if len(reply) > 3 else None, self.name)
+        self.reply = Reply(int(sid), players, reply[4] if len(reply) > 4 else None, self.name, published(at))
         return True
 
     def gave_up(self) -> BoardsMoving:
@@ -192,7 +196,7 @@ def answer_of(query: BoardQuery) -> Reply:
 
 
 def top_answer(game: str, reply: Reply) -> dict[str, Any]:
-    return {"snapshot_id": reply.snapshot_id, "game_id": game, "board": reply.board,
+    return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
             "total_players": reply.players, "items": _items(reply.answer, 1, 1)}
 
 
@@ -200,7 +204,7 @@ def player_answer(game: str, player: str, reply: Reply) -> dict[str, Any]:
     if not reply.answer:
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
     score, rank, better = reply.answer
-    return {"snapshot_id": reply.snapshot_id, "game_id": game, "board": reply.board, "player_id": player,
+    return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board, "player_id": player,
             "score": -int(float(score)), "rank": int(rank) + 1, "competition_rank": int(better) + 1}
 
 
@@ -208,7 +212,7 @@ def around_answer(game: str, player: str, reply: Reply) -> dict[str, Any]:
     if not reply.answer:
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
     start, better, flat = reply.answer
-    return {"snapshot_id": reply.snapshot_id, "game_id": game, "board": reply.board,
+    return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
             "items": _items(flat, int(start) + 1, int(better) + 1)}
 
 

@@ -16,6 +16,10 @@ namespace in one Redis Cluster slot, so one script may touch them all:
                                 (hash; ``redis_owner``, read by ``rankflow status``)
 ``{ns}:g<G>:snapshot``          G's latest snapshot (JSON)
 ``{ns}:g<G>:snapshot_id``       its id
+``{ns}:g<G>:published_at``      when it was published (ms since the epoch, the
+                                document's ``published_at``), written with it:
+                                readers answer it with the id without reading the
+                                document (``scripts.READ_BOARD``)
 ``{ns}:g<G>:positions``         its input positions (hash: partition -> offset)
 ``{ns}:g<G>:snapshots``         a stream of G's published snapshots (capped)
 ``{ns}:g<G>:counts``            every song's count in G's latest snapshot (sorted
@@ -120,6 +124,7 @@ class Keys:
         self.owner_run = f"{g}owner_run"
         self.snapshot = f"{g}snapshot"
         self.snapshot_id = f"{g}snapshot_id"
+        self.published_at = f"{g}published_at"
         self.positions = f"{g}positions"
         self.stream = f"{g}snapshots"
         self.counts = f"{g}counts"
@@ -161,7 +166,7 @@ class Keys:
     board_changes = InGeneration("board_changes")
 
     def generation_keys(self) -> list[str]:
-        return [self.owner, self.snapshot, self.snapshot_id, self.positions, self.stream, self.counts, self.changes]
+        return [self.owner, self.snapshot, self.snapshot_id, self.published_at, self.positions, self.stream, self.counts, self.changes]
 
 
 def activity_namespace(namespace: str) -> str:

@@ -166,7 +166,8 @@ class Publisher:
         self._fence = Fence(run_token, generation, "live" if live else "build")
         k = self._keys
         self._shared_keys = {"generation": k.generation, "owner": k.owner, "snapshot_id": k.snapshot_id,
-                             "snapshot": k.snapshot, "positions": k.positions, "stream": k.stream, "runs": k.runs}
+                             "snapshot": k.snapshot, "positions": k.positions, "stream": k.stream, "runs": k.runs,
+                             "published_at": k.published_at}
         self._hurry = False
         self._retry_for_s = retry_for_s
         self._floor = floor  # the positions Redis must hold for the pending changes to apply
@@ -203,16 +204,16 @@ class Publisher:
                 delay = min(delay * 2, 5.0)
 
     def _publish_once(self, snapshot: Any) -> Published:
-        obj = snapshot.to_json_obj(int(time.time() * 1000))
-        body = dumps_document(obj)
+        published_at = int(time.time() * 1000)
+        body = dumps_document(snapshot.to_json_obj(published_at))
         started = time.perf_counter()
-        outcome = Published(self._call(snapshot, body))
+        outcome = Published(self._call(snapshot, body, published_at))
         if outcome in (Published.NO_TABLE, Published.GAP):  # send all of it
             why = LOST if outcome is Published.NO_TABLE else BEHIND
             self._state.resend_all(why)  # raises when the state cannot: the run stops saying how to heal Redis
             if outcome is Published.GAP:
                 log.warning("%s: snapshot %s sends the whole state", why, snapshot.snapshot_id)
-            outcome = Published(self._call(snapshot, body))
+            outcome = Published(self._call(snapshot, body, published_at))
         if outcome is Published.STORED:
             METRICS.published(snapshot.positions, snapshot.gauges(), time.perf_counter() - started)
         if outcome in (Published.STORED, Published.ALREADY_STORED):  # the pending changes are in Redis
@@ -222,13 +223,14 @@ class Publisher:
             self._floor = dict(snapshot.positions)
         return outcome
 
-    def _call(self, snapshot: Any, body: bytes) -> Any:
+    def _call(self, snapshot: Any, body: bytes, published_at: int) -> Any:
         k, state = self._keys, self._state
         prepare, finish = getattr(state, "prepare", None), getattr(state, "finish", None)
         try:
             if prepare is not None:
                 prepare(self._client, k, self._fence, self._hurry)
-            reply = self._script(*publish_call(state.script, self._fence, snapshot.snapshot_id, body, STREAM_MAXLEN,
+            reply = self._script(*publish_call(state.script, self._fence, snapshot.snapshot_id, body, published_at,
+                                               STREAM_MAXLEN,
                                                snapshot.positions, self._shared_keys, state.keys(k), state.args(),
                                                self._floor))
             if finish is not None:

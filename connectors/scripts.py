@@ -83,7 +83,7 @@ class Script:
     its fixed ``KEYS`` and ``ARGV`` by name, and what follows them.
 
     ``argv_at_p``: for the publish scripts, the fixed arguments from ``ARGV[P]`` on (``P
-    = 8 + 2N``, after the N source positions): ``full`` or ``delta``, then the product's."""
+    = F + 1 + 2M``, after the N source positions and the M floor positions): ``full`` or ``delta``, then the product's."""
 
     name: str
     parts: tuple[str | Local, ...]
@@ -149,15 +149,17 @@ PUBLISHED = b"published"
 
 # -- publishing --------------------------------------------------------------------------
 
-PUBLISH_KEYS = ("generation", "owner", "snapshot_id", "snapshot", "positions", "stream", "runs")
-"""``KEYS`` 1-7 of every publish script: the generation pointer, and of the run's
+PUBLISH_KEYS = ("generation", "owner", "snapshot_id", "snapshot", "positions", "stream", "runs", "published_at")
+"""``KEYS`` 1-8 of every publish script: the generation pointer, and of the run's
 generation: owner, snapshot_id, snapshot, positions, snapshots stream; then the run-token
-counter."""
+counter; then the generation's ``published_at`` (when its snapshot was published, a few
+bytes a reader returns with the snapshot id without reading the snapshot's document)."""
 
-PUBLISH_ARGV = ("token", "generation", "snapshot_id", "snapshot", "stream_cap", "mode", "partitions")
-"""``ARGV`` 1-7 of every publish script: run token, generation, snapshot id, snapshot JSON,
-stream cap, ``live`` or ``build``, N source partitions; then N (partition, offset) pairs;
-then at ``ARGV[F]`` (``F = 8 + 2N``) M, and M (partition, offset) pairs: the *floor*, the
+PUBLISH_ARGV = ("token", "generation", "snapshot_id", "snapshot", "stream_cap", "mode", "partitions", "published_at")
+"""``ARGV`` 1-8 of every publish script: run token, generation, snapshot id, snapshot JSON,
+stream cap, ``live`` or ``build``, N source partitions, when the snapshot was published (ms
+since the epoch: the document's ``published_at``); then N (partition, offset) pairs;
+then at ``ARGV[F]`` (``F = 9 + 2N``) M, and M (partition, offset) pairs: the *floor*, the
 positions Redis must hold for the changes to apply (empty when there is none); then at
 ``ARGV[P]`` (``P = F + 1 + 2M``) :attr:`Script.argv_at_p`.
 
@@ -181,7 +183,8 @@ positions Redis must hold for the changes to apply (empty when there is none); t
   stored. The publisher sends its whole state, or stops the run saying how to heal it
   (``rankflow.resume_point``).
 
-Otherwise it stores the snapshot and its positions, and the product's body (run
+Otherwise it stores the snapshot, its publication time (``published_at``, the same
+number as the document's) and its positions, and the product's body (run
 next, in the same script) stores its changes: ``STORED`` (replies: ``Published``).
 Every call also re-creates the generation pointer (live), the owner and the run-token
 counter (at least this token) if Redis lost them, so a run started later still gets a
@@ -206,7 +209,7 @@ PUBLISH_LISTENERS = Script(
     argv_at_p=("full", "counts", "changes_cap"))
 """Stores one snapshot of the listener flow, atomically (``redis_listeners.CountTable``).
 
-The prelude, then ``KEYS`` 8-9: the generation's counts and changes; from ``ARGV[P]``:
+The prelude, then ``KEYS`` 9-10: the generation's counts and changes; from ``ARGV[P]``:
 ``full`` or ``delta``, the count changes (JSON), the changes stream's cap. A ``full``
 table replaces the counts; the changes go to the changes stream, naming the snapshot
 before them (readers follow it, ``api.store``)."""
@@ -226,9 +229,9 @@ PUBLISH_BOARDS = Script(
 First ``lua/board_layout.lua``: a generation whose boards are in another layout than
 ``ARGV[P + 1]`` (``board_layout.LAYOUT``) while it has a snapshot is refused with error
 ``LAYOUT ...`` before anything is written; a generation without a snapshot takes this
-layout. Then the prelude, then ``KEYS``: 8 the games' aliases (hash: game -> JSON
-``[daily, weekly]``), 9 the set of boards (members: JSON ``[game, board]``), 10 the
-``board_changes`` stream, 11 the layout key, then per changed board its sorted set and
+layout. Then the prelude, then ``KEYS``: 9 the games' aliases (hash: game -> JSON
+``[daily, weekly]``), 10 the set of boards (members: JSON ``[game, board]``), 11 the
+``board_changes`` stream, 12 the layout key, then per changed board its sorted set and
 its ``reached_at`` buckets' count key, then the same two keys of every dropped board.
 ``ARGV`` from ``ARGV[P]``: ``full`` or ``delta``, the layout, the changes stream's cap
 (entries), the most bytes of entries one stream entry copies, the number of changed
@@ -252,7 +255,7 @@ followed by ``:`` and its number, built in the script, in the declared key's slo
 
 Every stored snapshot also adds one entry to the ``board_changes`` stream (capped with
 ``MAXLEN ~``), for the API's in-process mirror (``api.board_mirror``): ``snapshot_id``,
-``previous`` (the snapshot id stored before it, '' if none: entries chain), ``full``
+``published_at`` (as the prelude stored it), ``previous`` (the snapshot id stored before it, '' if none: entries chain), ``full``
 (``delta``, ``full`` or ``large``), and for a ``delta`` the snapshot's changes as the
 script received them, joined without re-encoding: ``aliases`` a JSON array ``[game,
 periods JSON, ...]``, ``boards`` a JSON array ``[[game, board], {player: [score,
@@ -273,7 +276,7 @@ PUBLISH_ACTIVITY = Script(
     argv=PUBLISH_ARGV, more_argv="the source positions", argv_at_p=("full", "direct"))
 """Stores one snapshot of the activity flow, atomically (``redis_activity.ActivityState``).
 
-The prelude, then ``KEYS`` 8: the set of workspaces with a count, 9: the slots hash
+The prelude, then ``KEYS`` 9: the set of workspaces with a count, 10: the slots hash
 (``redis_keys``: which of its two sorted sets a workspace's readers read). A snapshot's
 changed workspaces come in two ways, and ``ARGV`` after ``ARGV[P]`` (``full`` or
 ``delta``) holds three lists, each its length first:
@@ -287,7 +290,7 @@ changed workspaces come in two ways, and ``ARGV`` after ``ARGV[P]`` (``full`` or
   count: pairs (workspace id, the slot it was written in); the script switches them;
 * G workspaces staged that are left without a count: their ids.
 
-``KEYS`` from 10: both slots of the W workspaces, then of the G ones and (``full`` only)
+``KEYS`` from 11: both slots of the W workspaces, then of the G ones and (``full`` only)
 of the workspaces Redis holds that the snapshot does not name, all of which it removes
 (``UNLINK``: Redis frees them off its main thread). A ``full`` snapshot (an execution's
 first: every count) starts from no workspaces and no slots.
@@ -405,17 +408,18 @@ snapshot, 'changes', entries}`` (the ``changes`` entries after the reader's)."""
 
 READ_BOARD = Script(
     "read_board", ("moved", "board_buckets", "read_board"),
-    keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout"),
+    keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout", "published_at"),
     argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash"),
     reads_only=True)
 """One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
 generation G: snapshot_id, aliases, the board's sorted set, its ``reached_at`` buckets'
-count key, the layout key. ``ARGV``: G, the alias asked for (``daily``, ``weekly`` or
+count key, the layout key, ``published_at``. ``ARGV``: G, the alias asked for (``daily``, ``weekly`` or
 ''), the board it resolved to, the query (``top``, ``player``, ``around``), n or r, the
 player, the game, the layout the reader reads, the player's CRC-32. Replies
 ``{'moved', current}`` (call again in that generation), ``{'layout', found}`` (the
 generation's boards are in another layout), ``{'alias', board}`` (the alias
-names another board now), or ``{'board', snapshot id, players, answer}``: for ``top`` the
+names another board now), or ``{'board', snapshot id, published_at, players, answer}``
+(``published_at`` '' for a snapshot an older rankflow stored, which did not keep it): for ``top`` the
 first n ``member, score`` pairs; for ``player`` ``{score, rank - 1, players with a better
 score}`` or false; for ``around`` ``{first rank - 1, the first item's players with a
 better score, member, score ...}`` or false."""
@@ -452,11 +456,12 @@ SCRIPTS: tuple[Script, ...] = (PUBLISH_LISTENERS, PUBLISH_BOARDS, PUBLISH_ACTIVI
 """Every script rankflow sends (a new one goes here, and so into the tests that load them all)."""
 
 
-def publish_call(script: Script, fence: tuple[int, int, str], snapshot_id: int, snapshot: bytes, stream_cap: int,
-                 positions: Mapping[Any, int], keys: Mapping[str, Any], product_keys: list[Any],
+def publish_call(script: Script, fence: tuple[int, int, str], snapshot_id: int, snapshot: bytes, published_at: int,
+                 stream_cap: int, positions: Mapping[Any, int], keys: Mapping[str, Any], product_keys: list[Any],
                  product_args: list[Any], floor: Mapping[Any, int] | None = None) -> Call:
     """A publish script's call: the shared keys (``keys``, by :data:`PUBLISH_KEYS` name)
-    and arguments, the source positions in partition order (their count in ``ARGV[7]``
+    and arguments (``published_at``: the document's, ms since the epoch), the source positions
+    in partition order (their count in ``ARGV[7]``
     tells the script where ``F`` is), the floor's count and positions (``floor``: what
     Redis must hold for the changes to apply; its count tells the script where ``P`` is),
     then the product's keys and arguments (:meth:`Script.product_keys`,
@@ -467,7 +472,8 @@ def publish_call(script: Script, fence: tuple[int, int, str], snapshot_id: int, 
     return Call(_ordered(PUBLISH_KEYS, keys, script.name, "KEYS") + product_keys,
                 _ordered(PUBLISH_ARGV, {"token": token, "generation": generation, "snapshot_id": snapshot_id,
                                         "snapshot": snapshot, "stream_cap": stream_cap, "mode": mode,
-                                        "partitions": len(pairs) // 2}, script.name, "ARGV")
+                                        "partitions": len(pairs) // 2, "published_at": published_at},
+                         script.name, "ARGV")
                 + pairs + [len(floors) // 2] + floors + product_args)
 
 

@@ -247,10 +247,12 @@ class BoardView:
 
 @dataclass
 class ChangeSet:
-    """One snapshot's changes, as operations (see :data:`UPSERT`)."""
+    """One snapshot's changes, as operations (see :data:`UPSERT`), and when the snapshot was
+    published (None: not known, a snapshot an older rankflow stored)."""
 
     snapshot_id: int
     ops: list[tuple[Any, ...]] = field(default_factory=list)
+    published_at: int | None = None
 
 
 def stream_ops(aliases: bytes, boards: bytes, dropped: bytes, batch: int = 256) -> Iterator[list[tuple[Any, ...]]]:
@@ -275,15 +277,17 @@ def stream_ops(aliases: bytes, boards: bytes, dropped: bytes, batch: int = 256) 
 
 
 class BoardsCopy:
-    """Every live board and alias; ``snapshot_id`` the last change set wholly applied.
+    """Every live board and alias; ``snapshot_id`` the last change set wholly applied
+    (``published_at`` when its snapshot was published).
 
     ``at`` counts the change sets applied (numbered as :class:`LiveBoards` numbers
     them) and ``op`` the operations applied of the next one.
     """
 
     def __init__(self, snapshot_id: int | None, boards: dict[BoardId, BoardIndex],
-                 aliases: dict[str, list[str | None]]) -> None:
+                 aliases: dict[str, list[str | None]], published_at: int | None = None) -> None:
         self.snapshot_id = snapshot_id
+        self.published_at = published_at
         self.boards = boards
         self.aliases = aliases
         self.at = 0
@@ -353,6 +357,10 @@ class Served:
     @property
     def snapshot_id(self) -> int | None:
         return self.live.snapshot_id
+
+    @property
+    def published_at(self) -> int | None:
+        return self.live.published_at
 
     def board(self, bid: BoardId) -> Board | None:
         """One board, None if it was not there. O(1)."""
@@ -437,6 +445,7 @@ class LiveBoards:
                 copy.op = stop
                 return moved
             copy.at, copy.op, copy.snapshot_id = copy.at + 1, 0, change.snapshot_id
+            copy.published_at = change.published_at
             self._flight, moved = InFlight(), True
             del self._log[0]
             if limit <= 0:

@@ -2,8 +2,8 @@
 -- KEYS, ARGV and replies: connectors/scripts.py (this header is not sent to Redis).
 local full = ARGV[P] == 'full'
 if full then
-  redis.call('DEL', KEYS[8], KEYS[9])
-  for k = 10, #KEYS do
+  redis.call('DEL', KEYS[9], KEYS[10])
+  for k = 11, #KEYS do
     redis.call('UNLINK', KEYS[k])
   end
 end
@@ -19,14 +19,14 @@ if W > 0 then
 end
 if not full then
   for i = 1, W, 4000 do
-    local got = redis.call('HMGET', KEYS[9], unpack(names, i, math.min(i + 3999, W)))
+    local got = redis.call('HMGET', KEYS[10], unpack(names, i, math.min(i + 3999, W)))
     for j = 1, #got do
       slots[i + j - 1] = got[j]
     end
   end
 end
 for w = 1, W do
-  local za, zb = KEYS[8 + 2 * w], KEYS[9 + 2 * w]
+  local za, zb = KEYS[9 + 2 * w], KEYS[10 + 2 * w]
   local z = za
   if slots[w] == 'b' then
     z = zb
@@ -38,9 +38,9 @@ for w = 1, W do
     redis.call('UNLINK', za, zb)
   end
 end
-in_batches('SADD', KEYS[8], kept)
-in_batches('SREM', KEYS[8], emptied)
-in_batches('HDEL', KEYS[9], emptied)
+in_batches('SADD', KEYS[9], kept)
+in_batches('SREM', KEYS[9], emptied)
+in_batches('HDEL', KEYS[10], emptied)
 local s = a + W + 2
 local present, to_b, to_a = {}, {}, {}
 for i = 1, tonumber(ARGV[s]) do
@@ -59,13 +59,13 @@ for i = g + 1, g + tonumber(ARGV[g]) do
   gone[#gone + 1] = ARGV[i]
 end
 if not full then
-  for k = 10 + 2 * W, #KEYS do
+  for k = 11 + 2 * W, #KEYS do
     redis.call('UNLINK', KEYS[k])
   end
 end
-in_batches('SADD', KEYS[8], present)
-in_batches('HSET', KEYS[9], to_b)
-in_batches('HDEL', KEYS[9], to_a)
-in_batches('SREM', KEYS[8], gone)
-in_batches('HDEL', KEYS[9], gone)
+in_batches('SADD', KEYS[9], present)
+in_batches('HSET', KEYS[10], to_b)
+in_batches('HDEL', KEYS[10], to_a)
+in_batches('SREM', KEYS[9], gone)
+in_batches('HDEL', KEYS[10], gone)
 return 1

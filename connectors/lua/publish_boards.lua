@@ -42,7 +42,7 @@ local function grow(z, r, coming)
   return n, low
 end
 for i = 1, tonumber(ARGV[a]) do
-  redis.call('HSET', KEYS[8], ARGV[a + 2 * i - 1], ARGV[a + 2 * i])
+  redis.call('HSET', KEYS[9], ARGV[a + 2 * i - 1], ARGV[a + 2 * i])
   aliases[2 * i - 1], aliases[2 * i] = ARGV[a + 2 * i - 1], ARGV[a + 2 * i]
 end
 a = a + 1 + 2 * tonumber(ARGV[a])
@@ -50,8 +50,8 @@ local hashes = cjson.decode(ARGV[a])
 a = a + 1
 local changed = {}
 for b = 1, boards do
-  local z, r = KEYS[10 + 2 * b], KEYS[11 + 2 * b]
-  redis.call('SADD', KEYS[9], ARGV[a])
+  local z, r = KEYS[11 + 2 * b], KEYS[12 + 2 * b]
+  redis.call('SADD', KEYS[10], ARGV[a])
   changed[2 * b - 1], changed[2 * b] = ARGV[a], ARGV[a + 1]
   size = size + #ARGV[a + 1]
   local n, low = grow(z, r, tonumber(ARGV[a + 2]))
@@ -74,7 +74,7 @@ for b = 1, boards do
 end
 local gone = {}
 for d = 1, dropped do
-  local k = 10 + 2 * boards + 2 * d
+  local k = 11 + 2 * boards + 2 * d
   local n = bucket_span(KEYS[k + 1])
   local buckets = {}
   for i = 0, n - 1 do
@@ -82,15 +82,17 @@ for d = 1, dropped do
   end
   in_batches('UNLINK', KEYS[k], buckets)
   redis.call('UNLINK', KEYS[k + 1])
-  redis.call('SREM', KEYS[9], ARGV[a])
+  redis.call('SREM', KEYS[10], ARGV[a])
   gone[d] = ARGV[a]
   a = a + 1
 end
 if ARGV[P] == 'full' or size > tonumber(ARGV[P + 3]) then
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
+  redis.call('XADD', KEYS[11], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'published_at', ARGV[8],
+             'previous', previous or '',
              'full', ARGV[P] == 'full' and 'full' or 'large')
 else
-  redis.call('XADD', KEYS[10], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'previous', previous or '',
+  redis.call('XADD', KEYS[11], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'published_at', ARGV[8],
+             'previous', previous or '',
              'full', 'delta', 'aliases', #aliases > 0 and cjson.encode(aliases) or '[]',
              'boards', '[' .. table.concat(changed, ',') .. ']', 'dropped', '[' .. table.concat(gone, ',') .. ']')
 end

@@ -19,24 +19,25 @@ if ARGV[2] ~= '' then
   end
 end
 local sid = redis.call('GET', KEYS[2]) or ''
+local at = redis.call('GET', KEYS[7]) or ''  -- when that snapshot was published (stored with it)
 local card = redis.call('ZCARD', KEYS[4])
 if card == 0 then
-  return {'board', sid, 0}
+  return {'board', sid, at, 0}
 end
 if ARGV[4] == 'top' then
-  return {'board', sid, card, redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')}
+  return {'board', sid, at, card, redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')}
 end
 local n, low = bucket_span(KEYS[5])
-local at = redis.call('HGET', bucket_key(KEYS[5], tonumber(ARGV[9]), n, low), ARGV[6])
-if not at then
-  return {'board', sid, card, false}
+local reached = redis.call('HGET', bucket_key(KEYS[5], tonumber(ARGV[9]), n, low), ARGV[6])
+if not reached then
+  return {'board', sid, at, card, false}
 end
-local m = at .. ARGV[6]
+local m = reached .. ARGV[6]
 local score = redis.call('ZSCORE', KEYS[4], m)
 local rank = redis.call('ZRANK', KEYS[4], m)
 if ARGV[4] == 'player' then
-  return {'board', sid, card, {score, rank, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}}
+  return {'board', sid, at, card, {score, rank, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}}
 end
 local start = math.max(0, rank - tonumber(ARGV[5]))
 local items = redis.call('ZRANGE', KEYS[4], start, rank + tonumber(ARGV[5]), 'WITHSCORES')
-return {'board', sid, card, {start, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. items[2]), items}}
+return {'board', sid, at, card, {start, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. items[2]), items}}

@@ -24,6 +24,7 @@ from rankflow.connectors.source_batch import STOP
 from rankflow.connectors.redis_keys import activity_namespace
 from rankflow.options import RunOptions
 from rankflow.runner import run
+from tests.snapshot_stamp import stamped, stored_published_at
 from tests.window_model import global_ranking, run_model, workspace_ranking
 
 EXAMPLE = [("x", "u1", 600_000), ("y", "u2", 610_000), ("x", "u1", 650_000), ("y", "u3", 700_000),
@@ -61,8 +62,10 @@ def test_the_worked_example(redis_url, redis_client, tmp_path, count, expected):
     assert [i["rank"] for i in top["items"]] == [1, 2]
     assert (top["window_start"], top["window_end"], top["watermark"]) == (660_000, 840_000, 830_000)
     first, second = expected
-    assert reader.channel("A", first[0]) == {"snapshot_id": final["snapshot_id"], "workspace_id": "A",
-                                             "channel_id": first[0], "count": first[1], "rank": 1}
+    at = stored_published_at(redis_client, activity_namespace(out["namespace"]))
+    assert stamped(reader.channel("A", first[0]), at) == {
+        "snapshot_id": final["snapshot_id"], "published_at": at, "workspace_id": "A",
+        "channel_id": first[0], "count": first[1], "rank": 1}
     assert reader.channel("A", second[0])["rank"] == 2
     with pytest.raises(NoCount):
         reader.channel("A", "nope")
@@ -77,16 +80,20 @@ def test_cli_reads_and_exit_statuses(redis_url, tmp_path, capsysbinary):
     capsysbinary.readouterr()
     assert main(["activity", "top", "--workspace", "A", "--k", "1", "--json", *ns]) == 0
     got = orjson.loads(capsysbinary.readouterr().out)
-    assert got == {"snapshot_id": out["final"]["snapshot_id"], "workspace_id": "A", "window_start": 660_000,
-                   "window_end": 840_000, "watermark": 830_000, "items": [{"rank": 1, "channel_id": "x", "count": 2}]}
+    at = stored_published_at(redis.Redis.from_url(redis_url), activity_namespace(out["namespace"]))
+    assert list(got)[:3] == ["snapshot_id", "published_at", "age_ms"]
+    assert stamped(got, at) == {"snapshot_id": out["final"]["snapshot_id"], "published_at": at, "workspace_id": "A",
+                                "window_start": 660_000, "window_end": 840_000, "watermark": 830_000,
+                                "items": [{"rank": 1, "channel_id": "x", "count": 2}]}
     assert main(["activity", "top", "--global", "--k", "5", "--json", *ns]) == 0
     got = orjson.loads(capsysbinary.readouterr().out)
+    assert stamped(got, at)["snapshot_id"] == out["final"]["snapshot_id"]
     assert "workspace_id" not in got and got["items"][0] == {"rank": 1, "workspace_id": "A", "channel_id": "x",
                                                              "count": 2}
     assert main(["activity", "top", "--workspace", "nobody", "--json", *ns]) == 0
     assert orjson.loads(capsysbinary.readouterr().out)["items"] == []
     assert main(["activity", "channel", "--workspace", "A", "--channel", "y", "--json", *ns]) == 0
-    assert orjson.loads(capsysbinary.readouterr().out)["rank"] == 2
+    assert stamped(orjson.loads(capsysbinary.readouterr().out), at)["rank"] == 2
     assert main(["activity", "channel", "--workspace", "A", "--channel", "zz", *ns]) == 1
     for k in ("0", "101", "-3"):
         assert main(["activity", "top", "--workspace", "A", "--k", k, *ns]) == 2

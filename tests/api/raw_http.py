@@ -16,6 +16,8 @@ import uvicorn
 from rankflow.api.server import server_config
 from rankflow.services import free_port
 
+from tests.snapshot_stamp import ageless_response
+
 
 @contextmanager
 def in_thread(config_for: Callable[[int], uvicorn.Config]) -> Iterator[int]:
@@ -49,6 +51,10 @@ class Response:
 
     def without_date(self) -> tuple[int, list[tuple[str, str]], bytes]:
         return self.status, [h for h in self.headers if h[0] != "date"], self.body
+
+    def comparable(self) -> tuple[int, list[tuple[str, str]], bytes]:
+        """As :meth:`without_date`, every ``age_ms`` 0 (the moment's: ``tests.snapshot_stamp``)."""
+        return ageless_response(self.status, self.headers, self.body)
 
 
 class Connection:

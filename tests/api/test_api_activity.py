@@ -34,6 +34,7 @@ from rankflow.connectors.source_batch import STOP
 from rankflow.options import RunOptions
 from rankflow.runner import run
 from tests.activity.test_activity_flow import line, run_activity
+from tests.snapshot_stamp import ageless, stored_published_at
 from tests.window_model import global_ranking, run_model, workspace_ranking
 
 K_MAX = 20
@@ -55,7 +56,8 @@ def expected_counts() -> dict[tuple[str, str], int]:
 def published(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The log, published once for the module's tests (they only read)."""
     out = run_activity(redis_url, tmp_path_factory.mktemp("activity-api"), [line(*e) for e in EVENTS], k_max=K_MAX)
-    return {"namespace": out["namespace"], "final": out["final"]}
+    published_at = stored_published_at(redis.Redis.from_url(redis_url), activity_namespace(out["namespace"]))
+    return {"namespace": out["namespace"], "final": out["final"], "published_at": published_at}
 
 
 @contextmanager
@@ -70,16 +72,34 @@ def api(redis_url: str, published: dict[str, Any]) -> Iterator[TestClient]:
         yield client
 
 
+class Ageless:
+    """A reader whose answers have ``age_ms`` 0 (checked first: at least 0), to compare with the
+    routes' (:func:`ok`): the age is the moment's."""
+
+    def __init__(self, reader: ActivityReader) -> None:
+        self.reader = reader
+
+    def __getattr__(self, name: str) -> Any:
+        def asked(*args: Any) -> Any:
+            answer = getattr(self.reader, name)(*args)
+            assert answer["age_ms"] >= 0, answer
+            return ageless(answer)
+        return asked
+
+
 @pytest.fixture
-def reader(redis_client: redis.Redis, published: dict[str, Any]) -> ActivityReader:
-    return ActivityReader(redis_client, published["namespace"])
+def reader(redis_client: redis.Redis, published: dict[str, Any]) -> Any:
+    return Ageless(ActivityReader(redis_client, published["namespace"]))
 
 
 def ok(api: TestClient, path: str, **params: Any) -> dict[str, Any]:
+    """The route's answer, its ``age_ms`` (at least 0) made 0."""
     r = api.get(path, params=params)
     assert r.status_code == 200, (path, params, r.text)
     assert r.headers["content-type"] == "application/json"
-    return r.json()
+    body = r.json()
+    assert body.get("age_ms", 0) >= 0, body
+    return ageless(body)
 
 
 def top_path(ws: str) -> str:
@@ -101,8 +121,9 @@ def test_workspace_tops_are_the_readers_and_the_logs(api, reader, published):
                 body = ok(api, path, k=k)
                 assert body == reader.top(ws, k), (ws, k)
                 assert body["snapshot_id"] == published["final"]["snapshot_id"]
-                assert list(body) == ["snapshot_id", "workspace_id", "window_start", "window_end", "watermark",
-                                      "items"]
+                assert body["published_at"] == published["published_at"]
+                assert list(body) == ["snapshot_id", "published_at", "age_ms", "workspace_id", "window_start",
+                                      "window_end", "watermark", "items"]
                 assert [(i["channel_id"], i["count"]) for i in body["items"]] == workspace_ranking(counts, ws)[:k]
                 assert [i["rank"] for i in body["items"]] == list(range(1, len(body["items"]) + 1))
             assert ok(api, "/activity/top", workspace=ws, k=k) == reader.top(ws, k)
@@ -135,8 +156,9 @@ def test_every_channel_lookup(api, reader, published):
     for (ws, ch), n in counts.items():
         expected = reader.channel(ws, ch)
         rank = [c for c, _ in workspace_ranking(counts, ws)].index(ch) + 1
-        assert expected == {"snapshot_id": published["final"]["snapshot_id"], "workspace_id": ws, "channel_id": ch,
-                            "count": n, "rank": rank}
+        assert expected == {"snapshot_id": published["final"]["snapshot_id"],
+                            "published_at": published["published_at"], "age_ms": 0, "workspace_id": ws,
+                            "channel_id": ch, "count": n, "rank": rank}
         assert ok(api, "/activity/channel", workspace=ws, channel=ch) == expected
         if CHANNELS not in ws:
             for w in (quote(ws, safe="/"), quote(ws, safe="")):
@@ -260,14 +282,14 @@ def test_a_watermark_beyond_64_bits_is_answered_exactly(redis_url, redis_client,
         for path, expected in [("/activity/A/top", reader.top("A", 10)), ("/activity/global/top", reader.global_top(10)),
                                ("/activity/top?workspace=A", reader.top("A", 10))]:
             r = api.get(path)
-            assert r.status_code == 200 and json.loads(r.content) == expected, path
+            assert r.status_code == 200 and ageless(json.loads(r.content)) == ageless(expected), path
             assert json.loads(r.content)["watermark"] == huge
         body = json.loads(api.get("/activity").content)
         assert body["watermark"] == huge and body["window_end"] == (huge // 60_000 + 1) * 60_000
         assert body["published_lag_ms"] == body["published_at"] - huge
         with api.stream("GET", "/activity/A/stream") as stream:
             [(kind, data)] = sse_events(stream.iter_lines(), 1, loads=json.loads)
-        assert kind == "activity" and data == reader.top("A", 10)
+        assert kind == "activity" and ageless(data) == ageless(reader.top("A", 10))
 
 
 # -- the stream, on a flow that follows a growing log -----------------------------------------
@@ -345,7 +367,9 @@ def items(top: dict[str, Any]) -> list[tuple[int, str, int]]:
 def same_but_newer(event: dict[str, Any], now: dict[str, Any]) -> bool:
     """``event`` says what ``now`` (read later) says, of the same or an earlier snapshot: a live
     run publishes a snapshot at every barrier, idle or not."""
-    return event["snapshot_id"] <= now["snapshot_id"] and {**event, "snapshot_id": 0} == {**now, "snapshot_id": 0}
+    same = ("snapshot_id", "published_at", "age_ms")
+    return event["snapshot_id"] <= now["snapshot_id"] and ({k: v for k, v in event.items() if k not in same}
+                                                           == {k: v for k, v in now.items() if k not in same})
 
 
 def test_streams_follow_the_workspaces_top(redis_url, redis_client, tmp_path):
@@ -368,7 +392,7 @@ def test_streams_follow_the_workspaces_top(redis_url, redis_client, tmp_path):
                 assert first_emoji["workspace_id"] == EMOJI and items(first_emoji) == [(1, "c/1", 1)]
                 by_path = sse_events(emoji_path_stream.iter_lines(), 1)[0][1]  # opened a little later: a live
                 # run publishes at every barrier, so its first event may be of a newer snapshot, saying the same
-                assert {**by_path, "snapshot_id": 0} == {**first_emoji, "snapshot_id": 0}
+                assert same_but_newer(first_emoji, by_path)
 
                 only_emoji = live.append((EMOJI, "c/1", "u2", T0 + 60_000))  # the watermark moves a bucket on
                 assert only_emoji["watermark"] > first["watermark"]

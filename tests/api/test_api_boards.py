@@ -31,6 +31,7 @@ from rankflow.options import RunOptions
 from rankflow.runner import run
 from tests import boards_example as example
 from tests.api.raw_http import Connection, served
+from tests.snapshot_stamp import ageless, ageless_response, stamped, stored_published_at
 
 ALL_PLAYERS = ["ana", "bo", "cy", "dee", "eve"]
 
@@ -45,7 +46,8 @@ def published(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[
     final = run(RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
                            dead_letter=f"jsonl:{tmp / 'dead.jsonl'}", flow="boards", signing_key=example.KEY))
     assert final is not None
-    return {"namespace": namespace, "snapshot_id": final["snapshot_id"]}
+    published_at = stored_published_at(redis.Redis.from_url(redis_url), boards_namespace(namespace))
+    return {"namespace": namespace, "snapshot_id": final["snapshot_id"], "published_at": published_at}
 
 
 INDEXES = ["redis", "memory"]
@@ -79,8 +81,10 @@ def test_top_of_every_board_is_the_worked_example(api, published):
         r = api.get(f"/boards/g1/{board}/top", params={"n": 1000})
         assert r.status_code == 200, r.text
         body = r.json()
-        assert body == {"snapshot_id": published["snapshot_id"], "game_id": "g1", "board": board,
-                        "total_players": len(expected), "items": body["items"]}
+        assert list(body)[:3] == ["snapshot_id", "published_at", "age_ms"]
+        assert stamped(body, published["published_at"]) == {
+            "snapshot_id": published["snapshot_id"], "published_at": published["published_at"], "game_id": "g1",
+            "board": board, "total_players": len(expected), "items": body["items"]}
         assert rows(body["items"]) == expected
         for item in body["items"]:
             assert list(item) == ["rank", "competition_rank", "player_id", "score"]
@@ -98,8 +102,9 @@ def test_every_player_on_every_board(api, published):
         for player, score, rank, competition in expected:
             r = api.get(f"/boards/g1/{board}/players/{player}")
             assert r.status_code == 200, r.text
-            assert r.json() == {"snapshot_id": published["snapshot_id"], "game_id": "g1", "board": board,
-                                "player_id": player, "score": score, "rank": rank, "competition_rank": competition}
+            assert stamped(r.json(), published["published_at"]) == {
+                "snapshot_id": published["snapshot_id"], "published_at": published["published_at"], "game_id": "g1",
+                "board": board, "player_id": player, "score": score, "rank": rank, "competition_rank": competition}
 
 
 def test_aliases_answer_for_the_concrete_board(api):
@@ -116,7 +121,7 @@ def test_around_a_player_clamps_at_both_ends(api, published):
     def around(board: str, player: str, r: int | None = None) -> list[tuple[str, int, int, int]]:
         response = api.get(f"/boards/g1/{board}/players/{player}/around", params={} if r is None else {"r": r})
         assert response.status_code == 200, response.text
-        body = response.json()
+        body = stamped(response.json(), published["published_at"])
         assert (body["snapshot_id"], body["game_id"], body["board"]) == (published["snapshot_id"], "g1", board)
         return rows(body["items"])
 
@@ -406,8 +411,8 @@ HOT_PATHS = [
 def same_answers(fast: TestClient, full: TestClient, paths: list[str]) -> None:
     for path in paths:
         a, b = fast.get(path), full.get(path)
-        assert (a.status_code, a.content) == (b.status_code, b.content), path
-        assert [h for h in a.headers.items() if h[0] != "date"] == [h for h in b.headers.items() if h[0] != "date"]
+        assert (ageless_response(a.status_code, list(a.headers.items()), a.content)
+                == ageless_response(b.status_code, list(b.headers.items()), b.content)), path
 
 
 @pytest.mark.parametrize("index", INDEXES)
@@ -472,13 +477,13 @@ def test_prepared_answers_are_the_bytes_of_the_asgi_path(redis_url, published, i
         fast, full = Connection(fast_port), Connection(full_port)
         for _ in range(2):  # the second time the tops are encoded: the protocol answers them
             for path in HOT_PATHS:
-                assert fast.get(path)[0].without_date() == full.get(path)[0].without_date(), path
+                assert fast.get(path)[0].comparable() == full.get(path)[0].comparable(), path
         players = 4 * len(ALL_PLAYERS) if index == "memory" else 0
         assert app.state.prepared.answered >= 7 + players
         # pipelined: one write, a request the protocol answers behind one ASGI answers, in order
         burst = ["/boards/g1/all/top", "/boards", "/boards/g1/all/top?n=1", "/boards/g1/all/players/zed",
                  f"/boards/g1/best/players/{ALL_PLAYERS[0]}", "/boards/g1/all/top"]
-        assert [r.without_date() for r in fast.get(*burst)] == [r.without_date() for r in full.get(*burst)]
+        assert [r.comparable() for r in fast.get(*burst)] == [r.comparable() for r in full.get(*burst)]
         fast.close()
         full.close()
 
@@ -524,8 +529,9 @@ def get_until(api: TestClient, path: str, done: Any, timeout: float = 30.0) -> A
 
 
 def without_id(body: dict[str, Any]) -> dict[str, Any]:
-    """An answer but for its snapshot id (a run restarted after Redis lost its data numbers anew)."""
-    return {key: value for key, value in body.items() if key != "snapshot_id"}
+    """An answer but for its snapshot id and publication (a run restarted after Redis lost its data
+    numbers anew, and publishes later)."""
+    return {key: value for key, value in body.items() if key not in ("snapshot_id", "published_at", "age_ms")}
 
 
 @pytest.mark.redis  # its own Redis besides the session's (tests/markers.py)
@@ -557,7 +563,7 @@ def test_no_usable_snapshot_is_a_503_until_a_restarted_run_publishes_every_board
         for p in GAP_ROUTES:
             body = get_until(api, p, lambda r: r.status_code == 503).json()
             last = {**before[p].json(), "stale": True} if index == "memory" else {}  # the last answer it had
-            assert body == {"error": unusable, **last}, p
+            assert ageless(body) == ageless({"error": unusable, **last}), p  # its snapshot's published_at too
         for p in ("/boards/g2/all/top", "/boards/g1/daily:2027-01-09/players/ana", "/boards/g1/all/players/zed"):
             r = api.get(p)  # nothing is known not to exist
             assert (r.status_code, r.json()) == (503, {"error": unusable}), p

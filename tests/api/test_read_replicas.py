@@ -28,6 +28,7 @@ import redis
 
 from rankflow.connectors.activity_read import ActivityReader
 from rankflow.connectors.board_read import BoardReader
+from rankflow.connectors.redis_keys import activity_namespace, boards_namespace
 from rankflow.connectors.redis_read import read_latest
 from rankflow.options import RunOptions
 from rankflow.runner import run
@@ -35,6 +36,7 @@ from rankflow.services import LocalRedis, free_port
 from tests import boards_example as example
 from tests.activity.test_activity_flow import line, run_activity
 from tests.events import ev
+from tests.snapshot_stamp import ageless, stamped, stored_published_at
 
 pytestmark = pytest.mark.redis  # a primary and a replica of its own
 
@@ -246,14 +248,18 @@ def test_readers_on_a_caught_up_replica_answer_the_primarys_snapshots(pair, ever
     top = answer("top", "-k", "3", *on_replica)
     assert (top["snapshot_id"], top["published_at"], top["items"]) == (latest["snapshot_id"],
                                                                        latest["published_at"], latest["items"][:3])
-    assert answer("boards", "top", "--game", "g1", "--board", "all", "-n", "3", *on_replica) == boards.top("g1", "all", 3)
-    assert answer("boards", "player", "--game", "g1", "--board", "daily", "--player", "cy", *on_replica) \
-        == boards.player("g1", "daily", "cy")
-    assert answer("boards", "around", "--game", "g1", "--board", "best", "--player", "bo", "-r", "1", *on_replica) \
-        == boards.around("g1", "best", "bo", 1)
-    assert answer("activity", "top", "--workspace", "A", "-k", "2", *on_replica) == activity.top("A", 2)
-    assert answer("activity", "channel", "--workspace", "A", "--channel", "c1", *on_replica) \
-        == activity.channel("A", "c1")
+    boards_at = stored_published_at(primary, boards_namespace(ns))
+    activity_at = stored_published_at(primary, activity_namespace(ns))
+    assert stamped(answer("boards", "top", "--game", "g1", "--board", "all", "-n", "3", *on_replica), boards_at) \
+        == stamped(boards.top("g1", "all", 3), boards_at)
+    assert stamped(answer("boards", "player", "--game", "g1", "--board", "daily", "--player", "cy", *on_replica),
+                   boards_at) == stamped(boards.player("g1", "daily", "cy"), boards_at)
+    assert stamped(answer("boards", "around", "--game", "g1", "--board", "best", "--player", "bo", "-r", "1",
+                          *on_replica), boards_at) == stamped(boards.around("g1", "best", "bo", 1), boards_at)
+    assert stamped(answer("activity", "top", "--workspace", "A", "-k", "2", *on_replica), activity_at) \
+        == stamped(activity.top("A", 2), activity_at)
+    assert stamped(answer("activity", "channel", "--workspace", "A", "--channel", "c1", *on_replica), activity_at) \
+        == stamped(activity.channel("A", "c1"), activity_at)
     # the service
     # the service, its boards loaded into memory (in chunks, in transactions) from the replica too;
     # it looks for new snapshots only when told (a poll every 10 minutes)
@@ -261,9 +267,11 @@ def test_readers_on_a_caught_up_replica_answer_the_primarys_snapshots(pair, ever
         until(lambda: api.get("/health").json(), lambda h: h["board_mirror"]["ready"])
         ranking = until(lambda: api.get("/rankings?k=3"), lambda r: r.status_code == 200).json()
         assert (ranking["snapshot_id"], ranking["items"]) == (latest["snapshot_id"], latest["items"][:3])
-        assert api.get("/boards/g1/all/top?n=3").json() == boards.top("g1", "all", 3)
-        assert api.get("/boards/g1/daily/players/cy").json() == boards.player("g1", "daily", "cy")
-        assert api.get("/activity/A/top?k=2").json() == activity.top("A", 2)
+        assert stamped(api.get("/boards/g1/all/top?n=3").json(), boards_at) \
+            == stamped(boards.top("g1", "all", 3), boards_at)
+        assert stamped(api.get("/boards/g1/daily/players/cy").json(), boards_at) \
+            == stamped(boards.player("g1", "daily", "cy"), boards_at)
+        assert stamped(api.get("/activity/A/top?k=2").json(), activity_at) == stamped(activity.top("A", 2), activity_at)
         # it hears the flows' announcements where it reads: the replica relays them
         until(lambda: pair.r.pubsub_channels(), lambda channels: f"{{{ns}}}:generation".encode() in channels)
         assert f"{{{ns}}}:generation".encode() not in pair.p.pubsub_channels()
@@ -291,6 +299,8 @@ def test_a_lagging_replica_answers_the_older_whole_snapshot_named_by_its_id(pair
     pair.caught_up()
     old, old_top = read_latest(primary, namespace), BoardReader(primary, namespace).top("g1", "all", 10)
     assert old is not None
+    old_at = stored_published_at(primary, boards_namespace(namespace))
+    assert old_top["published_at"] == old_at
     with serving(*on_replica) as api:
         until(lambda: api.get("/rankings?k=3"), lambda r: r.status_code == 200)
         pair.proxy.pause()
@@ -301,16 +311,20 @@ def test_a_lagging_replica_answers_the_older_whole_snapshot_named_by_its_id(pair
             new, new_top = read_latest(primary, namespace), BoardReader(primary, namespace).top("g1", "all", 10)
             assert new is not None and new["snapshot_id"] > old["snapshot_id"]
             assert new_top["snapshot_id"] > old_top["snapshot_id"] and new_top["items"] != old_top["items"]
+            new_at = stored_published_at(primary, boards_namespace(namespace))
+            assert new_top["published_at"] == new_at > old_at
             # the replica lags: every reader answers the older snapshot, whole, under its id and age
             top = answer("top", "-k", "5", *on_replica)
             assert (top["snapshot_id"], top["published_at"], top["items"]) == (old["snapshot_id"],
                                                                                old["published_at"], old["items"])
             assert top["age_ms"] >= 0
-            assert answer("boards", "top", "--game", "g1", "--board", "all", *on_replica) == old_top
+            # the boards too: the older snapshot's id AND its publication, never the newer's
+            assert stamped(answer("boards", "top", "--game", "g1", "--board", "all", *on_replica), old_at) \
+                == stamped(old_top, old_at)
             ranking = api.get("/rankings?k=5").json()
             assert (ranking["snapshot_id"], ranking["published_at"], ranking["items"]) \
                 == (old["snapshot_id"], old["published_at"], old["items"])
-            assert api.get("/boards/g1/all/top").json() == old_top
+            assert stamped(api.get("/boards/g1/all/top").json(), old_at) == stamped(old_top, old_at)
             # the primary has the new one
             assert answer("top", "-k", "5", "--redis", pair.url, "--namespace", namespace)["snapshot_id"] \
                 == new["snapshot_id"]
@@ -320,9 +334,10 @@ def test_a_lagging_replica_answers_the_older_whole_snapshot_named_by_its_id(pair
         # caught up: the new snapshot, whole
         ranking = until(lambda: api.get("/rankings?k=5").json(), lambda r: r["snapshot_id"] == new["snapshot_id"])
         assert ranking["items"] == new["items"]
-        until(lambda: api.get("/boards/g1/all/top").json(), lambda r: r == new_top)
+        until(lambda: api.get("/boards/g1/all/top").json(), lambda r: ageless(r) == ageless(new_top))
     assert answer("top", "-k", "5", *on_replica)["items"] == new["items"]
-    assert answer("boards", "top", "--game", "g1", "--board", "all", *on_replica) == new_top
+    assert stamped(answer("boards", "top", "--game", "g1", "--board", "all", *on_replica), new_at) \
+        == stamped(new_top, new_at)
     primary.close()
 
 
@@ -356,23 +371,25 @@ def refusing(tmp_path: Path) -> Iterator[str]:
 def test_a_replica_that_is_down_is_skipped_and_counted(pair, everything, refusing):
     down = f"redis://127.0.0.1:{free_port()}/0"  # nothing listens there
     primary = redis.Redis.from_url(pair.url)
-    expected = BoardReader(primary, everything).top("g1", "all", 3)
+    at = stored_published_at(primary, boards_namespace(everything))
+    expected = stamped(BoardReader(primary, everything).top("g1", "all", 3), at)
     common = ("--redis", pair.url, "--namespace", everything)
     # the next replica answers
     r = cli("boards", "top", "--game", "g1", "--board", "all", "-n", "3", "--json", *common,
             "--redis-read", down, "--redis-read", pair.replica_url)
-    assert r.returncode == 0 and orjson.loads(r.stdout) == expected
+    assert r.returncode == 0 and stamped(orjson.loads(r.stdout), at) == expected
     assert f"Redis replica {where(down)} is down" in r.stderr
     r = cli("boards", "top", "--game", "g1", "--board", "all", "-n", "3", "--json", *common,
             "--redis-read", refusing, "--redis-read", pair.replica_url)
-    assert r.returncode == 0 and orjson.loads(r.stdout) == expected
+    assert r.returncode == 0 and stamped(orjson.loads(r.stdout), at) == expected
     assert f"Redis replica {where(refusing)} is refusing (MasterDownError: Link with MASTER is down" in r.stderr
     # every replica down: the primary answers
     r = cli("boards", "top", "--game", "g1", "--board", "all", "-n", "3", "--json", *common, "--redis-read", down)
-    assert r.returncode == 0 and orjson.loads(r.stdout) == expected
+    assert r.returncode == 0 and stamped(orjson.loads(r.stdout), at) == expected
     # the service: answers from the replica, the skips counted
     with serving(*common, "--redis-read", down, "--redis-read", refusing, "--redis-read", pair.replica_url) as api:
-        assert until(lambda: api.get("/boards/g1/all/top?n=3"), lambda r: r.status_code == 200).json() == expected
+        assert stamped(until(lambda: api.get("/boards/g1/all/top?n=3"), lambda r: r.status_code == 200).json(), at) \
+            == expected
         seen = metrics(api)
         assert seen[label("rankflow_api_redis_read_skips_total", endpoint=where(down), reason="down")] >= 1
         assert seen[label("rankflow_api_redis_read_skips_total", endpoint=where(refusing), reason="refusing")] >= 1

@@ -17,6 +17,7 @@ from typing import Any
 
 import orjson
 import pytest
+import redis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -31,6 +32,7 @@ from rankflow.rebuild import rebuild
 from rankflow.runner import run
 from tests import boards_example as example
 from tests.boards_model import BoardsModel, rank_and_competition
+from tests.snapshot_stamp import stamped, stored_published_at
 
 
 def run_boards(redis_url: str, tmp: Path, lines: list[bytes], **options: Any) -> dict[str, Any]:
@@ -56,13 +58,14 @@ def test_the_worked_example_of_boards_md(redis_url, redis_client, tmp_path):
     out = run_boards(redis_url, tmp_path, example.LINES, signing_key=example.KEY, song_partitions=3)
     reader = BoardReader(redis_client, out["namespace"])
     sid = out["final"]["snapshot_id"]
+    at = stored_published_at(redis_client, boards_namespace(out["namespace"]))
     for board, expected in example.BOARDS.items():
         top = reader.top("g1", board, 1000)
         assert top["snapshot_id"] == sid and top["total_players"] == len(expected)
         assert [(i["player_id"], i["score"], i["rank"], i["competition_rank"]) for i in top["items"]] == expected
         for player, score, rank, competition in expected:
-            assert reader.player("g1", board, player) == {
-                "snapshot_id": sid, "game_id": "g1", "board": board, "player_id": player, "score": score,
+            assert stamped(reader.player("g1", board, player), at) == {
+                "snapshot_id": sid, "published_at": at, "game_id": "g1", "board": board, "player_id": player, "score": score,
                 "rank": rank, "competition_rank": competition}
     for alias, board in example.ALIASES.items():
         assert reader.top("g1", alias, 10)["board"] == board
@@ -279,13 +282,16 @@ def test_the_boards_cli_answers_and_exit_statuses(redis_url, tmp_path, capsysbin
     capsysbinary.readouterr()
     assert main(["boards", "top", *common, "--board", "weekly", "--n", "2", "--json"]) == 0
     top = orjson.loads(capsysbinary.readouterr().out)
+    at = stored_published_at(redis.Redis.from_url(redis_url), boards_namespace(out["namespace"]))
+    assert list(top)[:3] == ["snapshot_id", "published_at", "age_ms"]
+    top = stamped(top, at)  # the publication Redis holds for the snapshot, and an age
     assert top["board"] == "weekly:2027-W01" and top["total_players"] == 3
     assert [(i["player_id"], i["rank"], i["competition_rank"], i["score"]) for i in top["items"]] == [
         ("cy", 1, 1, 50), ("dee", 2, 1, 50)]
     assert main(["boards", "player", *common, "--board", "best", "--player", "bo", "--json"]) == 0
-    assert orjson.loads(capsysbinary.readouterr().out)["competition_rank"] == 4
+    assert stamped(orjson.loads(capsysbinary.readouterr().out), at)["competition_rank"] == 4
     assert main(["boards", "around", *common, "--board", "all", "--player", "ana", "--r", "1", "--json"]) == 0
-    assert [i["player_id"] for i in orjson.loads(capsysbinary.readouterr().out)["items"]] == ["ana", "bo"]
+    assert [i["player_id"] for i in stamped(orjson.loads(capsysbinary.readouterr().out), at)["items"]] == ["ana", "bo"]
     assert main(["boards", "player", *common, "--board", "daily:2027-01-03", "--player", "ana"]) == 1
     assert b"not on" in capsysbinary.readouterr().err
     assert main(["boards", "top", *common, "--board", "daily:2026-01-01"]) == 1

@@ -310,20 +310,20 @@ def test_the_builders_order_by_name_and_refuse_a_wrong_name():
 
 
 def test_a_publish_call_puts_the_products_arguments_at_p():
-    """``F = 8 + 2 * ARGV[7]`` and ``P = F + 1 + 2 * ARGV[F]`` (the prelude) are where the
+    """``F = 9 + 2 * ARGV[7]`` and ``P = F + 1 + 2 * ARGV[F]`` (the prelude) are where the
     builder put the floor and ``full``, whatever the number of source partitions and floors."""
     shared = {name: f"key:{name}" for name in scripts.PUBLISH_KEYS}
     for positions, floor in (({}, None), ({"f": 3}, {"f": 2}), ({"b": 1, "a": 7, "c": 0}, {"b": 1, "a": 5})):
         product = scripts.PUBLISH_LISTENERS
-        keys, args = scripts.publish_call(product, (5, 2, "live"), 17, b"{}", 100, positions, shared,
+        keys, args = scripts.publish_call(product, (5, 2, "live"), 17, b"{}", 1234, 100, positions, shared,
                                           product.product_keys(counts="c", changes="ch"),
                                           product.at_p(full="full", counts=b"{}", changes_cap=9), floor)
         assert keys == [f"key:{name}" for name in scripts.PUBLISH_KEYS] + ["c", "ch"]
         assert len(keys) == len(product.keys)
-        f = 8 + 2 * args[6]
+        f = 9 + 2 * args[6]
         p = f + 1 + 2 * args[f - 1]
-        assert args[:7] == [5, 2, 17, b"{}", 100, "live", len(positions)]
-        assert args[7:f - 1] == [x for part in sorted(positions) for x in (part, positions[part])]
+        assert args[:8] == [5, 2, 17, b"{}", 100, "live", len(positions), 1234]
+        assert args[8:f - 1] == [x for part in sorted(positions) for x in (part, positions[part])]
         assert args[f:p - 1] == [x for part in sorted(floor or {}) for x in (part, (floor or {})[part])]
         assert args[p - 1:] == ["full", b"{}", 9]
 
