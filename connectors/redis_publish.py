@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import logging
+import os
 import queue
 import threading
 import time
@@ -271,7 +272,10 @@ class _PublisherPartition(StatelessSinkPartition[tuple[str, Any]]):
     run resumes from its recovery state and publishes again.
     """
 
-    IN_FLIGHT = 2
+    IN_FLIGHT = int(os.environ.get("RANKFLOW_PUBLISH_IN_FLIGHT", 2))
+    """Snapshots handed over and not yet stored before the flow waits. (Tests of a Redis stall set
+    more through ``RANKFLOW_PUBLISH_IN_FLIGHT``, so the flow surely commits barriers past what
+    Redis stored before it waits.)"""
     PRESSED = 2
     """Snapshots in a row that found another waiting behind them: from then on the publisher
     is behind (a backlog's catch-up) and asks for the quickest store (``hurry``); one
