@@ -158,6 +158,15 @@ class ReadRoute:
         """Where a reader would go now."""
         return next(self.candidates())
 
+    def failed(self, endpoint: Endpoint, exc: redis.RedisError | OSError) -> None:
+        """``endpoint`` failed a read with ``exc``: a replica that may answer later is skipped (the
+        read goes on to the next candidate); anything else is the caller's error, raised again.
+        The one decision of the sync and async clients."""
+        reason = skip_reason(exc)
+        if reason is None or not endpoint.replica:
+            raise exc
+        self.skip(endpoint, reason, exc)
+
     def skip(self, endpoint: Endpoint, reason: str, exc: object) -> None:
         """``endpoint`` failed (``reason``, :func:`skip_reason`): count it, skip it for a while."""
         endpoint.skips[reason] += 1
@@ -191,10 +200,7 @@ class FailoverRedis(redis.Redis):
             try:
                 reply = self.clients[endpoint.url].execute_command(*args, **options)
             except (redis.RedisError, OSError) as exc:
-                reason = skip_reason(exc)
-                if reason is None or not endpoint.replica:
-                    raise
-                self.route.skip(endpoint, reason, exc)
+                self.route.failed(endpoint, exc)
                 continue
             self.route.answered(endpoint)
             return reply
@@ -221,10 +227,7 @@ class AsyncFailoverRedis(aioredis.Redis):
             try:
                 reply = await self.clients[endpoint.url].execute_command(*args, **options)
             except (redis.RedisError, OSError) as exc:
-                reason = skip_reason(exc)
-                if reason is None or not endpoint.replica:
-                    raise
-                self.route.skip(endpoint, reason, exc)
+                self.route.failed(endpoint, exc)
                 continue
             self.route.answered(endpoint)
             return reply

@@ -14,6 +14,7 @@ import pytest
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.errors import UsageError
 from rankflow.kafka_settings import CONFIG_ENV, KafkaSettings, load
+from tests.cli.test_cli_mistakes import one_line
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
 SECRET = "s3cr3t-Kafka-pw"
@@ -29,13 +30,6 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     environ = {k: v for k, v in os.environ.items() if k != CONFIG_ENV}
     return subprocess.run([*RANKFLOW, *args], capture_output=True, text=True, timeout=120,
                           env={**environ, **(env or {})})
-
-
-def one_line(r: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in r.stderr and "panicked" not in r.stderr, r.stderr
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1, r.stderr
-    return lines[0]
 
 
 def commands(tmp_path) -> list[list[str]]:

@@ -24,6 +24,7 @@ from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
 from rankflow.connectors.redis_read import read_latest
 from rankflow.kafka_settings import CONFIG_ENV, load
 from tests.kafka_tls import TlsBroker, start_tls_broker
+from tests.cli.test_cli_mistakes import one_line
 
 pytestmark = pytest.mark.broker  # Tansu started here, behind stunnel, not by the kafka_brokers fixture
 
@@ -48,13 +49,6 @@ def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedPr
     environ = {k: v for k, v in os.environ.items() if k != CONFIG_ENV}
     return subprocess.run([*RANKFLOW, *args], capture_output=True, text=True, timeout=HANG_GUARD_S,
                           env={**environ, **(env or {})})
-
-
-def one_line(r: subprocess.CompletedProcess) -> str:
-    assert "Traceback" not in r.stderr and "panicked" not in r.stderr, r.stderr
-    lines = r.stderr.splitlines()
-    assert len(lines) == 1, r.stderr
-    return lines[0]
 
 
 def ranking(redis_url: str, namespace: str) -> tuple[list[tuple[str, int]], int, int]:
