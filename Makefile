@@ -35,6 +35,7 @@ setup: $(BIN)/rankflow
 	@scripts/ensure-redis.sh
 	@scripts/ensure-browser.sh
 	@scripts/ensure-stunnel.sh
+	@scripts/ensure-nginx.sh
 
 services-start: setup  ## a local Redis and Kafka-protocol broker (Tansu), left running
 	@$(SERVICES) start redis --port $(REDIS_PORT) --dir $(LOCAL)/redis

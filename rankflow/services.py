@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 import shutil
 import signal
 import socket
@@ -205,6 +206,69 @@ class LocalStunnel(LocalService):
     @property
     def url(self) -> str:
         return f"127.0.0.1:{self.port}"
+
+    def ready(self) -> bool:
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+
+NGINX_EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "nginx.conf"
+"""The caching reverse proxy's configuration the docs give users: :class:`LocalNginx` runs it as is,
+with its own ports and folders on the lines marked ``<-``."""
+
+
+def nginx_config(example: str, port: int, upstream: int, workdir: Path, workers: int | str = "auto") -> str:
+    """``example`` (:data:`NGINX_EXAMPLE`'s text) with ``port``, ``upstream``, the pid file, the
+    error log and the cache under ``workdir``, and nginx's temporary folders there too (a process
+    that is not root cannot write Debian's), so that it runs as any user. Raises ValueError when a
+    marked line is not found: the example changed and this must follow it."""
+    edits = [
+        (r"^worker_processes \S+;", f"worker_processes {workers};"),
+        (r"^pid \S+;(.*)$", f"pid {workdir}/nginx.pid;"),
+        (r"^error_log \S+ (\w+);(.*)$", rf"error_log {workdir}/error.log \1;"),
+        (r"^(\s*proxy_cache_path )\S+( .*)$", rf"\g<1>{workdir}/cache\2"),
+        (r"^(\s*server )127\.0\.0\.1:\d+;(.*)$", rf"\g<1>127.0.0.1:{upstream};"),
+        (r"^(\s*listen )\d+;(.*)$", rf"\g<1>127.0.0.1:{port};"),
+        (r"^http \{$", "http {\n" + "".join(f"    {name}_temp_path {workdir}/tmp-{name};\n" for name in
+                                             ("client_body", "proxy", "fastcgi", "uwsgi", "scgi"))),
+    ]
+    for pattern, replacement in edits:
+        example, count = re.subn(pattern, replacement, example, count=1, flags=re.MULTILINE)
+        if count != 1:
+            raise ValueError(f"the nginx example has no line matching {pattern!r}")
+    return example
+
+
+class LocalNginx(LocalService):
+    """Debian's nginx on ``port`` in front of a ``rankflow serve`` on ``upstream``, configured by
+    the docs' example (:data:`NGINX_EXAMPLE`, :func:`nginx_config`): what a user would run, with
+    a cache the tests can watch (``X-Cache``). Installed by ``scripts/ensure-nginx.sh``
+    (``make setup``)."""
+
+    name = "nginx"
+
+    def __init__(self, port: int, workdir: str | Path, upstream: int, workers: int | str = 1) -> None:
+        super().__init__(port, workdir)
+        self.upstream = upstream
+        self.workers = workers
+
+    def command(self) -> list[str]:
+        binary = shutil.which("nginx") or ("/usr/sbin/nginx" if os.access("/usr/sbin/nginx", os.X_OK) else None)
+        if binary is None:
+            raise RuntimeError("nginx is not installed: run scripts/ensure-nginx.sh (Debian's nginx)")
+        config = self.dir / "nginx.conf"
+        text = nginx_config(NGINX_EXAMPLE.read_text(), self.port, self.upstream, self.dir, self.workers)
+        if os.geteuid() == 0:  # root's nginx runs its workers as nobody, who cannot write this folder
+            text = "user root;\n" + text
+        config.write_text(text)
+        return [binary, "-p", str(self.dir), "-c", str(config), "-g", "daemon off;"]
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
 
     def ready(self) -> bool:
         try:
