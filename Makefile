@@ -21,7 +21,7 @@ EVENTS ?= 200000
 SEED ?= 1
 TOPIC ?= playback-events
 
-.PHONY: setup run test test-pure lint bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-recovery demo services-start services-stop clean
+.PHONY: setup run test test-pure lint bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-capacity bench-recovery demo services-start services-stop clean
 
 $(BIN)/rankflow: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
@@ -103,6 +103,14 @@ profile-boards: setup  ## py-spy of the score-board flow, plain and durable: ben
 bench-api: setup  ## reader API latency under load while the flow publishes (bench-results/api.json)
 	@command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk not installed: max-throughput figures skipped"; }
 	$(BIN)/python scripts/bench_api.py
+
+# One serve process's requests/s at p99 <= 5 ms while a flow publishes, direct and through nginx;
+# oha (the load generator) is built once by scripts/ensure-oha.sh, here and nowhere else.
+# The short form: CAPACITY_BENCH="--reps 1 --step-s 3".
+CAPACITY_BENCH ?=
+bench-capacity: setup  ## capacity at p99 <= 5 ms and the application's CPU per request: bench-results/capacity.json
+	@scripts/ensure-oha.sh
+	$(BIN)/python scripts/bench_capacity.py $(CAPACITY_BENCH)
 
 demo: setup  ## broker, steady traffic, flow, API and dashboard, live until Ctrl-C
 	$(BIN)/python scripts/demo.py

@@ -27,6 +27,7 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from rankflow import products as product_registry
 from rankflow.api import dashboard, responses, server
 from rankflow.api.announce import Announcements
+from rankflow.api.bench_control import control_routes
 from rankflow.api.hot_reads import HotReads
 from rankflow.api.parts import Part, close_client, ping, read_client, read_metrics
 from rankflow.api.prepared import PreparedAnswers
@@ -119,7 +120,8 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.hot_answers = 0
     templates = {route.path_format: route for router in routers for route in router.routes
                  if hasattr(route, "path_format")}
-    app.state.prepared = PreparedAnswers(app.state, [route for product in mounted for route in product.prepared()],
+    app.state.prepared = PreparedAnswers(app.state, [route for product in mounted for route in product.prepared()]
+                                         + control_routes(),  # the capacity benchmark's, when it asks
                                          {t: getattr(route, "path", t) for t, route in templates.items()}, metrics)
     app.add_middleware(HotReads, answers=app.state.prepared, routes=templates)  # innermost: measured like the rest
     app.add_middleware(server.BoundedBodies, timeout_s=settings.body_timeout_ms / 1000)
