@@ -43,6 +43,7 @@ class Step:
     p99_ms: float = math.nan
     max_ms: float = math.nan
     failed: int = 0  # statuses other than 200, connection errors
+    cut: int = 0  # in flight when the step's time was up: neither answered nor failed
     statuses: dict[str, int] = field(default_factory=dict)
     server_cpu_s: float = math.nan
     """The server's CPU seconds over the step (filled in by the caller)."""
@@ -86,7 +87,8 @@ def parse_oha(text: str, rate: float) -> Step:
     statuses = {str(k): int(v) for k, v in (data.get("statusCodeDistribution") or {}).items()}
     errors: Mapping[str, int] = data.get("errorDistribution") or {}
     failed = sum(n for status, n in statuses.items() if status != "200")
-    failed += sum(int(n) for what, n in errors.items() if not any(d in what for d in DEADLINE_ERRORS))
+    cut = sum(int(n) for what, n in errors.items() if any(d in what for d in DEADLINE_ERRORS))
+    failed += sum(int(n) for n in errors.values()) - cut
     pct = data.get("latencyPercentiles") or {}
 
     def ms(value: Any) -> float:
@@ -94,7 +96,7 @@ def parse_oha(text: str, rate: float) -> Step:
 
     return Step(rate=rate, answered=statuses.get("200", 0), seconds=float(summary.get("total") or 0.0),
                 p50_ms=ms(pct.get("p50")), p99_ms=ms(pct.get("p99")), max_ms=ms(summary.get("slowest")),
-                failed=failed, statuses=statuses)
+                failed=failed, cut=cut, statuses=statuses)
 
 
 @dataclass
@@ -119,20 +121,25 @@ class Search:
 
 def search_capacity(measure: Callable[[float], Step], start: float, p99_limit_ms: float, *,
                     max_steps: int = 8, close: float = 1.1, floor: float = 100.0,
-                    ceiling: float = 200_000.0) -> Search:
+                    ceiling: float = 200_000.0, confirm: bool = False) -> Search:
     """Find the highest rate whose step passes (:meth:`Step.passes`): from ``start``, double
     while steps pass (up to ``ceiling``), halve while they fail (down to ``floor``), then try
     the geometric middle of the highest pass and the lowest failure above it until their
     ratio is at most ``close`` or ``max_steps`` steps were run. Rates are whole requests/s.
 
     Noise can make a higher rate pass after a lower one failed: the answer is the highest
-    rate that passed, and the bracket is always (that rate, the lowest failure above it).
+    rate that passed, and the bracket is always (that rate, the lowest failure above it). With
+    ``confirm`` a failing rate is measured once more (within ``max_steps``) and fails only if
+    both steps do: on a machine shared with other work, one stall of another process can fail
+    a step.
     """
     search = Search(p99_limit_ms)
     rate = float(round(start))
     while len(search.steps) < max_steps:
         step = measure(rate)
         search.steps.append(step)
+        if confirm and not step.passes(p99_limit_ms) and len(search.steps) < max_steps:
+            search.steps.append(measure(rate))
         best = search.best
         low = 0.0 if best is None else best.rate
         fails_above = [s.rate for s in search.steps if s.rate > low and not s.passes(p99_limit_ms)]
@@ -151,7 +158,7 @@ def search_capacity(measure: Callable[[float], Step], start: float, p99_limit_ms
             rate = math.sqrt(low * high)
         rate = float(round(rate))
         if any(s.rate == rate for s in search.steps):
-            break
+            break  # measured already: the bracket cannot narrow
     return search
 
 

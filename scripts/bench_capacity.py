@@ -1,8 +1,8 @@
 """``make bench-capacity``: requests/s of one ``rankflow serve`` at p99 <= 5 ms while a flow publishes.
 
     python scripts/bench_capacity.py [--reps 3] [--step-s 5] [--p99-ms 5] [--connections 32]
-        [--traffic 2000] [--cpu-rate 2000] [--players 50000] [--phases boards,listeners]
-        [--no-nginx] [--nginx-workers 1] [--oha PATH] [--out bench-results]
+        [--traffic 2000] [--cpu-rate 3000] [--players 50000] [--phases boards,listeners]
+        [--via serve,nginx] [--nginx-workers 1] [--oha PATH] [--out bench-results]
 
 One Redis, one ``rankflow serve --board-index memory`` (every product) with the capacity
 benchmark's empty control route (``api.bench_control``), and the load generator ``oha``
@@ -24,7 +24,9 @@ In each phase and each rep, for the control and every route (the order rotating 
    write (the server before any of rankflow's code) are taken away;
 2. the capacity search (``search_capacity``): ``--step-s`` steps, doubling the offered rate
    while the p99 stays at or under ``--p99-ms`` and every request is answered, then
-   bisecting; the capacity is the requests/s answered at the highest passing rate.
+   bisecting; a rate fails only if two steps at it fail (one stall of another process on this
+   shared machine can fail one); the capacity is the requests/s answered at the highest
+   passing rate.
 
 Then the same routes through Debian's nginx with the docs' example configuration
 (``rankflow.services.LocalNginx``: its cache, ``X-Cache``): nginx caches only what the
@@ -70,7 +72,7 @@ from rankflow.bench.boards.logs import one_result_per_player  # noqa: E402
 from rankflow.bench.boards.results import DAY_MS, GAME, MEMORY_DAY_MS  # noqa: E402
 from rankflow.bench.capacity import (Search, Step, median, oha_command, parse_oha, player_regex,  # noqa: E402
                                      search_capacity)  # noqa: E402
-from rankflow.bench.rig import cpu_seconds  # noqa: E402
+from rankflow.bench.rig import cpu_seconds, cpu_times  # noqa: E402
 from rankflow.produce import append_steady  # noqa: E402
 from rankflow.services import LocalNginx, LocalRedis, free_port, stop_processes  # noqa: E402
 from rankflow.state.signatures import canonical_bytes  # noqa: E402
@@ -136,11 +138,12 @@ class Server:
                 raise SystemExit(f"timed out waiting for {what}")
             time.sleep(0.2)
 
-    def requests(self, route: str) -> float:
-        """Requests the service counted for ``route`` (every status), from ``/metrics``."""
+    def requests(self) -> float:
+        """Requests the service counted (every route and status but ``/metrics``'s own), from
+        ``/metrics``: during a step only the load reaches it."""
         total = 0.0
         for line in self.client.get("/metrics").text.splitlines():
-            if line.startswith("rankflow_api_requests_total{") and f'route="{route}"' in line:
+            if line.startswith("rankflow_api_requests_total{") and 'route="/metrics"' not in line:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
@@ -159,23 +162,25 @@ def run_step(oha: str, target: Target, rate: float, seconds: float, connections:
     if target.regex:
         cmd.insert(-1, "--rand-regex-url")
     pids = nginx_pids()
-    served0 = server.requests(target.route) if target.via == "nginx" else 0.0
+    served0 = server.requests() if target.via == "nginx" else 0.0
     ngx0 = sum(cpu_seconds(p) for p in pids)
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
-    cpu0 = cpu_seconds(server.proc.pid)
+    user0, sys0 = cpu_times(server.proc.pid)
     out = subprocess.run(cmd, capture_output=True, text=True)
-    cpu1 = cpu_seconds(server.proc.pid)
+    user1, sys1 = cpu_times(server.proc.pid)
     kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
         raise SystemExit(f"oha failed ({out.returncode}): {out.stderr.strip()[-500:]}")
     step = parse_oha(out.stdout, rate)
-    step.server_cpu_s = cpu1 - cpu0
+    step.server_cpu_s = (user1 - user0) + (sys1 - sys0)
+    step.extra["server_user_s"], step.extra["server_system_s"] = user1 - user0, sys1 - sys0
+    step.extra["load_1m"] = os.getloadavg()[0]  # the machine's other work, for reading the latencies
     step.extra["oha_cpu_s"] = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
     if target.via == "nginx":
         step.extra["nginx_cpu_s"] = sum(cpu_seconds(p) for p in pids) - ngx0
-        served = server.requests(target.route) - served0
+        served = server.requests() - served0
         step.extra["served_by_rankflow"] = served
-        taken = sum(step.statuses.values())
+        taken = sum(step.statuses.values()) + step.cut  # the cut ones may have reached the service too
         step.extra["answered_by_nginx_share"] = 1 - served / taken if taken else math.nan
     return step
 
@@ -201,7 +206,7 @@ def measure_target(oha: str, target: Target, a: argparse.Namespace, server: Serv
         print(f"  {target.name} {describe(step)}", flush=True)
         return step
 
-    search = search_capacity(measure, start, a.p99_ms, max_steps=a.max_steps)
+    search = search_capacity(measure, start, a.p99_ms, max_steps=a.max_steps, confirm=True)
     return cpu, search
 
 
@@ -238,15 +243,24 @@ def main() -> int:
     p.add_argument("--p99-ms", type=float, default=5.0, help="the latency bound of the capacity")
     p.add_argument("--connections", type=int, default=32)
     p.add_argument("--traffic", type=int, default=2000, help="results or playback events/s the flow follows")
-    p.add_argument("--cpu-rate", type=float, default=2000, help="requests/s of the CPU step")
+    p.add_argument("--cpu-rate", type=float, default=3000, help="requests/s of the CPU step")
     p.add_argument("--players", type=int, default=50_000, help="players on the board")
-    p.add_argument("--max-steps", type=int, default=7, help="steps of one capacity search")
+    p.add_argument("--max-steps", type=int, default=8,
+                   help="steps of one capacity search (a failing rate is measured twice)")
     p.add_argument("--phases", default="boards,listeners")
-    p.add_argument("--no-nginx", action="store_true", help="only the service, not through nginx")
+    p.add_argument("--via", default="serve,nginx",
+                   help="serve: the service directly (and its control); nginx: through nginx; or both")
     p.add_argument("--nginx-workers", default="1")
     p.add_argument("--oha", default=None, help="the oha binary (default: on PATH, else ~/.cargo/bin/oha)")
     p.add_argument("--out", default=str(ROOT / "bench-results"))
+    p.add_argument("--summarize", metavar="JSON", help="print the table of a capacity.json written before, and exit")
     a = p.parse_args()
+    if a.summarize:
+        summarize(json.loads(Path(a.summarize).read_text()))
+        return 0
+    a.via = {x for x in a.via.split(",") if x}
+    if not a.via or not a.via <= {"serve", "nginx"}:
+        p.error("--via: serve, nginx or both")
     phases = [x for x in a.phases.split(",") if x]
     if not phases or any(x not in ("boards", "listeners") for x in phases):
         p.error("--phases: boards, listeners or both")
@@ -260,13 +274,13 @@ def main() -> int:
     results: dict[str, Any] = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
         "oha": oha_version, "reps": a.reps, "step_s": a.step_s, "p99_limit_ms": a.p99_ms,
-        "connections": a.connections, "traffic_per_s": a.traffic, "cpu_rate": a.cpu_rate, "players": a.players,
+        "connections": a.connections, "via": sorted(a.via), "traffic_per_s": a.traffic, "cpu_rate": a.cpu_rate, "players": a.players,
         "load_before": os.getloadavg(), "targets": {}}
     try:
         server.wait("/livez", lambda r: r.status_code == 200, "rankflow serve to start")
         control = server.client.get(bench_control.PATH)
         assert control.status_code == 200, f"the control route is not mounted: {control.status_code}"
-        if not a.no_nginx:
+        if "nginx" in a.via:
             nginx = LocalNginx(free_port(), work / "nginx", server.port, workers=a.nginx_workers)
             nginx.start()
         for phase in phases:
@@ -305,7 +319,8 @@ def run_phase(phase: str, a: argparse.Namespace, oha: str, work: Path, redis_url
                         "the board to be loaded and mirrored")
             feeder = ctx.Process(target=append_results_steady, args=(str(log), a.traffic, a.players, KEY, 1, stop),
                                  daemon=True)
-            regex = rf"http://127\.0\.0\.1:{{port}}/boards/{GAME}/all/players/p{player_regex(a.players, digits)}"
+            # oha reads the host as it is and the path as a regex
+            regex = f"http://127.0.0.1:PORT/boards/{GAME}/all/players/p{player_regex(a.players, digits)}"
             targets = [("top", f"/boards/{GAME}/all/top?n=100", "/boards/{game}/{board}/top", False),
                        ("rank", regex, "/boards/{game}/{board}/players/{player_id}", True)]
         else:
@@ -324,13 +339,15 @@ def run_phase(phase: str, a: argparse.Namespace, oha: str, work: Path, redis_url
         time.sleep(3.0)  # the traffic reaches the flow, and its snapshots the service
         first = server.client.get(targets[0][1])  # a top: is it marked cacheable?
         results.setdefault("cacheable", {})[phase] = {h: first.headers.get(h) for h in ("cache-control", "etag")}
-        chosen: list[Target] = [Target(f"{phase}: control", base + bench_control.PATH, bench_control.PATH)]
-        for name, path, route, regex in targets:
-            url = path.format(port=server.port) if regex else base + path
-            chosen.append(Target(f"{phase}: {name}", url, route, regex=regex))
+        chosen: list[Target] = []
+        if "serve" in a.via:
+            chosen.append(Target(f"{phase}: control", base + bench_control.PATH, bench_control.PATH))
+            for name, path, route, regex in targets:
+                url = path.replace("PORT", str(server.port)) if regex else base + path
+                chosen.append(Target(f"{phase}: {name}", url, route, regex=regex))
         if nginx is not None:
             for name, path, route, regex in targets:
-                url = path.format(port=nginx.port) if regex else nginx.url + path
+                url = path.replace("PORT", str(nginx.port)) if regex else nginx.url + path
                 chosen.append(Target(f"{phase}: {name} via nginx", url, route, regex=regex, via="nginx"))
         starts: dict[str, float] = {}
         for rep in range(a.reps):
@@ -374,6 +391,11 @@ def summarize(results: dict[str, Any]) -> None:
             # per rep (the control of the same rep), then the median
             "application_us_per_request": median(s - c for s, c in zip(server_us, control_us))
             if t["via"] == "serve" and not name.endswith("control") else math.nan,
+            "application_user_us_per_request": median(_split(s, "server_user_s") - _split(c, "server_user_s")
+                                                      for s, c in zip(t["reps"], control["reps"]))
+            if control and t["via"] == "serve" and not name.endswith("control") else math.nan,
+            "most_answered_rps": median(max((s["answered"] / s["seconds"] for s in r["search"] if s["seconds"]),
+                                                default=math.nan) for r in t["reps"]),
             "oha_us_per_request": median(r["cpu_step"]["extra"]["oha_cpu_s"] * 1e6 / max(1, r["cpu_step"]["answered"])
                                          for r in t["reps"]),
         }
@@ -391,13 +413,20 @@ def summarize(results: dict[str, Any]) -> None:
         extra = ""
         if "nginx_us_per_request" in m:
             extra = f", nginx {m['nginx_us_per_request']:.1f} us, answered by nginx {m['answered_by_nginx_share']:.1%}"
-        print(f"{name:32} {m['capacity_rps']:>8,.0f} req/s (p99 {m['p99_ms_at_capacity']:.2f} ms); server "
+        print(f"{name:32} {m['capacity_rps']:>8,.0f} req/s (p99 {m['p99_ms_at_capacity']:.2f} ms; most answered "
+              f"{m['most_answered_rps']:,.0f}/s at any p99); server "
               f"{m['server_us_per_request']:.1f} us/req, control {m['control_us_per_request']:.1f}, application "
-              f"{m['application_us_per_request']:.1f}{extra}")
+              f"{m['application_us_per_request']:.1f} (user {m['application_user_us_per_request']:.1f}){extra}")
 
 
 def _us(step: dict[str, Any]) -> float:
     return step["server_cpu_s"] * 1e6 / step["answered"] if step["answered"] else math.nan
+
+
+def _split(rep: dict[str, Any], part: str) -> float:
+    """µs per request of the CPU step's ``server_user_s`` or ``server_system_s``."""
+    step = rep["cpu_step"]
+    return step["extra"].get(part, math.nan) * 1e6 / step["answered"] if step["answered"] else math.nan
 
 
 def _best(rep: dict[str, Any]) -> dict[str, Any] | None:

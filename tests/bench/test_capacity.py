@@ -76,6 +76,24 @@ def test_a_noisy_server_still_gets_a_bracket():
     assert search.best is not None and search.best.rate == 2593  # within 10% of the failure at 2828
 
 
+def test_a_confirmed_failure_takes_two_failing_steps():
+    """With ``confirm`` a failing rate is measured again; one passing step of the two is a pass."""
+    calls: dict[float, int] = {}
+
+    def measure(rate: float) -> Step:
+        calls[rate] = calls.get(rate, 0) + 1
+        stalled = rate == 4000 and calls[rate] == 1  # another process's stall, once
+        return Step(rate=rate, answered=int(rate * 5), seconds=5,
+                    p99_ms=9.0 if stalled or rate > 5000 else 1.0)
+
+    search = search_capacity(measure, 2000, 5.0, max_steps=12, close=1.1, confirm=True)
+    assert [s.rate for s in search.steps][:5] == [2000, 4000, 4000, 8000, 8000]
+    assert search.best is not None and 4000 <= search.best.rate <= 5000
+    plain = search_capacity(lambda rate: Step(rate=rate, answered=int(rate * 5), seconds=5, p99_ms=1.0), 2000, 5.0,
+                            max_steps=3, confirm=True)
+    assert [s.rate for s in plain.steps] == [2000, 4000, 8000]  # passes are never measured twice
+
+
 def test_oha_report_is_read():
     report = {"summary": {"successRate": 0.99, "total": 5.0012, "slowest": 0.0213, "fastest": 0.0001,
                           "average": 0.0008, "requestsPerSec": 1999.5},
@@ -83,7 +101,7 @@ def test_oha_report_is_read():
               "statusCodeDistribution": {"200": 9990, "503": 3},
               "errorDistribution": {"aborted due to deadline": 12, "connection closed before message completed": 2}}
     step = parse_oha(json.dumps(report), 2000)
-    assert step.answered == 9990 and step.failed == 3 + 2  # the deadline's cut requests are neither
+    assert step.answered == 9990 and step.failed == 3 + 2 and step.cut == 12  # the deadline's cut: neither
     assert step.p50_ms == pytest.approx(0.7) and step.p99_ms == pytest.approx(4.2) and step.max_ms == pytest.approx(21.3)
     assert step.seconds == pytest.approx(5.0012) and step.statuses == {"200": 9990, "503": 3}
     assert math.isnan(parse_oha(json.dumps({"summary": {}}), 100).p99_ms)
