@@ -32,6 +32,7 @@ from rankflow.execution import stop_signal, tune_gc
 from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, SIGNING_KEY_ENV, RunOptions,
                               ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
                               default_redis_url, redacted)
+from rankflow.api.http_cache import DEFAULT_MAX_AGE_S
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
 from rankflow import cli_bench, cli_status
 from rankflow.cli_format import positions, quantity
@@ -287,6 +288,9 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--poll-ms", type=_positive, default=1000, metavar="MS",
                     help="the readers look for a newer snapshot when a flow announces one (Redis pub/sub) and at "
                          "least every MS (default: %(default)s)")
+    sv.add_argument("--cache-max-age", type=_not_negative, default=DEFAULT_MAX_AGE_S, metavar="S",
+                    help="the reads' Cache-Control: public, max-age=S, for a CDN or a caching reverse proxy "
+                         "(0: no-cache, the validators still sent; default: %(default)s)")
     sv.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
                     help="how long to wait for the broker's acknowledgement before answering 503")
@@ -515,7 +519,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
                         ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index,
-                        body_timeout_ms=args.body_timeout_ms, products=args.products, poll_ms=args.poll_ms)
+                        body_timeout_ms=args.body_timeout_ms, products=args.products, poll_ms=args.poll_ms,
+                        cache_max_age_s=args.cache_max_age)
     problem = cannot_listen(args.host, args.port)
     if problem is not None:  # else uvicorn logs a traceback-sized error, or listens on another port
         raise UsageError(f"--host/--port: {problem}")
