@@ -368,6 +368,8 @@ def test_every_panel_shows_what_the_api_answers(all_products):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
         page = browser.new_page(viewport={"width": 1300, "height": 1000})
+        asked: list[str] = []
+        page.on("request", lambda request: asked.append(request.url))
         page.goto(url)
         assert text(page, "#products") == "listeners, boards, activity"
 
@@ -436,6 +438,7 @@ def test_every_panel_shows_what_the_api_answers(all_products):
         assert text(page, "#watermark") == utc(current["watermark"])
         panel_shots(page, "")
         browser.close()
+    assert asked and all(u.startswith(url) or u.startswith("data:") for u in asked), "the page works offline"
 
 
 def test_a_finished_runs_snapshots_are_stale_on_the_page_as_in_the_api(tmp_path, redis_url, namespace):
