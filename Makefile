@@ -104,7 +104,7 @@ bench-api: setup  ## reader API latency under load while the flow publishes (ben
 	@command -v wrk >/dev/null || { apt-get install -y -qq wrk >/dev/null 2>&1 || echo "wrk not installed: max-throughput figures skipped"; }
 	$(BIN)/python scripts/bench_api.py
 
-demo: setup  ## broker, steady traffic, flow, API and dashboard, live until Ctrl-C
+demo: setup  ## every product live until Ctrl-C: broker, traffic stamped now, three flows, API and dashboard
 	$(BIN)/python scripts/demo.py
 
 bench-recovery: setup
