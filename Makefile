@@ -112,7 +112,7 @@ bench-capacity: setup  ## capacity at p99 <= 5 ms and the application's CPU per 
 	@scripts/ensure-oha.sh
 	$(BIN)/python scripts/bench_capacity.py $(CAPACITY_BENCH)
 
-demo: setup  ## broker, steady traffic, flow, API and dashboard, live until Ctrl-C
+demo: setup  ## every product live until Ctrl-C: broker, traffic stamped now, three flows, API and dashboard
 	$(BIN)/python scripts/demo.py
 
 bench-recovery: setup

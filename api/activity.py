@@ -67,8 +67,9 @@ from typing import Any
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from rankflow.api import sse
+from rankflow.api import activity_watch, sse
 from rankflow.api.activity_watch import UNAVAILABLE
+from rankflow.api.http_cache import Cacheable
 from rankflow.api.paths import register_id
 from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
 from rankflow.api.shared_cache import SharedTops
@@ -177,6 +178,10 @@ async def top(request: Request, workspace: str, k: int = k_query()) -> Response:
             response_class=StreamingResponse, responses=ERRORS.openapi(503))
 async def stream(request: Request, workspace: str) -> Response:
     return await start_stream(request, workspace)
+
+
+CACHEABLE = (Cacheable("/activity", activity_watch.held),)
+"""Every activity read names its snapshot: validators, and ``304`` for the watcher's without Redis."""
 
 
 # -- the streams ------------------------------------------------------------------------------

@@ -43,8 +43,12 @@ class ActivityWatch(VersionWatch[Version]):
         super().__init__(poll_ms)
         self.reader = reader
 
+    published_at: int | None = None
+    """The publish time of :attr:`version`'s snapshot (read with it): its answers' cache validators."""
+
     async def read_version(self) -> Version:
         snapshot = await self.reader.snapshot()
+        self.published_at = snapshot.get("published_at")
         return self.reader.hint.generation, snapshot["snapshot_id"]
 
     def poll_failed(self, exc: Exception) -> bool:
@@ -56,6 +60,13 @@ class ActivityWatch(VersionWatch[Version]):
             log.exception("activity watch")
             self.lost(f"cannot follow the activity snapshots: {exc!r}")
         return False
+
+
+def held(state: Any) -> tuple[int, int] | None:
+    """The activity snapshot the watcher saw last and its publish time (``api.http_cache``); None: none."""
+    watch: ActivityWatch = state.activity_watch
+    version, at = watch.version, watch.published_at
+    return None if version is None or at is None else (version[1], at)
 
 
 class ActivityParts(Part):

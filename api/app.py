@@ -29,6 +29,7 @@ from rankflow.api import dashboard, responses, server
 from rankflow.api.announce import Announcements
 from rankflow.api.bench_control import control_routes
 from rankflow.api.hot_reads import HotReads
+from rankflow.api.http_cache import CacheHeaders, HttpCache
 from rankflow.api.parts import Part, close_client, ping, read_client, read_metrics
 from rankflow.api.prepared import PreparedAnswers
 from rankflow.api.settings import Settings
@@ -120,10 +121,14 @@ def create_app(settings: Settings) -> FastAPI:
     app.state.hot_answers = 0
     templates = {route.path_format: route for router in routers for route in router.routes
                  if hasattr(route, "path_format")}
+    app.state.http_cache = cache = HttpCache(settings.cache_max_age_s,
+                                             [c for product in mounted for c in product.cacheable()])
     app.state.prepared = PreparedAnswers(app.state, [route for product in mounted for route in product.prepared()]
                                          + control_routes(),  # the capacity benchmark's, when it asks
-                                         {t: getattr(route, "path", t) for t, route in templates.items()}, metrics)
+                                         {t: getattr(route, "path", t) for t, route in templates.items()}, metrics,
+                                         cache)
     app.add_middleware(HotReads, answers=app.state.prepared, routes=templates)  # innermost: measured like the rest
+    app.add_middleware(CacheHeaders, cache=cache)  # the validators of the hot reads' answers too
     app.add_middleware(server.BoundedBodies, timeout_s=settings.body_timeout_ms / 1000)
     app.add_middleware(MeasureRequests, metrics=metrics)  # outside: it counts the 408 of a late body
     default_openapi = app.openapi

@@ -290,6 +290,14 @@ class BoardMirror(Polling):
         return self._generation, None if sid is None else str(sid).encode(), self.loads
 
 
+    @property
+    def published_at(self) -> int | None:
+        """The publish time of :attr:`version`'s snapshot (None with it)."""
+        if self.version is None:
+            return None
+        assert self._buffer is not None
+        return self._buffer.serving.published_at
+
     # -- queries (only while ready) ---------------------------------------------------
     def _board(self, game: str, board: str) -> tuple[Served, str, Board]:
         check_board(board)

@@ -26,6 +26,7 @@ from rankflow.connectors.board_read import no_snapshot
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_replies import Values
+from rankflow.connectors.snapshot_age import published
 
 if TYPE_CHECKING:
     from rankflow.api.board_mirror import BoardMirror
@@ -47,10 +48,15 @@ class BoardWatch(VersionWatch[Version]):
         self.client = client
         self.hint = GenerationHint(Keys(boards_namespace(namespace)))
 
+    published_at: int | None = None
+    """The publish time of :attr:`version`'s snapshot (read with it): its answers' cache validators."""
+
     async def read_version(self) -> Version | None:
         keys = self.hint.keys
-        snapshot_id = keys.of_generation(self.hint.generation).snapshot_id
-        generation, sid = cast(Values, await self.client.mget(keys.generation, snapshot_id))
+        current = keys.of_generation(self.hint.generation)
+        generation, sid, at = cast(Values, await self.client.mget(keys.generation, current.snapshot_id,
+                                                                  current.published_at))
+        self.published_at = published(at)
         if self.hint.moved(int(generation or 0)):
             return None  # the new generation's snapshot id at the next poll
         if sid is None:  # no usable snapshot (nothing published, Redis lost its data): nothing is current
@@ -69,6 +75,14 @@ class BoardWatch(VersionWatch[Version]):
 def snapshot_id(version: tuple[Any, ...] | None) -> int | None:
     """The snapshot id of a boards version, the watcher's or the mirror's (None: none known)."""
     return None if version is None or version[1] is None else int(version[1])
+
+
+def held(state: Any) -> tuple[int, int] | None:
+    """The boards' snapshot the service answers from now and its publish time (``api.http_cache``):
+    the mirror's with ``--board-index memory``, else the watcher's; None: none known."""
+    changes = state.board_changes
+    sid, at = snapshot_id(changes.version), changes.published_at
+    return None if sid is None or at is None else (sid, at)
 
 
 class BoardParts(Part):

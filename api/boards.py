@@ -52,7 +52,9 @@ import redis
 from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response
 
+from rankflow.api import board_watch
 from rankflow.api.board_mirror import MirroredBoards
+from rankflow.api.http_cache import Cacheable
 from rankflow.api.paths import register_id
 from rankflow.api.prepared import PreparedRoute
 from rankflow.api.responses import Errors, Failure, UsageErrorsAre400
@@ -175,3 +177,7 @@ PREPARED = (PreparedRoute("/boards/{game}/{board}/top", "n", TOP_N, ready_top, a
             PreparedRoute("/boards/{game}/{board}/players/{player_id}", None, None, ready_player, answer_player))
 """The top and a player's rank, for ids without ``/``: written by the server's protocol when
 ready, else answered by ``api.hot_reads`` before FastAPI's route."""
+
+CACHEABLE = (Cacheable("/boards", board_watch.held),)
+"""Every board read names the snapshot it comes from: validators, and ``304`` for the one held
+(the mirror's, or the watcher's) without Redis."""

@@ -15,7 +15,9 @@ errors have one source).
 protocol (``api.server.bounded_protocol``) asks it for a plain keep-alive ``GET`` (whose
 path needs no decoding) before
 it builds an ASGI request at all, and writes the body with exactly the headers uvicorn
-and Starlette write for it. Each answer is counted in ``/metrics`` under its route, as
+and Starlette write for it, and the cache validators (``api.http_cache``: made once per
+snapshot and target) that ``api.http_cache.CacheHeaders`` adds on the ASGI path; or a
+``304`` when the request's ``If-None-Match`` holds the answer's tag (:meth:`PreparedAnswers.reply`). Each answer is counted in ``/metrics`` under its route, as
 ``api.app.MeasureRequests`` counts the others, and in :attr:`PreparedAnswers.answered`.
 A route's ``answer`` (when it has one) is the same body read when it is not ready: the
 ASGI app's lean path (``api.hot_reads``) matches the same routes and awaits it.
@@ -36,6 +38,8 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from rankflow.api.http_cache import HttpCache, target_of
+
 Ready = Callable[[Any, tuple[str, ...], int | None], "bytes | None"]
 """``ready(app state, the path's {name} segments in order, the query's value or default)``."""
 
@@ -43,6 +47,8 @@ Answer = Callable[[Any, tuple[str, ...], int | None], Awaitable["bytes | None"]]
 """``answer(...)``: as :data:`Ready`, but it may await a read (``api.hot_reads``)."""
 
 _DIGITS = re.compile(rb"\d{1,4}")
+STATUS_200 = b"HTTP/1.1 200 OK\r\n"
+STATUS_304 = b"HTTP/1.1 304 Not Modified\r\n"
 
 
 @dataclass(frozen=True)
@@ -69,34 +75,69 @@ class PreparedRoute:
 class _Matcher:
     """One route, ready to match: its literal segments by position and its metric children."""
 
-    __slots__ = ("route", "literals", "holes", "prefix", "count", "latency")
+    __slots__ = ("route", "literals", "holes", "prefix", "count", "not_modified", "latency")
 
-    def __init__(self, route: PreparedRoute, count: Any, latency: Any) -> None:
+    def __init__(self, route: PreparedRoute, count: Any, latency: Any, not_modified: Any = None) -> None:
         self.route = route
         segments = route.segments()
         self.literals = [(i, s) for i, s in enumerate(segments) if s is not None]
         self.holes = [i for i, s in enumerate(segments) if s is None]
         self.prefix = None if route.query is None else route.query.encode() + b"="  # the query's ``name=``
-        self.count, self.latency = count, latency
+        self.count, self.latency, self.not_modified = count, latency, not_modified
 
 
 class PreparedAnswers:
     """The prepared routes of the products mounted, matched by segment count; O(routes of that count)."""
 
-    def __init__(self, state: Any, routes: Iterable[PreparedRoute], labels: Mapping[str, str], metrics: Any) -> None:
+    def __init__(self, state: Any, routes: Iterable[PreparedRoute], labels: Mapping[str, str], metrics: Any,
+                 cache: HttpCache | None = None) -> None:
         """``labels``: each template's route name in ``/metrics`` (FastAPI's ``path``);
-        ``metrics``: the app's ``requests`` counter and ``latency`` histogram."""
+        ``metrics``: the app's ``requests`` counter and ``latency`` histogram; ``cache``: the
+        validators of the answers (``api.http_cache``), None for none."""
         self.state = state
+        self.cache = cache
         self.answered = 0
         self._by_length: dict[int, list[_Matcher]] = {}
         for route in routes:
             label = labels.get(route.template, route.template)
-            matcher = _Matcher(route, metrics.requests.labels(label, "200"), metrics.latency.labels(label))
+            matcher = _Matcher(route, metrics.requests.labels(label, "200"), metrics.latency.labels(label),
+                               metrics.requests.labels(label, "304"))
             self._by_length.setdefault(len(route.segments()), []).append(matcher)
 
     def answer(self, path: str, query: bytes) -> bytes | None:
         """The ``200`` body for ``GET path?query`` if a route has it ready; None: the app answers."""
         started = time.perf_counter()
+        found = self._ready(path, query)
+        if found is None:
+            return None
+        matcher, body = found
+        self._count(matcher, matcher.count, started)
+        return body
+
+    def reply(self, path: str, query: bytes, if_none_match: bytes | None) -> tuple[bytes, bytes] | None:
+        """What the protocol writes for ``GET path?query`` after its status line and its default
+        headers, if a route has the answer ready, with the status line: a ``200`` with its
+        ``content-length``, ``content-type``, validators (``api.http_cache``) and body, or a ``304``
+        with the validators only, when ``if_none_match`` (the request's ``If-None-Match``) holds
+        the answer's tag. None: the app answers."""
+        started = time.perf_counter()
+        found = self._ready(path, query)
+        if found is None:
+            return None
+        matcher, body = found
+        cache = self.cache
+        validators = None if cache is None else cache.of_body(target_of(path.encode(), query), body, path, self.state)
+        if validators is None:
+            self._count(matcher, matcher.count, started)
+            return STATUS_200, b"content-length: %d\r\ncontent-type: application/json\r\n\r\n%s" % (len(body), body)
+        if if_none_match is not None and validators.matched_by(if_none_match):
+            self._count(matcher, matcher.not_modified, started)
+            return STATUS_304, validators.lines + b"\r\n"
+        self._count(matcher, matcher.count, started)
+        return STATUS_200, b"content-length: %d\r\ncontent-type: application/json\r\n%s\r\n%s" % (
+            len(body), validators.lines, body)
+
+    def _ready(self, path: str, query: bytes) -> tuple[_Matcher, bytes] | None:
         found = self.match(path, query)
         if found is None:
             return None
@@ -105,11 +146,12 @@ class PreparedAnswers:
             body = matcher.route.ready(self.state, params, value)
         except Exception:  # noqa: BLE001 - the app answers the failure (its status, message and log)
             return None
-        if body is not None:
-            self.answered += 1
-            matcher.count.inc()
-            matcher.latency.observe(time.perf_counter() - started)
-        return body
+        return None if body is None else (matcher, body)
+
+    def _count(self, matcher: _Matcher, count: Any, started: float) -> None:
+        self.answered += 1
+        count.inc()
+        matcher.latency.observe(time.perf_counter() - started)
 
     def match(self, path: str, query: bytes) -> tuple[_Matcher, tuple[str, ...], int | None] | None:
         """The route ``GET path?query`` names, its ``{name}`` segments and its query's value (or

@@ -35,6 +35,7 @@ from fastapi import APIRouter, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from rankflow.api import sse
+from rankflow.api.http_cache import Cacheable
 from rankflow.api.prepared import PreparedRoute
 from rankflow.api.responses import Failure, STATUS, UsageErrorsAre400, error_response, json_response
 from rankflow.api.store import SnapshotCache
@@ -151,6 +152,17 @@ def ready_ranking(state: Any, params: tuple[str, ...], k: int | None) -> bytes |
 
 
 PREPARED = (PreparedRoute("/rankings", "k", TOP_K, ready_ranking),)
+
+
+def held(state: Any) -> tuple[int, int] | None:
+    """The snapshot the listener routes answer from now, if it is Redis's current one (``api.http_cache``)."""
+    cache: SnapshotCache = state.cache
+    snap = cache.snapshot
+    return None if snap is None or not cache.fresh else (snap["snapshot_id"], snap["published_at"])
+
+
+CACHEABLE = (Cacheable("/rankings", held), Cacheable("/songs/", held))
+"""Every listener read answers from the cached snapshot: validators, and ``304`` without Redis."""
 
 
 @router.get("/rankings", summary="The top K songs of the latest snapshot",

@@ -70,7 +70,6 @@ class _Answered:
 
 
 ANSWERED = _Answered()
-_STATUS_200 = b"HTTP/1.1 200 OK\r\n"
 
 
 def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYTES,
@@ -120,7 +119,9 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
 
         def _answer_prepared(self, answers: PreparedAnswers) -> bool:
             """Write the answer of a request that ``answers`` has ready, as uvicorn would write it
-            (its default headers, then Starlette's); False for the ASGI path: anything but a plain
+            (its default headers, then Starlette's and the validators ``api.http_cache.CacheHeaders``
+            adds), or its ``304`` when the request's ``If-None-Match`` holds its tag
+            (:meth:`PreparedAnswers.reply`); False for the ASGI path: anything but a plain
             keep-alive HTTP/1.1 ``GET`` without a body, a request behind another one still running
             (pipelined), a client not reading its answers, the connection limit reached, an
             access log to write, a ``root_path``."""
@@ -134,17 +135,21 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
             path, _, query = self.url.partition(b"?")
             if b"%" in path:  # to decode: the ASGI path does it
                 return False
+            if_none_match = None
+            for name, value in self.headers:
+                if name == b"if-none-match":  # several lines are one list (api.http_cache)
+                    if_none_match = value if if_none_match is None else if_none_match + b", " + value
             try:
-                body = answers.answer(path.decode("ascii"), query)
+                reply = answers.reply(path.decode("ascii"), query, if_none_match)
             except UnicodeDecodeError:
                 return False
-            if body is None:
+            if reply is None:
                 return False
-            head = [_STATUS_200]
+            status, rest = reply
+            head = [status]
             for name, value in self.server_state.default_headers:
                 head += (name, b": ", value, b"\r\n")
-            head.append(b"content-length: %d\r\ncontent-type: application/json\r\n\r\n" % len(body))
-            head.append(body)
+            head.append(rest)
             self.transport.write(b"".join(head))
             self.cycle = ANSWERED
             self.on_response_complete()

@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from rankflow import products as product_registry
-from rankflow.api import ingest, server
+from rankflow.api import http_cache, ingest, server
 from rankflow.connectors.kafka import KafkaEndpoint
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE, DEFAULT_REDIS_URL
 
@@ -26,5 +26,6 @@ class Settings:
     poll_ms: int = 1000  # how often a reader asks Redis for a newer snapshot unasked (announced ones: at once)
     board_index: str = "redis"  # board queries: "redis" (a script per query) or "memory" (api.board_mirror)
     stale_after_ms: int = 10_000  # a ranking older than this is marked stale
+    cache_max_age_s: int = http_cache.DEFAULT_MAX_AGE_S  # Cache-Control: public, max-age=N of the reads (0: no-cache)
     body_timeout_ms: int = server.DEFAULT_BODY_TIMEOUT_MS  # a request body must arrive within this of its head (408)
     products: tuple[str, ...] = tuple(product_registry.PRODUCTS)  # what is mounted (``Product.serve_parts``): all

@@ -32,6 +32,7 @@ from rankflow.execution import stop_signal, tune_gc
 from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, SIGNING_KEY_ENV, RunOptions,
                               ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
                               default_redis_url, redacted)
+from rankflow.api.http_cache import DEFAULT_MAX_AGE_S
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
 from rankflow import cli_bench, cli_status
 from rankflow.cli_format import positions, quantity
@@ -39,7 +40,7 @@ from rankflow.cli_help import KAFKA, REDIS, HelpFormatter, example, produce_exam
 from rankflow.products.boards import signing_key
 from rankflow.rebuild import RebuildFailed, rebuild
 from rankflow.runner import run
-from rankflow.generate import Chaos, generate
+from rankflow.generate import T0_MS, Chaos, generate
 from rankflow.generate_scores import DEFAULT_DAYS, DEFAULT_START_MS, ScoreChaos, generate_scores
 from rankflow import generate_messages as gm
 from rankflow.produce import produce_file
@@ -196,9 +197,11 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--out", required=True, metavar="PATH")
     g.add_argument("--players", type=_positive, default=10_000, help="scores: players (default: %(default)s)")
     g.add_argument("--games", type=_positive, default=4, help="scores: games (default: %(default)s)")
-    g.add_argument("--start", type=_utc_ms, default=DEFAULT_START_MS, metavar="ISO",
-                   help="scores: when the first match ends, ISO 8601, UTC unless it says otherwise "
-                        "(default: 2026-12-30T20:00Z, so the log crosses into 2027-W01)")
+    g.add_argument("--start", type=_start_ms, metavar="ISO|now",
+                   help="when the log's event time starts (playback, messages: the first event's ts; scores: when the "
+                        "first match ends), ISO 8601, UTC unless it says otherwise, or now (default: fixed, so a seed "
+                        "gives the same log: playback and messages 2026-01-01T00:00Z, scores 2026-12-30T20:00Z, "
+                        "crossing into 2027-W01)")
     g.add_argument("--days", type=float, default=DEFAULT_DAYS,
                    help="scores: about how many days the log spans (default: %(default)s)")
     g.add_argument("--clean", action="store_true",
@@ -214,9 +217,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="messages: users posting thousands of messages in one channel each (default: %(default)s)")
     g.add_argument("--rate", type=float, default=gm.DEFAULT_RATE, metavar="PER_SECOND",
                    help="messages: events per second of event time (default: %(default)s)")
-    g.add_argument("--start-ms", type=_not_negative, default=gm.DEFAULT_START_MS, metavar="MS",
-                   help="messages: ts of the first event, ms since the Unix epoch (default: %(default)s, "
-                        "2026-01-01T00:00Z)")
+    g.add_argument("--start-ms", type=_not_negative, metavar="MS",
+                   help=f"messages: ts of the first event, ms since the Unix epoch (default: {gm.DEFAULT_START_MS}, "
+                        "2026-01-01T00:00Z; --start says the same as a time)")
     g.add_argument("--signing-key", metavar="HEX", help="scores: sign every result with this key (sig field; "
                    f"default: ${SIGNING_KEY_ENV}; without either, unsigned)")
     g.add_argument("--timeouts", type=_rate, default=0.0, metavar="RATE",
@@ -287,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
     sv.add_argument("--poll-ms", type=_positive, default=1000, metavar="MS",
                     help="the readers look for a newer snapshot when a flow announces one (Redis pub/sub) and at "
                          "least every MS (default: %(default)s)")
+    sv.add_argument("--cache-max-age", type=_not_negative, default=DEFAULT_MAX_AGE_S, metavar="S",
+                    help="the reads' Cache-Control: public, max-age=S, for a CDN or a caching reverse proxy "
+                         "(0: no-cache, the validators still sent; default: %(default)s)")
+    sv.add_argument("--stale-after-ms", type=_positive, default=10_000, metavar="MS",
+                    help="an answer from a snapshot older than MS is marked stale (the flow stopped publishing, or "
+                         "lags); the dashboard says so too (default: %(default)s)")
     sv.add_argument("--access-log", action="store_true", help="log every request (off: it costs latency)")
     sv.add_argument("--delivery-timeout-ms", type=_positive, default=5000,
                     help="how long to wait for the broker's acknowledgement before answering 503")
@@ -353,6 +362,17 @@ def _utc_ms(text: str) -> int:
     return int(at.timestamp() * 1000)
 
 
+def _start_ms(text: str) -> int:
+    """``generate --start``: an ISO 8601 time (:func:`_utc_ms`) or ``now``."""
+    if text == "now":
+        return int(time.time() * 1000)
+    try:
+        return _utc_ms(text)
+    except argparse.ArgumentTypeError:
+        raise argparse.ArgumentTypeError(f"expected now or an ISO 8601 time such as 2026-12-30T20:00Z, "
+                                         f"got {text!r}") from None
+
+
 def cmd_generate(args: argparse.Namespace) -> int:
     check_output_file(args.out, "--out")
     started = time.perf_counter()
@@ -364,7 +384,8 @@ def cmd_generate(args: argparse.Namespace) -> int:
         raise UsageError("generate --kind playback needs --users and --songs")
     chaos = Chaos(timeout=args.timeouts, idle_ms=args.idle_ms)
     with counting("generating", args.events) as progress:
-        stats = generate(args.users, args.songs, args.events, args.seed, args.out, chaos=chaos, progress=progress)
+        stats = generate(args.users, args.songs, args.events, args.seed, args.out, chaos=chaos, progress=progress,
+                         start_ms=T0_MS if args.start is None else args.start)
     took = time.perf_counter() - started
     say(f"wrote {stats.lines} events to {args.out} in {took:.1f}s", events=stats.lines, seconds=round(took, 3))
     return 0
@@ -375,7 +396,8 @@ def _generate_scores(args: argparse.Namespace, started: float) -> int:
         raise UsageError("--days must be positive and --chaos not negative")
     key = signing_key(args.signing_key, os.environ)  # as run and serve: the variable is the default
     with counting("generating", args.events, "results") as progress:
-        stats = generate_scores(args.players, args.games, args.events, args.seed, args.out, start_ms=args.start,
+        start_ms = DEFAULT_START_MS if args.start is None else args.start
+        stats = generate_scores(args.players, args.games, args.events, args.seed, args.out, start_ms=start_ms,
                                 days=args.days, key=key, chaos=ScoreChaos().scaled(args.chaos), clean=args.clean,
                                 progress=progress)
     took = time.perf_counter() - started
@@ -401,10 +423,15 @@ def _by_kind(summary: str, lines: int, took: float, by_kind: Mapping[str, int], 
 def _generate_messages(args: argparse.Namespace, started: float) -> int:
     if not args.rate > 0 or args.chaos < 0:
         raise UsageError("--rate must be positive and --chaos not negative")
+    if args.start is not None and args.start_ms is not None:
+        raise UsageError("--start and --start-ms say the same thing: give one")
+    start_ms = args.start if args.start is not None else args.start_ms
+    if start_ms is None:
+        start_ms = gm.DEFAULT_START_MS
     with counting("generating", args.events) as progress:
         stats = gm.generate_messages(args.events, args.seed, args.out, workspaces=args.workspaces,
                                      channels=args.channels, users=args.users or gm.DEFAULT_USERS, bots=args.bots,
-                                     start_ms=args.start_ms, rate=args.rate,
+                                     start_ms=start_ms, rate=args.rate,
                                      chaos=gm.MessageChaos().scaled(args.chaos), clean=args.clean, progress=progress)
     took = time.perf_counter() - started
     notes = [f"{'(valid, out of order)':<28} {stats.out_of_order:>10,}"]
@@ -515,7 +542,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
                         delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
                         ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index,
-                        body_timeout_ms=args.body_timeout_ms, products=args.products, poll_ms=args.poll_ms)
+                        body_timeout_ms=args.body_timeout_ms, products=args.products, poll_ms=args.poll_ms,
+                        cache_max_age_s=args.cache_max_age,
+                        stale_after_ms=args.stale_after_ms)
     problem = cannot_listen(args.host, args.port)
     if problem is not None:  # else uvicorn logs a traceback-sized error, or listens on another port
         raise UsageError(f"--host/--port: {problem}")

@@ -30,6 +30,7 @@ from collections.abc import Callable
 import orjson
 
 T0_MS = 1_767_225_600_000  # 2026-01-01T00:00:00Z: a fixed start keeps logs reproducible
+STEP_MS = 30  # the most event time between two steps of a playback log (about 66 events a second)
 
 
 @dataclass(frozen=True)
@@ -68,9 +69,15 @@ class GenerateStats:
 
 
 class LogGenerator:
-    def __init__(self, users: int, songs: int, seed: int, chaos: Chaos = Chaos(), zipf_s: float = 1.1) -> None:
-        if users < 1 or songs < 1:
-            raise ValueError("users and songs must be >= 1")
+    def __init__(self, users: int, songs: int, seed: int, chaos: Chaos = Chaos(), zipf_s: float = 1.1, *,
+                 start_ms: int = T0_MS, step_ms: int = STEP_MS) -> None:
+        """``start_ms`` is the first event's ts (the fixed default keeps a seed's log the log it
+        always was; ``rankflow generate --start now`` and the demo stamp it near the present);
+        each step moves event time by 0 to ``step_ms`` ms: about ``2000 / step_ms`` events a
+        second of event time, which the demo matches to its traffic so event time keeps up
+        with the clock."""
+        if users < 1 or songs < 1 or step_ms < 1 or start_ms < 0:
+            raise ValueError("users, songs and step_ms must be >= 1, start_ms not negative")
         self.rng = random.Random(seed)
         self.chaos = chaos
         self.users = [_User(f"user_{i}") for i in range(users)]
@@ -79,7 +86,8 @@ class LogGenerator:
         self._queue: list[tuple[int, int, bytes]] = []
         self._seq = itertools.count()
         self.step = 0
-        self.ts = T0_MS
+        self.step_ms = step_ms
+        self.ts = start_ms
         self.stats = GenerateStats()
 
     # -- scheduling -------------------------------------------------------------
@@ -231,7 +239,7 @@ class LogGenerator:
 
     def step_once(self) -> None:
         self.step += 1
-        self.ts += self.rng.randint(0, 30)
+        self.ts += self.rng.randint(0, self.step_ms)
         r = self.rng.random()
         if r < self.chaos.invalid:
             self._invalid()
@@ -254,8 +262,9 @@ class LogGenerator:
 
 
 def generate(users: int, songs: int, events: int, seed: int, out: str | Path,
-             chaos: Chaos = Chaos(), progress: Callable[[int], None] | None = None) -> GenerateStats:
-    gen = LogGenerator(users, songs, seed, chaos)
+             chaos: Chaos = Chaos(), progress: Callable[[int], None] | None = None,
+             start_ms: int = T0_MS) -> GenerateStats:
+    gen = LogGenerator(users, songs, seed, chaos, start_ms=start_ms)
     write_lines(gen.lines(events), out, progress)
     return gen.stats
 

@@ -17,6 +17,7 @@ import functools
 import os
 import time
 from dataclasses import dataclass
+from collections.abc import Callable, Iterable
 from itertools import islice
 from typing import Any
 
@@ -27,6 +28,9 @@ from rankflow.connectors.kafka import KafkaEndpoint, KafkaUnavailable, ensure_to
 from rankflow.generate import LogGenerator
 from rankflow.options import UsageError
 from rankflow.progress import reading
+
+MAX_LIVE_WAIT_S = 10.0
+""":func:`produce_live`: a line due further ahead than this is a generated invalid one, sent at once."""
 
 KEY_SAMPLE_LINES = 1000
 """How many lines the key field is looked for in before anything is produced."""
@@ -177,6 +181,37 @@ def produce_steady(brokers: str, topic: str, rate: int, users: int, songs: int, 
                          on_delivery=functools.partial(delivered, at=at, n=n))
         if n % 100 == 0:
             producer.poll(0)
+    producer.flush(60)
+    return sent
+
+
+def produce_live(brokers: str, topic: str, lines: Iterable[bytes], key: Callable[[bytes], bytes], time_field: str,
+                 stop: Any) -> int:
+    """Produce each line when the clock reaches its event time (``time_field``, ms since the
+    epoch); a line without one (an invalid line of the log) at once. Stops when ``stop`` (a
+    threading Event) is set or the lines end; returns the lines produced.
+
+    Live traffic whose event time is the present: the demo's three generators start ``now``
+    and this keeps them there, so a window, a watermark and a snapshot's age read as they
+    would on a real stream. A line whose time is already past (late, redelivered) goes out
+    at once; the pace is the generator's (its events per second of event time).
+    """
+    producer = reliable_producer(brokers, **{"linger.ms": 5})
+    producer.list_topics(topic, timeout=10)
+    sent = 0
+    for line in lines:
+        try:
+            at = orjson.loads(line).get(time_field)
+        except (orjson.JSONDecodeError, AttributeError):
+            at = None
+        wait = at / 1000 - time.time() if isinstance(at, int) and not isinstance(at, bool) else 0.0
+        if wait > MAX_LIVE_WAIT_S:  # a line made invalid on purpose (a time out of range): at once
+            wait = 0.0
+        if (wait > 0 and stop.wait(wait)) or stop.is_set():  # the wait ends at once on stop
+            break
+        producer.produce(topic, key=key(line), value=line)
+        sent += 1
+        producer.poll(0)
     producer.flush(60)
     return sent
 

@@ -47,6 +47,7 @@ if TYPE_CHECKING:
     from bytewax.outputs import Sink
     from fastapi import APIRouter
 
+    from rankflow.api.http_cache import Cacheable
     from rankflow.api.parts import Part
     from rankflow.api.prepared import PreparedRoute
     from rankflow.api.settings import Settings
@@ -172,6 +173,12 @@ class Product:
         """Its routes whose answers may be ready before a request (``api.prepared``): the
         ``PREPARED`` of each module of :attr:`routes` that has one."""
         return [route for name in self.routes for route in getattr(importlib.import_module(name), "PREPARED", ())]
+
+    def cacheable(self) -> list[Cacheable]:
+        """Its routes whose answers come from one snapshot, and the snapshot the service holds for
+        them (``api.http_cache``: validators, ``304``): the ``CACHEABLE`` of each module of
+        :attr:`routes` that has one."""
+        return [c for name in self.routes for c in getattr(importlib.import_module(name), "CACHEABLE", ())]
 
     def serve_parts(self, settings: Settings) -> list[Part]:
         """What ``rankflow serve`` runs for its routes (``api.parts``): built without I/O, started

@@ -68,6 +68,12 @@ class Connection:
         self.sock.sendall(b"".join(b"GET %s HTTP/1.1\r\nhost: localhost\r\n\r\n" % p.encode() for p in paths))
         return [self._response() for _ in paths]
 
+    def request(self, path: str, *headers: str) -> Response:
+        """``GET path`` with the header lines ``headers`` (``"If-None-Match: ..."``, ``"Connection: close"``)."""
+        head = "".join(f"{line}\r\n" for line in headers)
+        self.sock.sendall(f"GET {path} HTTP/1.1\r\nhost: localhost\r\n{head}\r\n".encode())
+        return self._response()
+
     def response(self) -> Response:
         """The next answer, read whole."""
         return self._response()
@@ -91,13 +97,14 @@ class Connection:
         head = self._read_until(b"\r\n\r\n").decode()
         status_line, *lines = head.split("\r\n")
         headers = [(name.lower(), value) for name, _, value in (line.partition(": ") for line in lines)]
-        length = int(dict(headers)["content-length"])
+        status = int(status_line.split(" ")[1])
+        length = 0 if status == 304 else int(dict(headers)["content-length"])  # a 304 has no body
         while len(self.buffer) < length:
             chunk = self.sock.recv(65536)
             assert chunk, "the server closed the connection"
             self.buffer += chunk
         body, self.buffer = self.buffer[:length], self.buffer[length:]
-        return Response(int(status_line.split(" ")[1]), headers, body)
+        return Response(status, headers, body)
 
     def close(self) -> None:
         self.sock.close()
