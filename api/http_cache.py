@@ -36,6 +36,7 @@ every other answer (``api.hot_reads`` and FastAPI's), so both paths send the sam
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import re
 from collections.abc import Callable, Iterable
@@ -77,7 +78,7 @@ class Validators:
 
     def __init__(self, opaque: bytes, control: bytes, published_at: int) -> None:
         self.opaque = opaque
-        modified = formatdate(published_at / 1000, usegmt=True).encode()
+        modified = http_date(published_at)
         self.headers = [(b"etag", b"W/" + opaque), (b"cache-control", control), (b"last-modified", modified)]
         self.lines = b"".join(b"%s: %s\r\n" % header for header in self.headers)
 
@@ -85,6 +86,14 @@ class Validators:
         """Whether ``If-None-Match: if_none_match`` holds this tag (weak comparison) or is ``*``
         (``star``: the answer is known to be a ``200``)."""
         return matches(if_none_match, self.opaque, star)
+
+
+@functools.lru_cache(maxsize=64)
+def http_date(published_at: int) -> bytes:
+    """``published_at`` (ms) as an HTTP date: the same for every target of a snapshot, so made once
+    per snapshot, not per target (``formatdate`` costs a rank's answer about as much as the rest of
+    its validators: docs/benchmarks.md, "Capacity of one serve process")."""
+    return formatdate(published_at / 1000, usegmt=True).encode()
 
 
 def matches(if_none_match: bytes, opaque: bytes, star: bool = True) -> bool:
