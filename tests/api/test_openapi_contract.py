@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 import httpx
+import jsonschema_rs
 import pytest
 from fastapi.testclient import TestClient
 
@@ -45,6 +46,7 @@ from rankflow.api.app import Settings, create_app
 from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
 from rankflow.options import RunOptions
 from rankflow.runner import run
+from rankflow.services import free_port
 from tests import boards_example as example
 from tests.activity.test_activity_flow import line
 from tests.api.raw_http import served
@@ -218,6 +220,60 @@ def test_every_answer_is_described(offline):
         "^(all|best|daily|weekly|daily:[0-9]{4}-[0-9]{2}-[0-9]{2}|weekly:[0-9]{4}-W[0-9]{2})$")
 
 
+def conforms(schema: dict[str, Any], template: str, method: str, answer: httpx.Response) -> None:
+    """``answer`` is one its operation documents: status, content type and body."""
+    where = f"{method.upper()} {template} {answer.status_code}: {answer.text[:300]}"
+    documented = schema["paths"][template][method]["responses"].get(str(answer.status_code))
+    assert documented is not None, where
+    media = answer.headers["content-type"].split(";")[0]
+    assert list(documented["content"]) == [media], where
+    root = {"components": schema["components"], **documented["content"][media]["schema"]}
+    errors = [str(e) for e in jsonschema_rs.validator_for(root).iter_errors(answer.json())]
+    assert not errors, (where, errors)
+
+
+def test_refusals_and_a_service_without_redis_are_as_documented():
+    """What the schemathesis run cannot reach against a healthy service: Redis unreachable (every
+    reading route's ``503``, ``/health`` and ``/readyz`` degraded), ingest without a broker
+    (``503``), Starlette's own ``404`` and ``405``: each answer as its operation documents it."""
+    with TestClient(create_app(Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0"))) as client:
+        schema = client.get("/openapi.json").json()
+        for url, template in [("/health", "/health"), ("/readyz", "/readyz"), ("/rankings?k=3", "/rankings"),
+                              ("/rankings/recent", "/rankings/recent"), ("/songs/song_17", "/songs/{song_id}"),
+                              ("/boards", "/boards"), ("/boards/arena/all/top?n=3", "/boards/{game}/{board}/top"),
+                              ("/boards/arena/daily/players/p000042", "/boards/{game}/{board}/players/{player_id}"),
+                              ("/boards/arena/all/players/p000042/around",
+                               "/boards/{game}/{board}/players/{player_id}/around"),
+                              ("/boards/arena/all/stream", "/boards/{game}/{board}/stream"),
+                              ("/activity", "/activity"), ("/activity/global/top", "/activity/global/top"),
+                              ("/activity/acme/top", "/activity/{workspace}/top"),
+                              ("/activity/top?workspace=acme", "/activity/top"),
+                              ("/activity/acme/channels/general", "/activity/{workspace}/channels/{channel}"),
+                              ("/activity/channel?workspace=acme&channel=general", "/activity/channel"),
+                              ("/activity/acme/stream", "/activity/{workspace}/stream")]:
+            answer = client.get(url)
+            assert answer.status_code == 503, (url, answer.text)
+            conforms(schema, template, "get", answer)
+        for url, template in [("/rankings?k=0", "/rankings"), ("/boards/arena/all/top?n=1001", "/boards/{game}/{board}/top"),
+                              ("/boards/arena/monthly/players/p1", "/boards/{game}/{board}/players/{player_id}"),
+                              ("/boards/arena/all/players/p1/around?r=-1",
+                               "/boards/{game}/{board}/players/{player_id}/around"),
+                              ("/activity/global/top?k=ten", "/activity/global/top"),
+                              ("/activity/channel?workspace=acme", "/activity/channel")]:
+            answer = client.get(url)
+            assert answer.status_code == 400, (url, answer.text)
+            conforms(schema, template, "get", answer)
+        event = b'{"user_id": "u1", "playback_id": "p1", "song_id": "s1", "type": "START", "version": 1, "ts": 0}'
+        for url, template in [("/events", "/events"), ("/matches/m1/result", "/matches/{match_id}/result")]:
+            answer = client.post(url, content=event, headers={"content-type": "application/json"})
+            assert answer.status_code == 503 and "not configured" in answer.json()["error"], answer.text
+            conforms(schema, template, "post", answer)
+        assert client.get("/nowhere").json() == {"error": "Not Found"}
+        refused = client.delete("/rankings")
+        assert refused.status_code == 405 and refused.json() == {"error": "Method Not Allowed"}
+        assert refused.headers["allow"] == "GET"
+
+
 def test_the_request_examples_are_what_ingest_accepts(offline):
     """The documented examples pass the flows' own checks (a match result's but for its signature,
     which is made with a key of the reader's)."""
@@ -257,4 +313,5 @@ def test_docs_and_redoc_load_their_assets_from_the_service(offline):
             assert got.headers["content-type"].split(";")[0] == types[Path(asset).suffix], asset
             assert got.content == (docs.FOLDER / Path(asset).name).read_bytes(), asset
         assert "/openapi.json" in html.text
+        assert html.headers["content-security-policy"] == docs.POLICY  # the browser asks no other host
     assert "validatorUrl" in offline.get("/docs").text  # the online validator badge, off
