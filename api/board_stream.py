@@ -29,8 +29,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from rankflow.api import sse
-from rankflow.api.boards import ERRORS, UNAVAILABLE
+from rankflow.api.boards import ERRORS, UNAVAILABLE, WHY, board_path, game_path
 from rankflow.api.responses import UsageErrorsAre400
+from rankflow.api.schemas import text
 from rankflow.api.shared_cache import SharedTops
 from rankflow.api.watch import Watched
 from rankflow.connectors.board_read import NoBoardsSnapshot, NoSuchBoard
@@ -81,8 +82,11 @@ class BoardFeed:
 
 
 @router.get("/boards/{game:game}/{board}/stream", summary="Server-Sent Events: a board's top 10 when it changes",
-            response_class=StreamingResponse, responses=ERRORS.openapi(400, 404, 503))
-async def stream_board(request: Request, game: str, board: str) -> Response:
+            response_class=StreamingResponse,
+            responses={200: text("text/event-stream", "`board` events: the top 10 as /top?n=10 gives it, at once "
+                                                      "and whenever a snapshot changes it; `gone` when it is dropped"),
+                       **WHY})
+async def stream_board(request: Request, game: str = game_path(), board: str = board_path()) -> Response:
     watch: Watched = request.app.state.board_changes
     seen = watch.version
     tops: SharedTops = request.app.state.board_tops

@@ -31,15 +31,18 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from rankflow.api import sse
 from rankflow.api.http_cache import Cacheable
 from rankflow.api.prepared import PreparedRoute
 from rankflow.api.responses import Failure, STATUS, UsageErrorsAre400, error_response, json_response
+from rankflow.api.schemas import Error, Responses, Unavailable, bounded, model, text
+from rankflow.api.schemas_listeners import Ranking, Recent, Song
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.redis_publish import dumps_document
+from rankflow.state.events import MAX_ID_CHARS
 
 router = APIRouter(route_class=UsageErrorsAre400)  # k=ten is a 400, as on the other routes, never a 422
 
@@ -165,25 +168,38 @@ CACHEABLE = (Cacheable("/rankings", held), Cacheable("/songs/", held))
 """Every listener read answers from the cached snapshot: validators, and ``304`` without Redis."""
 
 
+def k_query() -> Any:
+    """``k`` of every ranking route: at least 1, at most the snapshot's K_max (known at run time)."""
+    return Query(TOP_K, description="how many songs, 1..K_max (the snapshot's k_max: 400 beyond it)",
+                 **bounded(minimum=1))
+
+
+ERRORS: Responses = {400: model(Error, "k below 1, beyond K_max or not an integer"),
+          503: model(Unavailable, "no usable ranking; the last one seen, if any, comes with it marked stale")}
+
+
 @router.get("/rankings", summary="The top K songs of the latest snapshot",
-            responses={400: {"description": "k outside 1..K_max"},
-                       503: {"description": "no usable ranking; the last one seen, if any, comes marked stale"}})
-async def get_rankings(request: Request, k: int = Query(TOP_K, description="how many songs, 1..K_max")) -> Response:
+            responses={200: model(Ranking, "the top k, every item from one snapshot"), **ERRORS})
+async def get_rankings(request: Request, k: int = k_query()) -> Response:
     return ranking_response(request, k, ranking_body)
 
 
 @router.get("/rankings/recent", summary="The top K songs by plays in the last minutes, of the latest snapshot",
-            responses={400: {"description": "k outside 1..K_max"},
-                       404: {"description": "the flow publishes no recent plays (--recent-minutes 0)"},
-                       503: {"description": "no usable ranking; the last one seen, if any, comes marked stale"}})
-async def get_recent(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
+            responses={200: model(Recent, "the top k by plays in the window, of the same snapshot as /rankings"),
+                       400: ERRORS[400],
+                       404: model(Error, "the flow publishes no recent plays (--recent-minutes 0)"),
+                       503: ERRORS[503]})
+async def get_recent(request: Request, k: int = k_query()) -> Response:
     return ranking_response(request, k, recent_body)
 
 
 @router.get("/songs/{song_id}", summary="One song's listeners and rank in the latest snapshot",
-            responses={404: {"description": "the song has no listeners"},
-                       503: {"description": "no usable ranking; the last answer seen, if any, comes marked stale"}})
-async def get_song(request: Request, song_id: str) -> Response:
+            responses={200: model(Song, "the song's count and rank"),
+                       404: model(Error, "the song has no listeners"),
+                       503: model(Unavailable, "no usable ranking; the last answer seen, if any, comes with it "
+                                               "marked stale")})
+async def get_song(request: Request,
+                   song_id: str = Path(examples=["song_17"], **bounded(minLength=1, maxLength=MAX_ID_CHARS))) -> Response:
     cache: SnapshotCache = request.app.state.cache
     song = cache.song(song_id)
     if not cache.fresh:
@@ -233,8 +249,11 @@ class RankingFeed:
 
 
 @router.get("/rankings/stream", summary="Server-Sent Events: changes of the top K",
-            response_class=StreamingResponse, responses={400: {"description": "k outside 1..K_max"}})
-async def stream_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
+            response_class=StreamingResponse,
+            responses={200: text("text/event-stream", "`ranking` events: the whole top k first, then what changed "
+                                                      "(changed, removed, size, snapshot_id), at most one a second"),
+                       400: ERRORS[400]})
+async def stream_rankings(request: Request, k: int = k_query()) -> Response:
     cache: SnapshotCache = request.app.state.cache
     if (problem := _check_k(k, cache.snapshot)) is not None:
         return error_response(STATUS[Failure.USAGE], problem)

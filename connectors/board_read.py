@@ -53,7 +53,9 @@ ATTEMPTS = MOVES + 2
 MAX_REMEMBERED_ALIASES = 10_000
 """Alias guesses kept per reader (two per game): past this they are forgotten at once."""
 
-BOARD_PATTERN = re.compile(r"(all|best|daily|weekly|daily:\d{4}-\d{2}-\d{2}|weekly:\d{4}-W\d{2})")
+BOARD_PATTERN = re.compile(r"(all|best|daily|weekly|daily:[0-9]{4}-[0-9]{2}-[0-9]{2}|weekly:[0-9]{4}-W[0-9]{2})")
+"""A board name or alias. ASCII digits only (``\\d`` would take any Unicode digit): the HTTP routes
+publish it as their OpenAPI pattern (``api.schemas_boards``), where ``\\d`` means ASCII digits."""
 
 
 class BoardQueryError(LookupError):
