@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rankflow import products as product_registry
-from rankflow.api import dashboard, docs, responses, schemas, server
+from rankflow.api import dashboard, docs, openapi_cache, responses, schemas, server
 from rankflow.api.announce import Announcements
 from rankflow.api.hot_reads import HotReads
 from rankflow.api.http_cache import CacheHeaders, HttpCache
@@ -142,7 +142,9 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            responses.drop_422(default_openapi(), [route for router in routers for route in router.routes])  # caches it
+            schema = default_openapi()  # caches it
+            responses.drop_422(schema, [route for router in routers for route in router.routes])
+            openapi_cache.document_validators(schema, cache.cacheable)
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -200,6 +200,9 @@ def test_every_answer_is_described(offline):
             assert "422" not in responses, where
             assert {"200", "202"} & set(responses), where
             for status, response in responses.items():
+                if status == "304":  # Not Modified has no body (api.openapi_cache)
+                    assert "content" not in response and response["headers"], where
+                    continue
                 content = response["content"]
                 assert len(content) == 1 and all(body["schema"] for body in content.values()), (where, status)
                 if status.startswith("2"):
