@@ -156,11 +156,15 @@ def ready_ranking(state: Any, params: tuple[str, ...], k: int | None) -> bytes |
 PREPARED = (PreparedRoute("/rankings", "k", TOP_K, ready_ranking),)
 
 
-def held(state: Any) -> tuple[int, int] | None:
-    """The snapshot the listener routes answer from now, if it is Redis's current one (``api.http_cache``)."""
+def held(state: Any) -> tuple[int, int, bool] | None:
+    """The snapshot the listener routes answer from now, if it is Redis's current one, and whether
+    it is too old (its rankings say ``"stale": true``) (``api.http_cache``)."""
     cache: SnapshotCache = state.cache
     snap = cache.snapshot
-    return None if snap is None or not cache.fresh else (snap["snapshot_id"], snap["published_at"])
+    if snap is None or not cache.fresh:
+        return None
+    at = snap["published_at"]
+    return snap["snapshot_id"], at, time.time() * 1000 - at > state.settings.stale_after_ms
 
 
 CACHEABLE = (Cacheable("/rankings", held), Cacheable("/songs/", held))
