@@ -379,6 +379,11 @@ def test_nginx_serves_the_reads_from_its_cache_and_follows_new_snapshots(redis_u
             for name in VALIDATORS:
                 assert miss.headers[name] == own.headers[name], (path, name)
 
+        for path in ("/rankings?k=2", "/boards/g1/all/players/bo", "/activity/A/top"):  # nginx's own 304s
+            cached = proxy.get(path)
+            again = proxy.get(path, headers={"If-None-Match": cached.headers["etag"]})
+            assert again.status_code == 304 and again.content == b"", (path, again.status_code)
+
         for path in ("/rankings?k=0", "/songs/nothing", "/boards/nope/all/top", "/activity/A/channels/nope"):
             for _ in range(2):
                 refused = proxy.get(path)
