@@ -57,6 +57,12 @@ def wait_for(fetch: Any, ok: Any, timeout: float = 60.0) -> Any:
     return got
 
 
+def revalidated(api: TestClient, path: str) -> tuple[str, int]:
+    """A read's ``ETag``, and the status of the same read with ``If-None-Match`` of it."""
+    tag = api.get(path).headers["etag"]
+    return tag, api.get(path, headers={"If-None-Match": tag}).status_code
+
+
 def apply(items: list[dict[str, Any]], event: dict[str, Any]) -> list[dict[str, Any]]:
     """A client's top K after a ``ranking`` event (as the dashboard applies it)."""
     if event["full"]:
@@ -117,9 +123,13 @@ def test_a_board_stream_resumes_without_a_top_it_already_has(redis_url, tmp_path
         with TestClient(create_app(settings)) as api:
             _, first_id, first = first_event(api, "/boards/g1/all/stream")
             assert first_id == first["snapshot_id"]
+            # the top's validator (api.http_cache): a 304 until a new snapshot (unless one came in between)
+            tag = wait_for(lambda: revalidated(api, "/boards/g1/all/top"), lambda pair: pair[1] == 304)[0]
 
             live.append(example.result("fay", "m9", 80, FAY_PLAYED, FAY_PLAYED + 1000))  # fay first
             top = wait_for(lambda: api.get("/boards/g1/all/top").json(), lambda t: t["items"][0]["player_id"] == "fay")
+            newer = api.get("/boards/g1/all/top", headers={"If-None-Match": tag})
+            assert newer.status_code == 200 and newer.headers["etag"] != tag
             kind, resumed_id, resumed = first_event(api, "/boards/g1/all/stream", first_id)
             assert kind == "board" and resumed_id > first_id and resumed["items"] == top["items"]
             _, _, unknown = first_event(api, "/boards/g1/all/stream", UNKNOWN)
@@ -138,8 +148,11 @@ def test_an_activity_stream_resumes_without_a_top_it_already_has(redis_url, tmp_
         settings = Settings(redis_url=redis_url, namespace=live.namespace, poll_ms=20)
         with TestClient(create_app(settings)) as api:
             _, first_id, first = first_event(api, "/activity/A/stream")
+            tag = api.get("/activity/A/top").headers["etag"]
             live.append(("A", "w", "u1", T0 + 3))  # a channel more in A's top
             top = wait_for(lambda: api.get("/activity/A/top").json(), lambda t: len(t["items"]) == 3)
+            newer = api.get("/activity/A/top", headers={"If-None-Match": tag})
+            assert newer.status_code == 200 and newer.headers["etag"] != tag  # a new snapshot: a new tag
             _, resumed_id, resumed = first_event(api, "/activity/A/stream", first_id)
             assert resumed_id > first_id and resumed["items"] == top["items"]
             _, _, unknown = first_event(api, "/activity/A/stream", UNKNOWN)
