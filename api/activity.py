@@ -20,6 +20,8 @@ gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id
   happened in between. Each carries what ``GET /activity/{workspace}/top?k=10`` gives,
   so it names its snapshot id and window, and has the snapshot id as the SSE ``id``. A
   comment line every 15 s keeps idle connections open; streams end when the server stops.
+  A client reconnecting with ``Last-Event-ID`` gets no first event when the top it last got
+  (at that snapshot id, known to this process: ``api.sse.History``) is still the workspace's.
 * ``GET /activity`` -> the current snapshot: ``{snapshot_id, published_at, watermark,
   window_start, window_end, bucket_ms, window_buckets, count, k_max, active_pairs, now,
   age_ms, watermark_lag_ms, published_lag_ms}``: ``now`` is the server's clock (ms),
@@ -218,9 +220,11 @@ class ActivityFeed:
     watcher's version before the read."""
 
     def __init__(self, watch: Watched, tops: SharedTops, workspace: str, k: int, first: dict[str, Any],
-                 seen: Hashable | None) -> None:
+                 seen: Hashable | None, history: sse.History | None = None) -> None:
         self.watch, self.tops, self.workspace, self.k = watch, tops, workspace, k
         self.sent, self.seen = first["items"], seen
+        self.history = history or sse.History()
+        self.history.record((workspace, k), first["snapshot_id"], self.sent)
 
     def changed(self) -> bool:
         return self.watch.version != self.seen
@@ -234,6 +238,7 @@ class ActivityFeed:
         except (NoSnapshot, ValueError, *UNAVAILABLE) as exc:  # ValueError: a new run's smaller K_max
             log.warning("activity stream %r: %r", self.workspace, exc)
             return None  # the next snapshot tries again
+        self.history.record((self.workspace, self.k), top["snapshot_id"], top["items"])
         if top["items"] == self.sent:
             return None
         self.sent = top["items"]
@@ -253,5 +258,7 @@ async def start_stream(request: Request, workspace: str) -> Response:
     got = await ask(request, first_top)
     if isinstance(got, Response):
         return got
-    feed = ActivityFeed(watch, tops, workspace, got["k"], got["top"], seen)
-    return sse.event_stream(request, watch, feed, activity_message(got["top"]))
+    history = sse.history(request.app.state, "activity")
+    resumed = history.at((workspace, got["k"]), sse.last_event_id(request))  # what the client last got, if known
+    feed = ActivityFeed(watch, tops, workspace, got["k"], got["top"], seen, history)
+    return sse.event_stream(request, watch, feed, None if resumed == feed.sent else activity_message(got["top"]))

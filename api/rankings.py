@@ -21,7 +21,9 @@ Contract:
   carries the whole top K; later ones only the ranks whose song or count changed
   (``changed``), the songs that left (``removed``) and the list's ``size``, with the
   snapshot id; at most one event a second per client, coalescing what happened in
-  between. A comment line every 15 s keeps idle connections open.
+  between. A comment line every 15 s keeps idle connections open. A client reconnecting
+  with ``Last-Event-ID`` (a snapshot id this process sent at in its last 32) gets first the
+  changes since that event (no event if none), others the whole top K (``api.sse.History``).
 """
 
 from __future__ import annotations
@@ -157,11 +159,15 @@ def ready_ranking(state: Any, params: tuple[str, ...], k: int | None) -> bytes |
 PREPARED = (PreparedRoute("/rankings", "k", TOP_K, ready_ranking),)
 
 
-def held(state: Any) -> tuple[int, int] | None:
-    """The snapshot the listener routes answer from now, if it is Redis's current one (``api.http_cache``)."""
+def held(state: Any) -> tuple[int, int, bool] | None:
+    """The snapshot the listener routes answer from now, if it is Redis's current one, and whether
+    it is too old (its rankings say ``"stale": true``) (``api.http_cache``)."""
     cache: SnapshotCache = state.cache
     snap = cache.snapshot
-    return None if snap is None or not cache.fresh else (snap["snapshot_id"], snap["published_at"])
+    if snap is None or not cache.fresh:
+        return None
+    at = snap["published_at"]
+    return snap["snapshot_id"], at, time.time() * 1000 - at > state.settings.stale_after_ms
 
 
 CACHEABLE = (Cacheable("/rankings", held), Cacheable("/songs/", held))
@@ -225,12 +231,23 @@ def diff_event(previous: list[dict[str, Any]] | None, snap: dict[str, Any], k: i
             "removed": removed, "full": previous is None}
 
 
-class RankingFeed:
-    """A ``/rankings/stream`` subscriber's :class:`api.sse.Feed`: the changes of its top K."""
+STREAM_KEY = "top"
+"""The one stream of ranked items in the listeners' :class:`api.sse.History` (k is cut when sent)."""
 
-    def __init__(self, cache: SnapshotCache, k: int) -> None:
+
+class RankingFeed:
+    """A ``/rankings/stream`` subscriber's :class:`api.sse.Feed`: the changes of its top K.
+
+    ``history``: the items each snapshot sent had (shared by the subscribers); ``resume``: the
+    ``Last-Event-ID`` of a reconnecting client: when ``history`` has it, the first event is the
+    diff against what that event left the client with (none if nothing changed), else the whole top K."""
+
+    def __init__(self, cache: SnapshotCache, k: int, history: sse.History | None = None,
+                 resume: int | None = None) -> None:
         self.cache, self.k = cache, k
-        self.sent: list[dict[str, Any]] | None = None
+        self.history = history or sse.History()
+        known = self.history.at(STREAM_KEY, resume)
+        self.sent: list[dict[str, Any]] | None = None if known is None else known[:k]
         self.last_id: int | None = None
 
     def changed(self) -> bool:
@@ -242,6 +259,7 @@ class RankingFeed:
         assert snap is not None  # changed() saw one, and the cache keeps its last
         event = diff_event(self.sent, snap, self.k)
         self.last_id = snap["snapshot_id"]
+        self.history.record(STREAM_KEY, snap["snapshot_id"], snap["items"])  # the snapshot's own list
         if event is None:
             return None
         self.sent = snap["items"][:self.k]
@@ -257,4 +275,5 @@ async def stream_rankings(request: Request, k: int = k_query()) -> Response:
     cache: SnapshotCache = request.app.state.cache
     if (problem := _check_k(k, cache.snapshot)) is not None:
         return error_response(STATUS[Failure.USAGE], problem)
-    return sse.event_stream(request, cache, RankingFeed(cache, k))
+    feed = RankingFeed(cache, k, sse.history(request.app.state, "rankings"), sse.last_event_id(request))
+    return sse.event_stream(request, cache, feed)
