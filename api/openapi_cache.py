@@ -26,7 +26,7 @@ VALIDATORS: dict[str, Any] = {
 }
 NO_STORE: dict[str, Any] = {"Cache-Control": {"description": "no-store: no cache keeps an error", "schema": _STRING}}
 IF_NONE_MATCH: dict[str, Any] = {
-    "name": "If-None-Match", "in": "header", "required": False, "schema": {"type": "string", "minLength": 1},
+    "name": "If-None-Match", "in": "header", "required": False, "schema": _STRING,
     "description": "ETags of answers the client holds (or *): 304 without a body when one is the current answer's",
 }
 
