@@ -439,7 +439,8 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
 def _summary(opts: RunOptions, final: dict[str, Any], took: float) -> str:
     """The last line of ``run`` and ``rebuild``, in the readers' format (docs/cli.md)."""
     return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {opts.product.counts(final)}"
-            f"{quantity(final['dead_letters'])} dead letters -> {opts.dead_letter}; input through "
+            f"{quantity(final['dead_letters'])} dead letters (invalid events, each with its reason) in "
+            f"{opts.dead_letter}; input through "
             f"{positions(final['positions'])}")
 
 
@@ -458,7 +459,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         say(f"{'stopped' if stopped else 'done'} in {_summary(opts, final, time.perf_counter() - started)}",
             **_summary_fields(final, time.perf_counter() - started))
     if stopped is not None:
-        say("rankflow: interrupted; stopped at a barrier, everything read so far is published", "WARNING")
+        say("rankflow: interrupted; everything read so far is published", "WARNING")
         return 128 + stopped
     return 0
 
@@ -485,8 +486,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
         f"{result.messages / max(took, 1e-9):,.0f}/s, all acknowledged", messages=result.messages,
         partitions=result.partitions, seconds=round(took, 3))
     if result.unkeyed:
-        say(f"rankflow: {result.unkeyed} of {result.messages} lines had no string {args.key_field}: produced "
-            "unkeyed (the empty key)", "WARNING", unkeyed=result.unkeyed)
+        say(f"rankflow: {result.unkeyed:,} of {result.messages:,} lines have no \"{args.key_field}\" field (a string): they "
+            "were sent without a key, so Kafka spreads them over the partitions and keeps no order among them "
+            "(expected for invalid events: the flow dead-letters them); if your events are keyed by another "
+            "field, name it with --key-field FIELD", "WARNING", unkeyed=result.unkeyed)
     return 0
 
 

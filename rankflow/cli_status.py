@@ -122,7 +122,7 @@ def print_status(status: ProductStatus) -> None:
         footer.append(f"input {escape(view['input'])}: lag {quantity(view['lag'])} in all, ends read when status started")
     footer.append(_owner_line(view["owner"]))
     if snap is not None:
-        footer.append(_dead_letters_line(view["dead_letters"], view["dead_letters_by_reason"]))
+        footer.append(_dead_letters_line(view["dead_letters"], view["dead_letters_by_reason"], view["owner"]))
         footer.append(f"snapshot {snap['snapshot_id']} published {utc(snap['published_at'])}, "
                       f"{snap['age_ms'] / 1000:.1f}s ago")
     title = f"{where}: {state}"
@@ -145,8 +145,15 @@ def _owner_line(owner: dict[str, Any] | None) -> str:
     return f"owned by {owner['command']} {owner['token']} ({who}) since {utc(owner['since'])}"
 
 
-def _dead_letters_line(total: int | None, by_reason: dict[str, int] | None) -> str:
-    text = f"{quantity(total or 0)} dead letters"
+def _dead_letters_line(total: int | None, by_reason: dict[str, int] | None, owner: dict[str, Any] | None) -> str:
+    """The snapshot's dead letters, and where they are: the owner's ``--dead-letter`` output (a file on
+    the owner's host), as it recorded it; a run of an earlier rankflow did not record it."""
+    where = owner and owner.get("dead_letter")
+    if where:
+        on_host = f" on host {escape(owner['host'])}" if where.startswith("jsonl:") and owner and owner["host"] else ""
+        text = f"{quantity(total or 0)} dead letters in {escape(where)}{on_host}"
+    else:
+        text = f"{quantity(total or 0)} dead letters (in the owner's --dead-letter output)"
     if by_reason:
         text += ": " + ", ".join(f"{reason} {quantity(n)}" for reason, n in by_reason.items())
     return text

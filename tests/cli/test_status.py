@@ -97,6 +97,9 @@ def test_status_of_a_kafka_run_caught_up_then_behind(tmp_path, kafka_brokers, to
     assert table.returncode == 0, table.stderr
     assert "listeners in namespace" in table.stdout and "caught up" in table.stdout
     assert f"{topic}/0" in table.stdout and f"run {owner['token']}" in table.stdout
+    assert owner["dead_letter"] == f"jsonl:{tmp_path / 'dead.jsonl'}"
+    assert f"dead letters in jsonl:{tmp_path / 'dead.jsonl'} on host {owner['host']}" in table.stdout, \
+        "the dead letters' count says where they are"
 
     more = tmp_path / "more.jsonl"
     generate(users=300, songs=40, events=2_500, seed=4, out=more)
