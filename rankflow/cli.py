@@ -33,7 +33,7 @@ from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, 
                               ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
                               default_redis_url, redacted)
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
-from rankflow import cli_bench, cli_status
+from rankflow import cli_bench, cli_errors, cli_status
 from rankflow.cli_format import positions, quantity
 from rankflow.cli_help import KAFKA, REDIS, HelpFormatter, example, produce_examples, run_examples
 from rankflow.products.boards import signing_key
@@ -64,7 +64,14 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
+        if cli_errors.wants_json(sys.argv[1:] if self._argv is None else self._argv):
+            where = self.prog.removeprefix("rankflow").strip()  # the JSON error's message has no "rankflow:"
+            cli_errors.refuse(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)", 2)
+            self.exit(2)
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+    _argv: list[str] | None = None
+    """The arguments being parsed (``main``'s), for :meth:`error` to know whether ``--json`` is among them."""
 
 
 def _products(text: str) -> tuple[str, ...]:
@@ -561,8 +568,11 @@ COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "p
 
 
 def main(argv: list[str] | None = None) -> int:
+    _Parser._argv = argv
+    cli_errors.set_json(cli_errors.wants_json(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     log_setup.configure(getattr(args, "log_format", "text"))
+    cli_errors.set_json(bool(getattr(args, "json", False)))
     try:
         if getattr(args, "redis", None) is not None:
             check_redis_url(args.redis)
@@ -572,18 +582,14 @@ def main(argv: list[str] | None = None) -> int:
                 check_redis_url(url, "--redis-read")
         return {**COMMANDS, **READERS}[args.command](args)
     except UsageError as exc:
-        say(f"rankflow: {exc}", "ERROR")
-        return 2
+        return cli_errors.refuse(str(exc), 2)
     except RebuildFailed as exc:
-        say(f"rankflow: {exc}; readers stay on the old ranking", "ERROR")
-        return 1 if exc.signal is None else 128 + exc.signal
+        return cli_errors.refuse(f"{exc}; readers stay on the old ranking", 1 if exc.signal is None else 128 + exc.signal)
     except (ServiceError, FencedError, GenerationSwitched, RunAlreadyPublished, KafkaUnavailable,
             RedisBoardsLayout) as exc:
-        say(f"rankflow: {exc}", "ERROR")
-        return 1
+        return cli_errors.refuse(str(exc), 1)
     except redis.RedisError as exc:
-        say(f"rankflow: cannot reach Redis at {redacted(getattr(args, 'redis', '?'))}: {exc}", "ERROR")
-        return 1
+        return cli_errors.refuse(f"cannot reach Redis at {redacted(getattr(args, 'redis', '?'))}: {exc}", 1)
     except KeyboardInterrupt:
         say("rankflow: interrupted", "WARNING")
         return 130

@@ -15,6 +15,7 @@ from typing import Any
 
 import redis
 
+from rankflow.cli_errors import refuse
 from rankflow.connectors.redis_keys import connect
 from rankflow.connectors.redis_replicas import sync_reader
 from rankflow.options import UsageError
@@ -44,8 +45,7 @@ def answer_query(redis_url: str, read_urls: Sequence[str], ask: Callable[[redis.
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except nothing as exc:
-        print(f"rankflow: {exc}", file=sys.stderr)
-        return 1
+        return refuse(str(exc), 1)
     finally:
         client.close()
     if json:

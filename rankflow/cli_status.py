@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from rankflow import products
+from rankflow.cli_errors import refuse
 from rankflow.cli_format import print_line, print_rows, quantity, utc
 from rankflow.cli_help import KAFKA, REDIS, example
 from rankflow.connectors.redis_keys import Keys, connect
@@ -84,11 +85,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             print_status(status)
     if not found:
         names = ", ".join(f"{p.name}: {p.namespace(args.namespace)}" for p in products.PRODUCTS.values())
-        print(f"rankflow: no snapshot in namespace {args.namespace!r} ({names})", file=sys.stderr)
-        return 1
+        return refuse(f"no snapshot in namespace {args.namespace!r} ({names})", 1)
     for status in found:
         if status.problem is not None:
-            print(f"rankflow: {status.product}: {status.problem}", file=sys.stderr)
+            refuse(f"{status.product}: {status.problem}", 1)
     return 0 if all(s.caught_up for s in found) else 1
 
 

@@ -158,8 +158,9 @@ def test_status_of_an_empty_namespace(tmp_path, redis_url, namespace):
     log.write_bytes(b"{}\n{}\n")
     code, views, err = status("--input", f"jsonl:{log}", "--redis", redis_url, "--namespace", namespace)
     assert (code, views) == (1, [])
-    assert err.strip().splitlines() == [f"rankflow: no snapshot in namespace {namespace!r} (listeners: {namespace}, "
-                                        f"boards: {namespace}:boards, activity: {namespace}:activity)"]
+    assert [orjson.loads(line) for line in err.strip().splitlines()] == [  # --json: its errors are JSON too
+        {"error": f"no snapshot in namespace {namespace!r} (listeners: {namespace}, boards: {namespace}:boards, "
+                  f"activity: {namespace}:activity)", "exit": 1}]
     code, [view], err = status("--flow", "boards", "--input", f"jsonl:{log}", "--redis", redis_url,
                                "--namespace", namespace)
     assert code == 1 and "no snapshot" in err
