@@ -25,6 +25,7 @@ from rankflow.arg_types import (KAFKA_FORM, interval as _interval, kafka as _kaf
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.board_layout import RedisBoardsLayout
+from rankflow.connectors.redis_contact import NotRedis
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.connectors.redis_replicas import READ_URL_ENV, read_urls
@@ -587,6 +588,8 @@ def main(argv: list[str] | None = None) -> int:
         return cli_errors.refuse(f"{exc}; readers stay on the old ranking", 1 if exc.signal is None else 128 + exc.signal)
     except (ServiceError, FencedError, GenerationSwitched, RunAlreadyPublished, KafkaUnavailable,
             RedisBoardsLayout) as exc:
+        return cli_errors.refuse(str(exc), 1)
+    except NotRedis as exc:  # says where and what, without the URL's password
         return cli_errors.refuse(str(exc), 1)
     except redis.RedisError as exc:
         return cli_errors.refuse(f"cannot reach Redis at {redacted(getattr(args, 'redis', '?'))}: {exc}", 1)

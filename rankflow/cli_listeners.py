@@ -35,7 +35,7 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
 
 def cmd_top(args: argparse.Namespace) -> int:
     reading = RankingReader(args.redis, args.namespace, default_cache_path(args.redis, args.namespace),
-                            read_urls=args.redis_read).read()
+                            read_urls=args.redis_read, first_contact=True).read()
     snap = reading.snapshot
     if snap is None:
         return refuse(f"{reading.problem}; no earlier ranking cached", 1)

@@ -21,6 +21,7 @@ from rankflow import products
 from rankflow.cli_errors import refuse
 from rankflow.cli_format import print_line, print_rows, quantity, utc
 from rankflow.cli_help import KAFKA, REDIS, example
+from rankflow.connectors.redis_contact import first_contact
 from rankflow.connectors.redis_keys import Keys, connect
 from rankflow.connectors.redis_publish import dumps_document
 from rankflow.input_ends import Input
@@ -73,6 +74,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     inputs = _inputs(args.input)
     settings = kafka_settings(args)
     ends = {given: given.ends(settings) for given in inputs}  # first: see rankflow.status
+    first_contact(args.redis)  # an address that is not Redis: one line within about 2 s
     client = connect(args.redis)
     try:
         found = statuses(client, args.namespace, args.flow, inputs, ends)

@@ -33,6 +33,7 @@ from rankflow.connectors.redis_generations import join_run
 from rankflow.connectors.redis_keys import connect
 from rankflow.connectors.redis_owner import record_owner
 from rankflow.connectors.redis_read import read_latest
+from rankflow.connectors.redis_contact import NotRedis, first_contact
 from rankflow.endpoints import check_endpoints, dead_letter_place, make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.operators.metrics import METRICS
@@ -47,14 +48,15 @@ log = logging.getLogger("rankflow.run")
 
 
 def connect_redis(url: str) -> redis.Redis:
-    """A client that answered a ping: a run fails at once, clearly, when Redis is unreachable."""
-    client = connect(url)
+    """A client of a Redis that answered a ping: a run fails at once, clearly, when Redis is
+    unreachable or the address is not Redis (``redis_contact``: within about 2 s)."""
     try:
-        client.ping()
+        first_contact(url)
+    except NotRedis as exc:
+        raise ServiceError(str(exc)) from None
     except redis.RedisError as exc:
-        client.close()
         raise ServiceError(f"cannot reach Redis at {redacted(url)}: {exc}") from None
-    return client
+    return connect(url)
 
 
 def check_run(opts: RunOptions) -> None:
