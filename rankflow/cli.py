@@ -132,7 +132,7 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str
                         "--flow boards (default 10; the whole boards are in Redis)")
     p.add_argument("--workers", type=_positive, default=1, metavar="N")
     p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
-                   help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
+                   help="how often the run publishes a snapshot, in milliseconds (default: %(default)s)")
     p.add_argument("--read-batch", type=_positive, metavar="N",
                    help="Kafka input: the most messages a partition reads at once (default: "
                         + ", ".join(f"{RunOptions(input='', flow=name).kafka_batch} for --flow {name}"
@@ -252,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="the address the metrics listen on (default: %(default)s; 0.0.0.0 for every interface)")
 
-    b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it",
+    b = sub.add_parser("rebuild", help="replay the input into a new ranking beside the current one, check it, switch readers to it",
                        epilog=example(f"rankflow rebuild --input {KAFKA}/playback-events --redis {REDIS}",
                                       after="the examples of `rankflow run --help`"))
     _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER, "rebuild")
