@@ -65,14 +65,11 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
-        if cli_errors.wants_json(sys.argv[1:] if self._argv is None else self._argv):
+        if cli_errors.is_json():  # main saw --json among the arguments
             where = self.prog.removeprefix("rankflow").strip()  # the JSON error's message has no "rankflow:"
             cli_errors.refuse(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)", 2)
             self.exit(2)
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
-
-    _argv: list[str] | None = None
-    """The arguments being parsed (``main``'s), for :meth:`error` to know whether ``--json`` is among them."""
 
 
 def _products(text: str) -> tuple[str, ...]:
@@ -569,7 +566,6 @@ COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "p
 
 
 def main(argv: list[str] | None = None) -> int:
-    _Parser._argv = argv
     cli_errors.set_json(cli_errors.wants_json(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     log_setup.configure(getattr(args, "log_format", "text"))

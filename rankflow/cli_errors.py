@@ -33,6 +33,11 @@ def set_json(on: bool) -> None:
     _json = on
 
 
+def is_json() -> bool:
+    """Whether errors are JSON now (``main`` decides, from the raw arguments, then from the parsed ones)."""
+    return _json
+
+
 def refuse(message: str, status: int) -> int:
     """Say that the command failed with ``message`` (no ``rankflow:`` prefix) and return ``status``."""
     if _json:
