@@ -20,7 +20,8 @@ read with the id), and ``age_ms``, its age when answered: ``connectors.snapshot_
 A usage error is ``400 {"error"}`` and never clamped: ``n`` outside 1..1000, ``r``
 outside 0..50, a value that is not an integer, a board name that is none of ``all``,
 ``best``, ``daily``, ``weekly``, ``daily:YYYY-MM-DD``, ``weekly:YYYY-Www``. A board
-that does not exist is ``404 {"error": "no such board: GAME/BOARD"}``; a player not
+that does not exist is ``404 {"error": "no board 'B' in game 'G'; its boards: ..."}`` (or ``"no game
+'G'; games: ..."``: ``board_read.missing_board``); a player not
 on the board ``404 {"error": "PLAYER is not on GAME/BOARD"}``. ``503`` while Redis
 cannot be reached, and while it has no usable boards snapshot (its generation has no
 snapshot id: nothing published yet, or Redis lost its data), as the listeners' routes
