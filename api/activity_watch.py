@@ -62,11 +62,11 @@ class ActivityWatch(VersionWatch[Version]):
         return False
 
 
-def held(state: Any) -> tuple[int, int] | None:
+def held(state: Any) -> tuple[int, int, bool] | None:
     """The activity snapshot the watcher saw last and its publish time (``api.http_cache``); None: none."""
     watch: ActivityWatch = state.activity_watch
     version, at = watch.version, watch.published_at
-    return None if version is None or at is None else (version[1], at)
+    return None if version is None or at is None else (version[1], at, False)
 
 
 class ActivityParts(Part):

@@ -21,11 +21,13 @@ from contextlib import asynccontextmanager
 from typing import Any
 
 from fastapi import FastAPI, Request, Response
+from fastapi.responses import PlainTextResponse
+from starlette.exceptions import HTTPException as StarletteHTTPException
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from rankflow import products as product_registry
-from rankflow.api import dashboard, responses, server
+from rankflow.api import dashboard, docs, openapi_cache, responses, schemas, server
 from rankflow.api.announce import Announcements
 from rankflow.api.bench_control import control_routes
 from rankflow.api.hot_reads import HotReads
@@ -73,14 +75,19 @@ def create_app(settings: Settings) -> FastAPI:
             await close_client(app.state.redis)
 
     summary = ", ".join(product.serves for product in mounted)
-    app = FastAPI(title="rankflow", summary=summary[:1].upper() + summary[1:], lifespan=lifespan)
+    app = FastAPI(title="rankflow", summary=summary[:1].upper() + summary[1:], lifespan=lifespan,
+                  docs_url=None, redoc_url=None)  # api.docs: the same pages, with their assets served here
     app.state.settings = settings
+    app.add_exception_handler(StarletteHTTPException, responses.http_error)  # {"error"}, as every error
     app.state.read_route = route = ReadRoute(settings.read_urls, settings.redis_url)  # replicas, then --redis
     app.state.stopping = threading.Event()  # set by the server at Ctrl-C: event streams end
     metrics = ApiMetrics()
 
     @app.get("/health", summary="Redis reachable, age of the latest snapshot (the boards' and the activity "
-                                "rankings' snapshot ids too)")
+                                "rankings' snapshot ids too)",
+             responses={200: schemas.model(schemas.Health, "every product mounted serves a current snapshot"),
+                        503: schemas.model(schemas.Health, "degraded: Redis unreachable, no product mounted has a "
+                                                           "snapshot, or the listener ranking is stale")})
     async def health(request: Request) -> Response:
         redis_ok = await ping(request.app.state.redis)
         healths = [h for part in parts if (h := part.health()) is not None]
@@ -95,19 +102,20 @@ def create_app(settings: Settings) -> FastAPI:
                                        200 if ok else 503)
 
     @app.get("/livez", summary="Liveness: 200 while the process answers (asks Redis nothing)",
-             responses={200: {"description": '`{"status": "live"}`'}})
+             responses={200: schemas.model(schemas.Live, "the process answers")})
     async def livez() -> Response:
         return responses.json_response({"status": "live"})
 
     @app.get("/readyz", summary="Readiness: 200 when Redis answers and every product served has a usable snapshot",
-             responses={200: {"description": '`{"status": "ready", "redis": "ok", "products": {name: "ready"}}`'},
-                        503: {"description": 'not ready: `{"status": "not ready", "reason", "redis", "products": '
-                                             '{name: "ready" or why not}}`, the reason a product\'s 503 "no usable '
-                                             '..." or Redis unreachable'}})
+             responses={200: schemas.model(schemas.Ready, "Redis answers and every product mounted is ready"),
+                        503: schemas.model(schemas.Ready, "not ready: the reason a product's 503 'no usable ...', or "
+                                                          "Redis unreachable")})
     async def readyz(request: Request) -> Response:
         return await readiness(request.app.state.redis, owned)
 
-    @app.get("/metrics", summary="Prometheus metrics of this service")
+    @app.get("/metrics", summary="Prometheus metrics of this service", response_class=PlainTextResponse,
+             responses={200: schemas.text("text/plain", "the Prometheus text format, version 0.0.4 "
+                                                        "(docs/metrics.md lists every metric)")})
     async def prometheus(request: Request) -> Response:
         body = generate_latest(metrics.registry) + b"".join(part.metrics() for part in parts)
         if route.replicas:
@@ -118,6 +126,7 @@ def create_app(settings: Settings) -> FastAPI:
     for router in routers:
         app.include_router(router)
     app.include_router(dashboard.router)
+    docs.mount(app)
     app.state.hot_answers = 0
     templates = {route.path_format: route for router in routers for route in router.routes
                  if hasattr(route, "path_format")}
@@ -135,7 +144,9 @@ def create_app(settings: Settings) -> FastAPI:
 
     def openapi() -> dict[str, Any]:
         if app.openapi_schema is None:
-            responses.drop_422(default_openapi(), [route for router in routers for route in router.routes])  # caches it
+            schema = default_openapi()  # caches it
+            responses.drop_422(schema, [route for router in routers for route in router.routes])
+            openapi_cache.document_validators(schema, cache.cacheable)
         return app.openapi_schema  # type: ignore[return-value]
 
     app.openapi = openapi  # type: ignore[method-assign]

@@ -58,6 +58,7 @@ from rankflow.connectors.board_read import (
     AsyncBoardReader,
     NoBoardsSnapshot,
     NoSuchBoard,
+    missing_board,
     NotOnBoard,
     check_board,
     check_n,
@@ -306,7 +307,7 @@ class BoardMirror(Polling):
         name = copy.resolve(game, board)
         index = copy.board((game, name))
         if not index:
-            raise NoSuchBoard(f"no such board: {game}/{name}")
+            raise NoSuchBoard(missing_board(game, board, self._boards()))
         return copy, name, index
 
     def _unpublished(self, board: str, query: Callable[[], dict[str, Any]]) -> NoReturn:

@@ -10,7 +10,9 @@ player far down does not by itself make a message), and the snapshot id as the S
 is a ``404`` before the stream starts (``400`` for an unknown board name, ``503`` while
 Redis has no usable boards snapshot); one that stops existing while streamed (retention dropped its period) ends the stream with a
 ``gone`` event ``{"error": "no such board: ..."}``. A comment line every 15 s keeps
-idle connections open; streams end at once when the server stops (``api.sse``).
+idle connections open; streams end at once when the server stops (``api.sse``). A client
+reconnecting with ``Last-Event-ID`` gets no first event when the top 10 it last got (at that
+snapshot id, known to this process: ``api.sse.History``) is still the board's, else the top 10.
 
 Cheap for Redis whatever the number of subscribers: the process's watcher
 (``api.board_watch.BoardWatch``, or the board mirror with ``--board-index memory``)
@@ -29,8 +31,9 @@ from fastapi import APIRouter, Request
 from fastapi.responses import Response, StreamingResponse
 
 from rankflow.api import sse
-from rankflow.api.boards import ERRORS, UNAVAILABLE
+from rankflow.api.boards import ERRORS, UNAVAILABLE, WHY, board_path, game_path
 from rankflow.api.responses import UsageErrorsAre400
+from rankflow.api.schemas import text
 from rankflow.api.shared_cache import SharedTops
 from rankflow.api.watch import Watched
 from rankflow.connectors.board_read import NoBoardsSnapshot, NoSuchBoard
@@ -56,9 +59,11 @@ class BoardFeed:
     the watcher's version before the read."""
 
     def __init__(self, watch: Watched, tops: SharedTops, game: str, board: str, first: dict[str, Any],
-                 seen: Hashable | None) -> None:
+                 seen: Hashable | None, history: sse.History | None = None) -> None:
         self.watch, self.tops, self.game, self.board = watch, tops, game, board
         self.sent, self.seen = shown(first), seen
+        self.history = history or sse.History()
+        self.history.record((game, board), first["snapshot_id"] or 0, self.sent)
 
     def changed(self) -> bool:
         return self.watch.version != self.seen
@@ -74,19 +79,27 @@ class BoardFeed:
         except UNAVAILABLE as exc:
             log.warning("board stream %s/%s: %r", self.game, self.board, exc)
             return None  # the next snapshot tries again
-        if shown(top) == self.sent:
+        now = shown(top)
+        self.history.record((self.game, self.board), top["snapshot_id"] or 0, now)
+        if now == self.sent:
             return None
-        self.sent = shown(top)
+        self.sent = now
         return board_message(top)
 
 
 @router.get("/boards/{game:game}/{board}/stream", summary="Server-Sent Events: a board's top 10 when it changes",
-            response_class=StreamingResponse, responses=ERRORS.openapi(400, 404, 503))
-async def stream_board(request: Request, game: str, board: str) -> Response:
+            response_class=StreamingResponse,
+            responses={200: text("text/event-stream", "`board` events: the top 10 as /top?n=10 gives it, at once "
+                                                      "and whenever a snapshot changes it; `gone` when it is dropped"),
+                       **WHY})
+async def stream_board(request: Request, game: str = game_path(), board: str = board_path()) -> Response:
     watch: Watched = request.app.state.board_changes
     seen = watch.version
     tops: SharedTops = request.app.state.board_tops
     first = await ERRORS.ask(request.app.state.boards, lambda _: tops.top(game, board, TOP))
     if isinstance(first, Response):
         return first
-    return sse.event_stream(request, watch, BoardFeed(watch, tops, game, board, first, seen), board_message(first))
+    history = sse.history(request.app.state, "boards")
+    resumed = history.at((game, board), sse.last_event_id(request))  # what the client last got, if known
+    feed = BoardFeed(watch, tops, game, board, first, seen, history)
+    return sse.event_stream(request, watch, feed, None if resumed == feed.sent else board_message(first))

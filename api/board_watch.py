@@ -77,12 +77,12 @@ def snapshot_id(version: tuple[Any, ...] | None) -> int | None:
     return None if version is None or version[1] is None else int(version[1])
 
 
-def held(state: Any) -> tuple[int, int] | None:
+def held(state: Any) -> tuple[int, int, bool] | None:
     """The boards' snapshot the service answers from now and its publish time (``api.http_cache``):
     the mirror's with ``--board-index memory``, else the watcher's; None: none known."""
     changes = state.board_changes
     sid, at = snapshot_id(changes.version), changes.published_at
-    return None if sid is None or at is None else (sid, at)
+    return None if sid is None or at is None else (sid, at, False)
 
 
 class BoardParts(Part):

@@ -20,7 +20,8 @@ read with the id), and ``age_ms``, its age when answered: ``connectors.snapshot_
 A usage error is ``400 {"error"}`` and never clamped: ``n`` outside 1..1000, ``r``
 outside 0..50, a value that is not an integer, a board name that is none of ``all``,
 ``best``, ``daily``, ``weekly``, ``daily:YYYY-MM-DD``, ``weekly:YYYY-Www``. A board
-that does not exist is ``404 {"error": "no such board: GAME/BOARD"}``; a player not
+that does not exist is ``404 {"error": "no board 'B' in game 'G'; its boards: ..."}`` (or ``"no game
+'G'; games: ..."``: ``board_read.missing_board``); a player not
 on the board ``404 {"error": "PLAYER is not on GAME/BOARD"}``. ``503`` while Redis
 cannot be reached, and while it has no usable boards snapshot (its generation has no
 snapshot id: nothing published yet, or Redis lost its data), as the listeners' routes
@@ -49,15 +50,17 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 import redis
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
 
 from rankflow.api import board_watch
+from rankflow.api import schemas_boards
 from rankflow.api.board_mirror import MirroredBoards
 from rankflow.api.http_cache import Cacheable
 from rankflow.api.paths import register_id
 from rankflow.api.prepared import PreparedRoute
 from rankflow.api.responses import Errors, Failure, UsageErrorsAre400
+from rankflow.api.schemas import bounded, model
 from rankflow.api.shared_cache import SharedTops
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.board_read import (MAX_N, MAX_R, AsyncBoardReader, BoardsMoving, NoBoardsSnapshot,
@@ -106,30 +109,52 @@ async def answer(request: Request, query: Callable[[Reader], Awaitable[dict[str,
     return await ERRORS.answer(reader, query)
 
 
+def game_path() -> Any:
+    return Path(description="the game id (may hold '/', as is or as %2F)", examples=["arena"], **bounded(minLength=1))
+
+
+def board_path() -> Any:
+    """The board name the routes accept (else ``400``): its pattern in the schema."""
+    return Path(description="all, best, daily, weekly (aliases of the newest period), daily:YYYY-MM-DD or "
+                            "weekly:YYYY-Www", examples=["all", "daily"], **bounded(pattern=schemas_boards.BOARD))
+
+
+def player_path() -> Any:
+    return Path(description="the player id (the rest of the path)", examples=["p000042"], **bounded(minLength=1))
+
+
+WHY = ERRORS.openapi(400, 404, 503)
+
+
 @router.get("/boards", summary="Every game's boards and aliases",
-            responses=ERRORS.openapi(503))
+            responses={200: model(schemas_boards.BoardList, "every board there is, per game"), 503: WHY[503]})
 async def list_boards(request: Request) -> Response:
     return await answer(request, lambda reader: reader.boards())
 
 
-@router.get("/boards/{game:game}/{board}/players/{player_id:path}/around",
+@router.get("/boards/{game:game}/{board}/players/{player_id:rest}/around",
             summary="The entries ranked r above to r below a player",
-            responses=ERRORS.openapi(400, 404, 503))
-async def around(request: Request, game: str, board: str, player_id: str,
-                 r: int = Query(5, description=f"how many entries on each side, 0..{MAX_R}")) -> Response:
+            responses={200: model(schemas_boards.Around, "the entries around the player, fewer near the ends"),
+                       **WHY})
+async def around(request: Request, game: str = game_path(), board: str = board_path(),
+                 player_id: str = player_path(),
+                 r: int = Query(5, description=f"how many entries on each side, 0..{MAX_R}",
+                                **bounded(minimum=0, maximum=MAX_R))) -> Response:
     return await answer(request, lambda reader: reader.around(game, board, player_id, r))
 
 
-@router.get("/boards/{game:game}/{board}/players/{player_id:path}", summary="One player's score and ranks on a board",
-            responses=ERRORS.openapi(400, 404, 503))
-async def player(request: Request, game: str, board: str, player_id: str) -> Response:
+@router.get("/boards/{game:game}/{board}/players/{player_id:rest}", summary="One player's score and ranks on a board",
+            responses={200: model(schemas_boards.PlayerRank, "the player's score and both ranks"), **WHY})
+async def player(request: Request, game: str = game_path(), board: str = board_path(),
+                 player_id: str = player_path()) -> Response:
     return await answer(request, lambda reader: reader.player(game, board, player_id))
 
 
 @router.get("/boards/{game:game}/{board}/top", summary="A board's first n entries, with both ranks",
-            responses=ERRORS.openapi(400, 404, 503))
-async def top(request: Request, game: str, board: str,
-              n: int = Query(TOP_N, description=f"how many entries, 1..{MAX_N}")) -> Response:
+            responses={200: model(schemas_boards.Top, "the first n entries"), **WHY})
+async def top(request: Request, game: str = game_path(), board: str = board_path(),
+              n: int = Query(TOP_N, description=f"how many entries, 1..{MAX_N}",
+                             **bounded(minimum=1, maximum=MAX_N))) -> Response:
     tops: SharedTops = request.app.state.board_tops
     return await answer(request, lambda _: tops.top(game, board, n))
 

@@ -10,10 +10,11 @@ Contract (docs/http.md, "Caches and reverse proxies"):
       cache-control: public, max-age=N        (N: --cache-max-age; 0: no-cache)
       last-modified: <published_at as an HTTP date>
 
-  The tag is weak: two answers of one snapshot differ in ``age_ms`` (and ``stale``), not in
-  what they say. It names the snapshot by its id and its publish time (ids start over
-  after Redis lost its data; the publish time does not come back) and the request target
-  (``k``, the board, the player...: a digest of the path and query as sent).
+  The tag is weak: two answers of one snapshot differ in ``age_ms``, not in what they say.
+  It names the snapshot by its id and its publish time (ids start over after Redis lost its
+  data; the publish time does not come back), the request target (``k``, the board, the
+  player...: a digest of the path and query as sent), and ends with ``-stale`` once the
+  answer says ``"stale": true`` (a revalidating cache must not keep a fresh-looking copy).
 * A ``GET`` whose ``If-None-Match`` (``*``, or a list of tags, compared weakly: RFC 9110
   13.1.2) matches the tag of the snapshot the server holds for the route's product is
   answered ``304`` with the same three headers and no body, before the route runs: the
@@ -50,8 +51,11 @@ MAX_TARGETS = 10_000
 """Targets whose header lines are kept (per snapshot they change anyway); past this they start over."""
 NO_STORE = (b"cache-control", b"no-store")
 
-Current = Callable[[Any], "tuple[int, int] | None"]
-"""``current(app state)``: the ``(snapshot_id, published_at)`` the server holds for a product's routes,
+Held = tuple[int, int, bool]
+"""A snapshot as the tags name it: its id, its ``published_at`` and whether its answers say ``"stale": true``."""
+
+Current = Callable[[Any], "Held | None"]
+"""``current(app state)``: the snapshot the server holds for a product's routes (:data:`Held`),
 None when it holds none it may answer from (nothing read, Redis unreachable or without a usable snapshot)."""
 
 
@@ -66,6 +70,10 @@ class Cacheable:
 
 
 _SNAPSHOT_ID = re.compile(rb'"snapshot_id":(\d+)[,}]')
+_STALE = b'"stale":true'
+STALE_WITHIN = 48
+"""Where a body says ``"stale": true``, after its publish time: right after its ``age_ms`` (the
+listener rankings'); an answer that says so elsewhere (none does) would be tagged fresh."""
 _PUBLISHED_AT = re.compile(rb'"published_at":(\d+)[,}]')
 _TAG = re.compile(rb'[ \t]*(?:W/)?("[^"]*")[ \t]*(?:,|$)')
 
@@ -131,7 +139,7 @@ class HttpCache:
     def __init__(self, max_age_s: int, cacheable: Iterable[Cacheable]) -> None:
         self.control = b"public, max-age=%d" % max_age_s if max_age_s > 0 else b"no-cache"
         self.cacheable = tuple(cacheable)
-        self._by_target: dict[bytes, tuple[bytes, Validators]] = {}
+        self._by_target: dict[bytes, tuple[bytes, Validators, Validators]] = {}  # first bytes, fresh, stale
 
     def route(self, path: str) -> Cacheable | None:
         """The product's snapshot-backed routes ``path`` is one of; None: not cacheable."""
@@ -140,9 +148,10 @@ class HttpCache:
                 return cacheable
         return None
 
-    def of(self, target: bytes, snapshot_id: int, published_at: int) -> Validators:
+    def of(self, target: bytes, snapshot_id: int, published_at: int, stale: bool = False) -> Validators:
         digest = hashlib.blake2s(target, digest_size=6).hexdigest().encode()
-        return Validators(b'"%d-%d-%s"' % (snapshot_id, published_at, digest), self.control, published_at)
+        opaque = b'"%d-%d-%s%s"' % (snapshot_id, published_at, digest, b"-stale" if stale else b"")
+        return Validators(opaque, self.control, published_at)
 
     def current(self, target: bytes, route: Cacheable, state: Any) -> Validators | None:
         """The validators of ``target``'s answer from the snapshot the server holds now; None: none held."""
@@ -156,17 +165,20 @@ class HttpCache:
         bytes, up to the two numbers, are the same: per request, one lookup and one compare."""
         kept = self._by_target.get(target)
         if kept is not None and body.startswith(kept[0]):
-            return kept[1]
+            end = len(kept[0])
+            return kept[2] if body.find(_STALE, end, end + STALE_WITHIN) >= 0 else kept[1]
         sid = _SNAPSHOT_ID.search(body)
         if sid is None:
             return None
         at = _PUBLISHED_AT.search(body)
         if at is not None:
-            validators = self.of(target, int(sid.group(1)), int(at.group(1)))
+            snapshot = int(sid.group(1)), int(at.group(1))
+            fresh, stale = self.of(target, *snapshot), self.of(target, *snapshot, stale=True)
             if len(self._by_target) >= MAX_TARGETS:
                 self._by_target = {}
-            self._by_target[target] = (body[:max(sid.end(), at.end())], validators)
-            return validators
+            end = max(sid.end(), at.end())
+            self._by_target[target] = (body[:end], fresh, stale)
+            return stale if body.find(_STALE, end, end + STALE_WITHIN) >= 0 else fresh
         route = self.route(path)
         held = None if route is None else route.current(state)
         if held is None or held[0] != int(sid.group(1)):

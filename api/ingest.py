@@ -50,7 +50,10 @@ from confluent_kafka import KafkaError, Message
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import BaseModel
 
+from rankflow.api.schemas import Accepted, Error, Responses, model
+from rankflow.api.schemas_listeners import EventsRefused, events_body
 from rankflow.connectors.kafka import KafkaEndpoint, reliable_producer
 from rankflow.state.events import INVALID_JSON, InvalidEvent, check_event
 from rankflow.state.json_spans import WHITESPACE, array_items
@@ -301,18 +304,23 @@ async def produce_request(request: Request, credentials: HTTPAuthorizationCreden
     return JSONResponse({"accepted": len(records), "positions": positions}, status_code=202)
 
 
-def ingest_responses(what: str) -> dict[int | str, dict[str, Any]]:
-    """The OpenAPI answers of an ingest route."""
-    return {400: {"description": what},
-            401: {"description": "the service has an ingest token and the request lacks it"},
-            415: {"description": "the body is not declared 'Content-Type: application/json'"},
-            413: {"description": "the body is longer than the service's limit (--max-body-bytes)"},
-            503: {"description": "the broker did not acknowledge, or the producer's queue stayed "
-                                 "full, within the delivery timeout"}}
+def ingest_responses(refused: type[BaseModel], what: str) -> Responses:
+    """The OpenAPI answers of an ingest route; ``refused`` is its ``400``'s body."""
+    return {202: model(Accepted, "the broker acknowledged every record: where each one is"),
+            400: model(refused, what),
+            401: model(Error, "the service has an ingest token and the request lacks it, or names another",
+                       headers={"WWW-Authenticate": {"schema": {"type": "string"}, "description": "Bearer"}}),
+            413: model(Error, "the body is longer than the service's limit (--max-body-bytes)"),
+            415: model(Error, "the body is not declared 'Content-Type: application/json'"),
+            503: model(Error, "the broker did not acknowledge, or the producer's queue stayed full, within the "
+                              "delivery timeout (with Retry-After); or the service has no broker for this route",
+                       headers={"Retry-After": {"schema": {"type": "integer"},
+                                                "description": "seconds, when the broker did not acknowledge"}})}
 
 
 @router.post("/events", status_code=202, summary="Hand playback events to Kafka",
-             responses=ingest_responses("invalid events (or more than 10,000), none produced"))
+             responses=ingest_responses(EventsRefused, "invalid events (or more than 10,000), none produced"),
+             openapi_extra=events_body(MAX_EVENTS_PER_REQUEST))
 async def post_events(request: Request,
                       credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> JSONResponse:
     return await produce_request(request, credentials, request.app.state.producer, events_to_produce,

@@ -33,16 +33,19 @@ import time
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Depends, Request
+from fastapi import APIRouter, Depends, Path, Request
 from fastapi.responses import JSONResponse
 from fastapi.security import HTTPAuthorizationCredentials
 
+from rankflow.api import paths  # noqa: F401 - registers {match_id:rest}
 from rankflow.api.responses import UsageErrorsAre400
 from rankflow.api.ingest import Checked, Records, bearer, body_items, ingest_responses, produce_request
+from rankflow.api.schemas import bounded
+from rankflow.api.schemas_boards import ResultRefused, results_body
 from rankflow.state.board_rules import FUTURE_MS
 from rankflow.state.events import InvalidEvent
 from rankflow.state.json_spans import WHITESPACE, object_members
-from rankflow.state.score_events import check_score, loads_json
+from rankflow.state.score_events import MAX_ID_CHARS, check_score, loads_json
 
 MAX_RESULTS_PER_REQUEST = 1000
 MATCH_ID_MISMATCH = "match_id_mismatch"
@@ -112,9 +115,13 @@ def now_ms() -> int:
     return time.time_ns() // 1_000_000
 
 
-@router.post("/matches/{match_id:path}/result", status_code=202, summary="Hand a match's signed results to Kafka",
-             responses=ingest_responses("an invalid result (the first is named), none produced"))
-async def post_match_result(request: Request, match_id: str,
+@router.post("/matches/{match_id:rest}/result", status_code=202, summary="Hand a match's signed results to Kafka",
+             responses=ingest_responses(ResultRefused, "an invalid result (the first is named), none produced"),
+             openapi_extra=results_body(MAX_RESULTS_PER_REQUEST))
+async def post_match_result(request: Request,
+                            match_id: str = Path(description="the match (1 to 64 characters, '/' too): each result "
+                                                             "gets it", examples=["m-20270101-0001"],
+                                               **bounded(minLength=1, maxLength=MAX_ID_CHARS)),
                             credentials: HTTPAuthorizationCredentials | None = Depends(bearer)) -> JSONResponse:
     key = request.app.state.settings.signing_key
     return await produce_request(request, credentials, request.app.state.score_producer,

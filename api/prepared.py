@@ -114,19 +114,24 @@ class PreparedAnswers:
         self._count(matcher, matcher.count, started)
         return body
 
-    def reply(self, path: str, query: bytes, if_none_match: bytes | None) -> tuple[bytes, bytes] | None:
+    def reply(self, path: str, query: bytes, if_none_match: bytes | None,
+              target: bytes | None = None) -> tuple[bytes, bytes] | None:
         """What the protocol writes for ``GET path?query`` after its status line and its default
         headers, if a route has the answer ready, with the status line: a ``200`` with its
         ``content-length``, ``content-type``, validators (``api.http_cache``) and body, or a ``304``
         with the validators only, when ``if_none_match`` (the request's ``If-None-Match``) holds
-        the answer's tag. None: the app answers."""
+        the answer's tag. ``target``: the request's path and query as sent
+        (``api.http_cache.target_of``, made from them if not given). None: the app answers."""
         started = time.perf_counter()
         found = self._ready(path, query)
         if found is None:
             return None
         matcher, body = found
         cache = self.cache
-        validators = None if cache is None else cache.of_body(target_of(path.encode(), query), body, path, self.state)
+        if cache is None:
+            validators = None
+        else:
+            validators = cache.of_body(target or target_of(path.encode(), query), body, path, self.state)
         if validators is None:
             self._count(matcher, matcher.count, started)
             return STATUS_200, b"content-length: %d\r\ncontent-type: application/json\r\n\r\n%s" % (len(body), body)

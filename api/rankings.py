@@ -21,7 +21,9 @@ Contract:
   carries the whole top K; later ones only the ranks whose song or count changed
   (``changed``), the songs that left (``removed``) and the list's ``size``, with the
   snapshot id; at most one event a second per client, coalescing what happened in
-  between. A comment line every 15 s keeps idle connections open.
+  between. A comment line every 15 s keeps idle connections open. A client reconnecting
+  with ``Last-Event-ID`` (a snapshot id this process sent at in its last 32) gets first the
+  changes since that event (no event if none), others the whole top K (``api.sse.History``).
 """
 
 from __future__ import annotations
@@ -31,15 +33,18 @@ from collections.abc import Callable
 from typing import Any
 
 import orjson
-from fastapi import APIRouter, Query, Request
+from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
 from rankflow.api import sse
 from rankflow.api.http_cache import Cacheable
 from rankflow.api.prepared import PreparedRoute
 from rankflow.api.responses import Failure, STATUS, UsageErrorsAre400, error_response, json_response
+from rankflow.api.schemas import Error, Responses, Unavailable, bounded, model, text
+from rankflow.api.schemas_listeners import Ranking, Recent, Song
 from rankflow.api.store import SnapshotCache
 from rankflow.connectors.redis_publish import dumps_document
+from rankflow.state.events import MAX_ID_CHARS
 
 router = APIRouter(route_class=UsageErrorsAre400)  # k=ten is a 400, as on the other routes, never a 422
 
@@ -154,36 +159,53 @@ def ready_ranking(state: Any, params: tuple[str, ...], k: int | None) -> bytes |
 PREPARED = (PreparedRoute("/rankings", "k", TOP_K, ready_ranking),)
 
 
-def held(state: Any) -> tuple[int, int] | None:
-    """The snapshot the listener routes answer from now, if it is Redis's current one (``api.http_cache``)."""
+def held(state: Any) -> tuple[int, int, bool] | None:
+    """The snapshot the listener routes answer from now, if it is Redis's current one, and whether
+    it is too old (its rankings say ``"stale": true``) (``api.http_cache``)."""
     cache: SnapshotCache = state.cache
     snap = cache.snapshot
-    return None if snap is None or not cache.fresh else (snap["snapshot_id"], snap["published_at"])
+    if snap is None or not cache.fresh:
+        return None
+    at = snap["published_at"]
+    return snap["snapshot_id"], at, time.time() * 1000 - at > state.settings.stale_after_ms
 
 
 CACHEABLE = (Cacheable("/rankings", held), Cacheable("/songs/", held))
 """Every listener read answers from the cached snapshot: validators, and ``304`` without Redis."""
 
 
+def k_query() -> Any:
+    """``k`` of every ranking route: at least 1, at most the snapshot's K_max (known at run time)."""
+    return Query(TOP_K, description="how many songs, 1..K_max (the snapshot's k_max: 400 beyond it)",
+                 **bounded(minimum=1))
+
+
+ERRORS: Responses = {400: model(Error, "k below 1, beyond K_max or not an integer"),
+          503: model(Unavailable, "no usable ranking; the last one seen, if any, comes with it marked stale")}
+
+
 @router.get("/rankings", summary="The top K songs of the latest snapshot",
-            responses={400: {"description": "k outside 1..K_max"},
-                       503: {"description": "no usable ranking; the last one seen, if any, comes marked stale"}})
-async def get_rankings(request: Request, k: int = Query(TOP_K, description="how many songs, 1..K_max")) -> Response:
+            responses={200: model(Ranking, "the top k, every item from one snapshot"), **ERRORS})
+async def get_rankings(request: Request, k: int = k_query()) -> Response:
     return ranking_response(request, k, ranking_body)
 
 
 @router.get("/rankings/recent", summary="The top K songs by plays in the last minutes, of the latest snapshot",
-            responses={400: {"description": "k outside 1..K_max"},
-                       404: {"description": "the flow publishes no recent plays (--recent-minutes 0)"},
-                       503: {"description": "no usable ranking; the last one seen, if any, comes marked stale"}})
-async def get_recent(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
+            responses={200: model(Recent, "the top k by plays in the window, of the same snapshot as /rankings"),
+                       400: ERRORS[400],
+                       404: model(Error, "the flow publishes no recent plays (--recent-minutes 0)"),
+                       503: ERRORS[503]})
+async def get_recent(request: Request, k: int = k_query()) -> Response:
     return ranking_response(request, k, recent_body)
 
 
 @router.get("/songs/{song_id}", summary="One song's listeners and rank in the latest snapshot",
-            responses={404: {"description": "the song has no listeners"},
-                       503: {"description": "no usable ranking; the last answer seen, if any, comes marked stale"}})
-async def get_song(request: Request, song_id: str) -> Response:
+            responses={200: model(Song, "the song's count and rank"),
+                       404: model(Error, "the song has no listeners"),
+                       503: model(Unavailable, "no usable ranking; the last answer seen, if any, comes with it "
+                                               "marked stale")})
+async def get_song(request: Request,
+                   song_id: str = Path(examples=["song_17"], **bounded(minLength=1, maxLength=MAX_ID_CHARS))) -> Response:
     cache: SnapshotCache = request.app.state.cache
     song = cache.song(song_id)
     if not cache.fresh:
@@ -209,12 +231,23 @@ def diff_event(previous: list[dict[str, Any]] | None, snap: dict[str, Any], k: i
             "removed": removed, "full": previous is None}
 
 
-class RankingFeed:
-    """A ``/rankings/stream`` subscriber's :class:`api.sse.Feed`: the changes of its top K."""
+STREAM_KEY = "top"
+"""The one stream of ranked items in the listeners' :class:`api.sse.History` (k is cut when sent)."""
 
-    def __init__(self, cache: SnapshotCache, k: int) -> None:
+
+class RankingFeed:
+    """A ``/rankings/stream`` subscriber's :class:`api.sse.Feed`: the changes of its top K.
+
+    ``history``: the items each snapshot sent had (shared by the subscribers); ``resume``: the
+    ``Last-Event-ID`` of a reconnecting client: when ``history`` has it, the first event is the
+    diff against what that event left the client with (none if nothing changed), else the whole top K."""
+
+    def __init__(self, cache: SnapshotCache, k: int, history: sse.History | None = None,
+                 resume: int | None = None) -> None:
         self.cache, self.k = cache, k
-        self.sent: list[dict[str, Any]] | None = None
+        self.history = history or sse.History()
+        known = self.history.at(STREAM_KEY, resume)
+        self.sent: list[dict[str, Any]] | None = None if known is None else known[:k]
         self.last_id: int | None = None
 
     def changed(self) -> bool:
@@ -226,6 +259,7 @@ class RankingFeed:
         assert snap is not None  # changed() saw one, and the cache keeps its last
         event = diff_event(self.sent, snap, self.k)
         self.last_id = snap["snapshot_id"]
+        self.history.record(STREAM_KEY, snap["snapshot_id"], snap["items"])  # the snapshot's own list
         if event is None:
             return None
         self.sent = snap["items"][:self.k]
@@ -233,9 +267,13 @@ class RankingFeed:
 
 
 @router.get("/rankings/stream", summary="Server-Sent Events: changes of the top K",
-            response_class=StreamingResponse, responses={400: {"description": "k outside 1..K_max"}})
-async def stream_rankings(request: Request, k: int = Query(10, description="how many songs, 1..K_max")) -> Response:
+            response_class=StreamingResponse,
+            responses={200: text("text/event-stream", "`ranking` events: the whole top k first, then what changed "
+                                                      "(changed, removed, size, snapshot_id), at most one a second"),
+                       400: ERRORS[400]})
+async def stream_rankings(request: Request, k: int = k_query()) -> Response:
     cache: SnapshotCache = request.app.state.cache
     if (problem := _check_k(k, cache.snapshot)) is not None:
         return error_response(STATUS[Failure.USAGE], problem)
-    return sse.event_stream(request, cache, RankingFeed(cache, k))
+    feed = RankingFeed(cache, k, sse.history(request.app.state, "rankings"), sse.last_event_id(request))
+    return sse.event_stream(request, cache, feed)

@@ -12,6 +12,8 @@ Contract:
   :meth:`Errors.openapi` lists the answers a route gives. A "not published" failure that
   carries the last answer this process had (``last``) is answered ``503`` with it,
   marked ``"stale": true``, as the listeners' routes answer.
+* A path no route matches, or a method its route does not take, is ``404``/``405
+  {"error"}`` too (:func:`http_error`), never Starlette's ``{"detail"}``: one error shape.
 * A parameter FastAPI cannot read (``k=ten``) is a usage error like one out of range,
   ``400`` (:class:`UsageErrorsAre400`), never FastAPI's own ``422``: a route whose class
   is not :class:`UsageErrorsAre400` (``POST /events``) keeps FastAPI's default, and
@@ -29,7 +31,9 @@ from fastapi import Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import Response
 from fastapi.routing import APIRoute
+from starlette.exceptions import HTTPException
 
+from rankflow.api.schemas import Error, Responses, Unavailable, model
 from rankflow.connectors.redis_publish import dumps_document
 
 log = logging.getLogger("rankflow.api")
@@ -70,9 +74,11 @@ class Errors:
         self.descriptions = descriptions
         self.unavailable = kinds.get(Failure.UNREACHABLE, ())
 
-    def openapi(self, *statuses: int) -> dict[int | str, dict[str, Any]]:
-        """The ``responses`` of a route that may answer ``statuses``."""
-        return {status: {"description": self.descriptions[status]} for status in statuses}
+    def openapi(self, *statuses: int) -> Responses:
+        """The ``responses`` of a route that may answer ``statuses``: ``{"error"}`` bodies, a ``503``'s
+        with the last answer this process had, if any (``api.schemas``)."""
+        return {status: model(Unavailable if status == STATUS[Failure.NOT_PUBLISHED] else Error,
+                              self.descriptions[status]) for status in statuses}
 
     def response(self, exc: BaseException) -> Response | None:
         """The answer to a query that raised ``exc``; None if ``exc`` is none of these failures."""
@@ -104,6 +110,15 @@ class Errors:
     async def answer(self, reader: Reader, query: Callable[[Reader], Awaitable[dict[str, Any]]]) -> Response:
         got = await self.ask(reader, query)
         return got if isinstance(got, Response) else json_response(got)
+
+
+async def http_error(request: Request, exc: Exception) -> Response:
+    """Starlette's own refusals (no route: ``404``; a method the route does not take: ``405``,
+    with its ``Allow``) as every other error: ``{"error": ...}``."""
+    assert isinstance(exc, HTTPException)
+    answer = error_response(exc.status_code, str(exc.detail))
+    answer.headers.update(exc.headers or {})
+    return answer
 
 
 def validation_message(exc: RequestValidationError) -> str:

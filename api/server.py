@@ -140,7 +140,7 @@ def bounded_protocol(header_timeout_s: float, max_head_bytes: int = MAX_HEAD_BYT
                 if name == b"if-none-match":  # several lines are one list (api.http_cache)
                     if_none_match = value if if_none_match is None else if_none_match + b", " + value
             try:
-                reply = answers.reply(path.decode("ascii"), query, if_none_match)
+                reply = answers.reply(path.decode("ascii"), query, if_none_match, self.url if query else path)
             except UnicodeDecodeError:
                 return False
             if reply is None:

@@ -12,14 +12,24 @@ the server stops (``app.state.stopping``).
 What changes and what its message is belongs to the product: a :class:`Feed`.
 Waiting for a change costs nothing per subscriber: the process's watcher
 (``api.watch.Changes``) wakes the streams when it sees a new snapshot.
+
+Resuming (docs/http.md, "Resuming a stream"): every event's SSE ``id`` is its snapshot id,
+so a client that reconnects sends the last one it got as ``Last-Event-ID``
+(:func:`last_event_id`; browsers' ``EventSource`` does it by itself). A :class:`History`,
+one per stream kind and process, shared by every subscriber, keeps what was sent at the
+last :data:`HISTORY_SNAPSHOTS` snapshots of each stream (a reference to what the snapshot
+holds anyway, not a copy); a stream that finds the client's id there sends only what
+changed since (the listeners' diff against it; a whole top of the boards and the activity
+only if it changed), and a full first event otherwise (an id too old, from another
+process), as to a new client.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
-from typing import Protocol
+from collections.abc import AsyncIterator, Hashable
+from typing import Any, Protocol
 
 from fastapi import Request
 from fastapi.responses import StreamingResponse
@@ -30,6 +40,63 @@ STREAM_MIN_INTERVAL_S = 1.0
 KEEPALIVE_S = 15.0
 DISCONNECT_CHECK_S = 1.0  # a gone client is noticed within this, even when nothing changes
 KEEPALIVE = b": keepalive\n\n"
+
+
+HISTORY_SNAPSHOTS = 32
+"""Snapshots whose sent content a :class:`History` keeps per stream: about 8 s of 250 ms barriers."""
+HISTORY_STREAMS = 10_000
+"""Streams (boards, workspaces...) a :class:`History` keeps at most; past this it starts over."""
+
+
+class History:
+    """What one kind of stream sent, per stream (``key``: a board, a workspace) and snapshot id,
+    for the last :data:`HISTORY_SNAPSHOTS` snapshots it sent at: shared by all its subscribers, so
+    a reconnecting client's ``Last-Event-ID`` finds what it last got (:meth:`at`).
+
+    Snapshot ids start over after Redis lost its data: what was sent at an id before the loss
+    stays what that id means here (a diff against it is still what the client holds) until a
+    new run sends at the same id, which replaces it; a client that was away across a loss and
+    comes back with an id the new run has just reached again gets a diff against the new
+    run's content (the one case a full event would have been right)."""
+
+    def __init__(self, snapshots: int = HISTORY_SNAPSHOTS, streams: int = HISTORY_STREAMS) -> None:
+        self.snapshots, self.streams = snapshots, streams
+        self._by_key: dict[Hashable, dict[int, Any]] = {}
+
+    def record(self, key: Hashable, snapshot_id: int, sent: Any) -> None:
+        entries = self._by_key.get(key)
+        if entries is None:
+            if len(self._by_key) >= self.streams:
+                self._by_key = {}
+            entries = self._by_key[key] = {}
+        entries.pop(snapshot_id, None)  # the newest recorded last: the oldest go first
+        entries[snapshot_id] = sent
+        while len(entries) > self.snapshots:
+            del entries[next(iter(entries))]
+
+    def at(self, key: Hashable, snapshot_id: int | None) -> Any | None:
+        """What was sent for ``key`` at ``snapshot_id``; None: unknown (or no id)."""
+        if snapshot_id is None:
+            return None
+        entries = self._by_key.get(key)
+        return None if entries is None else entries.get(snapshot_id)
+
+
+def history(state: Any, kind: str) -> History:
+    """The process's :class:`History` of the streams of ``kind`` (made at first use)."""
+    histories: dict[str, History] | None = getattr(state, "stream_histories", None)
+    if histories is None:
+        histories = state.stream_histories = {}
+    found = histories.get(kind)
+    if found is None:
+        found = histories[kind] = History()
+    return found
+
+
+def last_event_id(request: Request) -> int | None:
+    """The ``Last-Event-ID`` a reconnecting client sent, when it is a snapshot id (digits); else None."""
+    value = request.headers.get("last-event-id", "").strip()
+    return int(value) if value.isdigit() and len(value) < 20 else None
 
 
 class StreamEnds(Exception):

@@ -8,7 +8,9 @@ every player: ``ZRANK`` of the player's member is the rank - 1 (docs/semantics/b
 ``scripts.PUBLISH_BOARDS``), and ``ZCOUNT`` of the strictly better scores gives the
 competition rank.
 
-A board is "no such board" (:class:`NoSuchBoard`) only in a usable snapshot: while the
+A board is "no such board" (:class:`NoSuchBoard`) only in a usable snapshot, and the message
+lists what there is instead (:func:`missing_board`: the game's boards, or the games, a few
+dozen at most), read only then, so a user who misspelt a name sees the right one: while the
 generation has no snapshot id (nothing published yet, or Redis lost its data) every
 query raises :class:`NoBoardsSnapshot` instead, whatever the board (docs/boards.md,
 "When Redis has no usable boards snapshot").
@@ -53,7 +55,9 @@ ATTEMPTS = MOVES + 2
 MAX_REMEMBERED_ALIASES = 10_000
 """Alias guesses kept per reader (two per game): past this they are forgotten at once."""
 
-BOARD_PATTERN = re.compile(r"(all|best|daily|weekly|daily:\d{4}-\d{2}-\d{2}|weekly:\d{4}-W\d{2})")
+BOARD_PATTERN = re.compile(r"(all|best|daily|weekly|daily:[0-9]{4}-[0-9]{2}-[0-9]{2}|weekly:[0-9]{4}-W[0-9]{2})")
+"""A board name or alias. ASCII digits only (``\\d`` would take any Unicode digit): the HTTP routes
+publish it as their OpenAPI pattern (``api.schemas_boards``), where ``\\d`` means ASCII digits."""
 
 
 class BoardQueryError(LookupError):
@@ -84,6 +88,35 @@ def no_snapshot(namespace: str) -> str:
 
 class NotOnBoard(BoardQueryError):
     pass
+
+
+MAX_LISTED = 20
+"""Names a "no such board" message lists at most (then "and N more"): games may be thousands."""
+
+
+def _listed(names: list[str]) -> str:
+    shown = ", ".join(names[:MAX_LISTED])
+    return shown + (f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
+
+
+def missing_board(game: str, board: str, listing: dict[str, Any]) -> str:
+    """What :class:`NoSuchBoard` says, given the boards there are (:func:`games_answer`'s shape):
+    the game's boards when the game exists, else the games.
+
+    >>> listing = games_answer(7, [("g1", "all"), ("g1", "daily:2027-01-04"), ("g3", "all")],
+    ...                        {"g1": ["2027-01-04", None]})
+    >>> missing_board("g1", "weekly", listing)
+    "no board 'weekly' in game 'g1'; its boards: all, daily:2027-01-04 (daily)"
+    >>> missing_board("g2", "all", listing)
+    "no game 'g2'; games: g1, g3"
+    """
+    games = listing["games"]
+    if game not in games:
+        return f"no game {game!r}; games: {_listed(list(games))}" if games else f"no game {game!r}: no game has a board yet"
+    entry = games[game]
+    named = {concrete: alias for alias, concrete in entry["aliases"].items() if concrete}
+    boards = [f"{name} ({named[name]})" if name in named else name for name in entry["boards"]]
+    return f"no board {board!r} in game {game!r}; its boards: {_listed(boards)}"
 
 
 class BoardsMoving(RuntimeError):
@@ -233,8 +266,45 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
         check_r(r)
         return around_answer(game, player, self._query(BoardQuery(self.hint, game, board, "around", r, player)))
 
+    def boards(self) -> dict[str, Any]:
+        """Every game's boards and aliases, from one snapshot: :meth:`AsyncBoardReader.boards`."""
+        for _ in range(ATTEMPTS):
+            g = self.hint
+            keys = g.keys.of_generation(g.generation)
+            pipe = self.client.pipeline(transaction=True)
+            pipe.get(keys.generation)
+            pipe.get(keys.snapshot_id)
+            pipe.smembers(keys.boards)
+            pipe.hgetall(keys.aliases)
+            generation, sid, names, aliases = pipe.execute()
+            if int(generation or 0) == g.generation:
+                if sid is None:
+                    raise NoBoardsSnapshot(no_snapshot(g.keys.namespace))
+                return boards_answer(sid, names, aliases)
+            g.generation = int(generation)
+        raise BoardsMoving("the boards kept changing generation while being read; try again")
+
+    def sizes(self) -> dict[str, Any]:
+        """Every board with its player count, from one snapshot: :func:`sizes_answer` (``rankflow boards list``)."""
+        for _ in range(ATTEMPTS):
+            listing = self.boards()
+            keys = self.hint.keys.of_generation(self.hint.generation)
+            pairs = [(game, board) for game, entry in listing["games"].items() for board in entry["boards"]]
+            pipe = self.client.pipeline(transaction=True)
+            pipe.get(keys.generation)
+            pipe.get(keys.snapshot_id)
+            for game, board in pairs:
+                pipe.zcard(keys.board(game, board)[0])
+            generation, sid, *players = pipe.execute()
+            if int(generation or 0) == self.hint.generation and sid is not None and int(sid) == listing["snapshot_id"]:
+                return sizes_answer(listing, players)
+        raise BoardsMoving("the boards kept changing while being read; try again")
+
     def _query(self, query: BoardQuery) -> Reply:
-        return answer_of(run(self.script, query))
+        try:
+            return answer_of(run(self.script, query))
+        except NoSuchBoard:
+            raise NoSuchBoard(missing_board(query.game, query.board, self.boards())) from None
 
 
 class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
@@ -278,7 +348,10 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
         raise BoardsMoving("the boards kept changing generation while being read; try again")
 
     async def _query(self, query: BoardQuery) -> Reply:
-        return answer_of(await arun(self.script, query))
+        try:
+            return answer_of(await arun(self.script, query))
+        except NoSuchBoard:
+            raise NoSuchBoard(missing_board(query.game, query.board, await self.boards())) from None
 
 
 def ordered_boards(boards: list[str]) -> list[str]:
@@ -313,6 +386,19 @@ def games_answer(snapshot_id: int | None, boards: Iterable[tuple[str, str] | lis
     for entry in games.values():
         entry["boards"] = ordered_boards(entry["boards"])
     return {"snapshot_id": snapshot_id, "games": dict(sorted(games.items()))}
+
+
+def sizes_answer(listing: dict[str, Any], players: list[int]) -> dict[str, Any]:
+    """``rankflow boards list``: ``{snapshot_id, boards: [{game_id, board, alias, players}]}``, a row per
+    board of ``listing`` (:func:`games_answer`) in its order, ``players`` the boards' sizes in that order;
+    ``alias`` is ``daily`` or ``weekly`` for the period an alias names, else null."""
+    sizes = iter(players)
+    rows = []
+    for game, entry in listing["games"].items():
+        named = {concrete: alias for alias, concrete in entry["aliases"].items() if concrete}
+        for board in entry["boards"]:
+            rows.append({"game_id": game, "board": board, "alias": named.get(board), "players": int(next(sizes))})
+    return {"snapshot_id": listing["snapshot_id"], "boards": rows}
 
 
 def _items(flat: list[bytes], first_rank: int, first_competition: int) -> list[dict[str, Any]]:

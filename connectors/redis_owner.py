@@ -28,20 +28,21 @@ from rankflow.connectors.scripts import RECORD_OWNER
 
 
 def record_owner(client: redis.Redis, namespace: str, generation: int, token: int, run_id: str,
-                 command: str) -> bool:
+                 command: str, dead_letter: str = "") -> bool:
     """Record this process as run ``token`` (``run_id``; a rebuild has none: ``""``) of ``command``
-    owning ``generation``;
+    owning ``generation``, writing its dead letters to ``dead_letter`` (the ``--dead-letter`` URI,
+    which ``status`` names beside the count);
     whether it was recorded (False: an older token, or the run's record is there already)."""
     keys = Keys(namespace, generation)
     written = bind(client, RECORD_OWNER)(*RECORD_OWNER.ordered(
         {"owner": keys.owner, "owner_run": keys.owner_run},
         {"token": token, "run_id": run_id, "host": socket.gethostname(), "pid": os.getpid(),
-         "since": int(time.time() * 1000), "command": command}))
+         "since": int(time.time() * 1000), "command": command, "dead_letter": dead_letter}))
     return bool(written)
 
 
 def read_owner(client: redis.Redis, namespace: str, generation: int) -> dict[str, Any] | None:
-    """The owner of ``generation``: ``{"token", "run_id", "host", "pid", "since", "command"}``
+    """The owner of ``generation``: ``{"token", "run_id", "host", "pid", "since", "command", "dead_letter"}``
     (``since`` in ms since the epoch); the fields other than ``token`` are None when the owner
     did not record them (a rankflow before this record, or a newer run that has not yet);
     None when no run owns it."""
@@ -60,4 +61,5 @@ def read_owner(client: redis.Redis, namespace: str, generation: int) -> dict[str
             "host": run["host"] if known else None,
             "pid": int(run["pid"]) if known else None,
             "since": int(run["since"]) if known else None,
-            "command": run["command"] if known else None}
+            "command": run["command"] if known else None,
+            "dead_letter": run.get("dead_letter") or None if known else None}

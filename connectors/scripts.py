@@ -368,11 +368,12 @@ would restart below the stored one and be ignored. Within one start of a run eve
 process joins before any publishes (Bytewax connects them all first)."""
 
 RECORD_OWNER = Script("record_owner", ("record_owner",), keys=("owner", "owner_run"),
-                      argv=("token", "run_id", "host", "pid", "since", "command"))
+                      argv=("token", "run_id", "host", "pid", "since", "command", "dead_letter"))
 """Records who the run owning a generation is, for ``rankflow status`` (``redis_owner``).
 ``KEYS``: the generation's owner, its ``owner_run`` hash. ``ARGV``: the run's token, its run
 id, host name, process id, when it claimed the generation (ms since the epoch) and the
-command (``run``, ``rebuild``). Writes the hash only for a token that is not older than the
+command (``run``, ``rebuild``) and its dead-letter output (``--dead-letter``, where ``status`` says
+its dead letters are). Writes the hash only for a token that is not older than the
 owner and newer than the one recorded: the first process of a run records it, a fenced run
 never does. Replies 1 when it wrote, else 0."""
 

@@ -25,6 +25,7 @@ from rankflow.arg_types import (KAFKA_FORM, interval as _interval, kafka as _kaf
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.board_layout import RedisBoardsLayout
+from rankflow.connectors.redis_contact import NotRedis
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.connectors.redis_replicas import READ_URL_ENV, read_urls
@@ -34,7 +35,7 @@ from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, 
                               default_redis_url, redacted)
 from rankflow.api.http_cache import DEFAULT_MAX_AGE_S
 from rankflow.api.server import DEFAULT_BODY_TIMEOUT_MS, DEFAULT_HEADER_TIMEOUT_MS, DEFAULT_MAX_CONNECTIONS
-from rankflow import cli_bench, cli_status
+from rankflow import cli_bench, cli_errors, cli_status
 from rankflow.cli_format import positions, quantity
 from rankflow.cli_help import KAFKA, REDIS, HelpFormatter, example, produce_examples, run_examples
 from rankflow.products.boards import signing_key
@@ -65,6 +66,10 @@ class _Parser(argparse.ArgumentParser):
         super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> NoReturn:
+        if cli_errors.is_json():  # main saw --json among the arguments
+            where = self.prog.removeprefix("rankflow").strip()  # the JSON error's message has no "rankflow:"
+            cli_errors.refuse(f"{where + ': ' if where else ''}{message} (see {self.prog} --help)", 2)
+            self.exit(2)
         self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
 
 
@@ -125,7 +130,7 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str
                         "--flow boards (default 10; the whole boards are in Redis)")
     p.add_argument("--workers", type=_positive, default=1, metavar="N")
     p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
-                   help="snapshot (epoch) interval in milliseconds (default: %(default)s)")
+                   help="how often the run publishes a snapshot, in milliseconds (default: %(default)s)")
     p.add_argument("--read-batch", type=_positive, metavar="N",
                    help="Kafka input: the most messages a partition reads at once (default: "
                         + ", ".join(f"{RunOptions(input='', flow=name).kafka_batch} for --flow {name}"
@@ -247,7 +252,7 @@ def build_parser() -> argparse.ArgumentParser:
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
                    help="the address the metrics listen on (default: %(default)s; 0.0.0.0 for every interface)")
 
-    b = sub.add_parser("rebuild", help="replay the input into a new generation, check it, switch readers to it",
+    b = sub.add_parser("rebuild", help="replay the input into a new ranking beside the current one, check it, switch readers to it",
                        epilog=example(f"rankflow rebuild --input {KAFKA}/playback-events --redis {REDIS}",
                                       after="the examples of `rankflow run --help`"))
     _add_flow_options(b, DEFAULT_REBUILD_DEAD_LETTER, "rebuild")
@@ -466,7 +471,8 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
 def _summary(opts: RunOptions, final: dict[str, Any], took: float) -> str:
     """The last line of ``run`` and ``rebuild``, in the readers' format (docs/cli.md)."""
     return (f"{took:.2f}s, snapshot {final['snapshot_id']}: {opts.product.counts(final)}"
-            f"{quantity(final['dead_letters'])} dead letters -> {opts.dead_letter}; input through "
+            f"{quantity(final['dead_letters'])} dead letters (invalid events, each with its reason) in "
+            f"{opts.dead_letter}; input through "
             f"{positions(final['positions'])}")
 
 
@@ -485,7 +491,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         say(f"{'stopped' if stopped else 'done'} in {_summary(opts, final, time.perf_counter() - started)}",
             **_summary_fields(final, time.perf_counter() - started))
     if stopped is not None:
-        say("rankflow: interrupted; stopped at a barrier, everything read so far is published", "WARNING")
+        say("rankflow: interrupted; everything read so far is published", "WARNING")
         return 128 + stopped
     return 0
 
@@ -512,8 +518,10 @@ def cmd_produce(args: argparse.Namespace) -> int:
         f"{result.messages / max(took, 1e-9):,.0f}/s, all acknowledged", messages=result.messages,
         partitions=result.partitions, seconds=round(took, 3))
     if result.unkeyed:
-        say(f"rankflow: {result.unkeyed} of {result.messages} lines had no string {args.key_field}: produced "
-            "unkeyed (the empty key)", "WARNING", unkeyed=result.unkeyed)
+        say(f"rankflow: {result.unkeyed:,} of {result.messages:,} lines have no \"{args.key_field}\" field (a string): they "
+            "were sent without a key, so Kafka spreads them over the partitions and keeps no order among them "
+            "(expected for invalid events: the flow dead-letters them); if your events are keyed by another "
+            "field, name it with --key-field FIELD", "WARNING", unkeyed=result.unkeyed)
     return 0
 
 
@@ -587,8 +595,10 @@ COMMANDS = {"generate": cmd_generate, "run": cmd_run, "rebuild": cmd_rebuild, "p
 
 
 def main(argv: list[str] | None = None) -> int:
+    cli_errors.set_json(cli_errors.wants_json(sys.argv[1:] if argv is None else argv))
     args = build_parser().parse_args(argv)
     log_setup.configure(getattr(args, "log_format", "text"))
+    cli_errors.set_json(bool(getattr(args, "json", False)))
     try:
         if getattr(args, "redis", None) is not None:
             check_redis_url(args.redis)
@@ -598,18 +608,16 @@ def main(argv: list[str] | None = None) -> int:
                 check_redis_url(url, "--redis-read")
         return {**COMMANDS, **READERS}[args.command](args)
     except UsageError as exc:
-        say(f"rankflow: {exc}", "ERROR")
-        return 2
+        return cli_errors.refuse(str(exc), 2)
     except RebuildFailed as exc:
-        say(f"rankflow: {exc}; readers stay on the old ranking", "ERROR")
-        return 1 if exc.signal is None else 128 + exc.signal
+        return cli_errors.refuse(f"{exc}; readers stay on the old ranking", 1 if exc.signal is None else 128 + exc.signal)
     except (ServiceError, FencedError, GenerationSwitched, RunAlreadyPublished, KafkaUnavailable,
             RedisBoardsLayout) as exc:
-        say(f"rankflow: {exc}", "ERROR")
-        return 1
+        return cli_errors.refuse(str(exc), 1)
+    except NotRedis as exc:  # says where and what, without the URL's password
+        return cli_errors.refuse(str(exc), 1)
     except redis.RedisError as exc:
-        say(f"rankflow: cannot reach Redis at {redacted(getattr(args, 'redis', '?'))}: {exc}", "ERROR")
-        return 1
+        return cli_errors.refuse(f"cannot reach Redis at {redacted(getattr(args, 'redis', '?'))}: {exc}", 1)
     except KeyboardInterrupt:
         say("rankflow: interrupted", "WARNING")
         return 130

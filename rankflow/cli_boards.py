@@ -1,8 +1,9 @@
-"""``rankflow boards top|player|around``: reading the score boards from the command line.
+"""``rankflow boards list|top|player|around``: reading the score boards from the command line.
 
 Each answer is one JSON object with ``--json`` (the same fields as the HTTP API), or
-a table. Exit status: 0 an answer, 1 no such board or the player is not on it (the
-message says which), 2 bad usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an
+a table. ``list`` shows every game's boards and their sizes, so a user can find the names
+to ask for. Exit status: 0 an answer, 1 no such game or board (the message lists the ones
+there are) or the player is not on it, 2 bad usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an
 unknown board name: never clamped).
 """
 
@@ -14,7 +15,10 @@ from collections.abc import Callable
 
 import orjson
 import redis
-from rankflow.connectors.board_read import BoardQueryError, BoardReader, check_board, check_n, check_r
+from rich.markup import escape
+
+from rankflow.connectors.board_read import (BoardQueryError, BoardReader, NoSuchBoard, check_board, check_n, check_r,
+                                            missing_board)
 from rankflow.cli_format import print_line, print_rows, quantity
 from rankflow.cli_help import REDIS, example
 from rankflow.cli_query import add_option, answer_query
@@ -23,12 +27,18 @@ from rankflow.options import UsageError
 
 def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -> None:
     after = "the boards run of `rankflow run --help`"
-    examples = {"top": f"rankflow boards top --game arena --board all -n 10 --redis {REDIS}",
+    examples = {"list": f"rankflow boards list --redis {REDIS}",
+                "top": f"rankflow boards top --game arena --board all -n 10 --redis {REDIS}",
                 "player": f"rankflow boards player --game arena --board daily --player p000042 --json --redis {REDIS}",
                 "around": f"rankflow boards around --game arena --board weekly --player p000042 -r 2 --redis {REDIS}"}
-    boards = sub.add_parser("boards", help="read the game score boards (top, one player, around a player)",
+    boards = sub.add_parser("boards", help="read the game score boards (list, top, one player, around a player)",
                             epilog=example(*examples.values(), after=after))
     queries = boards.add_subparsers(dest="query", required=True)
+    listing = queries.add_parser("list", help="every game's boards, with their players",
+                                 epilog=example(examples["list"], after=after))
+    listing.add_argument("--game", metavar="G", help="this game's boards only")
+    listing.add_argument("--json", action="store_true", help="print one JSON object")
+    add_redis(listing)
     top = queries.add_parser("top", help="a board's first N entries", epilog=example(examples["top"], after=after))
     player = queries.add_parser("player", help="one player's score and ranks on a board",
                                 epilog=example(examples["player"], after=after))
@@ -49,6 +59,9 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
 
 
 def cmd_boards(args: argparse.Namespace) -> int:
+    if args.query == "list":
+        return answer_query(args.redis, args.redis_read, lambda client: list_boards(client, args.namespace, args.game),
+                            BoardQueryError, args.json, orjson.dumps, print_list)
     try:
         check_board(args.board)
         if args.query == "top":
@@ -67,6 +80,27 @@ def cmd_boards(args: argparse.Namespace) -> int:
         return reader.around(args.game, args.board, args.player, args.radius)
 
     return answer_query(args.redis, args.redis_read, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
+
+
+def list_boards(client: redis.Redis, namespace: str, game: str | None) -> dict[str, Any]:
+    """``boards list``'s answer: every board with its size, or ``game``'s (no such game: the games there are)."""
+    answer = BoardReader(client, namespace).sizes()
+    if game is None:
+        return answer
+    rows = [row for row in answer["boards"] if row["game_id"] == game]
+    if not rows:
+        games = sorted({row["game_id"] for row in answer["boards"]})
+        raise NoSuchBoard(missing_board(game, "", {"games": dict.fromkeys(games)}))
+    return {**answer, "boards": rows}
+
+
+def print_list(answer: dict[str, Any]) -> None:
+    # game ids are the user's: printed as they are, never read as rich markup
+    rows = [{**row, "game_id": escape(row["game_id"]),
+             "board": f"{row['board']} ({row['alias']})" if row["alias"] else row["board"]} for row in answer["boards"]]
+    games = len({row["game_id"] for row in rows})
+    footer = [f"{quantity(games)} games, {quantity(len(rows))} boards", f"snapshot {answer['snapshot_id']}"]
+    print_rows("Boards by game", ("game_id", "board", "players"), rows, footer)
 
 
 def print_answer(answer: dict[str, Any]) -> None:

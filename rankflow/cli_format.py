@@ -18,7 +18,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-IDENTIFIERS = frozenset({"song_id", "player_id", "workspace_id", "channel_id", "partition"})
+IDENTIFIERS = frozenset({"song_id", "player_id", "workspace_id", "channel_id", "partition", "game_id", "board"})
 """Columns printed as stored and left-aligned; every other column is a quantity or an offset."""
 OFFSETS = frozenset({"position", "end"})
 """Input offsets (``rankflow status``): printed as stored, right-aligned."""

@@ -13,6 +13,7 @@ import sys
 from typing import Any
 from collections.abc import Callable
 
+from rankflow.cli_errors import refuse
 from rankflow.cli_format import positions, print_rows, quantity, utc
 from rankflow.cli_help import REDIS, example
 from rankflow.cli_query import add_option
@@ -34,20 +35,16 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
 
 def cmd_top(args: argparse.Namespace) -> int:
     reading = RankingReader(args.redis, args.namespace, default_cache_path(args.redis, args.namespace),
-                            read_urls=args.redis_read).read()
+                            read_urls=args.redis_read, first_contact=True).read()
     snap = reading.snapshot
     if snap is None:
-        print(f"rankflow: {reading.problem}; no earlier ranking cached", file=sys.stderr)
-        return 1
+        return refuse(f"{reading.problem}; no earlier ranking cached", 1)
     k_max = snap["k_max"]
     if not 1 <= args.limit <= k_max:
-        print(f"rankflow: -k/--limit must be between 1 and K_max ({k_max}), got {args.limit}", file=sys.stderr)
-        return 2
+        return refuse(f"-k/--limit must be between 1 and K_max ({k_max}), got {args.limit}", 2)
     if args.recent:
         if snap.get("recent") is None:
-            print("rankflow: this ranking has no recent plays: the flow runs with --recent-minutes 0",
-                  file=sys.stderr)
-            return 1
+            return refuse("this ranking has no recent plays: the flow runs with --recent-minutes 0", 1)
         view = recent_view(snap, args.limit, reading.stale, reading.age_ms)
     else:
         view = top_view(snap, args.limit, reading.stale, reading.age_ms)
@@ -58,9 +55,8 @@ def cmd_top(args: argparse.Namespace) -> int:
     else:
         print_table(view)
     if reading.stale:
-        print(f"rankflow: {reading.problem}; showing the last ranking read, "
-              f"{(reading.age_ms or 0) / 1000:.0f}s old (stale)", file=sys.stderr)
-        return 1
+        return refuse(f"{reading.problem}; showing the last ranking read, {(reading.age_ms or 0) / 1000:.0f}s old (stale)",
+                      1)
     return 0
 
 

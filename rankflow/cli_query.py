@@ -15,6 +15,8 @@ from typing import Any
 
 import redis
 
+from rankflow.cli_errors import refuse
+from rankflow.connectors.redis_contact import first_contact
 from rankflow.connectors.redis_keys import connect
 from rankflow.connectors.redis_replicas import sync_reader
 from rankflow.options import UsageError
@@ -38,14 +40,15 @@ def answer_query(redis_url: str, read_urls: Sequence[str], ask: Callable[[redis.
     (or of its replicas ``read_urls``, ``--redis-read``: ``connectors.redis_replicas``):
     ``nothing`` is the reader's error for a query with no answer; ``dumps`` writes the
     answer for ``--json`` (``json``), ``show`` prints it for people."""
+    if not read_urls:  # replicas: a failing one is skipped (connectors.redis_replicas), not refused here
+        first_contact(redis_url)
     client = sync_reader(redis_url, read_urls, connect)
     try:
         answer = ask(client)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
     except nothing as exc:
-        print(f"rankflow: {exc}", file=sys.stderr)
-        return 1
+        return refuse(str(exc), 1)
     finally:
         client.close()
     if json:

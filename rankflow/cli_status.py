@@ -18,8 +18,10 @@ from typing import TYPE_CHECKING, Any
 from rich.markup import escape
 
 from rankflow import products
+from rankflow.cli_errors import refuse
 from rankflow.cli_format import print_line, print_rows, quantity, utc
 from rankflow.cli_help import KAFKA, REDIS, example
+from rankflow.connectors.redis_contact import first_contact
 from rankflow.connectors.redis_keys import Keys, connect
 from rankflow.connectors.redis_publish import dumps_document
 from rankflow.input_ends import Input
@@ -72,6 +74,7 @@ def cmd_status(args: argparse.Namespace) -> int:
     inputs = _inputs(args.input)
     settings = kafka_settings(args)
     ends = {given: given.ends(settings) for given in inputs}  # first: see rankflow.status
+    first_contact(args.redis)  # an address that is not Redis: one line within about 2 s
     client = connect(args.redis)
     try:
         found = statuses(client, args.namespace, args.flow, inputs, ends)
@@ -84,11 +87,10 @@ def cmd_status(args: argparse.Namespace) -> int:
             print_status(status)
     if not found:
         names = ", ".join(f"{p.name}: {p.namespace(args.namespace)}" for p in products.PRODUCTS.values())
-        print(f"rankflow: no snapshot in namespace {args.namespace!r} ({names})", file=sys.stderr)
-        return 1
+        return refuse(f"no snapshot in namespace {args.namespace!r} ({names})", 1)
     for status in found:
         if status.problem is not None:
-            print(f"rankflow: {status.product}: {status.problem}", file=sys.stderr)
+            refuse(f"{status.product}: {status.problem}", 1)
     return 0 if all(s.caught_up for s in found) else 1
 
 
@@ -122,7 +124,7 @@ def print_status(status: ProductStatus) -> None:
         footer.append(f"input {escape(view['input'])}: lag {quantity(view['lag'])} in all, ends read when status started")
     footer.append(_owner_line(view["owner"]))
     if snap is not None:
-        footer.append(_dead_letters_line(view["dead_letters"], view["dead_letters_by_reason"]))
+        footer.append(_dead_letters_line(view["dead_letters"], view["dead_letters_by_reason"], view["owner"]))
         footer.append(f"snapshot {snap['snapshot_id']} published {utc(snap['published_at'])}, "
                       f"{snap['age_ms'] / 1000:.1f}s ago")
     title = f"{where}: {state}"
@@ -145,8 +147,15 @@ def _owner_line(owner: dict[str, Any] | None) -> str:
     return f"owned by {owner['command']} {owner['token']} ({who}) since {utc(owner['since'])}"
 
 
-def _dead_letters_line(total: int | None, by_reason: dict[str, int] | None) -> str:
-    text = f"{quantity(total or 0)} dead letters"
+def _dead_letters_line(total: int | None, by_reason: dict[str, int] | None, owner: dict[str, Any] | None) -> str:
+    """The snapshot's dead letters, and where they are: the owner's ``--dead-letter`` output (a file on
+    the owner's host), as it recorded it; a run of an earlier rankflow did not record it."""
+    where = owner and owner.get("dead_letter")
+    if where:
+        on_host = f" on host {escape(owner['host'])}" if where.startswith("jsonl:") and owner and owner["host"] else ""
+        text = f"{quantity(total or 0)} dead letters in {escape(where)}{on_host}"
+    else:
+        text = f"{quantity(total or 0)} dead letters (in the owner's --dead-letter output)"
     if by_reason:
         text += ": " + ", ".join(f"{reason} {quantity(n)}" for reason, n in by_reason.items())
     return text

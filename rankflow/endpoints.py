@@ -44,6 +44,13 @@ def check_dead_letter(uri: str) -> tuple[str, str]:
     return _check_endpoint(uri, "--dead-letter", "dead-letter", check_output_file)
 
 
+def dead_letter_place(uri: str) -> str:
+    """Where ``--dead-letter`` writes, as another process can find it: a file's absolute path (a run
+    records it for ``rankflow status``, which may run in another folder), a topic as given."""
+    kind, target = split_endpoint(uri, "--dead-letter")
+    return f"jsonl:{os.path.abspath(target)}" if kind == "jsonl" else uri
+
+
 def _check_endpoint(uri: str, option: str, what: str, check_file: Callable[[str, str], None]) -> tuple[str, str]:
     kind, target = split_endpoint(uri, option)
     if kind == "jsonl":

@@ -97,7 +97,8 @@ def stop_signal() -> int | None:
 def _stop_gracefully(signum: int, frame: Any) -> None:
     if STOP.is_set():
         raise KeyboardInterrupt
-    log.warning("%s: stopping at the next barrier (again to abort)", signal.Signals(signum).name)
+    log.warning("%s: stopping once what was read is published (send it again to stop at once)",
+                signal.Signals(signum).name)
     _stopped_by.append(signum)
     STOP.set()
 

@@ -3,9 +3,9 @@
 Every line becomes one message, invalid lines included (the flow must see them to
 dead-letter them). The key is the line's key field (``user_id``; ``player_id`` for
 score logs) when it has a string one, so all events of a user or player land in one
-partition and keep their order; a line without one gets the empty key, which keeps
-its placement reproducible, and is counted: the command says how many lines went
-unkeyed. A key field that none of the first lines has (a misspelt ``--key-field``
+partition and keep their order; a line without one gets the empty key, which the
+default partitioner spreads at random over the partitions (no order kept among those
+lines), and is counted: the command says how many, and what to do if that is a mistake. A key field that none of the first lines has (a misspelt ``--key-field``
 would put the whole log into one partition) is refused before anything is
 produced. The producer uses ``acks=all`` with idempotence, and the command fails
 unless every message was acknowledged.

@@ -20,6 +20,7 @@ import orjson
 import redis
 from redis.connection import parse_url
 
+from rankflow.connectors.redis_contact import NotRedis, first_contact
 from rankflow.connectors.redis_keys import connect
 from rankflow.connectors.redis_publish import dumps_document, loads_document
 from rankflow.connectors.redis_read import read_latest
@@ -74,9 +75,12 @@ def redis_identity(url: str) -> str:
 
 class RankingReader:
     def __init__(self, url: str, namespace: str, cache_path: Path | None = None,
-                 read_urls: Sequence[str] = ()) -> None:
+                 read_urls: Sequence[str] = (), first_contact: bool = False) -> None:
         """Reads ``namespace`` of the Redis at ``url``, or of its replicas ``read_urls``
-        (``connectors.redis_replicas``); the cached ranking is the primary's either way."""
+        (``connectors.redis_replicas``); the cached ranking is the primary's either way.
+        ``first_contact``: check first that ``url`` is a Redis that answers (``redis_contact``,
+        about 2 s at most), as a command does; without replicas only."""
+        self._first_contact = first_contact and not read_urls
         self._url = url
         self._read_urls = read_urls
         self._namespace = namespace
@@ -85,11 +89,15 @@ class RankingReader:
 
     def read(self) -> Reading:
         try:
+            if self._first_contact:
+                first_contact(self._url)
             client = sync_reader(self._url, self._read_urls, connect)
             try:
                 snap = read_latest(client, self._namespace)
             finally:
                 client.close()
+        except NotRedis as exc:
+            return self._fallback(str(exc))
         except redis.RedisError as exc:
             return self._fallback(f"cannot reach Redis at {redacted(self._url)}: {exc}")
         if snap is None:

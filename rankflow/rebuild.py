@@ -34,7 +34,7 @@ from rankflow.connectors.redis_generations import (
 from rankflow.connectors.redis_owner import record_owner
 from rankflow.connectors.redis_read import read_generation
 from rankflow.connectors.source_batch import ENDS
-from rankflow.endpoints import make_dead_letter_sink, make_source
+from rankflow.endpoints import dead_letter_place, make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.options import RunOptions
 from rankflow.products import Product
@@ -75,8 +75,10 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
         flow = build_dataflow(opts, token, new, live=False, source=source, fresh=from_start,
                               republish=must_republish(client, opts, new, from_start), dead_letter=dead_letter)
         claim_generation(client, opts.redis_namespace, new, token)
-        record_owner(client, opts.redis_namespace, new, token, "", "rebuild")  # a rebuild has no run id
-        log.info("rebuilding namespace %r into generation %s (readers stay on %s)", opts.redis_namespace, new, old)
+        record_owner(client, opts.redis_namespace, new, token, "", "rebuild",  # a rebuild has no run id
+                     dead_letter_place(opts.dead_letter))
+        log.info("rebuilding namespace %r beside the ranking readers see (as generation %s): they keep the current "
+                 "one (generation %s) until the rebuilt one is complete and checked", opts.redis_namespace, new, old)
         try:
             reporting = RunLog.of(opts, live=False, what="rebuilding").start()
             try:
@@ -90,7 +92,7 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
         except BaseException:
             _drop(client, opts.redis_namespace, new, old)
             raise
-        log.info("readers switched to generation %s; generation %s removed", new, old)
+        log.info("readers now get the rebuilt ranking (generation %s); the old one (generation %s) is removed", new, old)
         assert final is not None
         return final
     finally:
@@ -99,7 +101,8 @@ def rebuild(opts: RunOptions) -> dict[str, Any]:
 
 def _drop(client: redis.Redis, namespace: str, new: int, old: int) -> None:
     drop_generation(client, namespace, new)
-    log.error("rebuild failed: generation %s dropped; readers stay on generation %s", new, old)
+    log.error("rebuild failed: what it had written (generation %s) is removed; readers keep the current ranking "
+              "(generation %s)", new, old)
 
 
 def _check_complete(final: dict[str, Any] | None, parts: list[str]) -> None:

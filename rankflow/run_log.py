@@ -1,7 +1,7 @@
 """What a running flow says about itself: a position line every ``--log-every`` seconds,
 a progress bar while it catches up on a terminal, and one line when it has caught up.
 
-A live run is otherwise silent after "owns generation N", and a catch-up of a long backlog
+A live run is otherwise silent after "now publishes to namespace NS", and a catch-up of a long backlog
 gave no sign of how far it got. All of it is read from a thread, from what the flow
 already keeps for ``--metrics-port`` (``operators.metrics.METRICS``): the last published
 snapshot's positions and time (the publisher sets them once per barrier) and each input

@@ -33,7 +33,8 @@ from rankflow.connectors.redis_generations import join_run
 from rankflow.connectors.redis_keys import connect
 from rankflow.connectors.redis_owner import record_owner
 from rankflow.connectors.redis_read import read_latest
-from rankflow.endpoints import check_endpoints, make_dead_letter_sink, make_source
+from rankflow.connectors.redis_contact import NotRedis, first_contact
+from rankflow.endpoints import check_endpoints, dead_letter_place, make_dead_letter_sink, make_source
 from rankflow.execution import execute, stop_signal, tune_gc
 from rankflow.operators.metrics import METRICS
 from rankflow.options import RunOptions, ServiceError, UsageError, check_redis_url, redacted
@@ -47,14 +48,15 @@ log = logging.getLogger("rankflow.run")
 
 
 def connect_redis(url: str) -> redis.Redis:
-    """A client that answered a ping: a run fails at once, clearly, when Redis is unreachable."""
-    client = connect(url)
+    """A client of a Redis that answered a ping: a run fails at once, clearly, when Redis is
+    unreachable or the address is not Redis (``redis_contact``: within about 2 s)."""
     try:
-        client.ping()
+        first_contact(url)
+    except NotRedis as exc:
+        raise ServiceError(str(exc)) from None
     except redis.RedisError as exc:
-        client.close()
         raise ServiceError(f"cannot reach Redis at {redacted(url)}: {exc}") from None
-    return client
+    return connect(url)
 
 
 def check_run(opts: RunOptions) -> None:
@@ -146,11 +148,16 @@ def run(opts: RunOptions, start: Start | None = None) -> dict[str, Any] | None:
     try:
         run_id = opts.run_id or uuid.uuid4().hex
         token, generation = join_run(client, opts.redis_namespace, run_id, fresh=fresh)
-        record_owner(client, opts.redis_namespace, generation, token, run_id, "run")  # for `rankflow status`
+        record_owner(client, opts.redis_namespace, generation, token, run_id, "run",
+                     dead_letter_place(opts.dead_letter))  # for `rankflow status`
         flow = build_dataflow(opts, token, generation, live=True, source=source, fresh=fresh,
                               republish=must_republish(client, opts, generation, fresh, start.floor),
                               dead_letter=dead_letter, floor=start.floor)
-        log.info("run %s owns generation %s of namespace %r", token, generation, opts.redis_namespace)
+        # what taking the namespace means for the user; the token and generation stay for JSON logs and status
+        log.info("this run (run id %s) now publishes to namespace %r: readers get its snapshots from now on, and "
+                 "an earlier run still publishing there stops at its next snapshot", run_id, opts.redis_namespace,
+                 extra={"event": "publishing", "run_id": run_id, "token": token, "generation": generation,
+                        "namespace": opts.redis_namespace})
         reporting = RunLog.of(opts, live=not opts.until_eof, what="reading" if opts.until_eof else "catching up").start()
         try:
             execute(flow, opts, recovery)

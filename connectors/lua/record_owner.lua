@@ -9,5 +9,5 @@ if token <= tonumber(redis.call('HGET', KEYS[2], 'token') or '0') then
 end
 redis.call('DEL', KEYS[2])
 redis.call('HSET', KEYS[2], 'token', ARGV[1], 'run_id', ARGV[2], 'host', ARGV[3], 'pid', ARGV[4],
-           'since', ARGV[5], 'command', ARGV[6])
+           'since', ARGV[5], 'command', ARGV[6], 'dead_letter', ARGV[7])
 return 1

@@ -41,7 +41,7 @@ T0 = 1_800_000_000_000
 ACTIVITY = [line("A", "x", "u1", T0), line("A", "x", "u2", T0 + 1), line("A", "y", "u1", T0 + 2),
             line("B", "z", "u3", T0 + 3)]
 VALIDATORS = ("etag", "cache-control", "last-modified")
-ETAG = re.compile(r'W/"(\d+)-(\d+)-[0-9a-f]{12}"')
+ETAG = re.compile(r'W/"(\d+)-(\d+)-[0-9a-f]{12}(-stale)?"')
 
 
 def wait_for(fetch: Any, ok: Any, timeout: float = 30.0) -> Any:
@@ -145,6 +145,27 @@ def test_listener_reads_carry_validators_and_answer_304_until_a_new_snapshot(flo
         newer = wait_for(lambda: conn.request("/rankings?k=2", f"If-None-Match: {tag}"), lambda r: r.status == 200)
         assert check_validators(newer)[0] > sid and header(newer, "etag") != tag
         assert closing(port, "/rankings?k=2", f"If-None-Match: {tag}").status == 200
+        conn.close()
+
+
+def test_a_snapshot_turning_stale_changes_the_tag(flow, redis_url, namespace):
+    """A revalidating cache must not keep answering ``"stale": false`` once the service says
+    ``true``: the tag of a stale answer differs (``-stale``); it keeps ``max-age``."""
+    flow.run(flow.write_log(LINES), namespace=namespace)
+    app = create_app(Settings(redis_url=redis_url, namespace=namespace, poll_ms=20, stale_after_ms=1000))
+    with served(app) as port:
+        conn = Connection(port)
+        fresh = wait_for(lambda: conn.request("/rankings"), lambda r: r.status == 200)
+        was_fresh = orjson.loads(fresh.body)["stale"] is False  # a loaded machine may be past the second already
+        stale = wait_for(lambda: conn.request("/rankings"), lambda r: orjson.loads(r.body)["stale"] is True)
+        tag = header(stale, "etag")
+        assert tag is not None and tag.endswith('-stale"')
+        check_validators(stale)
+        not_modified_on_both_paths(port, conn, "/rankings", tag)
+        if was_fresh:
+            assert not header(fresh, "etag").endswith('-stale"')
+            again = conn.request("/rankings", f"If-None-Match: {header(fresh, 'etag')}")
+            assert again.status == 200 and header(again, "etag") == tag
         conn.close()
 
 
@@ -357,6 +378,11 @@ def test_nginx_serves_the_reads_from_its_cache_and_follows_new_snapshots(redis_u
             assert ageless(miss.content) == ageless(own.content), path
             for name in VALIDATORS:
                 assert miss.headers[name] == own.headers[name], (path, name)
+
+        for path in ("/rankings?k=2", "/boards/g1/all/players/bo", "/activity/A/top"):  # nginx's own 304s
+            cached = proxy.get(path)
+            again = proxy.get(path, headers={"If-None-Match": cached.headers["etag"]})
+            assert again.status_code == 304 and again.content == b"", (path, again.status_code)
 
         for path in ("/rankings?k=0", "/songs/nothing", "/boards/nope/all/top", "/activity/A/channels/nope"):
             for _ in range(2):

@@ -20,6 +20,12 @@ class Metrics:
 
 def answers(ready: dict[str, Any]) -> tuple[PreparedAnswers, Metrics]:
     """A top route (``n``, default 10) and an item route (no query), answering from ``ready``."""
+    metrics = Metrics()
+    return PreparedAnswers(ready, routes(), {"/g/{game}/{board}/top": "/g/{game:game}/{board}/top"}, metrics), metrics
+
+
+def routes() -> list[PreparedRoute]:
+    """The routes of :func:`answers`: ``ready`` is the app state they answer from."""
     def top(state: Any, params: tuple[str, ...], n: int | None) -> bytes | None:
         if params[1] == "boom":
             raise ValueError("a usage error: the app answers it")
@@ -28,10 +34,8 @@ def answers(ready: dict[str, Any]) -> tuple[PreparedAnswers, Metrics]:
     def item(state: Any, params: tuple[str, ...], _: int | None) -> bytes | None:
         return state.get(("item", *params))
 
-    metrics = Metrics()
-    routes = [PreparedRoute("/g/{game}/{board}/top", "n", 10, top), PreparedRoute("/g/{game}/{board}/items/{item}",
-                                                                                  None, None, item)]
-    return PreparedAnswers(ready, routes, {"/g/{game}/{board}/top": "/g/{game:game}/{board}/top"}, metrics), metrics
+    return [PreparedRoute("/g/{game}/{board}/top", "n", 10, top), PreparedRoute("/g/{game}/{board}/items/{item}",
+                                                                               None, None, item)]
 
 
 def test_ready_answers_and_everything_else_is_none():
@@ -91,3 +95,27 @@ def test_doctests():
 
     result = doctest.testmod(prepared)
     assert result.attempted >= 1 and result.failed == 0
+
+
+def test_a_reply_carries_the_validators_and_is_a_304_when_the_tag_matches():
+    """``PreparedAnswers.reply``: the head after the server's default headers, the validators made
+    once per target and snapshot (``api.http_cache``), a ``304`` without a body for a matching tag."""
+    from rankflow.api.http_cache import HttpCache
+
+    body = b'{"snapshot_id":7,"published_at":1000,"age_ms":3,"items":[]}'
+    prepared = PreparedAnswers({("top", "a", "all", 10): body}, routes(),
+                               {}, Metrics(), HttpCache(1, []))
+    status, rest = prepared.reply("/g/a/all/top", b"", None)
+    assert status == b"HTTP/1.1 200 OK\r\n"
+    head, _, sent = rest.partition(b"\r\n\r\n")
+    assert sent == body
+    lines = head.split(b"\r\n")
+    assert lines[:2] == [b"content-length: %d" % len(body), b"content-type: application/json"]
+    assert [line.split(b":")[0] for line in lines[2:]] == [b"etag", b"cache-control", b"last-modified"]
+    tag = lines[2].split(b": ", 1)[1]
+    assert tag.startswith(b'W/"7-1000-') and lines[3] == b"cache-control: public, max-age=1"
+    assert lines[4] == b"last-modified: Thu, 01 Jan 1970 00:00:01 GMT"
+    status, rest = prepared.reply("/g/a/all/top", b"", b'"other", ' + tag)
+    assert status == b"HTTP/1.1 304 Not Modified\r\n" and rest == head[head.index(b"etag"):] + b"\r\n\r\n"
+    assert prepared.reply("/g/a/all/top", b"", b'W/"7-1000-000000000000"')[0] == b"HTTP/1.1 200 OK\r\n"
+    assert prepared.reply("/g/a/all/top", b"n=3", None) is None  # not ready: the app answers

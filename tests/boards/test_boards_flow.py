@@ -295,7 +295,7 @@ def test_the_boards_cli_answers_and_exit_statuses(redis_url, tmp_path, capsysbin
     assert main(["boards", "player", *common, "--board", "daily:2027-01-03", "--player", "ana"]) == 1
     assert b"not on" in capsysbinary.readouterr().err
     assert main(["boards", "top", *common, "--board", "daily:2026-01-01"]) == 1
-    assert b"no such board" in capsysbinary.readouterr().err
+    assert b"no board 'daily:2026-01-01' in game 'g1'; its boards: all, best, " in capsysbinary.readouterr().err
     for bad in (["--n", "0"], ["--n", "1001"]):
         assert main(["boards", "top", *common, "--board", "all", *bad]) == 2
         assert b"between 1 and 1000" in capsysbinary.readouterr().err

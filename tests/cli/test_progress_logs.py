@@ -121,7 +121,8 @@ def test_the_processes_of_a_run_log_json_too(tmp_path, redis_url, namespace):
                "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}", "--log-format", "json")
     assert done.returncode == 0, done.stderr
     objects = [orjson.loads(line) for line in done.stderr.splitlines()]
-    owns = [obj for obj in objects if "owns generation" in obj["message"]]
+    owns = [obj for obj in objects if obj.get("event") == "publishing"]
+    assert all(f"now publishes to namespace {namespace!r}" in obj["message"] for obj in owns), owns
     assert {obj["process"] for obj in owns} == {0, 1}, objects
     assert objects[-1]["message"].startswith("done in"), objects[-1]
 

@@ -97,6 +97,9 @@ def test_status_of_a_kafka_run_caught_up_then_behind(tmp_path, kafka_brokers, to
     assert table.returncode == 0, table.stderr
     assert "listeners in namespace" in table.stdout and "caught up" in table.stdout
     assert f"{topic}/0" in table.stdout and f"run {owner['token']}" in table.stdout
+    assert owner["dead_letter"] == f"jsonl:{tmp_path / 'dead.jsonl'}"
+    assert f"dead letters in jsonl:{tmp_path / 'dead.jsonl'} on host {owner['host']}" in table.stdout, \
+        "the dead letters' count says where they are"
 
     more = tmp_path / "more.jsonl"
     generate(users=300, songs=40, events=2_500, seed=4, out=more)
@@ -155,8 +158,9 @@ def test_status_of_an_empty_namespace(tmp_path, redis_url, namespace):
     log.write_bytes(b"{}\n{}\n")
     code, views, err = status("--input", f"jsonl:{log}", "--redis", redis_url, "--namespace", namespace)
     assert (code, views) == (1, [])
-    assert err.strip().splitlines() == [f"rankflow: no snapshot in namespace {namespace!r} (listeners: {namespace}, "
-                                        f"boards: {namespace}:boards, activity: {namespace}:activity)"]
+    assert [orjson.loads(line) for line in err.strip().splitlines()] == [  # --json: its errors are JSON too
+        {"error": f"no snapshot in namespace {namespace!r} (listeners: {namespace}, boards: {namespace}:boards, "
+                  f"activity: {namespace}:activity)", "exit": 1}]
     code, [view], err = status("--flow", "boards", "--input", f"jsonl:{log}", "--redis", redis_url,
                                "--namespace", namespace)
     assert code == 1 and "no snapshot" in err

@@ -195,7 +195,7 @@ def test_a_failed_rebuild_leaves_readers_on_the_old_generation(tmp_path, kafka_b
                             capture_output=True, text=True, timeout=120)
     assert failed.returncode == 1, failed.stderr
     assert "resumes at offset" in failed.stderr, failed.stderr
-    assert re.search(r"generation \d+ dropped; readers stay on generation \d+", failed.stderr), \
+    assert re.search(r"generation \d+\) is removed; readers keep the current ranking \(generation \d+\)", failed.stderr), \
         "the rebuild's generation existed and was dropped"
     assert read_latest(redis_client, namespace) == switched
     assert generations(redis_client, namespace) == {f"g{switched['run']}".encode()}, "nothing of it is left"

@@ -17,7 +17,7 @@ def test_a_run_records_itself_once_and_a_fenced_run_never(redis_client, namespac
     owner = read_owner(redis_client, namespace, generation)
     assert owner is not None and owner.pop("since") > 0
     assert owner == {"token": token, "run_id": "first", "host": socket.gethostname(), "pid": os.getpid(),
-                     "command": "run"}
+                     "command": "run", "dead_letter": None}
 
     # another process of the same run: the first one's record stays
     redis_client.hset(Keys(namespace, generation).owner_run, "host", "the-first-process")
@@ -27,7 +27,7 @@ def test_a_run_records_itself_once_and_a_fenced_run_never(redis_client, namespac
     # a newer run claims the generation: until it records itself, only its token is known
     newer, _ = join_run(redis_client, namespace, "second")
     assert read_owner(redis_client, namespace, generation) == {
-        "token": newer, "run_id": None, "host": None, "pid": None, "since": None, "command": None}
+        "token": newer, "run_id": None, "host": None, "pid": None, "since": None, "command": None, "dead_letter": None}
     assert not record_owner(redis_client, namespace, generation, token, "first", "run"), "fenced: never recorded"
     assert record_owner(redis_client, namespace, generation, newer, "second", "run")
     assert read_owner(redis_client, namespace, generation)["run_id"] == "second"
@@ -51,9 +51,11 @@ def test_runs_and_rebuilds_record_themselves(flow, redis_client, tmp_path):
     owner = read_owner(redis_client, namespace, current_generation(redis_client, namespace))
     assert owner is not None and (owner["token"], owner["command"]) == (done["final"]["run"], "run")
     assert owner["run_id"] and owner["pid"] == os.getpid()
+    assert owner["dead_letter"].startswith("jsonl:/"), "where its dead letters are, from any folder"
 
     final = rebuild(RunOptions(input=f"jsonl:{path}", redis_url=flow.redis_url, namespace=namespace,
                                dead_letter=f"jsonl:{tmp_path / 'rebuild-dead.jsonl'}"))
     generation = current_generation(redis_client, namespace)
     owner = read_owner(redis_client, namespace, generation)
     assert owner is not None and (owner["token"], owner["command"], owner["run_id"]) == (final["run"], "rebuild", None)
+    assert owner["dead_letter"] == f"jsonl:{tmp_path / 'rebuild-dead.jsonl'}"

@@ -1,0 +1,128 @@
+"""The boards product's part of the OpenAPI contract (``api.schemas``): its answers
+(``api.boards``, ``api.board_stream``), the board-name pattern the routes enforce
+(``connectors.board_read.check_board``), and ``POST /matches/{match_id}/result``'s body and
+refusal (``api.match_results``).
+
+A result's schema is the flow's checks 1 to 6 (``state.score_events``, docs/semantics/
+boards.md section 1) written as JSON Schema, for a service with a signing key. What no
+static schema can say is in its description: ``sig`` must be the result's signature (a
+service without a key ignores it), ``played_at`` may not be more than 60 s after the
+request's arrival, and a ``match_id`` in the body must be the path's.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from rankflow.api.schemas import Exact
+from rankflow.connectors.board_read import BOARD_PATTERN
+from rankflow.state.score_events import MAX_ID_CHARS, MAX_POINTS, MAX_TIME
+
+BOARD = f"^{BOARD_PATTERN.pattern}$"
+"""A board name or alias, as the routes check it (else ``400``)."""
+
+class Stamp(Exact):
+    snapshot_id: int | None = Field(description="the boards snapshot the answer is from")
+    published_at: int | None = Field(description="when the flow published it, ms since the Unix epoch")
+    age_ms: int | None = Field(ge=0, description="its age when answered")
+
+
+class Entry(Exact):
+    rank: int = Field(ge=1, description="1, 2, 3...: ties broken by who reached the score first")
+    competition_rank: int = Field(ge=1, description="1, 1, 3...: equal scores share a rank")
+    player_id: str
+    score: int
+
+
+class Top(Stamp):
+    """``GET /boards/{game}/{board}/top``: the first n entries (an alias resolved in ``board``)."""
+
+    game_id: str
+    board: str = Field(description="the concrete board: an alias is resolved")
+    total_players: int = Field(ge=0)
+    items: list[Entry]
+
+
+class PlayerRank(Stamp):
+    """``GET /boards/{game}/{board}/players/{player_id}``."""
+
+    game_id: str
+    board: str
+    player_id: str
+    score: int
+    rank: int = Field(ge=1)
+    competition_rank: int = Field(ge=1)
+
+
+class Around(Stamp):
+    """``GET /boards/{game}/{board}/players/{player_id}/around``: r above to r below, fewer near the ends."""
+
+    game_id: str
+    board: str
+    items: list[Entry]
+
+
+class Aliases(Exact):
+    daily: str | None = Field(description="the newest daily board, or null")
+    weekly: str | None = Field(description="the newest weekly board, or null")
+
+
+class GameBoards(Exact):
+    boards: list[str] = Field(description="all and best first, then the periods newest first")
+    aliases: Aliases
+
+
+class BoardList(Exact):
+    """``GET /boards``: every game's boards and aliases."""
+
+    snapshot_id: int | None
+    games: dict[str, GameBoards]
+
+
+_ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}
+_RESULT: dict[str, Any] = {
+    "type": "object",
+    "required": ["game_id", "player_id", "points", "played_at", "sig"],
+    "properties": {
+        "game_id": _ID, "player_id": _ID,
+        "points": {"type": "integer", "minimum": 0, "maximum": MAX_POINTS},
+        "played_at": {"type": "integer", "minimum": 0, "maximum": MAX_TIME,
+                      "description": "ms since the Unix epoch; at most 60 s after the request arrives "
+                                     "(else 400 in_future)"},
+        "sig": {"type": "string", "pattern": "^[0-9a-f]{64}$",
+                "description": "lowercase hex HMAC-SHA256 of the result (docs/semantics/boards.md section 1) under "
+                               "the service's signing key (--signing-key); a service without one ignores it"},
+        "match_id": {**_ID, "description": "optional: the path's match_id (another is 400 match_id_mismatch)"},
+    },
+    "description": "one signed match result (docs/semantics/boards.md section 1); received_at is stamped by the "
+                   "service, other fields are ignored",
+}
+_EXAMPLE = {"game_id": "arena", "player_id": "p000042", "points": 120, "played_at": 1767225600000,
+            "sig": "9f2c0d3e5b1a47c8a6e4f0b2d8c91e3f7a5b6c4d2e1f0a9b8c7d6e5f4a3b2c1d"}
+
+
+
+def results_body(most: int) -> dict[str, Any]:
+    """``POST /matches/{match_id}/result``'s body (at most ``most`` results) for its ``openapi_extra``:
+    the handler reads the bytes itself (they are what is produced, stamped), so FastAPI declares
+    no body of its own."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"oneOf": [_RESULT, {"type": "array", "items": _RESULT, "minItems": 1, "maxItems": most}]},
+        "examples": {
+            "one": {"summary": "one player's result", "value": _EXAMPLE},
+            "match": {"summary": "the players of one match", "value": [
+                _EXAMPLE, {**_EXAMPLE, "player_id": "p000043", "points": 80,
+                           "sig": "0b1c2d3e4f5a6b7c8d9e0f1a2b3c4d5e6f7a8b9c0d1e2f3a4b5c6d7e8f9a0b1c"}]},
+        }}}}}
+
+
+class ResultRefused(Exact):
+    """``POST /matches/{match_id}/result``'s ``400``: the first bad result; nothing was produced."""
+
+    error: Literal["invalid result; nothing was produced"]
+    index: int | None = Field(description="the result's index in the array; null for the body as a whole")
+    reason: str = Field(description="the flow's reason: invalid_json, missing_field, out_of_range, bad_signature, "
+                                    "in_future, match_id_mismatch, too_many...")
+    detail: str
