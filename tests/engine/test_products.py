@@ -95,8 +95,10 @@ def product_words(path: Path) -> list[str]:
 
     from rankflow.api.settings import Settings
 
-    words = {"listener", "song", "board", "score", "match", "activity", "channel", "ingest", "producer", "cache",
+    words = {"listener", "song", "board", "score", "match", "activity", "channel", "ingest", "producer",
              "mirror", "ranking"}
+    # the listeners' snapshot and bodies caches, by name: an HTTP cache (api.http_cache) is the engine's
+    owned = {"SnapshotCache", "BodyCache", "SharedTops", "snapshot_cache", "body_cache"}
     modules = set()
     for product in products.PRODUCTS.values():
         words.add(product.name)
@@ -106,7 +108,7 @@ def product_words(path: Path) -> list[str]:
 
     def names_a_product(name: str) -> bool:
         tokens = {t.lower() for t in re.findall(r"[A-Z]?[a-z0-9]+|[A-Z]+(?![a-z])", name)}
-        return name in modules or bool(tokens & words) or bool({t.rstrip("s") for t in tokens} & words)
+        return name in modules or name in owned or bool(tokens & words) or bool({t.rstrip("s") for t in tokens} & words)
 
     found = []
     for node in ast.walk(ast.parse(path.read_text())):
