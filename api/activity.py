@@ -14,14 +14,16 @@ gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id
   channel_id, count, rank}`` (the rank in its workspace, exact for every channel);
   ``404 {"error"}`` when the channel has no count in the window.
 * ``GET /activity/{workspace}/stream`` -> Server-Sent Events: an ``activity`` event at
-  once with the workspace's top 10 (``K_max`` if smaller), then one whenever a new
-  snapshot changes it (its channels, ranks or counts: a window that moves without
-  changing them is no message), at most one a second per subscriber, coalescing what
-  happened in between. Each carries what ``GET /activity/{workspace}/top?k=10`` gives,
-  so it names its snapshot id and window, and has the snapshot id as the SSE ``id``. A
+  once with the workspace's top 10 (``K_max`` if smaller; ``full: true``, every entry in
+  ``changed``), then one whenever a new snapshot changes it (its channels, ranks or counts:
+  a window that moves without changing them is no message), at most one a second per
+  subscriber, coalescing what happened in between, with only what changed
+  (``api.stream_diff``: the ``changed`` entries by rank, the ``removed`` channel ids, the
+  top's ``size``). Each carries the fields of ``GET /activity/{workspace}/top?k=10`` but its
+  ``items`` (its snapshot id and window), and has the snapshot id as the SSE ``id``. A
   comment line every 15 s keeps idle connections open; streams end when the server stops.
-  A client reconnecting with ``Last-Event-ID`` gets no first event when the top it last got
-  (at that snapshot id, known to this process: ``api.sse.History``) is still the workspace's.
+  A client reconnecting with ``Last-Event-ID`` (known to this process: ``api.sse.History``)
+  gets first the changes since that event (none if the top is the same), else a full event.
 * ``GET /activity`` -> the current snapshot: ``{snapshot_id, published_at, watermark,
   window_start, window_end, bucket_ms, window_buckets, count, k_max, active_pairs, now,
   age_ms, watermark_lag_ms, published_lag_ms}``: ``now`` is the server's clock (ms),
@@ -69,7 +71,7 @@ from typing import Any
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from rankflow.api import activity_watch, schemas_activity, sse
+from rankflow.api import activity_watch, schemas_activity, sse, stream_diff
 from rankflow.api.activity_watch import UNAVAILABLE
 from rankflow.api.http_cache import Cacheable
 from rankflow.api.paths import register_id
@@ -78,7 +80,6 @@ from rankflow.api.schemas import bounded, model, text
 from rankflow.api.shared_cache import SharedTops
 from rankflow.api.watch import Watched
 from rankflow.connectors.activity_read import AsyncActivityReader, NoCount, NoSnapshot
-from rankflow.connectors.redis_publish import dumps_document
 from rankflow.connectors.snapshot_age import age_ms
 
 log = logging.getLogger("rankflow.api")
@@ -116,8 +117,9 @@ def id_path(what: str) -> Any:
 
 
 WHY = ERRORS.openapi(400, 404, 503)
-STREAM = text("text/event-stream", "`activity` events: the workspace's top 10 (K_max if smaller) as "
-                                   "/activity/{workspace}/top gives it, at once and whenever a snapshot changes it")
+STREAM = text("text/event-stream", "`activity` events: the workspace's top 10 (K_max if smaller) at once "
+                                   "(full), then what changed (changed, removed, size, snapshot_id) when a "
+                                   "snapshot changes it")
 
 
 # ``{workspace:workspace}``: a workspace id that may hold ``/`` (docs/semantics/windows.md 1 allows any
@@ -211,17 +213,26 @@ CACHEABLE = (Cacheable("/activity", activity_watch.held),)
 
 # -- the streams ------------------------------------------------------------------------------
 
-def activity_message(top: dict[str, Any]) -> bytes:
-    return b"event: activity\nid: %d\ndata: %s\n\n" % (top["snapshot_id"], dumps_document(top))
+KEY = "channel_id"
+"""What names an activity entry in an event's ``removed`` (``api.stream_diff``)."""
+
+
+def activity_event(held: list[dict[str, Any]] | None, top: dict[str, Any]) -> bytes | None:
+    """The ``activity`` event taking a client from ``held`` to ``top`` (None: it holds it already)."""
+    body = stream_diff.event(held, top, KEY)
+    return None if body is None else stream_diff.message("activity", top["snapshot_id"], body)
 
 
 class ActivityFeed:
     """One subscriber's :class:`api.sse.Feed`: ``first`` is the top read at ``seen``, the
-    watcher's version before the read."""
+    watcher's version before the read; ``held``: what a resuming client holds (None: nothing).
+    :attr:`first` is the stream's first event (None: the client holds ``first`` already)."""
 
     def __init__(self, watch: Watched, tops: SharedTops, workspace: str, k: int, first: dict[str, Any],
-                 seen: Hashable | None, history: sse.History | None = None) -> None:
+                 seen: Hashable | None, history: sse.History | None = None,
+                 held: list[dict[str, Any]] | None = None) -> None:
         self.watch, self.tops, self.workspace, self.k = watch, tops, workspace, k
+        self.first = activity_event(held, first)
         self.sent, self.seen = first["items"], seen
         self.history = history or sse.History()
         self.history.record((workspace, k), first["snapshot_id"], self.sent)
@@ -239,10 +250,10 @@ class ActivityFeed:
             log.warning("activity stream %r: %r", self.workspace, exc)
             return None  # the next snapshot tries again
         self.history.record((self.workspace, self.k), top["snapshot_id"], top["items"])
-        if top["items"] == self.sent:
-            return None
-        self.sent = top["items"]
-        return activity_message(top)
+        message = activity_event(self.sent, top)
+        if message is not None:
+            self.sent = top["items"]
+        return message
 
 
 async def start_stream(request: Request, workspace: str) -> Response:
@@ -259,6 +270,6 @@ async def start_stream(request: Request, workspace: str) -> Response:
     if isinstance(got, Response):
         return got
     history = sse.history(request.app.state, "activity")
-    resumed = history.at((workspace, got["k"]), sse.last_event_id(request))  # what the client last got, if known
-    feed = ActivityFeed(watch, tops, workspace, got["k"], got["top"], seen, history)
-    return sse.event_stream(request, watch, feed, None if resumed == feed.sent else activity_message(got["top"]))
+    held = history.at((workspace, got["k"]), sse.last_event_id(request))  # what the client last got, if known
+    feed = ActivityFeed(watch, tops, workspace, got["k"], got["top"], seen, history, held)
+    return sse.event_stream(request, watch, feed, feed.first)

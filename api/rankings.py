@@ -36,7 +36,7 @@ import orjson
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response, StreamingResponse
 
-from rankflow.api import sse
+from rankflow.api import sse, stream_diff
 from rankflow.api.http_cache import Cacheable
 from rankflow.api.prepared import PreparedRoute
 from rankflow.api.responses import Failure, STATUS, UsageErrorsAre400, error_response, json_response
@@ -216,19 +216,12 @@ async def get_song(request: Request,
 
 
 def diff_event(previous: list[dict[str, Any]] | None, snap: dict[str, Any], k: int) -> dict[str, Any] | None:
-    """What changed in the top K since ``previous`` (everything if there is none)."""
-    items = snap["items"][:k]
-    if previous is None:
-        changed, removed = items, []
-    else:
-        changed = [it for i, it in enumerate(items) if i >= len(previous) or previous[i] != it]
-        now = {it["song_id"] for it in items}
-        removed = [it["song_id"] for it in previous if it["song_id"] not in now]
-        if not changed and not removed and len(items) == len(previous):
-            return None
+    """What changed in the top K since ``previous`` (everything if there is none): ``api.stream_diff``."""
+    changes = stream_diff.diff(previous, snap["items"][:k], "song_id")
+    if changes is None:
+        return None
     return {"snapshot_id": snap["snapshot_id"], "published_at": snap["published_at"],
-            "total_listeners": snap["total_listeners"], "size": len(items), "changed": changed,
-            "removed": removed, "full": previous is None}
+            "total_listeners": snap["total_listeners"], **changes}
 
 
 STREAM_KEY = "top"

@@ -19,9 +19,8 @@ so a client that reconnects sends the last one it got as ``Last-Event-ID``
 one per stream kind and process, shared by every subscriber, keeps what was sent at the
 last :data:`HISTORY_SNAPSHOTS` snapshots of each stream (a reference to what the snapshot
 holds anyway, not a copy); a stream that finds the client's id there sends only what
-changed since (the listeners' diff against it; a whole top of the boards and the activity
-only if it changed), and a full first event otherwise (an id too old, from another
-process), as to a new client.
+changed since (``api.stream_diff``'s diff against it, nothing if nothing changed), and a
+full first event otherwise (an id too old, from another process), as to a new client.
 """
 
 from __future__ import annotations

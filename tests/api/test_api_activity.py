@@ -34,6 +34,7 @@ from rankflow.connectors.source_batch import STOP
 from rankflow.options import RunOptions
 from rankflow.runner import run
 from tests.activity.test_activity_flow import line, run_activity
+from tests.api.stream_client import HeldTop
 from tests.snapshot_stamp import ageless, stored_published_at
 from tests.window_model import global_ranking, run_model, workspace_ranking
 
@@ -290,7 +291,8 @@ def test_a_watermark_beyond_64_bits_is_answered_exactly(redis_url, redis_client,
         assert body["published_lag_ms"] == body["published_at"] - huge
         with api.stream("GET", "/activity/A/stream") as stream:
             [(kind, data)] = sse_events(stream.iter_lines(), 1, loads=json.loads)
-        assert kind == "activity" and ageless(data) == ageless(reader.top("A", 10))
+        assert kind == "activity" and data["full"] is True
+        assert ageless(HeldTop().apply(data)) == ageless(reader.top("A", 10))
 
 
 # -- the stream, on a flow that follows a growing log -----------------------------------------
@@ -365,12 +367,10 @@ def items(top: dict[str, Any]) -> list[tuple[int, str, int]]:
     return [(i["rank"], i["channel_id"], i["count"]) for i in top["items"]]
 
 
-def same_but_newer(event: dict[str, Any], now: dict[str, Any]) -> bool:
-    """``event`` says what ``now`` (read later) says, of the same or an earlier snapshot: a live
-    run publishes a snapshot at every barrier, idle or not."""
-    same = ("snapshot_id", "published_at", "age_ms")
-    return event["snapshot_id"] <= now["snapshot_id"] and ({k: v for k, v in event.items() if k not in same}
-                                                           == {k: v for k, v in now.items() if k not in same})
+def is_the_route_answer(api: TestClient, path: str, held: HeldTop) -> bool:
+    """Whether the top ``held`` rebuilt from a stream is what ``path``'s JSON answers (of the same
+    snapshot, or of a later one saying the same)."""
+    return held.is_answer(api.get(path).json())
 
 
 def test_streams_follow_the_workspaces_top(redis_url, redis_client, tmp_path):
@@ -386,40 +386,52 @@ def test_streams_follow_the_workspaces_top(redis_url, redis_client, tmp_path):
                     api.stream("GET", f"/activity/{quote(EMOJI)}/stream") as emoji_path_stream:
                 assert a_stream.headers["content-type"].startswith("text/event-stream")
                 a_lines, emoji_lines = a_stream.iter_lines(), emoji_stream.iter_lines()
-                [(kind, first)] = sse_events(a_lines, 1)
-                assert kind == "activity" and same_but_newer(first, reader.top("A", 10))
+                held_a, held_emoji = HeldTop(), HeldTop()
+                [(kind, event)] = sse_events(a_lines, 1)
+                assert kind == "activity" and event["full"] is True
+                first = held_a.apply(event)
+                assert held_a.is_answer(reader.top("A", 10)) and is_the_route_answer(api, "/activity/A/top", held_a)
                 assert items(first) == [(1, "y", 2), (2, "x", 1)]
-                [(_, first_emoji)] = sse_events(emoji_lines, 1)
+                first_emoji = held_emoji.apply(sse_events(emoji_lines, 1)[0][1])
                 assert first_emoji["workspace_id"] == EMOJI and items(first_emoji) == [(1, "c/1", 1)]
-                by_path = sse_events(emoji_path_stream.iter_lines(), 1)[0][1]  # opened a little later: a live
+                by_path = HeldTop()
+                by_path.apply(sse_events(emoji_path_stream.iter_lines(), 1)[0][1])  # opened a little later: a live
                 # run publishes at every barrier, so its first event may be of a newer snapshot, saying the same
-                assert same_but_newer(first_emoji, by_path)
+                assert held_emoji.is_answer(by_path.answer)
 
                 only_emoji = live.append((EMOJI, "c/1", "u2", T0 + 60_000))  # the watermark moves a bucket on
                 assert only_emoji["watermark"] > first["watermark"]
-                [(_, changed_emoji)] = sse_events(emoji_lines, 1)
+                [(_, event)] = sse_events(emoji_lines, 1)
+                assert (event["full"], event["changed"], event["removed"], event["size"]) == (
+                    False, [{"rank": 1, "channel_id": "c/1", "count": 2}], [], 1), "only the change"
+                changed_emoji = held_emoji.apply(event)
                 assert changed_emoji["snapshot_id"] > first_emoji["snapshot_id"]
                 assert items(changed_emoji) == [(1, "c/1", 2)]
                 assert changed_emoji["window_end"] > first_emoji["window_end"]
 
                 new_channel = live.append(("A", "w", "u1", T0 + 60_001))
-                [(_, changed)] = sse_events(a_lines, 1)  # not the emoji-only snapshot: A's top did not change
+                [(_, event)] = sse_events(a_lines, 1)  # not the emoji-only snapshot: A's top did not change
                 changed_at = time.monotonic()
+                assert (event["full"], event["changed"], event["removed"], event["size"]) == (
+                    False, [{"rank": 3, "channel_id": "w", "count": 1}], [], 3), "only the change"
+                changed = held_a.apply(event)
                 assert items(changed) == [(1, "y", 2), (2, "x", 1), (3, "w", 1)]
                 assert changed["snapshot_id"] >= new_channel["snapshot_id"] > only_emoji["snapshot_id"]
                 assert (changed["window_start"], changed["window_end"], changed["watermark"]) == (
                     only_emoji["window_start"], only_emoji["window_end"], T0 + 60_001)
+                assert is_the_route_answer(api, "/activity/A/top", held_a)
 
                 # two changes in quick succession: at most one event a second, the newest state last
                 live.append(("A", "z", "u1", T0 + 60_002))
                 live.append(("A", "z", "u2", T0 + 60_003))
                 newest = [(1, "z", 2), (2, "y", 2), (3, "x", 1), (4, "w", 1)]
-                [(_, burst)] = sse_events(a_lines, 1)
+                burst = held_a.apply(sse_events(a_lines, 1)[0][1])
                 gaps = [time.monotonic() - changed_at]
                 if items(burst) != newest:  # the first change came alone, a second or more after the last event
                     assert items(burst) == [(1, "y", 2), (2, "z", 1), (3, "x", 1), (4, "w", 1)]
                     at = time.monotonic()
-                    [(_, burst)] = sse_events(a_lines, 1)
+                    burst = held_a.apply(sse_events(a_lines, 1)[0][1])
                     gaps.append(time.monotonic() - at)
-                assert items(burst) == newest and same_but_newer(burst, reader.top("A", 10))
+                assert items(burst) == newest and held_a.is_answer(reader.top("A", 10))
+                assert is_the_route_answer(api, "/activity/A/top", held_a)
                 assert min(gaps) >= sse.STREAM_MIN_INTERVAL_S * 0.9, gaps

@@ -31,6 +31,7 @@ from rankflow.options import RunOptions
 from rankflow.runner import run
 from tests import boards_example as example
 from tests.api.raw_http import Connection, served
+from tests.api.stream_client import HeldTop
 from tests.snapshot_stamp import ageless, ageless_response, stamped, stored_published_at
 
 ALL_PLAYERS = ["ana", "bo", "cy", "dee", "eve"]
@@ -313,14 +314,21 @@ def sse_events(lines: Iterator[str], n: int) -> list[tuple[str, dict[str, Any]]]
     return out
 
 
-def until(lines: Iterator[str], done: Any) -> dict[str, Any]:
-    """The first ``board`` event whose data is ``done``; there may be one before it, no more."""
+def until(lines: Iterator[str], held: HeldTop, done: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The top ``held`` rebuilds from the ``board`` events until it is ``done``, and the last
+    event; there may be one event before it, no more."""
     for _ in range(2):
-        [(kind, data)] = sse_events(lines, 1)
-        assert kind == "board", data
-        if done(data):
-            return data
-    raise AssertionError(f"the stream never showed it; last: {data}")
+        [(kind, event)] = sse_events(lines, 1)
+        assert kind == "board", event
+        if done(top := held.apply(event)):
+            return top, event
+    raise AssertionError(f"the stream never showed it; last: {top}")
+
+
+def is_the_route_answer(api: TestClient, path: str, held: HeldTop) -> None:
+    """The top ``held`` rebuilt is what ``path``'s JSON answers (of the same snapshot, or of a later one saying the same)."""
+    answer = api.get(path).json()
+    assert held.is_answer(answer), (held.answer, answer)
 
 
 FAY_PLAYED = example.ms("2027-01-13 10:00:00.000")
@@ -340,25 +348,33 @@ def test_streams_follow_new_snapshots_aliases_and_dropped_boards(redis_url, tmp_
                 assert all_stream.headers["content-type"].startswith("text/event-stream")
                 all_lines, daily_lines = all_stream.iter_lines(), daily_stream.iter_lines()
                 dropped_lines = dropped_stream.iter_lines()
-                [(kind, first)] = sse_events(all_lines, 1)
-                assert kind == "board" and rows(first["items"]) == example.BOARDS["all"]
+                held_all, held_daily, held_dropped = HeldTop(), HeldTop(), HeldTop()
+                [(kind, event)] = sse_events(all_lines, 1)
+                assert kind == "board" and event["full"] is True and event["removed"] == []
+                first = held_all.apply(event)
+                assert rows(first["items"]) == example.BOARDS["all"] and event["size"] == len(first["items"])
                 assert (first["game_id"], first["board"], first["total_players"]) == ("g1", "all", 5)
-                [(_, first_daily)] = sse_events(daily_lines, 1)
+                is_the_route_answer(api, "/boards/g1/all/top?n=10", held_all)
+                first_daily = held_daily.apply(sse_events(daily_lines, 1)[0][1])
                 assert first_daily["board"] == "daily:2027-01-04"
                 assert rows(first_daily["items"]) == example.BOARDS["daily:2027-01-04"]
-                assert sse_events(dropped_lines, 1)[0][1]["board"] == "daily:2027-01-04"
+                is_the_route_answer(api, "/boards/g1/daily/top?n=10", held_daily)
+                assert held_dropped.apply(sse_events(dropped_lines, 1)[0][1])["board"] == "daily:2027-01-04"
 
                 live.append(example.result("fay", "m9", 80, FAY_PLAYED, FAY_PLAYED + 1000),
                             example.result("clan/zoe", "m9", 70, FAY_PLAYED, FAY_PLAYED + 1000),
                             example.result("🎮 é|1:x?#%", "m9", 0, FAY_PLAYED, FAY_PLAYED + 1000, game="g/2"))
                 # the three lines may land in one snapshot or two: a stream may show fay alone first
-                changed = until(all_lines, lambda top: len(top["items"]) == 7)
+                changed, event = until(all_lines, held_all, lambda top: len(top["items"]) == 7)
                 assert changed["snapshot_id"] > first["snapshot_id"] and changed["total_players"] == 7
                 assert rows(changed["items"]) == [("fay", 80, 1, 1), ("clan/zoe", 70, 2, 2)] + [
                     (p, s, r + 2, c + 2) for p, s, r, c in example.BOARDS["all"]]
-                moved = until(daily_lines, lambda top: len(top["items"]) == 2)
-                assert moved["board"] == "daily:2027-01-13"
+                assert event["full"] is False and event["removed"] == [] and event["size"] == 7
+                is_the_route_answer(api, "/boards/g1/all/top?n=10", held_all)
+                moved, event = until(daily_lines, held_daily, lambda top: len(top["items"]) == 2)
+                assert moved["board"] == "daily:2027-01-13" and event["full"] is True  # another board: whole
                 assert rows(moved["items"]) == [("fay", 80, 1, 1), ("clan/zoe", 70, 2, 2)]
+                is_the_route_answer(api, "/boards/g1/daily/top?n=10", held_daily)
                 [(event, gone)] = sse_events(dropped_lines, 1)
                 assert event == "gone" and gone["error"].startswith("no board 'daily:2027-01-04' in game 'g1'; its "
                                                                     "boards: all, best, daily:2027-01-13 (daily)"), gone

@@ -1,7 +1,7 @@
 """Resuming an event stream (``api.sse.History``): a client that reconnects with ``Last-Event-ID``
 (the snapshot id of the last event it got) gets first only what changed since that event (the
-listeners' diff; a board's or a workspace's top only if it changed), and a full first event when
-the id is unknown; against real flows' snapshots in a real Redis."""
+same diff for every product's stream, api.stream_diff), and a full first event when the id is
+unknown; against real flows' snapshots in a real Redis."""
 
 from __future__ import annotations
 
@@ -12,10 +12,11 @@ from typing import Any
 import orjson
 from fastapi.testclient import TestClient
 
-from rankflow.api import sse
+from rankflow.api import sse, stream_diff
 from rankflow.api.app import Settings, create_app
 from tests import boards_example as example
 from tests.api.test_api_activity import T0, live_activity
+from tests.api.stream_client import HeldTop
 from tests.api.test_api_boards import FAY_PLAYED, live_boards
 from tests.events import ev
 
@@ -63,15 +64,6 @@ def revalidated(api: TestClient, path: str) -> tuple[str, int]:
     return tag, api.get(path, headers={"If-None-Match": tag}).status_code
 
 
-def apply(items: list[dict[str, Any]], event: dict[str, Any]) -> list[dict[str, Any]]:
-    """A client's top K after a ``ranking`` event (as the dashboard applies it)."""
-    if event["full"]:
-        return list(event["changed"])
-    by_rank = {item["rank"]: item for item in items}
-    by_rank.update({item["rank"]: item for item in event["changed"]})
-    return [by_rank[rank] for rank in range(1, event["size"] + 1)]
-
-
 def test_the_history_keeps_the_last_snapshots_of_each_stream():
     history = sse.History(snapshots=3, streams=2)
     for sid in range(1, 6):
@@ -91,7 +83,7 @@ def test_the_listener_stream_resumes_with_the_changes_since_the_last_event(flow,
         wait_for(lambda: api.get("/rankings?k=3").status_code, lambda s: s == 200)
         _, first_id, first = first_event(api, "/rankings/stream?k=3")
         assert first["full"] is True and first_id == first["snapshot_id"]
-        held = apply([], first)
+        held = stream_diff.apply([], first)
 
         flow.run(flow.write_log(MORE, "b.jsonl"), namespace=namespace)  # song_b has one listener more
         now = wait_for(lambda: api.get("/rankings?k=3").json(), lambda r: r["snapshot_id"] != first_id)
@@ -99,7 +91,7 @@ def test_the_listener_stream_resumes_with_the_changes_since_the_last_event(flow,
         assert kind == "ranking" and resumed_id == now["snapshot_id"]
         assert resumed["full"] is False and resumed["removed"] == []
         assert resumed["changed"] == [{"rank": 1, "song_id": "song_b", "listeners": 3}], "only the change"
-        held = apply(held, resumed)
+        held = stream_diff.apply(held, resumed)
         assert held == now["items"]
 
         _, _, unknown = first_event(api, "/rankings/stream?k=3", UNKNOWN)
@@ -113,16 +105,18 @@ def test_the_listener_stream_resumes_with_the_changes_since_the_last_event(flow,
             _, later_id, later = next_event(lines)
         assert later_id > resumed_id and later["full"] is False
         final = api.get("/rankings?k=3").json()
-        assert apply(held, later) == final["items"] and later_id == final["snapshot_id"]
+        assert stream_diff.apply(held, later) == final["items"] and later_id == final["snapshot_id"]
 
 
-def test_a_board_stream_resumes_without_a_top_it_already_has(redis_url, tmp_path):
+def test_a_board_stream_resumes_with_the_changes_since_the_last_event(redis_url, tmp_path):
     with live_boards(redis_url, tmp_path) as live:
         live.append(*example.LINES)
         settings = Settings(redis_url=redis_url, namespace=live.namespace, poll_ms=20)
         with TestClient(create_app(settings)) as api:
             _, first_id, first = first_event(api, "/boards/g1/all/stream")
-            assert first_id == first["snapshot_id"]
+            assert first_id == first["snapshot_id"] and first["full"] is True
+            held = HeldTop()
+            held.apply(first)
             # the top's validator (api.http_cache): a 304 until a new snapshot (unless one came in between)
             tag = wait_for(lambda: revalidated(api, "/boards/g1/all/top"), lambda pair: pair[1] == 304)[0]
 
@@ -131,36 +125,48 @@ def test_a_board_stream_resumes_without_a_top_it_already_has(redis_url, tmp_path
             newer = api.get("/boards/g1/all/top", headers={"If-None-Match": tag})
             assert newer.status_code == 200 and newer.headers["etag"] != tag
             kind, resumed_id, resumed = first_event(api, "/boards/g1/all/stream", first_id)
-            assert kind == "board" and resumed_id > first_id and resumed["items"] == top["items"]
+            assert kind == "board" and resumed_id > first_id and resumed["full"] is False
+            assert resumed["removed"] == [] and resumed["size"] == len(top["items"])
+            held.apply(resumed)
+            assert held.is_answer(top), (held.answer, top)
             _, _, unknown = first_event(api, "/boards/g1/all/stream", UNKNOWN)
-            assert unknown["items"] == top["items"]
+            assert unknown["full"] is True and unknown["changed"] == top["items"]
 
             with api.stream("GET", "/boards/g1/all/stream", headers={"Last-Event-ID": str(resumed_id)}) as stream:
                 lines = stream.iter_lines()  # it has this top: the first event is the next change
                 live.append(example.result("gus", "m10", 90, FAY_PLAYED + 1, FAY_PLAYED + 2000))
                 _, later_id, later = next_event(lines)
-            assert later_id > resumed_id and later["items"][0]["player_id"] == "gus"
+            assert later_id > resumed_id and later["full"] is False
+            assert held.apply(later)["items"][0]["player_id"] == "gus"
+            assert held.is_answer(api.get("/boards/g1/all/top").json())
 
 
-def test_an_activity_stream_resumes_without_a_top_it_already_has(redis_url, tmp_path):
+def test_an_activity_stream_resumes_with_the_changes_since_the_last_event(redis_url, tmp_path):
     with live_activity(redis_url, tmp_path) as live:
         live.append(("A", "x", "u1", T0), ("A", "y", "u1", T0 + 1), ("A", "y", "u2", T0 + 2))
         settings = Settings(redis_url=redis_url, namespace=live.namespace, poll_ms=20)
         with TestClient(create_app(settings)) as api:
             _, first_id, first = first_event(api, "/activity/A/stream")
+            held = HeldTop()
+            held.apply(first)
             tag = api.get("/activity/A/top").headers["etag"]
             live.append(("A", "w", "u1", T0 + 3))  # a channel more in A's top
             top = wait_for(lambda: api.get("/activity/A/top").json(), lambda t: len(t["items"]) == 3)
             newer = api.get("/activity/A/top", headers={"If-None-Match": tag})
             assert newer.status_code == 200 and newer.headers["etag"] != tag  # a new snapshot: a new tag
             _, resumed_id, resumed = first_event(api, "/activity/A/stream", first_id)
-            assert resumed_id > first_id and resumed["items"] == top["items"]
+            assert resumed_id > first_id and resumed["full"] is False
+            assert resumed["changed"] == [{"rank": 3, "channel_id": "w", "count": 1}], "only the change"
+            held.apply(resumed)
+            assert held.is_answer(top), (held.answer, top)
             _, _, unknown = first_event(api, "/activity/A/stream", UNKNOWN)
-            assert unknown["items"] == top["items"]
+            assert unknown["full"] is True and unknown["changed"] == top["items"]
 
             with api.stream("GET", "/activity/A/stream", headers={"Last-Event-ID": str(resumed_id)}) as stream:
                 lines = stream.iter_lines()
                 live.append(("B", "q", "u1", T0 + 4))  # snapshots that leave A's top as it is: nothing sent
                 live.append(("A", "v", "u1", T0 + 5))
                 _, later_id, later = next_event(lines)
-            assert later_id > resumed_id and [i["channel_id"] for i in later["items"]].count("v") == 1
+            assert later_id > resumed_id and later["full"] is False
+            assert [i["channel_id"] for i in held.apply(later)["items"]].count("v") == 1
+            assert held.is_answer(api.get("/activity/A/top").json())
