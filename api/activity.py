@@ -2,15 +2,17 @@
 
 Contract (docs/semantics/windows.md 4 and 6; every answer is exactly what ``connectors.activity_read``
 gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id``, its
-``published_at`` (the snapshot document's) and ``age_ms``, its age when answered):
+``published_at`` (the snapshot document's), ``age_ms``, its age when answered, and ``stale``,
+whether that age is over ``rankflow serve --stale-after-ms``, the listeners' rule; the
+streams' events carry no ``stale``):
 
-* ``GET /activity/global/top?k=K`` -> ``{snapshot_id, published_at, age_ms, window_start, window_end,
+* ``GET /activity/global/top?k=K`` -> ``{snapshot_id, published_at, age_ms, stale, window_start, window_end,
   watermark, items: [{rank, workspace_id, channel_id, count}]}`` (with
   ``--global-summary``: ``count_low`` and ``count_high`` in place of ``count``).
-* ``GET /activity/{workspace}/top?k=K`` -> ``{snapshot_id, published_at, age_ms, workspace_id, window_start,
+* ``GET /activity/{workspace}/top?k=K`` -> ``{snapshot_id, published_at, age_ms, stale, workspace_id, window_start,
   window_end, watermark, items: [{rank, channel_id, count}]}``; a workspace without
   counts has ``items: []``.
-* ``GET /activity/{workspace}/channels/{channel}`` -> ``{snapshot_id, published_at, age_ms, workspace_id,
+* ``GET /activity/{workspace}/channels/{channel}`` -> ``{snapshot_id, published_at, age_ms, stale, workspace_id,
   channel_id, count, rank}`` (the rank in its workspace, exact for every channel);
   ``404 {"error"}`` when the channel has no count in the window.
 * ``GET /activity/{workspace}/stream`` -> Server-Sent Events: an ``activity`` event at
@@ -24,9 +26,9 @@ gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id
   comment line every 15 s keeps idle connections open; streams end when the server stops.
   A client reconnecting with ``Last-Event-ID`` (known to this process: ``api.sse.History``)
   gets first the changes since that event (none if the top is the same), else a full event.
-* ``GET /activity`` -> the current snapshot: ``{snapshot_id, published_at, watermark,
-  window_start, window_end, bucket_ms, window_buckets, count, k_max, active_pairs, now,
-  age_ms, watermark_lag_ms, published_lag_ms}``: ``now`` is the server's clock (ms),
+* ``GET /activity`` -> the current snapshot: ``{snapshot_id, published_at, age_ms, stale,
+  watermark, window_start, window_end, bucket_ms, window_buckets, count, k_max, active_pairs,
+  now, watermark_lag_ms, published_lag_ms}``: ``now`` is the server's clock (ms),
   ``age_ms = now - published_at``,
   ``watermark_lag_ms = now - watermark`` and ``published_lag_ms = published_at -
   watermark`` (null without a watermark). The dashboard's activity view reads it.
@@ -80,7 +82,7 @@ from rankflow.api.schemas import bounded, model, text
 from rankflow.api.shared_cache import SharedTops
 from rankflow.api.watch import Watched
 from rankflow.connectors.activity_read import AsyncActivityReader, NoCount, NoSnapshot
-from rankflow.connectors.snapshot_age import age_ms
+from rankflow.connectors.snapshot_age import age_ms, is_stale, judged
 
 log = logging.getLogger("rankflow.api")
 
@@ -133,18 +135,25 @@ async def ask(request: Request, query: Question) -> dict[str, Any] | Response:
 
 
 async def answer(request: Request, query: Question) -> Response:
-    return await ERRORS.answer(request.app.state.activity, query)
+    """The answer of ``query(reader)`` with its ``stale`` now, or the error response its failure calls for."""
+    state = request.app.state
+    got = await ERRORS.ask(state.activity, query)
+    return got if isinstance(got, Response) else json_response(judged(got, state.settings.stale_after_ms))
 
 
-def with_lags(snapshot: dict[str, Any], now_ms: int) -> dict[str, Any]:
-    """``GET /activity``: the snapshot and how far its watermark is behind now and its publication.
+def with_lags(snapshot: dict[str, Any], now_ms: int, stale_after_ms: int) -> dict[str, Any]:
+    """``GET /activity``: the snapshot, its age and whether that is stale (right after its publish
+    time, as in every answer: ``api.http_cache`` looks for it there), and how far its watermark is
+    behind now and its publication.
 
-    >>> with_lags({"watermark": 1000, "published_at": 1500}, 4000)
-    {'watermark': 1000, 'published_at': 1500, 'now': 4000, 'age_ms': 2500, 'watermark_lag_ms': 3000, 'published_lag_ms': 500}
+    >>> with_lags({"snapshot_id": 7, "published_at": 1500, "watermark": 1000}, 4000, 10_000)
+    {'snapshot_id': 7, 'published_at': 1500, 'age_ms': 2500, 'stale': False, 'watermark': 1000, 'now': 4000, 'watermark_lag_ms': 3000, 'published_lag_ms': 500}
     """
-    w = snapshot["watermark"]
-    return {**snapshot, "now": now_ms, "age_ms": age_ms(snapshot["published_at"], now_ms), "watermark_lag_ms": None if w is None else now_ms - w,
-            "published_lag_ms": None if w is None else snapshot["published_at"] - w}
+    w, at = snapshot["watermark"], snapshot["published_at"]
+    return {"snapshot_id": snapshot["snapshot_id"], "published_at": at, "age_ms": age_ms(at, now_ms),
+            "stale": is_stale(at, stale_after_ms, now_ms), **snapshot, "now": now_ms,
+            "watermark_lag_ms": None if w is None else now_ms - w,
+            "published_lag_ms": None if w is None else at - w}
 
 
 # -- the routes: the global top first, so that "global" there is never taken for a workspace --
@@ -153,7 +162,9 @@ def with_lags(snapshot: dict[str, Any], now_ms: int) -> dict[str, Any]:
             responses={200: model(schemas_activity.Current, "the current snapshot and its lags"), 503: WHY[503]})
 async def current(request: Request) -> Response:
     got = await ask(request, lambda reader: reader.snapshot())
-    return got if isinstance(got, Response) else json_response(with_lags(got, int(time.time() * 1000)))
+    settings = request.app.state.settings
+    return got if isinstance(got, Response) else json_response(with_lags(got, int(time.time() * 1000),
+                                                                             settings.stale_after_ms))
 
 
 @router.get("/activity/global/top", summary="The most active channels across workspaces (docs/semantics/windows.md 4)",

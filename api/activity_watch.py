@@ -18,6 +18,7 @@ import redis
 from rankflow.api.parts import Health, Part, close_client, read_client
 from rankflow.api.watch import VersionWatch
 from rankflow.connectors.activity_read import ActivityMoving, AsyncActivityReader, NoSnapshot
+from rankflow.connectors.snapshot_age import is_stale
 
 if TYPE_CHECKING:
     import redis.asyncio as aioredis
@@ -63,10 +64,11 @@ class ActivityWatch(VersionWatch[Version]):
 
 
 def held(state: Any) -> tuple[int, int, bool] | None:
-    """The activity snapshot the watcher saw last and its publish time (``api.http_cache``); None: none."""
+    """The activity snapshot the watcher saw last, its publish time and whether its answers say
+    ``"stale": true`` now (``api.http_cache``); None: none."""
     watch: ActivityWatch = state.activity_watch
     version, at = watch.version, watch.published_at
-    return None if version is None or at is None else (version[1], at, False)
+    return None if version is None or at is None else (version[1], at, is_stale(at, state.settings.stale_after_ms))
 
 
 class ActivityParts(Part):
@@ -88,7 +90,7 @@ class ActivityParts(Part):
         self.watch = state.activity_watch = ActivityWatch(reader, settings.poll_ms)
         self.watch.start()
         state.announcements.follow(reader.hint.keys.generation, self.watch)
-        state.activity_tops = SharedTops(reader, self.watch)
+        state.activity_tops = SharedTops(reader, self.watch, stale_after_ms=settings.stale_after_ms)
 
     async def stop(self) -> None:
         if self.watch is not None:

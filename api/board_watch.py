@@ -26,7 +26,7 @@ from rankflow.connectors.board_read import no_snapshot
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_replies import Values
-from rankflow.connectors.snapshot_age import published
+from rankflow.connectors.snapshot_age import is_stale, published
 
 if TYPE_CHECKING:
     from rankflow.api.board_mirror import BoardMirror
@@ -78,11 +78,12 @@ def snapshot_id(version: tuple[Any, ...] | None) -> int | None:
 
 
 def held(state: Any) -> tuple[int, int, bool] | None:
-    """The boards' snapshot the service answers from now and its publish time (``api.http_cache``):
-    the mirror's with ``--board-index memory``, else the watcher's; None: none known."""
+    """The boards' snapshot the service answers from now, its publish time and whether its answers
+    say ``"stale": true`` now (``api.http_cache``): the mirror's with ``--board-index memory``, else
+    the watcher's; None: none known."""
     changes = state.board_changes
     sid, at = snapshot_id(changes.version), changes.published_at
-    return None if sid is None or at is None else (sid, at, False)
+    return None if sid is None or at is None else (sid, at, is_stale(at, state.settings.stale_after_ms))
 
 
 class BoardParts(Part):
@@ -118,7 +119,7 @@ class BoardParts(Part):
             state.announcements.follow(channel, mirror)
             state.boards = MirroredBoards(mirror, state.boards)
             state.board_changes = mirror  # streams wake when the mirror serves a new snapshot
-        state.board_tops = SharedTops(state.boards, state.board_changes)
+        state.board_tops = SharedTops(state.boards, state.board_changes, stale_after_ms=settings.stale_after_ms)
 
     async def stop(self) -> None:
         if self.watch is not None:

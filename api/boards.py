@@ -4,17 +4,18 @@ Contract (docs/semantics/boards.md section 5; every answer is exactly what
 ``connectors.board_read`` gives, so it names its ``snapshot_id``, ``game_id`` and the
 concrete ``board``, the aliases ``daily`` and ``weekly`` resolved; a top, a player's rank and
 an around also name when that snapshot was published, ``published_at`` (ms since the epoch,
-read with the id), and ``age_ms``, its age when answered: ``connectors.snapshot_age``):
+read with the id), ``age_ms``, its age when answered, and ``stale``, whether that age is over
+``rankflow serve --stale-after-ms``, the listeners' rule: ``connectors.snapshot_age``):
 
 * ``GET /boards`` -> ``{snapshot_id, games: {game: {boards: [...], aliases: {daily,
   weekly}}}}``: every board there is, ``all`` and ``best`` first, then the periods
   newest first; an alias names the concrete board it resolves to (or null).
-* ``GET /boards/{game}/{board}/top?n=N`` -> ``{snapshot_id, published_at, age_ms, game_id, board,
+* ``GET /boards/{game}/{board}/top?n=N`` -> ``{snapshot_id, published_at, age_ms, stale, game_id, board,
   total_players, items: [{rank, competition_rank, player_id, score}]}``; n defaults to 10.
-* ``GET /boards/{game}/{board}/players/{player_id}`` -> ``{snapshot_id, published_at, age_ms, game_id, board,
+* ``GET /boards/{game}/{board}/players/{player_id}`` -> ``{snapshot_id, published_at, age_ms, stale, game_id, board,
   player_id, score, rank, competition_rank}``.
 * ``GET /boards/{game}/{board}/players/{player_id}/around?r=R`` -> ``{snapshot_id,
-  published_at, age_ms, game_id, board, items}``: the entries ranked R above to R below the player, fewer
+  published_at, age_ms, stale, game_id, board, items}``: the entries ranked R above to R below the player, fewer
   near the ends; r defaults to 5.
 
 A usage error is ``400 {"error"}`` and never clamped: ``n`` outside 1..1000, ``r``
@@ -35,7 +36,7 @@ Each query is one script call on the async Redis client (one round trip unless a
 rebuild or an alias moved since the last query): the event loop never waits on Redis.
 A top N is read once per board, n and snapshot and shared (``api.shared_cache``): it
 may be one poll interval (100 ms) behind the newest snapshot, never a mix of two, and its
-``age_ms`` is the request's (prepared bytes too: the age is written into them when sent).
+``age_ms`` and ``stale`` are the request's (prepared bytes too: both are written into them when sent).
 
 With ``rankflow serve --board-index memory`` the same queries are answered from an
 in-process copy of every board (``api.board_mirror``), the same JSON, each answer
@@ -59,13 +60,14 @@ from rankflow.api.board_mirror import MirroredBoards
 from rankflow.api.http_cache import Cacheable
 from rankflow.api.paths import register_id
 from rankflow.api.prepared import PreparedRoute
-from rankflow.api.responses import Errors, Failure, UsageErrorsAre400
+from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
 from rankflow.api.schemas import bounded, model
 from rankflow.api.shared_cache import SharedTops
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.board_read import (MAX_N, MAX_R, AsyncBoardReader, BoardsMoving, NoBoardsSnapshot,
                                             NoSuchBoard, NotOnBoard, check_board, check_n)
 from rankflow.connectors.redis_publish import dumps_document
+from rankflow.connectors.snapshot_age import judged
 
 router = APIRouter(route_class=UsageErrorsAre400)
 
@@ -104,9 +106,11 @@ Reader = AsyncBoardReader | MirroredBoards
 
 
 async def answer(request: Request, query: Callable[[Reader], Awaitable[dict[str, Any]]]) -> Response:
-    """The answer of ``query(reader)``, or the error response its failure calls for."""
-    reader: Reader = request.app.state.boards
-    return await ERRORS.answer(reader, query)
+    """The answer of ``query(reader)`` with its ``stale`` now (when it has an age), or the error
+    response its failure calls for."""
+    state = request.app.state
+    got = await ERRORS.ask(state.boards, query)
+    return got if isinstance(got, Response) else json_response(judged(got, state.settings.stale_after_ms))
 
 
 def game_path() -> Any:
@@ -182,7 +186,7 @@ def ready_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes | 
     reader: Reader = state.boards
     if not isinstance(reader, MirroredBoards) or not reader.mirror.ready:
         return None
-    return dumps_document(reader.mirror.player(*params))
+    return dumps_document(judged(reader.mirror.player(*params), state.settings.stale_after_ms))
 
 
 async def answer_top(state: Any, params: tuple[str, ...], n: int | None) -> bytes:
@@ -195,7 +199,7 @@ async def answer_player(state: Any, params: tuple[str, ...], _: int | None) -> b
     """:func:`ready_player` read now, from the reader (the mirror, or Redis until it serves)."""
     check_board(params[1])
     reader: Reader = state.boards
-    return dumps_document(await reader.player(*params))
+    return dumps_document(judged(await reader.player(*params), state.settings.stale_after_ms))
 
 
 PREPARED = (PreparedRoute("/boards/{game}/{board}/top", "n", TOP_N, ready_top, answer_top),

@@ -17,10 +17,10 @@ is live or stale:
   days if they are days), and a workspace's top (``GET /activity/top?workspace=``) or the
   global top.
 
-Board and activity answers carry no ``stale`` field: the page marks them stale by the
-rule ``/rankings`` applies, ``age_ms`` above the service's ``--stale-after-ms``, which
-``GET /dashboard/settings`` gives it (with the products mounted, whose panels it shows);
-an answer that carries ``stale`` is taken at its word.
+Every answer a panel shows carries ``stale`` (the listeners', the boards' and the
+activity's: ``age_ms`` above ``--stale-after-ms``, decided by the service per request), and
+the page takes it at its word: it has no rule of its own. ``GET /dashboard/settings`` gives
+it the products mounted (whose panels it shows) and the bound, which it only shows.
 """
 
 from __future__ import annotations

@@ -72,8 +72,9 @@ class Cacheable:
 _SNAPSHOT_ID = re.compile(rb'"snapshot_id":(\d+)[,}]')
 _STALE = b'"stale":true'
 STALE_WITHIN = 48
-"""Where a body says ``"stale": true``, after its publish time: right after its ``age_ms`` (the
-listener rankings'); an answer that says so elsewhere (none does) would be tagged fresh."""
+"""Where a body says ``"stale": true``, after its publish time: right after its ``age_ms`` (every
+answer that says ``stale``: the listener rankings', the boards' and the activity's,
+``connectors.snapshot_age.judged``); an answer that says so elsewhere (none does) would be tagged fresh."""
 _PUBLISHED_AT = re.compile(rb'"published_at":(\d+)[,}]')
 _TAG = re.compile(rb'[ \t]*(?:W/)?("[^"]*")[ \t]*(?:,|$)')
 

@@ -35,6 +35,7 @@ from starlette.exceptions import HTTPException
 
 from rankflow.api.schemas import Error, Responses, Unavailable, model
 from rankflow.connectors.redis_publish import dumps_document
+from rankflow.connectors.snapshot_age import judged
 
 log = logging.getLogger("rankflow.api")
 
@@ -88,8 +89,9 @@ class Errors:
                     return self.unreachable(exc)
                 last = getattr(exc, "last", None)
                 if kind is Failure.NOT_PUBLISHED and last is not None:
-                    # as the listeners' 503: the last answer this process had, marked stale
-                    return json_response({"error": str(exc), **last, "stale": True}, STATUS[kind])
+                    # as the listeners' 503: the last answer this process had, marked stale (where its
+                    # 200 says it, right after its age: ``judged`` places the key, ``True`` is its value)
+                    return json_response({"error": str(exc), **judged(last, 0), "stale": True}, STATUS[kind])
                 return error_response(STATUS[kind], str(exc))
         return None
 

@@ -15,6 +15,8 @@ class Window(Exact):
     snapshot_id: int = Field(description="the activity snapshot the answer is from")
     published_at: int | None = Field(description="when the flow published it, ms since the Unix epoch")
     age_ms: int | None = Field(ge=0, description="its age when answered")
+    stale: bool = Field(description="older than the service's staleness bound (--stale-after-ms): the flow is "
+                                    "not publishing")
 
 
 class Bounds(Window):
@@ -73,6 +75,8 @@ class Current(Exact):
 
     snapshot_id: int
     published_at: int | None
+    age_ms: int | None = Field(ge=0, description="now - published_at")
+    stale: bool = Field(description="older than the service's staleness bound (--stale-after-ms)")
     watermark: int | None
     window_start: int | None
     window_end: int | None
@@ -82,6 +86,5 @@ class Current(Exact):
     k_max: int | None = Field(ge=1, description="the largest k the rankings answer")
     active_pairs: int | None = Field(ge=0)
     now: int
-    age_ms: int | None = Field(ge=0, description="now - published_at")
     watermark_lag_ms: int | None = Field(description="now - watermark")
     published_lag_ms: int | None = Field(description="published_at - watermark")

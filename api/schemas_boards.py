@@ -27,6 +27,8 @@ class Stamp(Exact):
     snapshot_id: int | None = Field(description="the boards snapshot the answer is from")
     published_at: int | None = Field(description="when the flow published it, ms since the Unix epoch")
     age_ms: int | None = Field(ge=0, description="its age when answered")
+    stale: bool = Field(description="older than the service's staleness bound (--stale-after-ms): the flow is "
+                                    "not publishing")
 
 
 class Entry(Exact):

@@ -19,7 +19,11 @@ An answer names its snapshot's ``published_at`` and its ``age_ms`` (``connectors
 a kept answer is the read's, but its age is the request's. :meth:`SharedTops.top` gives each
 request a copy with its age now; the encoding is kept in two parts around the age's digits,
 which each request (a prepared one too) fills in with its age now, as ``api.rankings``'
-``BodyCache`` does for the listeners.
+``BodyCache`` does for the listeners. Given the service's staleness bound (``stale_after_ms``,
+``rankflow serve --stale-after-ms``), the encoding also says ``"stale"`` right after the age,
+decided per request by the same rule (``connectors.snapshot_age.is_stale``) and written into
+the same two parts: no request encodes JSON. :meth:`SharedTops.top` (what the streams share)
+says no ``stale``: a route that answers it adds it (``connectors.snapshot_age.judged``).
 """
 
 from __future__ import annotations
@@ -30,31 +34,48 @@ from typing import Any
 
 from rankflow.api.watch import Watched
 from rankflow.connectors.redis_publish import dumps_document
-from rankflow.connectors.snapshot_age import age_ms, aged
+from rankflow.connectors.snapshot_age import age_ms, aged, judged
 
-Encoded = tuple[bytes, bytes, "int | None"]
-"""An answer's JSON before and after its age's digits, and its ``published_at`` (None: no age to
-fill in, the first part is the whole answer)."""
+Encoded = tuple[bytes, bytes, "int | None", "int | None"]
+"""An answer's JSON before and after its age's digits (and, with a staleness bound, its
+``"stale"``), its ``published_at`` (None: no age to fill in, the first part is the whole
+answer) and the staleness bound (None: the answer says no ``stale``)."""
+
+_STALE_SLOT = b'"age_ms":0,"stale":false'
 
 
-def encode(answer: dict[str, Any]) -> Encoded:
-    """``answer``'s JSON cut where its ``age_ms`` goes (:func:`render` puts an age there).
+def encode(answer: dict[str, Any], stale_after_ms: int | None = None) -> Encoded:
+    """``answer``'s JSON cut where its ``age_ms`` (and its ``stale``) go (:func:`render` puts them there).
 
     >>> encode({"snapshot_id": 7, "published_at": 1000, "age_ms": 5, "items": []})
-    (b'{"snapshot_id":7,"published_at":1000,"age_ms":', b',"items":[]}', 1000)
+    (b'{"snapshot_id":7,"published_at":1000,"age_ms":', b',"items":[]}', 1000, None)
+    >>> encode({"snapshot_id": 7, "published_at": 1000, "age_ms": 5, "items": []}, 500)
+    (b'{"snapshot_id":7,"published_at":1000,"age_ms":', b',"items":[]}', 1000, 500)
     """
     at = answer.get("published_at")
     if at is None or "age_ms" not in answer:
-        return dumps_document(answer), b"", None
-    head, _, tail = dumps_document({**answer, "age_ms": 0}).partition(b'"age_ms":0')  # the first key of that name
-    return head + b'"age_ms":', tail, at
+        return dumps_document(answer), b"", None, None
+    if stale_after_ms is None:
+        head, _, tail = dumps_document({**answer, "age_ms": 0}).partition(b'"age_ms":0')  # the first key of that name
+        return head + b'"age_ms":', tail, at, None
+    # the slot's first occurrence: the answer's own, before its items
+    head, _, tail = dumps_document(judged({**answer, "age_ms": 0}, stale_after_ms)).partition(_STALE_SLOT)
+    return head + b'"age_ms":', tail, at, stale_after_ms
 
 
 def render(encoded: Encoded) -> bytes:
-    """The encoded answer with its age now."""
-    head, tail, at = encoded
+    """The encoded answer with its age now (and whether that is stale).
+
+    >>> render((b'{"age_ms":', b'}', 0, 500))[-14:], render((b'{"x":1}', b'', None, None))
+    (b',"stale":true}', b'{"x":1}')
+    """
+    head, tail, at, bound = encoded
     age = age_ms(at)
-    return head if age is None else b"%s%d%s" % (head, age, tail)
+    if age is None:
+        return head
+    if bound is None:
+        return b"%s%d%s" % (head, age, tail)
+    return b'%s%d,"stale":%s%s' % (head, age, b"true" if age > bound else b"false", tail)
 
 MAX_SHARED_TOPS = 10_000
 """Answers kept for one snapshot (the queries asked for); past this they start over."""
@@ -63,10 +84,14 @@ MAX_SHARED_TOPS = 10_000
 class SharedTops:
     """Each query's top of the watcher's current snapshot, read once and shared."""
 
-    def __init__(self, reader: Any, watch: Watched, limit: int = MAX_SHARED_TOPS) -> None:
+    def __init__(self, reader: Any, watch: Watched, limit: int = MAX_SHARED_TOPS,
+                 stale_after_ms: int | None = None) -> None:
+        """``stale_after_ms``: the bound past which :meth:`top_bytes` says ``"stale": true``
+        (``rankflow serve --stale-after-ms``); None: it says no ``stale``."""
         self.reader = reader
         self.watch = watch
         self.limit = limit
+        self.stale_after_ms = stale_after_ms
         self._version: Hashable | None = None
         self._reads: dict[tuple[Any, ...], asyncio.Future[dict[str, Any]]] = {}
         self._encoded: dict[tuple[Any, ...], Encoded] = {}  # of self._version's answers
@@ -91,13 +116,14 @@ class SharedTops:
         return await asyncio.shield(read)  # a request that leaves must not cancel the others' read
 
     async def top_bytes(self, *query: Any) -> bytes:
-        """:meth:`top` as JSON bytes, encoded once per query and version (the age filled in now)."""
+        """:meth:`top` as JSON bytes, encoded once per query and version (the age, and with a
+        staleness bound ``stale``, filled in now)."""
         version = self.watch.version
         if version is not None and version == self._version:
             encoded = self._encoded.get(query)
             if encoded is not None:
                 return render(encoded)
-        encoded = encode(await self._top(*query))
+        encoded = encode(await self._top(*query), self.stale_after_ms)
         if version is not None and version == self._version and query in self._reads:
             self._encoded[query] = encoded  # the answer of this version's read: shared like it
         return render(encoded)

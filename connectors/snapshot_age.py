@@ -53,3 +53,31 @@ def aged(answer: dict[str, Any]) -> dict[str, Any]:
     if "age_ms" not in answer:
         return answer
     return {**answer, "age_ms": age_ms(answer["published_at"])}
+
+
+def is_stale(published_at: int | None, stale_after_ms: int, now: int | None = None) -> bool:
+    """Whether an answer of a snapshot published at ``published_at`` is stale: older than
+    ``stale_after_ms`` (``rankflow serve --stale-after-ms``), the listeners' rule. A snapshot
+    without a publication time (an older rankflow's) cannot be told old: not stale.
+
+    >>> is_stale(1000, 500, 1600), is_stale(1000, 500, 1500), is_stale(None, 500, 1600)
+    (True, False, False)
+    """
+    age = age_ms(published_at, now)
+    return age is not None and age > stale_after_ms
+
+
+def judged(answer: dict[str, Any], stale_after_ms: int) -> dict[str, Any]:
+    """``answer`` (one :func:`stamp` starts) with ``"stale"`` right after its ``age_ms``, by the
+    service's rule applied to that age (:func:`is_stale`), where the cache validators look for it
+    (``api.http_cache``); the same dict if it has no age. One dict, no loop: the prepared answers
+    (a player's rank from the mirror) pay it per request.
+
+    >>> judged({"snapshot_id": 1, "published_at": 1000, "age_ms": 600, "items": []}, 500)
+    {'snapshot_id': 1, 'published_at': 1000, 'age_ms': 600, 'stale': True, 'items': []}
+    """
+    if "age_ms" not in answer:
+        return answer
+    age = answer["age_ms"]
+    return {"snapshot_id": answer["snapshot_id"], "published_at": answer["published_at"], "age_ms": age,
+            "stale": age is not None and age > stale_after_ms, **answer}

@@ -24,13 +24,24 @@ def stored_published_at(client: redis.Redis, namespace: str) -> int:
     return int(at)
 
 
+def unjudged(body: dict[str, Any]) -> dict[str, Any]:
+    """``body`` without the ``stale`` the service writes right after ``age_ms`` (a bool: checked),
+    to compare an answer of ``rankflow serve`` with the reader's or the CLI's, which say none:
+    whether an age is stale is the service's rule (tests/api/test_http_cache.py checks it)."""
+    keys = list(body)
+    if "age_ms" not in keys or keys.index("age_ms") + 1 >= len(keys) or keys[keys.index("age_ms") + 1] != "stale":
+        return body
+    assert isinstance(body["stale"], bool), body
+    return {key: value for key, value in body.items() if key != "stale"}
+
+
 def stamped(body: dict[str, Any], published_at: int) -> dict[str, Any]:
-    """``body`` but for its age, which must be a whole number of ms, at least 0; its ``published_at``
-    must be ``published_at``."""
+    """``body`` but for its age, which must be a whole number of ms, at least 0 (and the service's
+    ``stale`` after it: :func:`unjudged`); its ``published_at`` must be ``published_at``."""
     assert body["published_at"] == published_at, body
     age = body["age_ms"]
     assert isinstance(age, int) and age >= 0, body
-    return {key: value for key, value in body.items() if key != "age_ms"}
+    return {key: value for key, value in unjudged(body).items() if key != "age_ms"}
 
 
 AGE = re.compile(rb'"age_ms":\d+')
@@ -44,8 +55,8 @@ def ageless(raw: Any) -> Any:
         return AGE.sub(b'"age_ms":0', raw)
     if isinstance(raw, (tuple, list)):
         return type(raw)(ageless(part) for part in raw)
-    if isinstance(raw, dict):
-        return {key: 0 if key == "age_ms" else ageless(value) for key, value in raw.items()}
+    if isinstance(raw, dict):  # a decoded answer: without the service's ``stale`` too (:func:`unjudged`)
+        return {key: 0 if key == "age_ms" else ageless(value) for key, value in unjudged(raw).items()}
     return raw
 
 

@@ -407,7 +407,7 @@ def test_every_panel_shows_what_the_api_answers(all_products):
         assert board_rows(page) == [(it["player_id"], it["score"], it["rank"], it["competition_rank"])
                                     for it in top["items"]]
         assert text(page, "#board-players") == f"{top['total_players']:,}"
-        assert page.locator("#board-state").get_attribute("data-state") == "live"
+        assert top["stale"] is False and page.locator("#board-state").get_attribute("data-state") == "live"
         player = top["items"][3]["player_id"]
         page.fill("#player", player)
         page.press("#player", "Enter")
@@ -415,6 +415,7 @@ def test_every_panel_shows_what_the_api_answers(all_products):
         one = api.get(f"boards/{game}/all/players/{quote(player, safe='')}").json()
         around = api.get(f"boards/{game}/all/players/{quote(player, safe='')}/around?r=3").json()
         assert int(page.locator("#player-rank").get_attribute("data-rank")) == one["rank"]
+        assert one["stale"] is False and page.locator("#player-rank").get_attribute("data-state") == "live"
         assert [(r.get_attribute("data-player"), int(r.get_attribute("data-rank")))
                 for r in page.locator("#around-rows tr.entry").all()] == [(it["player_id"], it["rank"])
                                                                           for it in around["items"]]
@@ -425,7 +426,7 @@ def test_every_panel_shows_what_the_api_answers(all_products):
         glob = same_snapshot(page, "#activity-top-snapshot", lambda: api.get("activity/global/top?k=10").json())
         assert activity_rows(page) == [(it["rank"], it["workspace_id"], it["channel_id"], it["count"])
                                        for it in glob["items"]]
-        assert page.locator("#activity-state").get_attribute("data-state") == "live"
+        assert glob["stale"] is False and page.locator("#activity-state").get_attribute("data-state") == "live"
         workspace = glob["items"][0]["workspace_id"]
         page.fill("#workspace", workspace)
         page.press("#workspace", "Enter")
@@ -442,9 +443,11 @@ def test_every_panel_shows_what_the_api_answers(all_products):
 
 
 def test_a_finished_runs_snapshots_are_stale_on_the_page_as_in_the_api(tmp_path, redis_url, namespace):
-    """Runs to the end of their logs, then nothing: past --stale-after-ms every answer is old, the
-    listeners' says ``"stale": true`` and the page says stale on every panel; the messages are ten
-    days old, and the page shows the watermark's lag as that."""
+    """Runs to the end of their logs, then nothing: past --stale-after-ms every answer is old, every
+    product's answers say ``"stale": true`` and the page says stale on every panel, the player's rank
+    too; the messages are ten days old, and the page shows the watermark's lag as that. The page
+    takes the API's word: told a bound of an hour by ``/dashboard/settings`` (which it only shows),
+    it still says stale where the API does."""
     now = int(time.time() * 1000)
     logs = write_logs(tmp_path, now, now - 10 * 86_400_000)
     url, procs = start_all(tmp_path, logs, redis_url, namespace, until_eof=True, serve_args=("--stale-after-ms", "1500"))
@@ -458,6 +461,10 @@ def test_a_finished_runs_snapshots_are_stale_on_the_page_as_in_the_api(tmp_path,
         with sync_playwright() as pw:
             browser = pw.chromium.launch(executable_path=chromium(), args=CHROMIUM_ARGS)
             page = browser.new_page(viewport={"width": 1300, "height": 1000})
+            settings = api.get("dashboard/settings").json()
+            assert settings["stale_after_ms"] == 1500
+            page.route("**/dashboard/settings", lambda route: route.fulfill(
+                json={**settings, "stale_after_ms": 3_600_000}))  # a page with its own rule would say live
             page.goto(url)
             page.select_option("#board", "all")
             for state in ("state", "recent-state", "board-state", "activity-state"):
@@ -467,13 +474,22 @@ def test_a_finished_runs_snapshots_are_stale_on_the_page_as_in_the_api(tmp_path,
             assert api.get("rankings/recent").json()["stale"] is True
             game = page.locator("#game").input_value()
             board = api.get(f"boards/{game}/all/top").json()
-            assert board["age_ms"] > 1500 and text(page, "#board-snapshot") == str(board["snapshot_id"])
+            assert board["stale"] is True and board["age_ms"] > 1500
+            assert text(page, "#board-snapshot") == str(board["snapshot_id"])
+            player = board["items"][0]["player_id"]
+            page.fill("#player", player)
+            page.press("#player", "Enter")
+            page.wait_for_selector('#player-rank[data-state="stale"]', timeout=15_000)
+            assert api.get(f"boards/{game}/all/players/{quote(player, safe='')}").json()["stale"] is True
+            assert api.get(f"boards/{game}/all/players/{quote(player, safe='')}/around?r=3").json()["stale"] is True
             lag_shown = int(page.locator("#lag-now").get_attribute("data-ms"))  # read before the API's, so below it
             activity = api.get("activity").json()
-            assert activity["age_ms"] > 1500 and text(page, "#activity-snapshot") == str(activity["snapshot_id"])
+            assert activity["stale"] is True and activity["age_ms"] > 1500
+            assert text(page, "#activity-snapshot") == str(activity["snapshot_id"])
+            assert api.get("activity/global/top").json()["stale"] is True
             assert text(page, "#lag-now").endswith(" days")
             assert 10 * 86_400_000 - 60_000 < lag_shown <= activity["watermark_lag_ms"]
-            assert text(page, "#stale-after") == "1.5 s"
+            assert text(page, "#stale-after") == "1.0 h"
             panel_shots(page, "-stale")
             browser.close()
     finally:

@@ -29,10 +29,12 @@ from rankflow.options import RunOptions
 from rankflow.runner import run
 from tests import boards_example as example
 from tests.activity.test_activity_flow import line, run_activity
+from rankflow.connectors.redis_keys import activity_namespace, boards_namespace
 from tests.api.raw_http import Connection, Response, served
 from tests.cli.test_cli_mistakes import cli, one_line
 from tests.conftest import FlowRunner
 from tests.events import ev
+from tests.snapshot_stamp import stored_published_at
 
 LINES = [ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1),
          ev("u3", "p3", "song_b", "START", 1)]
@@ -217,7 +219,8 @@ BOARD_READS = ["/boards/g1/all/top", "/boards/g1/all/top?n=2", "/boards/g1/daily
 
 @pytest.mark.parametrize("index", ["redis", "memory"])
 def test_board_reads_carry_validators_and_answer_304(redis_url, boards, index):
-    app = create_app(Settings(redis_url=redis_url, namespace=boards, board_index=index, poll_ms=20))
+    app = create_app(Settings(redis_url=redis_url, namespace=boards, board_index=index, poll_ms=20,
+                              stale_after_ms=3_600_000))  # a slow machine's answers must not turn stale meanwhile
     with served(app) as port:
         conn = Connection(port)
         wait_for(lambda: app.state.board_changes.version, lambda v: v is not None)
@@ -246,7 +249,7 @@ ACTIVITY_READS = ["/activity/A/top", "/activity/global/top?k=2", "/activity/A/ch
 
 
 def test_activity_reads_carry_validators_and_answer_304(redis_url, activity):
-    app = create_app(Settings(redis_url=redis_url, namespace=activity, poll_ms=20))
+    app = create_app(Settings(redis_url=redis_url, namespace=activity, poll_ms=20, stale_after_ms=3_600_000))
     with served(app) as port:
         conn = Connection(port)
         wait_for(lambda: app.state.activity_watch.version, lambda v: v is not None)
@@ -256,6 +259,91 @@ def test_activity_reads_carry_validators_and_answer_304(redis_url, activity):
         no_store(conn.request("/activity/A/top?k=0"), 400)
         no_store(conn.request("/activity/A/channels/nope"), 404)
         conn.close()
+
+
+# -- board and activity answers turning stale ---------------------------------------------------
+
+FRESH_FOR_MS = 4000
+"""How long, from the service's start, the fresh snapshot stays fresh: the bound is its age then plus this."""
+
+
+def turning_stale(redis_url: str, namespace: str, product_namespace: str, paths: list[str], ready: Any,
+                  prepared: bool, **settings: Any) -> None:
+    """Each of ``paths`` (a snapshot-backed read of ``product_namespace``'s snapshot, just published)
+    says ``"stale": false`` with a tag without ``-stale`` on both paths (a keep-alive ``GET``, prepared
+    when the route has it ready, and a ``Connection: close`` one), then, once older than the bound
+    (``--stale-after-ms``), ``"stale": true`` with another tag ending ``-stale``, as the listeners'. The
+    bound is the snapshot's age at the service's start plus :data:`FRESH_FOR_MS`: fresh by
+    construction first, stale by waiting on the condition after. ``prepared``: some of ``paths``
+    are prepared answers on a keep-alive connection."""
+    client = redis.Redis.from_url(redis_url)
+    published_at = stored_published_at(client, product_namespace)
+    client.close()
+    bound = int(time.time() * 1000) - published_at + FRESH_FOR_MS
+    app = create_app(Settings(redis_url=redis_url, namespace=namespace, poll_ms=20, stale_after_ms=bound, **settings))
+    with served(app) as port:
+        conn = Connection(port)
+        wait_for(lambda: ready(app.state), bool)
+        for path in paths:
+            conn.request(path)  # the first reads fill the shared tops (then prepared)
+        before = app.state.prepared.answered
+        fresh = {}
+        for path in paths:
+            for got in (conn.request(path), closing(port, path)):
+                body = orjson.loads(got.body)
+                assert body["stale"] is False and body["age_ms"] <= bound, (path, body)
+                tag = header(got, "etag")
+                assert tag is not None and not tag.endswith('-stale"'), (path, tag)
+                check_validators(got)
+                fresh[path] = tag
+        prepared_fresh = app.state.prepared.answered - before
+        for path in paths:
+            for keep_alive in (True, False):
+                got = wait_for(lambda p=path, k=keep_alive: get(conn, port, p, k),
+                               lambda r: orjson.loads(r.body)["stale"] is True)
+                body = orjson.loads(got.body)
+                assert body["age_ms"] > bound and body["published_at"] == published_at, (path, body)
+                tag = header(got, "etag")
+                assert tag is not None and tag == fresh[path][:-1] + '-stale"', (path, tag, fresh[path])
+                check_validators(got)
+                # a cache revalidating its fresh copy gets the stale answer, not a 304
+                again = get(conn, port, path, keep_alive, f"If-None-Match: {fresh[path]}")
+                assert again.status == 200 and orjson.loads(again.body)["stale"] is True, (path, again.status)
+            not_modified_on_both_paths(port, conn, path, tag)
+        if prepared:
+            assert prepared_fresh > 0 and app.state.prepared.answered - before > prepared_fresh, \
+                "the keep-alive GETs were prepared answers, fresh and stale"
+        conn.close()
+
+
+def get(conn: Connection, port: int, path: str, keep_alive: bool, *headers: str) -> Response:
+    """``GET path`` on the keep-alive connection (prepared when ready) or with ``Connection: close`` (ASGI)."""
+    return conn.request(path, *headers) if keep_alive else closing(port, path, *headers)
+
+
+@pytest.mark.parametrize("index", ["redis", "memory"])
+def test_board_answers_turn_stale_as_the_listeners_with_another_tag(redis_url, tmp_path, index):
+    """The top (prepared once encoded: ``stale`` spliced per request like ``age_ms``), a player's
+    rank (prepared from the mirror with ``--board-index memory``) and an around."""
+    path = tmp_path / "scores.jsonl"
+    path.write_bytes(b"".join(row + b"\n" for row in example.LINES))
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    assert run(RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
+                          dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", flow="boards", signing_key=example.KEY))
+    turning_stale(redis_url, namespace, boards_namespace(namespace),
+                  ["/boards/g1/all/top", "/boards/g1/all/top?n=2", "/boards/g1/best/players/bo",
+                   "/boards/g1/all/players/ana/around?r=1"],
+                  lambda state: state.board_changes.version is not None and
+                  (index == "redis" or state.board_mirror.ready), prepared=True, board_index=index)
+
+
+def test_activity_answers_turn_stale_as_the_listeners_with_another_tag(redis_url, tmp_path):
+    """A workspace's top (path and query forms), the global top, a channel and ``GET /activity``."""
+    namespace = run_activity(redis_url, tmp_path, ACTIVITY)["namespace"]
+    turning_stale(redis_url, namespace, activity_namespace(namespace),
+                  ["/activity/A/top", "/activity/global/top?k=2", "/activity/A/channels/x",
+                   "/activity/top?workspace=B", "/activity"],
+                  lambda state: state.activity_watch.version is not None, prepared=False)
 
 
 # -- a 304 asks Redis nothing ---------------------------------------------------------------------
