@@ -187,3 +187,60 @@ def player_regex(players: int, digits: int) -> str:
     lead = players // 10 ** width  # the leading digit's count
     fixed = "0" * (digits - width - 1)
     return f"{fixed}[0-{lead - 1}][0-9]{{{width}}}"
+
+
+# -- the closed-loop saturation step: wrk ---------------------------------------------------------
+
+_WRK_UNITS = {"us": 1e-3, "ms": 1.0, "s": 1e3, "m": 60e3}
+
+
+@dataclass
+class Saturation:
+    """One closed-loop wrk run: ``connections`` each send a request as soon as the previous
+    answer came, so the rate is what the server (and the machine) sustain, and the latencies
+    are those of that rate. Closed-loop latencies omit the queue an open-loop client would
+    have met (coordinated omission): the open-loop search (:func:`search_capacity`) is the
+    capacity figure; this is the most one connection count gets, beside its p99."""
+
+    rps: float
+    p50_ms: float
+    p99_ms: float
+    requests: int
+    not_2xx: int = 0
+    socket_errors: int = 0
+
+
+def wrk_command(wrk: str, url: str, seconds: float, connections: int = 32, threads: int = 1) -> list[str]:
+    """``wrk`` with ``connections`` keep-alive connections on ``threads`` threads for ``seconds``,
+    with its latency distribution.
+
+    >>> wrk_command("wrk", "http://h/x", 5, 32)
+    ['wrk', '-t1', '-c32', '-d5s', '--latency', 'http://h/x']
+    """
+    return [wrk, f"-t{threads}", f"-c{connections}", f"-d{seconds:g}s", "--latency", url]
+
+
+def parse_wrk(text: str) -> Saturation:
+    """The figures of wrk's text report (``--latency``); ValueError if it has none.
+
+    >>> parse_wrk("  Latency Distribution\\n     50%  1.10ms\\n     99%  4.20ms\\n"
+    ...           "  105000 requests in 5.00s, 1.00GB read\\nRequests/sec:  21000.50\\n")
+    Saturation(rps=21000.5, p50_ms=1.1, p99_ms=4.2, requests=105000, not_2xx=0, socket_errors=0)
+    """
+    import re
+
+    def latency(q: str) -> float:
+        m = re.search(rf"^\s*{q}%\s+([\d.]+)(us|ms|s|m)\s*$", text, re.MULTILINE)
+        if m is None:
+            raise ValueError(f"wrk's report has no {q}% latency: {text[-300:]!r}")
+        return round(float(m.group(1)) * _WRK_UNITS[m.group(2)], 6)
+
+    rps = re.search(r"^Requests/sec:\s+([\d.]+)", text, re.MULTILINE)
+    total = re.search(r"^\s*(\d+) requests in ", text, re.MULTILINE)
+    if rps is None or total is None:
+        raise ValueError(f"wrk's report has no rate: {text[-300:]!r}")
+    not_2xx = re.search(r"Non-2xx or 3xx responses:\s+(\d+)", text)
+    errors = re.search(r"Socket errors: connect (\d+), read (\d+), write (\d+), timeout (\d+)", text)
+    return Saturation(rps=float(rps.group(1)), p50_ms=latency("50"), p99_ms=latency("99"),
+                      requests=int(total.group(1)), not_2xx=int(not_2xx.group(1)) if not_2xx else 0,
+                      socket_errors=sum(int(g) for g in errors.groups()) if errors else 0)

@@ -70,8 +70,8 @@ sys.path.insert(0, str(ROOT))
 from rankflow.api import bench_control  # noqa: E402
 from rankflow.bench.boards.logs import one_result_per_player  # noqa: E402
 from rankflow.bench.boards.results import DAY_MS, GAME, MEMORY_DAY_MS  # noqa: E402
-from rankflow.bench.capacity import (Search, Step, median, oha_command, parse_oha, player_regex,  # noqa: E402
-                                     search_capacity)  # noqa: E402
+from rankflow.bench.capacity import (Search, Step, median, oha_command, parse_oha, parse_wrk, player_regex,  # noqa: E402
+                                     search_capacity, wrk_command)  # noqa: E402
 from rankflow.bench.rig import cpu_seconds, cpu_times  # noqa: E402
 from rankflow.produce import append_steady  # noqa: E402
 from rankflow.services import LocalNginx, LocalRedis, free_port, stop_processes  # noqa: E402
@@ -210,6 +210,36 @@ def measure_target(oha: str, target: Target, a: argparse.Namespace, server: Serv
     return cpu, search
 
 
+def saturate(wrk: str, target: Target, a: argparse.Namespace, server: Server,
+             nginx_pids: Callable[[], list[int]]) -> dict[str, Any]:
+    """One closed-loop wrk step (:class:`rankflow.bench.capacity.Saturation`) with the CPU of the
+    service, of nginx and of wrk per request answered."""
+    pids = nginx_pids()
+    served0 = server.requests()
+    ngx0 = sum(cpu_seconds(p) for p in pids)
+    kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    user0, sys0 = cpu_times(server.proc.pid)
+    out = subprocess.run(wrk_command(wrk, target.url, a.step_s, a.connections), capture_output=True, text=True)
+    user1, sys1 = cpu_times(server.proc.pid)
+    kids1 = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode != 0:
+        raise SystemExit(f"wrk failed ({out.returncode}): {out.stderr.strip()[-500:]}")
+    sat = parse_wrk(out.stdout)
+    n = max(1, sat.requests)
+    result = {**asdict(sat), "load_1m": os.getloadavg()[0],
+              "server_us_per_request": ((user1 - user0) + (sys1 - sys0)) * 1e6 / n,
+              "wrk_us_per_request": ((kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)) * 1e6 / n}
+    if target.via == "nginx":
+        result["nginx_us_per_request"] = (sum(cpu_seconds(p) for p in pids) - ngx0) * 1e6 / n
+        result["answered_by_nginx_share"] = 1 - (server.requests() - served0) / n
+    print(f"  {target.name} (wrk, closed loop) {sat.rps:,.0f} req/s, p50 {sat.p50_ms:.2f} ms, p99 {sat.p99_ms:.2f} ms, "
+          f"not 2xx {sat.not_2xx}, socket errors {sat.socket_errors}; server {result['server_us_per_request']:.1f} "
+          f"us/req, wrk {result['wrk_us_per_request']:.1f}"
+          + (f", nginx {result['nginx_us_per_request']:.1f}, answered by nginx {result['answered_by_nginx_share']:.1%}"
+             if target.via == "nginx" else ""), flush=True)
+    return result
+
+
 def x_cache(url: str, n: int = 5) -> list[str]:
     """The ``X-Cache`` header of ``n`` requests through nginx (``-`` when absent)."""
     with httpx.Client(timeout=5) as c:
@@ -252,6 +282,9 @@ def main() -> int:
                    help="serve: the service directly (and its control); nginx: through nginx; or both")
     p.add_argument("--nginx-workers", default="1")
     p.add_argument("--oha", default=None, help="the oha binary (default: on PATH, else ~/.cargo/bin/oha)")
+    p.add_argument("--wrk", default=None, metavar="PATH",
+                   help="also saturate each fixed URL closed-loop with wrk (Debian's) at --connections: the most "
+                        "answered and its p99 (a native generator lighter than oha; 'auto': wrk on PATH)")
     p.add_argument("--out", default=str(ROOT / "bench-results"))
     p.add_argument("--summarize", metavar="JSON", help="print the table of a capacity.json written before, and exit")
     a = p.parse_args()
@@ -265,6 +298,10 @@ def main() -> int:
     if not phases or any(x not in ("boards", "listeners") for x in phases):
         p.error("--phases: boards, listeners or both")
     oha = ensure_oha(a.oha)
+    if a.wrk == "auto":
+        a.wrk = shutil.which("wrk")
+    if a.wrk is not None and not os.access(a.wrk, os.X_OK):
+        p.error("--wrk: no wrk there (apt-get install wrk)")
     oha_version = subprocess.run([oha, "--version"], capture_output=True, text=True).stdout.strip()
     work = Path(tempfile.mkdtemp(prefix="rankflow-capacity-"))
     rds = LocalRedis(free_port(), work / "redis").start()
@@ -365,6 +402,8 @@ def run_phase(phase: str, a: argparse.Namespace, oha: str, work: Path, redis_url
                                               "capacity_offered": None if search.best is None else search.best.rate}
                 if t.via == "nginx" and not t.regex:
                     rep_result["x_cache_sample"] = x_cache(t.url)
+                if a.wrk and not t.regex:
+                    rep_result["saturation"] = saturate(a.wrk, t, a, server, pids)
                 entry["reps"].append(rep_result)
         results.setdefault("flow_problems", {})[phase] = [proc.poll() for proc in procs]
     finally:
@@ -404,6 +443,10 @@ def summarize(results: dict[str, Any]) -> None:
                 r["cpu_step"]["extra"]["nginx_cpu_s"] * 1e6 / max(1, r["cpu_step"]["answered"]) for r in t["reps"])
             t["median"]["answered_by_nginx_share"] = median(
                 _best(r)["extra"]["answered_by_nginx_share"] if _best(r) else math.nan for r in t["reps"])
+        sats = [r["saturation"] for r in t["reps"] if "saturation" in r]
+        if sats:
+            t["median"]["wrk_rps"] = median(x["rps"] for x in sats)
+            t["median"]["wrk_p99_ms"] = median(x["p99_ms"] for x in sats)
         m = t["median"]
         rows.append((name, m))
     print(f"\ncapacity at p99 <= {results['p99_limit_ms']:g} ms, {results['connections']} connections, flow "
@@ -413,6 +456,8 @@ def summarize(results: dict[str, Any]) -> None:
         extra = ""
         if "nginx_us_per_request" in m:
             extra = f", nginx {m['nginx_us_per_request']:.1f} us, answered by nginx {m['answered_by_nginx_share']:.1%}"
+        if "wrk_rps" in m:
+            extra += f"; wrk closed loop {m['wrk_rps']:,.0f} req/s at p99 {m['wrk_p99_ms']:.2f} ms"
         print(f"{name:32} {m['capacity_rps']:>8,.0f} req/s (p99 {m['p99_ms_at_capacity']:.2f} ms; most answered "
               f"{m['most_answered_rps']:,.0f}/s at any p99); server "
               f"{m['server_us_per_request']:.1f} us/req, control {m['control_us_per_request']:.1f}, application "

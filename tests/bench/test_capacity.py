@@ -129,3 +129,32 @@ def test_the_player_regex_names_only_players_on_the_board(players, digits):
     matched = [n for n in names if pattern.fullmatch(n)]
     assert matched == names[:len(matched)] and len(matched) >= players // 2
     assert not pattern.fullmatch(f"p{players:0{digits}d}")
+
+
+WRK_REPORT = """Running 5s test @ http://127.0.0.1:8080/rankings?k=100
+  1 threads and 32 connections
+  Thread Stats   Avg      Stdev     Max   +/- Stdev
+    Latency     1.52ms  611.20us  12.03ms   80.11%
+    Req/Sec    21.10k     1.20k   23.00k    70.00%
+  Latency Distribution
+     50%    1.41ms
+     75%    1.80ms
+     90%    2.20ms
+     99%  850.00us
+  104997 requests in 5.00s, 1.35GB read
+  Socket errors: connect 0, read 2, write 0, timeout 1
+  Non-2xx or 3xx responses: 7
+Requests/sec:  20999.40
+Transfer/sec:    276.51MB
+"""
+
+
+def test_wrk_report_is_read():
+    from rankflow.bench.capacity import parse_wrk, wrk_command
+
+    sat = parse_wrk(WRK_REPORT)
+    assert (sat.rps, sat.p50_ms, sat.p99_ms, sat.requests) == (20999.4, 1.41, 0.85, 104997)
+    assert (sat.not_2xx, sat.socket_errors) == (7, 3)
+    assert wrk_command("wrk", "http://h/", 2.5, 16) == ["wrk", "-t1", "-c16", "-d2.5s", "--latency", "http://h/"]
+    with pytest.raises(ValueError, match="no rate"):
+        parse_wrk("Running 5s test @ http://h/\n  Latency Distribution\n     50%  1.00ms\n     99%  2.00ms\n")
