@@ -163,7 +163,7 @@ def run_step(oha: str, target: Target, rate: float, seconds: float, connections:
         cmd.insert(-1, "--rand-regex-url")
     pids = nginx_pids()
     served0 = server.requests() if target.via == "nginx" else 0.0
-    ngx0 = sum(cpu_seconds(p) for p in pids)
+    ngx0 = nginx_cpu(pids)
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     user0, sys0 = cpu_times(server.proc.pid)
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -177,7 +177,7 @@ def run_step(oha: str, target: Target, rate: float, seconds: float, connections:
     step.extra["load_1m"] = os.getloadavg()[0]  # the machine's other work, for reading the latencies
     step.extra["oha_cpu_s"] = (kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)
     if target.via == "nginx":
-        step.extra["nginx_cpu_s"] = sum(cpu_seconds(p) for p in pids) - ngx0
+        step.extra["nginx_cpu_s"] = nginx_cpu(pids) - ngx0
         served = server.requests() - served0
         step.extra["served_by_rankflow"] = served
         taken = sum(step.statuses.values()) + step.cut  # the cut ones may have reached the service too
@@ -216,7 +216,7 @@ def saturate(wrk: str, target: Target, a: argparse.Namespace, server: Server,
     service, of nginx and of wrk per request answered."""
     pids = nginx_pids()
     served0 = server.requests()
-    ngx0 = sum(cpu_seconds(p) for p in pids)
+    ngx0 = nginx_cpu(pids)
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     user0, sys0 = cpu_times(server.proc.pid)
     out = subprocess.run(wrk_command(wrk, target.url, a.step_s, a.connections), capture_output=True, text=True)
@@ -230,7 +230,7 @@ def saturate(wrk: str, target: Target, a: argparse.Namespace, server: Server,
               "server_us_per_request": ((user1 - user0) + (sys1 - sys0)) * 1e6 / n,
               "wrk_us_per_request": ((kids1.ru_utime + kids1.ru_stime) - (kids0.ru_utime + kids0.ru_stime)) * 1e6 / n}
     if target.via == "nginx":
-        result["nginx_us_per_request"] = (sum(cpu_seconds(p) for p in pids) - ngx0) * 1e6 / n
+        result["nginx_us_per_request"] = (nginx_cpu(pids) - ngx0) * 1e6 / n
         result["answered_by_nginx_share"] = 1 - (server.requests() - served0) / n
     print(f"  {target.name} (wrk, closed loop) {sat.rps:,.0f} req/s, p50 {sat.p50_ms:.2f} ms, p99 {sat.p99_ms:.2f} ms, "
           f"not 2xx {sat.not_2xx}, socket errors {sat.socket_errors}; server {result['server_us_per_request']:.1f} "
@@ -238,6 +238,18 @@ def saturate(wrk: str, target: Target, a: argparse.Namespace, server: Server,
           + (f", nginx {result['nginx_us_per_request']:.1f}, answered by nginx {result['answered_by_nginx_share']:.1%}"
              if target.via == "nginx" else ""), flush=True)
     return result
+
+
+def nginx_cpu(pids: list[int]) -> float:
+    """CPU seconds of nginx's ``pids`` still running: its cache loader exits a minute after the
+    start, and its workers' CPU is what is measured."""
+    total = 0.0
+    for pid in pids:
+        try:
+            total += cpu_seconds(pid)
+        except FileNotFoundError:
+            pass
+    return total
 
 
 def x_cache(url: str, n: int = 5) -> list[str]:
@@ -278,6 +290,8 @@ def main() -> int:
     p.add_argument("--max-steps", type=int, default=8,
                    help="steps of one capacity search (a failing rate is measured twice)")
     p.add_argument("--phases", default="boards,listeners")
+    p.add_argument("--start-serve", type=float, default=4000.0, help="the search's first rate, the service directly")
+    p.add_argument("--start-nginx", type=float, default=8000.0, help="the search's first rate through nginx")
     p.add_argument("--via", default="serve,nginx",
                    help="serve: the service directly (and its control); nginx: through nginx; or both")
     p.add_argument("--nginx-workers", default="1")
@@ -392,7 +406,7 @@ def run_phase(phase: str, a: argparse.Namespace, oha: str, work: Path, redis_url
             print(f"{phase}, rep {rep + 1} of {a.reps} (load {os.getloadavg()[0]:.1f})", flush=True)
             for t in order:
                 pids = (lambda: child_pids(nginx.pid())) if (t.via == "nginx" and nginx is not None) else list
-                start = starts.get(t.name, 8000.0 if t.via == "nginx" else 4000.0)
+                start = starts.get(t.name, a.start_nginx if t.via == "nginx" else a.start_serve)
                 cpu, search = measure_target(oha, t, a, server, pids, start)
                 if search.best is not None:
                     starts[t.name] = search.best.rate
