@@ -99,6 +99,28 @@ def _listed(names: list[str]) -> str:
     return shown + (f" and {len(names) - MAX_LISTED} more" if len(names) > MAX_LISTED else "")
 
 
+def queue_listing(pipe: Any, keys: Any) -> None:
+    """Queue on ``pipe`` (a sync or an async pipeline) what :func:`listing_of` reads: the
+    generation, the snapshot id, the boards and the aliases, in one transaction."""
+    pipe.get(keys.generation)
+    pipe.get(keys.snapshot_id)
+    pipe.smembers(keys.boards)
+    pipe.hgetall(keys.aliases)
+
+
+def listing_of(g: Any, replies: list[Any]) -> dict[str, Any] | None:
+    """The boards' listing (:func:`boards_answer`) of :func:`queue_listing`'s ``replies`` when they
+    are of the generation ``g`` (a read hint) names; None, with ``g`` moved to the one read, when
+    a rebuild switched generations in between (read again)."""
+    generation, sid, names, aliases = replies
+    if int(generation or 0) != g.generation:
+        g.generation = int(generation)
+        return None
+    if sid is None:
+        raise NoBoardsSnapshot(no_snapshot(g.keys.namespace))
+    return boards_answer(sid, names, aliases)
+
+
 def missing_board(game: str, board: str, listing: dict[str, Any]) -> str:
     """What :class:`NoSuchBoard` says, given the boards there are (:func:`games_answer`'s shape):
     the game's boards when the game exists, else the games.
@@ -272,16 +294,9 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
             g = self.hint
             keys = g.keys.of_generation(g.generation)
             pipe = self.client.pipeline(transaction=True)
-            pipe.get(keys.generation)
-            pipe.get(keys.snapshot_id)
-            pipe.smembers(keys.boards)
-            pipe.hgetall(keys.aliases)
-            generation, sid, names, aliases = pipe.execute()
-            if int(generation or 0) == g.generation:
-                if sid is None:
-                    raise NoBoardsSnapshot(no_snapshot(g.keys.namespace))
-                return boards_answer(sid, names, aliases)
-            g.generation = int(generation)
+            queue_listing(pipe, keys)
+            if (listing := listing_of(g, pipe.execute())) is not None:
+                return listing
         raise BoardsMoving("the boards kept changing generation while being read; try again")
 
     def sizes(self) -> dict[str, Any]:
@@ -333,18 +348,10 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
             g = self.hint
             keys = g.keys.of_generation(g.generation)
             async with self.client.pipeline(transaction=True) as pipe:
-                # one command per statement: redis-py types an async pipeline's commands as
-                # awaitables, though each returns the pipeline
-                pipe.get(keys.generation)
-                pipe.get(keys.snapshot_id)
-                pipe.smembers(keys.boards)
-                pipe.hgetall(keys.aliases)
-                generation, sid, names, aliases = await pipe.execute()
-            if int(generation or 0) == g.generation:
-                if sid is None:
-                    raise NoBoardsSnapshot(no_snapshot(g.keys.namespace))
-                return boards_answer(sid, names, aliases)
-            g.generation = int(generation)
+                queue_listing(pipe, keys)
+                replies = await pipe.execute()
+            if (listing := listing_of(g, replies)) is not None:
+                return listing
         raise BoardsMoving("the boards kept changing generation while being read; try again")
 
     async def _query(self, query: BoardQuery) -> Reply:

@@ -57,6 +57,16 @@ def tansu_binary() -> str:
     return str(path)
 
 
+def accepts(port: int) -> bool:
+    """Whether something accepts TCP connections on ``127.0.0.1:port`` (the readiness of a service
+    that answers no ping of its own: a TLS terminator, a reverse proxy)."""
+    try:
+        with socket.create_connection(("127.0.0.1", port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
 class LocalService:
     """A child process with a pid file, started and checked for readiness."""
 
@@ -208,11 +218,7 @@ class LocalStunnel(LocalService):
         return f"127.0.0.1:{self.port}"
 
     def ready(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+        return accepts(self.port)
 
 
 NGINX_EXAMPLE = Path(__file__).resolve().parent.parent / "docs" / "examples" / "nginx.conf"
@@ -271,11 +277,7 @@ class LocalNginx(LocalService):
         return f"http://127.0.0.1:{self.port}"
 
     def ready(self) -> bool:
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5):
-                return True
-        except OSError:
-            return False
+        return accepts(self.port)
 
 
 SERVICES = {"redis": LocalRedis, "tansu": LocalTansu}

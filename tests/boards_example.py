@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import datetime
 import json
+import uuid
+from pathlib import Path
 
 from tests.boards_model import signature
 
@@ -64,3 +66,16 @@ ALIASES = {"daily": "daily:2027-01-04", "weekly": "weekly:2027-W01"}
 
 # reached_at on all, as section 8 explains the order of the four 50s
 REACHED_ON_ALL = {"ana": _ANA, "bo": _BO_LATE, "cy": _CY, "dee": _CY, "eve": _EVE}
+
+
+def publish_boards(redis_url: str, tmp: Path, lines: list[bytes]) -> str:
+    """``lines`` run through the boards flow to their end into a new namespace, returned."""
+    from rankflow.options import RunOptions
+    from rankflow.runner import run
+
+    path = tmp / "scores.jsonl"
+    path.write_bytes(b"".join(line + b"\n" for line in lines))
+    namespace = f"b-{uuid.uuid4().hex[:10]}"
+    assert run(RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
+                          dead_letter=f"jsonl:{tmp / 'dead.jsonl'}", flow="boards", signing_key=KEY))
+    return namespace

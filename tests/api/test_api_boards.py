@@ -167,12 +167,7 @@ def slashed(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> str:
     at = example.ms("2027-01-02 10:00:00.000")
     lines = [example.result(player, f"m{i}", points, at + i, at + i + 1000, game=SLASHED_GAME)
              for i, (player, points) in enumerate([("a/players/b", 30), ("top", 20), ("c", 10)])]
-    path = tmp / "scores.jsonl"
-    path.write_bytes(b"".join(line + b"\n" for line in lines))
-    namespace = f"b-{uuid.uuid4().hex[:10]}"
-    assert run(RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
-                          dead_letter=f"jsonl:{tmp / 'dead.jsonl'}", flow="boards", signing_key=example.KEY))
-    return namespace
+    return example.publish_boards(redis_url, tmp, lines)
 
 
 @pytest.mark.parametrize("index", INDEXES)

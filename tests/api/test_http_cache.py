@@ -35,6 +35,7 @@ from tests.cli.test_cli_mistakes import cli, one_line
 from tests.conftest import FlowRunner
 from tests.events import ev
 from tests.snapshot_stamp import stored_published_at
+from tests.waiting import wait_for
 
 LINES = [ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1),
          ev("u3", "p3", "song_b", "START", 1)]
@@ -44,15 +45,6 @@ ACTIVITY = [line("A", "x", "u1", T0), line("A", "x", "u2", T0 + 1), line("A", "y
             line("B", "z", "u3", T0 + 3)]
 VALIDATORS = ("etag", "cache-control", "last-modified")
 ETAG = re.compile(r'W/"(\d+)-(\d+)-[0-9a-f]{12}(-stale)?"')
-
-
-def wait_for(fetch: Any, ok: Any, timeout: float = 30.0) -> Any:
-    """``fetch()`` until ``ok`` of it (the service follows a publish within its poll interval)."""
-    deadline = time.monotonic() + timeout
-    while not ok(got := fetch()):
-        assert time.monotonic() < deadline, f"never: {getattr(got, 'body', got)!r}"
-        time.sleep(0.01)
-    return got
 
 
 def closing(port: int, path: str, *headers: str) -> Response:

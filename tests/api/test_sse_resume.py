@@ -5,7 +5,6 @@ unknown; against real flows' snapshots in a real Redis."""
 
 from __future__ import annotations
 
-import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,6 +18,7 @@ from tests.api.test_api_activity import T0, live_activity
 from tests.api.stream_client import HeldTop
 from tests.api.test_api_boards import FAY_PLAYED, live_boards
 from tests.events import ev
+from tests.waiting import wait_for
 
 LINES = [ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1),
          ev("u3", "p3", "song_b", "START", 1)]
@@ -48,14 +48,6 @@ def first_event(api: TestClient, path: str, last_id: int | str | None = None) ->
     headers = {} if last_id is None else {"Last-Event-ID": str(last_id)}
     with api.stream("GET", path, headers=headers) as stream:
         return next_event(stream.iter_lines())
-
-
-def wait_for(fetch: Any, ok: Any, timeout: float = 60.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while not ok(got := fetch()):
-        assert time.monotonic() < deadline, f"never: {got!r}"
-        time.sleep(0.01)
-    return got
 
 
 def revalidated(api: TestClient, path: str) -> tuple[str, int]:

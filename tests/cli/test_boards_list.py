@@ -10,15 +10,12 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
-from pathlib import Path
 from typing import Any
 
 import orjson
 import pytest
 
 from rankflow.connectors.board_read import MAX_LISTED
-from rankflow.options import RunOptions
-from rankflow.runner import run
 from tests import boards_example as example
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
@@ -31,24 +28,14 @@ def cli(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([*RANKFLOW, *args], capture_output=True, text=True, timeout=120)
 
 
-def publish(redis_url: str, tmp: Path, lines: list[bytes]) -> str:
-    """``lines`` run through the boards flow into a new namespace, returned."""
-    path = tmp / "scores.jsonl"
-    path.write_bytes(b"".join(line + b"\n" for line in lines))
-    namespace = f"b-{uuid.uuid4().hex[:10]}"
-    assert run(RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
-                          dead_letter=f"jsonl:{tmp / 'dead.jsonl'}", flow="boards", signing_key=example.KEY))
-    return namespace
-
-
 @pytest.fixture(scope="module")
 def worked(redis_url: str, tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     """The worked example of docs/semantics/boards.md section 8 (game g1), and the same results in
     ``MANY`` games besides (g00..), each a namespace of its own."""
-    one = publish(redis_url, tmp_path_factory.mktemp("one-game"), example.LINES)
+    one = example.publish_boards(redis_url, tmp_path_factory.mktemp("one-game"), example.LINES)
     at = example.ms("2027-01-02 10:00:00.000")
     lines = [example.result("ana", f"m{i}", 10, at, at + 1000, game=f"g{i:02}") for i in range(MANY)]
-    many = publish(redis_url, tmp_path_factory.mktemp("many-games"), lines)
+    many = example.publish_boards(redis_url, tmp_path_factory.mktemp("many-games"), lines)
     return {"one": ["--redis", redis_url, "--namespace", one], "many": ["--redis", redis_url, "--namespace", many]}
 
 
