@@ -66,6 +66,8 @@ from rankflow.connectors.board_read import (
     games_answer,
     no_snapshot,
 )
+from rankflow.connectors.board_pages import (Cursor, TopAsk, check_ties, hundredths, page_answer, percentile,
+                                             restyle, styled_rank, top_ask, within_percent)
 from rankflow.connectors.board_layout import LAYOUT, REACHED_BYTES, RedisBoardsLayout, layout_message
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.script_query import bind
@@ -80,6 +82,7 @@ from rankflow.state.board_index import (
     LiveBoards,
     Served,
     entry_fields,
+    entry_key,
     key_of_member,
     stream_ops,
 )
@@ -323,45 +326,105 @@ class BoardMirror(Polling):
                 pass
         raise NoBoardsSnapshot(self._missing, last)
 
-    def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
+    def top(self, game: str, board: str, n: int = 10, *, after: str | None = None, ties: str | None = None,
+            percentile: str | None = None) -> dict[str, Any]:
         check_n(n)
+        check_ties(ties)
+        ask = top_ask(after, percentile)
         if self._missing is not None:
-            self._unpublished(board, lambda: self._top(game, board, n))
-        return self._top(game, board, n)
+            self._unpublished(board, lambda: self._top(game, board, n, ties, ask))
+        return self._top(game, board, n, ties, ask)
 
-    def _top(self, game: str, board: str, n: int) -> dict[str, Any]:
+    def _top(self, game: str, board: str, n: int, ties: str | None = None,
+             ask: TopAsk = TopAsk("top")) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
-        return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name,
-                "total_players": len(index),
-                "items": index.items(0, n)}
+        if ask.kind == "top" and ties is None:
+            return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name,
+                    "total_players": len(index),
+                    "items": index.items(0, n)}
+        head = {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name}
+        start = 0
+        if ask.kind == "after":
+            assert ask.cursor is not None
+            c = ask.cursor
+            start = index.below(entry_key(c.player_id, c.score, c.reached_at) + b"\0")  # just after its place
+        items = _styled(index, index.items(start, start + n), ties)
+        if ask.kind in ("top", "percent"):
+            if ask.kind == "percent":
+                items = within_percent(items, len(index), ask.share)
+            return {**head, "total_players": len(index), "items": items}
+        return page_answer(head, len(index), start, items, _last(index, items))
 
-    def player(self, game: str, board: str, player: str) -> dict[str, Any]:
+    def player(self, game: str, board: str, player: str, *, ties: str | None = None) -> dict[str, Any]:
+        check_ties(ties)
         if self._missing is not None:
-            self._unpublished(board, lambda: self._player(game, board, player))
-        return self._player(game, board, player)
+            self._unpublished(board, lambda: self._player(game, board, player, ties))
+        return self._player(game, board, player, ties)
 
-    def _player(self, game: str, board: str, player: str) -> dict[str, Any]:
+    def _player(self, game: str, board: str, player: str, ties: str | None = None) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
         key = index.key(player)
         if key is None:
             raise NotOnBoard(f"{player} is not on {game}/{name}")
         score = entry_fields(key)[1]
-        return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name, "player_id": player,
-                "score": score, "rank": index.below(key) + 1, "competition_rank": index.better_than(score) + 1}
+        answer = {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name, "player_id": player,
+                  "score": score, "rank": index.below(key) + 1, "competition_rank": index.better_than(score) + 1}
+        answer["rank"] = styled_rank(ties, answer["rank"], answer["competition_rank"],
+                                     distinct_above(index, score) if ties == "dense" else 0)
+        answer["percentile"] = percentile(answer["rank"], len(index))
+        return answer
 
-    def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
+    def around(self, game: str, board: str, player: str, r: int = 5, *, ties: str | None = None) -> dict[str, Any]:
         check_r(r)
+        check_ties(ties)
         if self._missing is not None:
-            self._unpublished(board, lambda: self._around(game, board, player, r))
-        return self._around(game, board, player, r)
+            self._unpublished(board, lambda: self._around(game, board, player, r, ties))
+        return self._around(game, board, player, r, ties)
 
-    def _around(self, game: str, board: str, player: str, r: int) -> dict[str, Any]:
+    def _around(self, game: str, board: str, player: str, r: int, ties: str | None = None) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
         rank0 = index.rank0(player)
         if rank0 is None:
             raise NotOnBoard(f"{player} is not on {game}/{name}")
         return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name,
-                "items": index.items(max(0, rank0 - r), rank0 + r + 1)}
+                "items": _styled(index, index.items(max(0, rank0 - r), rank0 + r + 1), ties)}
+
+    def page(self, game: str, board: str, player: str, n: int = 10, *, ties: str | None = None) -> dict[str, Any]:
+        """The page of ``n`` a player is on (docs/semantics/boards.md 5.1)."""
+        check_n(n)
+        check_ties(ties)
+        if self._missing is not None:
+            self._unpublished(board, lambda: self._page(game, board, player, n, ties))
+        return self._page(game, board, player, n, ties)
+
+    def _page(self, game: str, board: str, player: str, n: int, ties: str | None) -> dict[str, Any]:
+        copy, name, index = self._board(game, board)
+        rank0 = index.rank0(player)
+        if rank0 is None:
+            raise NotOnBoard(f"{player} is not on {game}/{name}")
+        start = rank0 - rank0 % n
+        items = _styled(index, index.items(start, start + n), ties)
+        head = {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name, "player_id": player,
+                "page": start // n + 1}
+        return page_answer(head, len(index), start, items, _last(index, items))
+
+    def score_for_percentile(self, game: str, board: str, p: str, *, ties: str | None = None) -> dict[str, Any]:
+        """The least score at percentile ``p`` or above (docs/semantics/boards.md 5.2)."""
+        check_ties(ties)
+        share = hundredths(p)
+        if self._missing is not None:
+            self._unpublished(board, lambda: self._score_for(game, board, share, ties))
+        return self._score_for(game, board, share, ties)
+
+    def _score_for(self, game: str, board: str, share: int, ties: str | None) -> dict[str, Any]:
+        copy, name, index = self._board(game, board)
+        above = len(index) * (10000 - share)
+        r = above // 10000  # the last rank inside the percentile
+        score = None
+        if r >= 1:
+            score = nth_distinct(index, r) if ties == "dense" else index.items(r - 1, r)[0]["score"]
+        return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name,
+                "total_players": len(index), "percentile": share / 100, "score": score}
 
     def boards(self) -> dict[str, Any]:
         if self._missing is not None:
@@ -378,24 +441,77 @@ class BoardMirror(Polling):
         return self._buffer.serving.entries() if self.ready and self._buffer is not None else 0
 
 
+def distinct_above(index: Board, score: int) -> int:
+    """The distinct scores better than ``score`` on ``index``: one step per distinct score
+    (as ``lua/board_pages.lua`` counts them), O(log n) each."""
+    count, at = 0, 0
+    while at < len(index):
+        here = index.items(at, at + 1)[0]["score"]
+        if here <= score:
+            break
+        count += 1
+        at = index.better_than(here - 1)  # past every entry of that score
+    return count
+
+
+def nth_distinct(index: Board, k: int) -> int:
+    """The ``k``-th distinct score from the best (the last one if there are fewer)."""
+    here = index.items(0, 1)[0]["score"]
+    for _ in range(k - 1):
+        at = index.better_than(here - 1) if here > 0 else len(index)
+        if at >= len(index):
+            break
+        here = index.items(at, at + 1)[0]["score"]
+    return here
+
+
+def _styled(index: Board, items: list[dict[str, Any]], ties: str | None) -> list[dict[str, Any]]:
+    """``items`` with the ``ties`` style's ranks (``connectors.board_pages.restyle``)."""
+    dense = distinct_above(index, items[0]["score"]) if ties == "dense" and items else 0
+    return restyle(items, ties, dense)
+
+
+def _last(index: Board, items: list[dict[str, Any]]) -> Cursor | None:
+    """The cursor naming the last of ``items`` (its key in the served snapshot)."""
+    if not items:
+        return None
+    key = index.key(items[-1]["player_id"])
+    assert key is not None
+    player, score, reached_at = entry_fields(key)
+    return Cursor(score, reached_at, player)
+
+
 class MirroredBoards:
     """The board queries of ``api.boards``: from the mirror once it is ready, from Redis until then."""
 
     def __init__(self, mirror: BoardMirror, reader: AsyncBoardReader) -> None:
         self.mirror, self.reader = mirror, reader
 
-    async def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
-        return self.mirror.top(game, board, n) if self.mirror.ready else await self.reader.top(game, board, n)
-
-    async def player(self, game: str, board: str, player: str) -> dict[str, Any]:
+    async def top(self, game: str, board: str, n: int = 10, **asked: Any) -> dict[str, Any]:
+        """``asked``: ``after``, ``ties``, ``percentile`` (docs/semantics/boards.md 5.1 to 5.3)."""
         if self.mirror.ready:
-            return self.mirror.player(game, board, player)
-        return await self.reader.player(game, board, player)
+            return self.mirror.top(game, board, n, **asked)
+        return await self.reader.top(game, board, n, **asked)
 
-    async def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
+    async def player(self, game: str, board: str, player: str, **asked: Any) -> dict[str, Any]:
         if self.mirror.ready:
-            return self.mirror.around(game, board, player, r)
-        return await self.reader.around(game, board, player, r)
+            return self.mirror.player(game, board, player, **asked)
+        return await self.reader.player(game, board, player, **asked)
+
+    async def around(self, game: str, board: str, player: str, r: int = 5, **asked: Any) -> dict[str, Any]:
+        if self.mirror.ready:
+            return self.mirror.around(game, board, player, r, **asked)
+        return await self.reader.around(game, board, player, r, **asked)
+
+    async def page(self, game: str, board: str, player: str, n: int = 10, **asked: Any) -> dict[str, Any]:
+        if self.mirror.ready:
+            return self.mirror.page(game, board, player, n, **asked)
+        return await self.reader.page(game, board, player, n, **asked)
+
+    async def score_for_percentile(self, game: str, board: str, p: str, **asked: Any) -> dict[str, Any]:
+        if self.mirror.ready:
+            return self.mirror.score_for_percentile(game, board, p, **asked)
+        return await self.reader.score_for_percentile(game, board, p, **asked)
 
     async def boards(self) -> dict[str, Any]:
         return self.mirror.boards() if self.mirror.ready else await self.reader.boards()

@@ -18,6 +18,19 @@ read with the id), ``age_ms``, its age when answered, and ``stale``, whether tha
   published_at, age_ms, stale, game_id, board, items}``: the entries ranked R above to R below the player, fewer
   near the ends; r defaults to 5.
 
+Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5.3, ``connectors.board_pages``):
+
+* ``top?n=N&after=CURSOR``: the n entries after the entry the cursor names, with ``next`` (the
+  last one's cursor) unless they end the board; ``after=`` (empty) is the first page.
+* ``top?n=N&percentile=P``: the first n entries of the top P percent.
+* ``GET /boards/{game}/{board}/players/{player_id}/page?n=N`` -> ``{..., player_id, page, total_players,
+  items, next}``: the page of n the player is on.
+* ``GET /boards/{game}/{board}/score-for-percentile?p=P`` -> ``{..., total_players, percentile, score}``:
+  the least score at percentile P or above (null when no entry is).
+* ``ties=ordinal|competition|dense`` on each of them, the top, a player and an around: every
+  ``rank`` in the answer is that style's; a player's ``percentile`` follows it. Without these
+  parameters a top is the shared one (below) and the answers are as they were.
+
 A usage error is ``400 {"error"}`` and never clamped: ``n`` outside 1..1000, ``r``
 outside 0..50, a value that is not an integer, a board name that is none of ``all``,
 ``best``, ``daily``, ``weekly``, ``daily:YYYY-MM-DD``, ``weekly:YYYY-Www``. A board
@@ -64,6 +77,7 @@ from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_resp
 from rankflow.api.schemas import bounded, model
 from rankflow.api.shared_cache import SharedTops
 from rankflow.connectors.board_layout import RedisBoardsLayout
+from rankflow.connectors.board_pages import PERCENT, TIES
 from rankflow.connectors.board_read import (MAX_N, MAX_R, AsyncBoardReader, BoardsMoving, NoBoardsSnapshot,
                                             NoSuchBoard, NotOnBoard, check_board, check_n)
 from rankflow.connectors.redis_publish import dumps_document
@@ -127,6 +141,17 @@ def player_path() -> Any:
     return Path(description="the player id (the rest of the path)", examples=["p000042"], **bounded(minLength=1))
 
 
+def ties_query() -> Any:
+    """``ties``: the tie style of every ``rank`` in the answer (docs/semantics/boards.md 5.3)."""
+    return Query(None, description="the style of every rank in the answer: ordinal (1234, as without it), "
+                                   "competition (1224) or dense (1223); percentile follows it",
+                 **bounded(enum=list(TIES)))
+
+
+def percent_query(description: str) -> Any:
+    return Query(None, description=description, examples=["10", "99.5"], **bounded(pattern=f"^{PERCENT.pattern}$"))
+
+
 WHY = ERRORS.openapi(400, 404, 503)
 
 
@@ -136,6 +161,18 @@ async def list_boards(request: Request) -> Response:
     return await answer(request, lambda reader: reader.boards())
 
 
+@router.get("/boards/{game:game}/{board}/players/{player_id:rest}/page",
+            summary="The page of n entries a player is on, with the next page's cursor",
+            responses={200: model(schemas_boards.PlayerPage, "the player's page: ranks n*(page-1)+1 to n*page"),
+                       **WHY})
+async def player_page(request: Request, game: str = game_path(), board: str = board_path(),
+                      player_id: str = player_path(),
+                      n: int = Query(TOP_N, description=f"entries per page, 1..{MAX_N}",
+                                     **bounded(minimum=1, maximum=MAX_N)),
+                      ties: str | None = ties_query()) -> Response:
+    return await answer(request, lambda reader: reader.page(game, board, player_id, n, ties=ties))
+
+
 @router.get("/boards/{game:game}/{board}/players/{player_id:rest}/around",
             summary="The entries ranked r above to r below a player",
             responses={200: model(schemas_boards.Around, "the entries around the player, fewer near the ends"),
@@ -143,24 +180,43 @@ async def list_boards(request: Request) -> Response:
 async def around(request: Request, game: str = game_path(), board: str = board_path(),
                  player_id: str = player_path(),
                  r: int = Query(5, description=f"how many entries on each side, 0..{MAX_R}",
-                                **bounded(minimum=0, maximum=MAX_R))) -> Response:
-    return await answer(request, lambda reader: reader.around(game, board, player_id, r))
+                                **bounded(minimum=0, maximum=MAX_R)),
+                 ties: str | None = ties_query()) -> Response:
+    return await answer(request, lambda reader: reader.around(game, board, player_id, r, ties=ties))
 
 
 @router.get("/boards/{game:game}/{board}/players/{player_id:rest}", summary="One player's score and ranks on a board",
             responses={200: model(schemas_boards.PlayerRank, "the player's score and both ranks"), **WHY})
 async def player(request: Request, game: str = game_path(), board: str = board_path(),
-                 player_id: str = player_path()) -> Response:
-    return await answer(request, lambda reader: reader.player(game, board, player_id))
+                 player_id: str = player_path(), ties: str | None = ties_query()) -> Response:
+    return await answer(request, lambda reader: reader.player(game, board, player_id, ties=ties))
 
 
 @router.get("/boards/{game:game}/{board}/top", summary="A board's first n entries, with both ranks",
             responses={200: model(schemas_boards.Top, "the first n entries"), **WHY})
 async def top(request: Request, game: str = game_path(), board: str = board_path(),
               n: int = Query(TOP_N, description=f"how many entries, 1..{MAX_N}",
-                             **bounded(minimum=1, maximum=MAX_N))) -> Response:
+                             **bounded(minimum=1, maximum=MAX_N)),
+              after: str | None = Query(None, description="a page's next cursor: the n entries after the entry it "
+                                                          "names; empty for the first page (then the answer carries "
+                                                          "next too)"),
+              ties: str | None = ties_query(),
+              percentile: str | None = percent_query("the top P percent of the board (at most n entries), "
+                                                     "0..100 with at most two decimals")) -> Response:
+    if after is not None or ties is not None or percentile is not None:  # a page, a style, a share: read as asked
+        return await answer(request, lambda reader: reader.top(game, board, n, after=after, ties=ties,
+                                                               percentile=percentile))
     tops: SharedTops = request.app.state.board_tops
     return await answer(request, lambda _: tops.top(game, board, n))
+
+
+@router.get("/boards/{game:game}/{board}/score-for-percentile", summary="The least score at a percentile or above",
+            responses={200: model(schemas_boards.ScoreForPercentile, "the score at percentile p"), **WHY})
+async def score_for_percentile(request: Request, game: str = game_path(), board: str = board_path(),
+                               p: str = Query(description="the percentile, 0..100 with at most two decimals",
+                                              examples=["90"], **bounded(pattern=f"^{PERCENT.pattern}$")),
+                               ties: str | None = ties_query()) -> Response:
+    return await answer(request, lambda reader: reader.score_for_percentile(game, board, p, ties=ties))
 
 
 # -- answers ready before the request (api.prepared): the server's protocol writes them ------

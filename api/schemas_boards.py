@@ -32,7 +32,8 @@ class Stamp(Exact):
 
 
 class Entry(Exact):
-    rank: int = Field(ge=1, description="1, 2, 3...: ties broken by who reached the score first")
+    rank: int = Field(ge=1, description="1, 2, 3...: ties broken by who reached the score first; with ties=S the "
+                                        "S-style rank (docs/semantics/boards.md 5.3)")
     competition_rank: int = Field(ge=1, description="1, 1, 3...: equal scores share a rank")
     player_id: str
     score: int
@@ -45,6 +46,8 @@ class Top(Stamp):
     board: str = Field(description="the concrete board: an alias is resolved")
     total_players: int = Field(ge=0)
     items: list[Entry]
+    next: str | None = Field(None, description="with after: the cursor of the page after this one, absent on the "
+                                               "last page (docs/semantics/boards.md 5.1)")
 
 
 class PlayerRank(Stamp):
@@ -56,6 +59,8 @@ class PlayerRank(Stamp):
     score: int
     rank: int = Field(ge=1)
     competition_rank: int = Field(ge=1)
+    percentile: float = Field(ge=0, le=100, description="100 * (entries - rank) / entries, rounded half-even to two "
+                                                        "decimals (docs/semantics/boards.md 5.2)")
 
 
 class Around(Stamp):
@@ -64,6 +69,29 @@ class Around(Stamp):
     game_id: str
     board: str
     items: list[Entry]
+
+
+class PlayerPage(Stamp):
+    """``GET /boards/{game}/{board}/players/{player_id}/page``: the page of n the player is on."""
+
+    game_id: str
+    board: str
+    player_id: str
+    page: int = Field(ge=1, description="1 for ranks 1..n, 2 for n+1..2n...")
+    total_players: int = Field(ge=0)
+    items: list[Entry]
+    next: str | None = Field(None, description="the cursor of the page after this one, absent on the last page")
+
+
+class ScoreForPercentile(Stamp):
+    """``GET /boards/{game}/{board}/score-for-percentile``: the least score at percentile p or above."""
+
+    game_id: str
+    board: str
+    total_players: int = Field(ge=1)
+    percentile: float = Field(ge=0, le=100, description="p, as asked")
+    score: int | None = Field(description="the least score among the entries at percentile p or above; null when "
+                                          "no entry is")
 
 
 class Aliases(Exact):

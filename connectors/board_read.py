@@ -30,7 +30,7 @@ into the answer dict, so the two readers differ only in ``await``.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any, NamedTuple, cast
 
 import orjson
@@ -38,8 +38,10 @@ import redis
 import redis.asyncio as aioredis
 
 from rankflow.connectors.redis_generations import current_generation
-from rankflow.connectors.board_layout import (LAYOUT, REACHED_BYTES, RedisBoardsLayout, layout_message, member_fields,
-                                             player_hash)
+from rankflow.connectors.board_layout import (LAYOUT, REACHED_BYTES, RedisBoardsLayout, layout_message, member,
+                                             member_fields, player_hash)
+from rankflow.connectors.board_pages import (Cursor, check_ties, hundredths, page_answer, percentile, restyle,
+                                             styled_rank, top_ask, within_percent)
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_replies import Hash, Scored
@@ -196,10 +198,12 @@ class BoardQuery:
 
     attempts = ATTEMPTS
 
-    def __init__(self, guesses: Guesses, game: str, board: str, query: str, arg: int, player: str = "") -> None:
+    def __init__(self, guesses: Guesses, game: str, board: str, query: str, arg: int, player: str = "",
+                 ties: str | None = None, cursor: Cursor | None = None) -> None:
         check_board(board)
         self.guesses, self.game, self.board = guesses, game, board
         self.query, self.arg, self.player = query, arg, player
+        self.ties, self.cursor = ties or "", cursor  # docs/semantics/boards.md 5.1, 5.3 (connectors.board_pages)
         self.alias = board if board in ALIASES else ""
         self.name = board
         self.reply: Reply | None = None
@@ -220,7 +224,9 @@ class BoardQuery:
              "board": zset, "reached_at": hashed, "boards_layout": keys.boards_layout,
              "published_at": keys.published_at},
             {"generation": g.generation, "alias": self.alias, "guess": guess, "query": self.query, "n": self.arg,
-             "player": self.player, "game": self.game, "layout": LAYOUT, "player_hash": player_hash(self.player)})
+             "player": self.player, "game": self.game, "layout": LAYOUT, "player_hash": player_hash(self.player),
+             "ties": self.ties, "cursor_score": "" if self.cursor is None else -self.cursor.score,
+             "cursor_member": b"" if self.cursor is None else member(self.cursor.player_id, self.cursor.reached_at)})
 
     def settle(self, reply: list[Any]) -> bool:
         tag = reply[0]
@@ -250,25 +256,107 @@ def answer_of(query: BoardQuery) -> Reply:
     return query.reply
 
 
-def top_answer(game: str, reply: Reply) -> dict[str, Any]:
+def top_answer(game: str, reply: Reply, ties: str | None = None) -> dict[str, Any]:
     return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
-            "total_players": reply.players, "items": _items(reply.answer, 1, 1)}
+            "total_players": reply.players, "items": restyle(_items(reply.answer, 1, 1), ties)}
 
 
-def player_answer(game: str, player: str, reply: Reply) -> dict[str, Any]:
+def player_answer(game: str, player: str, reply: Reply, ties: str | None = None) -> dict[str, Any]:
     if not reply.answer:
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
-    score, rank, better = reply.answer
-    return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board, "player_id": player,
-            "score": -int(float(score)), "rank": int(rank) + 1, "competition_rank": int(better) + 1}
+    score, rank, better, *dense = reply.answer
+    answer = {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
+              "player_id": player, "score": -int(float(score)), "rank": int(rank) + 1, "competition_rank": int(better) + 1}
+    answer["rank"] = styled_rank(ties, answer["rank"], answer["competition_rank"], int(dense[0]) if dense else 0)
+    answer["percentile"] = percentile(answer["rank"], reply.players)
+    return answer
 
 
-def around_answer(game: str, player: str, reply: Reply) -> dict[str, Any]:
+def around_answer(game: str, player: str, reply: Reply, ties: str | None = None) -> dict[str, Any]:
     if not reply.answer:
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
-    start, better, flat = reply.answer
+    start, better, flat, *dense = reply.answer
     return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
-            "items": _items(flat, int(start) + 1, int(better) + 1)}
+            "items": restyle(_items(flat, int(start) + 1, int(better) + 1), ties, int(dense[0]) if dense else 0)}
+
+
+def _last(flat: list[bytes]) -> Cursor | None:
+    """The cursor of the last ``member, score`` pair of ``flat`` (None if empty)."""
+    if not flat:
+        return None
+    player, reached_at = member_fields(flat[-2])
+    return Cursor(-int(float(flat[-1])), reached_at, player)
+
+
+def first_page_answer(game: str, reply: Reply, ties: str | None) -> dict[str, Any]:
+    """A top asked with an empty ``after``: the first page, with its ``next``."""
+    top = top_answer(game, reply, ties)
+    return page_answer(top, reply.players, 0, top["items"], _last(reply.answer))
+
+
+def after_answer(game: str, reply: Reply, ties: str | None, player: str | None = None, n: int = 1) -> dict[str, Any]:
+    """The page after a cursor (``after``), or the page of ``n`` that ``player`` is on (``page``)."""
+    if player is not None and not reply.answer:
+        raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
+    start, better, flat, *dense = reply.answer
+    items = restyle(_items(flat, int(start) + 1, int(better) + 1), ties, int(dense[0]) if dense else 0)
+    answer: dict[str, Any] = {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board}
+    if player is not None:
+        answer["player_id"] = player
+        answer["page"] = int(start) // n + 1
+    return page_answer(answer, reply.players, int(start), items, _last(flat))
+
+
+def percent_top_answer(game: str, reply: Reply, ties: str | None, share: int) -> dict[str, Any]:
+    """``top?percentile=P``: the first items within the top ``share`` hundredths of a percent."""
+    top = top_answer(game, reply, ties)
+    top["items"] = within_percent(top["items"], reply.players, share)
+    return top
+
+
+def score_answer(game: str, reply: Reply, share: int) -> dict[str, Any]:
+    """``score-for-percentile``: the least score of the entries at percentile ``share`` (hundredths)
+    or above; null when no entry is."""
+    score = None if not reply.answer else -int(float(reply.answer[1]))
+    return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
+            "total_players": reply.players, "percentile": share / 100, "score": score}
+
+
+Answering = tuple[BoardQuery, Callable[[Reply], dict[str, Any]]]
+"""A query to run and what makes its reply the answer."""
+
+
+def top_query(guesses: Guesses, game: str, board: str, n: int, after: str | None, ties: str | None,
+              percent: str | None) -> Answering:
+    """A top's query and answer: as today, a page (``after``: a cursor, or '' for the first page,
+    docs/semantics/boards.md 5.1) or the top P percent (``percent``, 5.2); every usage error raised
+    before Redis is asked."""
+    check_n(n)
+    check_ties(ties)
+    ask = top_ask(after, percent)
+    if ask.kind == "percent":
+        return BoardQuery(guesses, game, board, "top", n), lambda r: percent_top_answer(game, r, ties, ask.share)
+    if ask.kind == "after":
+        return (BoardQuery(guesses, game, board, "after", n, ties=ties, cursor=ask.cursor),
+                lambda r: after_answer(game, r, ties))
+    if ask.kind == "first":
+        return BoardQuery(guesses, game, board, "top", n), lambda r: first_page_answer(game, r, ties)
+    return BoardQuery(guesses, game, board, "top", n), lambda r: top_answer(game, r, ties)
+
+
+def page_query(guesses: Guesses, game: str, board: str, player: str, n: int, ties: str | None) -> Answering:
+    """The page of ``n`` a player is on (docs/semantics/boards.md 5.1)."""
+    check_n(n)
+    check_ties(ties)
+    return (BoardQuery(guesses, game, board, "page", n, player, ties=ties),
+            lambda r: after_answer(game, r, ties, player, n))
+
+
+def score_query(guesses: Guesses, game: str, board: str, percent: str, ties: str | None) -> Answering:
+    """The score at a percentile (docs/semantics/boards.md 5.2)."""
+    check_ties(ties)
+    share = hundredths(percent)
+    return BoardQuery(guesses, game, board, "at", share, ties=ties), lambda r: score_answer(game, r, share)
 
 
 class BoardReader(ScriptReader[redis.Redis, Guesses]):
@@ -277,16 +365,29 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
     hint_type = Guesses
     source = READ_BOARD
 
-    def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
-        check_n(n)
-        return top_answer(game, self._query(BoardQuery(self.hint, game, board, "top", n)))
+    def top(self, game: str, board: str, n: int = 10, *, after: str | None = None, ties: str | None = None,
+            percentile: str | None = None) -> dict[str, Any]:
+        query, answer = top_query(self.hint, game, board, n, after, ties, percentile)
+        return answer(self._query(query))
 
-    def player(self, game: str, board: str, player: str) -> dict[str, Any]:
-        return player_answer(game, player, self._query(BoardQuery(self.hint, game, board, "player", 0, player)))
+    def player(self, game: str, board: str, player: str, *, ties: str | None = None) -> dict[str, Any]:
+        check_ties(ties)
+        return player_answer(game, player, self._query(BoardQuery(self.hint, game, board, "player", 0, player, ties)),
+                             ties)
 
-    def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
+    def around(self, game: str, board: str, player: str, r: int = 5, *, ties: str | None = None) -> dict[str, Any]:
         check_r(r)
-        return around_answer(game, player, self._query(BoardQuery(self.hint, game, board, "around", r, player)))
+        check_ties(ties)
+        return around_answer(game, player, self._query(BoardQuery(self.hint, game, board, "around", r, player, ties)),
+                             ties)
+
+    def page(self, game: str, board: str, player: str, n: int = 10, *, ties: str | None = None) -> dict[str, Any]:
+        query, answer = page_query(self.hint, game, board, player, n, ties)
+        return answer(self._query(query))
+
+    def score_for_percentile(self, game: str, board: str, p: str, *, ties: str | None = None) -> dict[str, Any]:
+        query, answer = score_query(self.hint, game, board, p, ties)
+        return answer(self._query(query))
 
     def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot: :meth:`AsyncBoardReader.boards`."""
@@ -328,18 +429,32 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
     hint_type = Guesses
     source = READ_BOARD
 
-    async def top(self, game: str, board: str, n: int = 10) -> dict[str, Any]:
-        check_n(n)
-        return top_answer(game, await self._query(BoardQuery(self.hint, game, board, "top", n)))
+    async def top(self, game: str, board: str, n: int = 10, *, after: str | None = None, ties: str | None = None,
+                  percentile: str | None = None) -> dict[str, Any]:
+        query, answer = top_query(self.hint, game, board, n, after, ties, percentile)
+        return answer(await self._query(query))
 
-    async def player(self, game: str, board: str, player: str) -> dict[str, Any]:
+    async def player(self, game: str, board: str, player: str, *, ties: str | None = None) -> dict[str, Any]:
+        check_ties(ties)
         return player_answer(game, player,
-                             await self._query(BoardQuery(self.hint, game, board, "player", 0, player)))
+                             await self._query(BoardQuery(self.hint, game, board, "player", 0, player, ties)), ties)
 
-    async def around(self, game: str, board: str, player: str, r: int = 5) -> dict[str, Any]:
+    async def around(self, game: str, board: str, player: str, r: int = 5, *,
+                     ties: str | None = None) -> dict[str, Any]:
         check_r(r)
+        check_ties(ties)
         return around_answer(game, player,
-                             await self._query(BoardQuery(self.hint, game, board, "around", r, player)))
+                             await self._query(BoardQuery(self.hint, game, board, "around", r, player, ties)), ties)
+
+    async def page(self, game: str, board: str, player: str, n: int = 10, *,
+                   ties: str | None = None) -> dict[str, Any]:
+        query, answer = page_query(self.hint, game, board, player, n, ties)
+        return answer(await self._query(query))
+
+    async def score_for_percentile(self, game: str, board: str, p: str, *,
+                                   ties: str | None = None) -> dict[str, Any]:
+        query, answer = score_query(self.hint, game, board, p, ties)
+        return answer(await self._query(query))
 
     async def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot (one ``MULTI``: the publish

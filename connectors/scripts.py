@@ -408,9 +408,10 @@ reader is current; else ``{G, id, snapshot, 'table', changes_at, [song, count, .
 snapshot, 'changes', entries}`` (the ``changes`` entries after the reader's)."""
 
 READ_BOARD = Script(
-    "read_board", ("moved", "board_buckets", "read_board"),
+    "read_board", ("moved", "board_buckets", "board_pages", "read_board"),
     keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout", "published_at"),
-    argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash"),
+    argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash", "ties",
+          "cursor_score", "cursor_member"),
     reads_only=True)
 """One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
 generation G: snapshot_id, aliases, the board's sorted set, its ``reached_at`` buckets'
@@ -423,7 +424,15 @@ names another board now), or ``{'board', snapshot id, published_at, players, ans
 (``published_at`` '' for a snapshot an older rankflow stored, which did not keep it): for ``top`` the
 first n ``member, score`` pairs; for ``player`` ``{score, rank - 1, players with a better
 score}`` or false; for ``around`` ``{first rank - 1, the first item's players with a
-better score, member, score ...}`` or false."""
+better score, member, score ...}`` or false.
+
+Pages, tie styles and percentiles (``connectors.board_pages``, ``lua/board_pages.lua``): ``ARGV``
+ties ``dense`` appends to a player's and an around's answer the distinct scores better than
+the player's (an around's first item's); ``after`` (n, the cursor's negated score and member)
+and ``page`` (n, the player) answer as ``around`` does, for the n entries after the cursor's
+place and the page of n the player is on; ``at`` (n: a percentile in hundredths of a percent)
+answers ``{r, score}``, r the last rank inside it and the score there (the r-th distinct score
+with ``dense``), or false when no entry is."""
 
 READ_ACTIVITY = Script(
     "read_activity", ("moved", "read_activity"),

@@ -1,10 +1,15 @@
-"""``rankflow boards list|top|player|around``: reading the score boards from the command line.
+"""``rankflow boards list|top|player|around|page|score-for-percentile``: reading the score boards from the command line.
 
 Each answer is one JSON object with ``--json`` (the same fields as the HTTP API), or
 a table. ``list`` shows every game's boards and their sizes, so a user can find the names
-to ask for. Exit status: 0 an answer, 1 no such game or board (the message lists the ones
-there are) or the player is not on it, 2 bad usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an
-unknown board name: never clamped).
+to ask for. Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5.3): ``top
+--after CURSOR`` (``--after ''`` the first page) prints the next page's cursor, ``top
+--percentile P`` the top P percent, ``page`` the page a player is on, ``score-for-percentile``
+the least score at a percentile, and ``--ties`` the ranks' style. Exit status: 0 an answer, 1 no
+such game or board (the message lists the ones there are) or the player is not on it, 2 bad
+usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an unknown board name, a
+cursor no page gave, a percentile outside 0..100 or with more than two decimals, an unknown tie
+style: never clamped), said before Redis is asked.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ import orjson
 import redis
 from rich.markup import escape
 
+from rankflow.connectors.board_pages import TIES, check_ties, hundredths, top_ask
 from rankflow.connectors.board_read import (BoardQueryError, BoardReader, NoSuchBoard, check_board, check_n, check_r,
                                             missing_board)
 from rankflow.cli_format import print_line, print_rows, quantity
@@ -30,7 +36,10 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
     examples = {"list": f"rankflow boards list --redis {REDIS}",
                 "top": f"rankflow boards top --game arena --board all -n 10 --redis {REDIS}",
                 "player": f"rankflow boards player --game arena --board daily --player p000042 --json --redis {REDIS}",
-                "around": f"rankflow boards around --game arena --board weekly --player p000042 -r 2 --redis {REDIS}"}
+                "around": f"rankflow boards around --game arena --board weekly --player p000042 -r 2 --redis {REDIS}",
+                "page": f"rankflow boards page --game arena --board all --player p000042 -n 20 --redis {REDIS}",
+                "score-for-percentile": f"rankflow boards score-for-percentile --game arena --board all "
+                                        f"--percentile 90 --redis {REDIS}"}
     boards = sub.add_parser("boards", help="read the game score boards (list, top, one player, around a player)",
                             epilog=example(*examples.values(), after=after))
     queries = boards.add_subparsers(dest="query", required=True)
@@ -44,7 +53,11 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
                                 epilog=example(examples["player"], after=after))
     around = queries.add_parser("around", help="the entries ranked R above to R below a player",
                                 epilog=example(examples["around"], after=after))
-    for p in (top, player, around):
+    page = queries.add_parser("page", help="the page of N entries a player is on, with the next page's cursor",
+                              epilog=example(examples["page"], after=after))
+    score = queries.add_parser("score-for-percentile", help="the least score at a percentile or above",
+                               epilog=example(examples["score-for-percentile"], after=after))
+    for p in (top, player, around, page, score):
         p.add_argument("--game", required=True, metavar="G")
         p.add_argument("--board", required=True, metavar="B",
                        help="all, best, daily, weekly, daily:YYYY-MM-DD or weekly:YYYY-Www")
@@ -52,7 +65,16 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
         add_redis(p)
     add_option(top, ("-n", "--limit"), "--n", type=int, default=10, metavar="N",
                help="the first N entries, 1..1000 (default %(default)s)")
-    for p in (player, around):
+    top.add_argument("--after", metavar="CURSOR",
+                     help="the N entries after the one this cursor names (a page's next; '' for the first page)")
+    top.add_argument("--percentile", metavar="P", help="the top P percent (0..100, two decimals at most), N at most")
+    add_option(page, ("-n", "--limit"), "--n", type=int, default=10, metavar="N",
+               help="entries per page, 1..1000 (default %(default)s)")
+    score.add_argument("--percentile", required=True, metavar="P", help="the percentile, 0..100, two decimals at most")
+    for p in (top, player, around, page, score):
+        p.add_argument("--ties", metavar="S", help=f"the style of every rank: {', '.join(TIES)} (1234, 1224, 1223); "
+                                                   "without it, ordinal ranks and the competition rank beside them")
+    for p in (player, around, page):
         p.add_argument("--player", required=True, metavar="P")
     add_option(around, ("-r", "--radius"), "--r", type=int, default=5, metavar="R",
                help="the entries R ranks above and below, 0..50 (default %(default)s)")
@@ -64,20 +86,30 @@ def cmd_boards(args: argparse.Namespace) -> int:
                             BoardQueryError, args.json, orjson.dumps, print_list)
     try:
         check_board(args.board)
-        if args.query == "top":
+        check_ties(args.ties)
+        if args.query in ("top", "page"):
             check_n(args.limit)
+        if args.query == "top":
+            top_ask(args.after, args.percentile)
         elif args.query == "around":
             check_r(args.radius)
+        elif args.query == "score-for-percentile":
+            hundredths(args.percentile)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
     def ask(client: redis.Redis) -> dict[str, Any]:
         reader = BoardReader(client, args.namespace)
         if args.query == "top":
-            return reader.top(args.game, args.board, args.limit)
+            return reader.top(args.game, args.board, args.limit, after=args.after, ties=args.ties,
+                              percentile=args.percentile)
         if args.query == "player":
-            return reader.player(args.game, args.board, args.player)
-        return reader.around(args.game, args.board, args.player, args.radius)
+            return reader.player(args.game, args.board, args.player, ties=args.ties)
+        if args.query == "page":
+            return reader.page(args.game, args.board, args.player, args.limit, ties=args.ties)
+        if args.query == "score-for-percentile":
+            return reader.score_for_percentile(args.game, args.board, args.percentile, ties=args.ties)
+        return reader.around(args.game, args.board, args.player, args.radius, ties=args.ties)
 
     return answer_query(args.redis, args.redis_read, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
 
@@ -106,14 +138,26 @@ def print_list(answer: dict[str, Any]) -> None:
 def print_answer(answer: dict[str, Any]) -> None:
     board = f"{answer['game_id']} / {answer['board']}"
     snapshot = f"snapshot {answer['snapshot_id']}"
-    if "items" not in answer:
-        print_line(f"{answer['player_id']} on {board}: score {quantity(answer['score'])}, rank "
-                   f"{quantity(answer['rank'])} (competition rank {quantity(answer['competition_rank'])})")
+    if "items" not in answer and "player_id" not in answer:  # score-for-percentile
+        score = "no entry" if answer["score"] is None else f"score {quantity(answer['score'])}"
+        print_line(f"percentile {answer['percentile']} on {board}: {score} "
+                   f"(of {quantity(answer['total_players'])} players)")
         print_line(snapshot)
         return
-    if "total_players" in answer:
+    if "items" not in answer:
+        print_line(f"{answer['player_id']} on {board}: score {quantity(answer['score'])}, rank "
+                   f"{quantity(answer['rank'])} (competition rank {quantity(answer['competition_rank'])}), "
+                   f"percentile {answer['percentile']}")
+        print_line(snapshot)
+        return
+    if "page" in answer:
+        title = f"Page {answer['page']} of {board} (with {escape(answer['player_id'])})"
+        footer = [f"{quantity(answer['total_players'])} players on the board", snapshot]
+    elif "total_players" in answer:
         title, footer = f"Top {len(answer['items'])} of {board}", [f"{quantity(answer['total_players'])} players "
                                                                    "on the board", snapshot]
     else:
         title, footer = f"Around the player on {board}", [snapshot]
+    if "next" in answer:
+        footer.append(f"next page: --after {answer['next']}")
     print_rows(title, ("rank", "competition_rank", "player_id", "score"), answer["items"], footer)

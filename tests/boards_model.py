@@ -10,6 +10,8 @@ produces; nothing here imports it.
 from __future__ import annotations
 
 import datetime
+import decimal
+import fractions
 import hashlib
 import hmac
 import json
@@ -199,3 +201,59 @@ def around(entries: list[tuple[str, int, int]], player: str, r: int) -> list[tup
         return None
     rank = mine[0][2]
     return [row for row in ranked if rank - r <= row[2] <= rank + r]
+
+
+# -- pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5.3) -------------------
+
+def tie_ranks(entries: list[tuple[str, int, int]], ties: str | None) -> list[int]:
+    """Each rank-ordered entry's ``rank`` in the tie style: ordinal (also without one), competition
+    ("1224": 1 + the players with a greater score) or dense ("1223": 1 + the distinct greater scores)."""
+    if ties == "competition":
+        return [1 + sum(1 for e in entries if e[1] > score) for _, score, _ in entries]
+    if ties == "dense":
+        return [1 + len({e[1] for e in entries if e[1] > score}) for _, score, _ in entries]
+    return list(range(1, len(entries) + 1))
+
+
+def styled(entries: list[tuple[str, int, int]], ties: str | None) -> list[tuple[str, int, int]]:
+    """``(player_id, score, rank)`` per entry, the rank in the tie style."""
+    return [(player, score, rank) for (player, score, _), rank in zip(entries, tie_ranks(entries, ties))]
+
+
+def percentile(rank: int, entries: int) -> float:
+    """100 * (entries - rank) / entries, rounded half-even to two decimals (by ``decimal``)."""
+    exact = decimal.Decimal(100 * (entries - rank)) / decimal.Decimal(entries)
+    return float(exact.quantize(decimal.Decimal("0.01"), rounding=decimal.ROUND_HALF_EVEN))
+
+
+def after(entries: list[tuple[str, int, int]], cursor: tuple[int, int, str]) -> int:
+    """How many entries come before or at the cursor's place ``(score, reached_at, player_id)``:
+    where the page after it starts, whether or not that entry is still there."""
+    score, reached, player = cursor
+    place = (-score, reached, player.encode("utf-8"))
+    return sum(1 for p, s, t in entries if (-s, t, p.encode("utf-8")) <= place)
+
+
+def pages(entries: list[tuple[str, int, int]], n: int) -> list[list[tuple[str, int, int]]]:
+    """The board cut into pages of ``n`` entries, in order."""
+    return [entries[i:i + n] for i in range(0, len(entries), n)]
+
+
+def top_percent(entries: list[tuple[str, int, int]], ties: str | None, percent: fractions.Fraction,
+                n: int) -> list[tuple[str, int, int]]:
+    """The top ``percent`` percent, by the tie style's rank: every entry whose exact percentile
+    100 * (N - rank) / N is at least 100 - percent, the first ``n`` of them."""
+    total = len(entries)
+    inside = [row for row in styled(entries, ties)
+              if fractions.Fraction(100 * (total - row[2]), total) >= 100 - percent]
+    return inside[:n]
+
+
+def score_for_percentile(entries: list[tuple[str, int, int]], ties: str | None,
+                         percent: fractions.Fraction) -> int | None:
+    """The least score among the entries whose exact percentile (by the tie style's rank) is at least
+    ``percent``; None when there is none."""
+    total = len(entries)
+    inside = [score for _, score, rank in styled(entries, ties)
+              if fractions.Fraction(100 * (total - rank), total) >= percent]
+    return min(inside) if inside else None

@@ -27,6 +27,21 @@ end
 if ARGV[4] == 'top' then
   return {'board', sid, at, card, redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')}
 end
+local dense = ARGV[10] == 'dense'
+if ARGV[4] == 'after' then
+  return {'board', sid, at, card, page_at(KEYS[4], after_cursor(KEYS[4], ARGV[11], ARGV[12]), tonumber(ARGV[5]), dense)}
+end
+if ARGV[4] == 'at' then  -- the score at a percentile: ARGV[5] in hundredths of a percent
+  local above = card * (10000 - tonumber(ARGV[5]))
+  local r = (above - above % 10000) / 10000
+  if r < 1 then
+    return {'board', sid, at, card, false}
+  end
+  if dense then
+    return {'board', sid, at, card, {r, nth_distinct(KEYS[4], r)}}
+  end
+  return {'board', sid, at, card, {r, redis.call('ZRANGE', KEYS[4], r - 1, r - 1, 'WITHSCORES')[2]}}
+end
 local n, low = bucket_span(KEYS[5])
 local reached = redis.call('HGET', bucket_key(KEYS[5], tonumber(ARGV[9]), n, low), ARGV[6])
 if not reached then
@@ -36,8 +51,19 @@ local m = reached .. ARGV[6]
 local score = redis.call('ZSCORE', KEYS[4], m)
 local rank = redis.call('ZRANK', KEYS[4], m)
 if ARGV[4] == 'player' then
-  return {'board', sid, at, card, {score, rank, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}}
+  local answer = {score, rank, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}
+  if dense then
+    answer[4] = distinct_above(KEYS[4], score)
+  end
+  return {'board', sid, at, card, answer}
+end
+if ARGV[4] == 'page' then
+  local n = tonumber(ARGV[5])
+  return {'board', sid, at, card, page_at(KEYS[4], rank - rank % n, n, dense)}
 end
 local start = math.max(0, rank - tonumber(ARGV[5]))
+if dense then
+  return {'board', sid, at, card, page_at(KEYS[4], start, rank + tonumber(ARGV[5]) - start + 1, true)}
+end
 local items = redis.call('ZRANGE', KEYS[4], start, rank + tonumber(ARGV[5]), 'WITHSCORES')
 return {'board', sid, at, card, {start, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. items[2]), items}}

@@ -29,7 +29,7 @@ from rankflow.connectors.redis_read import read_latest
 from rankflow.connectors.source_batch import STOP
 from rankflow.options import RunOptions
 from rankflow.runner import run
-from tests import boards_example as example
+from tests import boards_example as example, boards_model as model
 from tests.api.raw_http import Connection, served
 from tests.api.stream_client import HeldTop
 from tests.snapshot_stamp import ageless, ageless_response, stamped, stored_published_at
@@ -103,7 +103,9 @@ def test_every_player_on_every_board(api, published):
         for player, score, rank, competition in expected:
             r = api.get(f"/boards/g1/{board}/players/{player}")
             assert r.status_code == 200, r.text
-            assert stamped(r.json(), published["published_at"]) == {
+            body = r.json()
+            assert body.pop("percentile") == model.percentile(rank, len(expected))  # boards.md 5.2
+            assert stamped(body, published["published_at"]) == {
                 "snapshot_id": published["snapshot_id"], "published_at": published["published_at"], "game_id": "g1",
                 "board": board, "player_id": player, "score": score, "rank": rank, "competition_rank": competition}
 

@@ -30,7 +30,7 @@ from rankflow.options import RunOptions, ServiceError
 from rankflow.cli import main
 from rankflow.rebuild import rebuild
 from rankflow.runner import run
-from tests import boards_example as example
+from tests import boards_example as example, boards_model as model
 from tests.boards_model import BoardsModel, rank_and_competition
 from tests.snapshot_stamp import stamped, stored_published_at
 
@@ -64,7 +64,9 @@ def test_the_worked_example_of_boards_md(redis_url, redis_client, tmp_path):
         assert top["snapshot_id"] == sid and top["total_players"] == len(expected)
         assert [(i["player_id"], i["score"], i["rank"], i["competition_rank"]) for i in top["items"]] == expected
         for player, score, rank, competition in expected:
-            assert stamped(reader.player("g1", board, player), at) == {
+            answer = reader.player("g1", board, player)
+            assert answer.pop("percentile") == model.percentile(rank, len(expected))  # boards.md 5.2
+            assert stamped(answer, at) == {
                 "snapshot_id": sid, "published_at": at, "game_id": "g1", "board": board, "player_id": player, "score": score,
                 "rank": rank, "competition_rank": competition}
     for alias, board in example.ALIASES.items():
