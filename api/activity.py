@@ -4,7 +4,7 @@ Contract (docs/semantics/windows.md 4 and 6; every answer is exactly what ``conn
 gives, the CLI's ``rankflow activity ... --json``, so it names its ``snapshot_id``, its
 ``published_at`` (the snapshot document's), ``age_ms``, its age when answered, and ``stale``,
 whether that age is over ``rankflow serve --stale-after-ms``, the listeners' rule; the
-streams' events carry no ``stale``):
+streams' events say the same, as of when each is sent):
 
 * ``GET /activity/global/top?k=K`` -> ``{snapshot_id, published_at, age_ms, stale, window_start, window_end,
   watermark, items: [{rank, workspace_id, channel_id, count}]}`` (with
@@ -79,7 +79,7 @@ from rankflow.api.http_cache import Cacheable
 from rankflow.api.paths import register_id
 from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
 from rankflow.api.schemas import bounded, model, text
-from rankflow.api.shared_cache import SharedTops
+from rankflow.api.shared_cache import SharedTops, judged_by
 from rankflow.api.watch import Watched
 from rankflow.connectors.activity_read import AsyncActivityReader, NoCount, NoSnapshot
 from rankflow.connectors.snapshot_age import age_ms, is_stale, judged
@@ -243,7 +243,7 @@ class ActivityFeed:
                  seen: Hashable | None, history: sse.History | None = None,
                  held: list[dict[str, Any]] | None = None) -> None:
         self.watch, self.tops, self.workspace, self.k = watch, tops, workspace, k
-        self.first = activity_event(held, first)
+        self.first = activity_event(held, judged_by(tops, first))
         self.sent, self.seen = first["items"], seen
         self.history = history or sse.History()
         self.history.record((workspace, k), first["snapshot_id"], self.sent)
@@ -261,7 +261,7 @@ class ActivityFeed:
             log.warning("activity stream %r: %r", self.workspace, exc)
             return None  # the next snapshot tries again
         self.history.record((self.workspace, self.k), top["snapshot_id"], top["items"])
-        message = activity_event(self.sent, top)
+        message = activity_event(self.sent, judged_by(self.tops, top))
         if message is not None:
             self.sent = top["items"]
         return message

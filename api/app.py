@@ -117,7 +117,11 @@ def create_app(settings: Settings) -> FastAPI:
              responses={200: schemas.text("text/plain", "the Prometheus text format, version 0.0.4 "
                                                         "(docs/metrics.md lists every metric)")})
     async def prometheus(request: Request) -> Response:
-        body = generate_latest(metrics.registry) + b"".join(part.metrics() for part in parts)
+        prepared: PreparedAnswers | None = request.app.state.prepared  # None: a server without them
+        if prepared is not None:
+            prepared.flush()  # its answers since the last read, counted apart (api.prepared)
+        body = (generate_latest(metrics.registry) + (b"" if prepared is None else prepared.metrics())
+                + b"".join(part.metrics() for part in parts))
         if route.replicas:
             body += read_metrics(route)
         return Response(body, media_type=CONTENT_TYPE_LATEST)
@@ -137,7 +141,8 @@ def create_app(settings: Settings) -> FastAPI:
                                          {t: getattr(route, "path", t) for t, route in templates.items()}, metrics,
                                          cache)
     app.add_middleware(HotReads, answers=app.state.prepared, routes=templates)  # innermost: measured like the rest
-    app.add_middleware(CacheHeaders, cache=cache)  # the validators of the hot reads' answers too
+    app.add_middleware(CacheHeaders, cache=cache,  # the validators of the hot reads' answers too
+                       routes=[route for router in routers for route in router.routes if hasattr(route, "path_format")])
     app.add_middleware(server.BoundedBodies, timeout_s=settings.body_timeout_ms / 1000)
     app.add_middleware(MeasureRequests, metrics=metrics)  # outside: it counts the 408 of a late body
     default_openapi = app.openapi

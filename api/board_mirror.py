@@ -84,6 +84,7 @@ from rankflow.state.board_index import (
     entry_fields,
     entry_key,
     key_of_member,
+    key_score,
     stream_ops,
 )
 
@@ -99,6 +100,10 @@ ANCHORS = 16
 """Entries of a chunk the next one may start after (the newest still on the board)."""
 READ_MAX = 1_000
 """Stream entries read per poll at most (the stream keeps fewer)."""
+MAX_PARTS = 1_000
+"""Boards whose answer parts :meth:`BoardMirror.player_bytes` keeps; past this they start over."""
+MAX_SCORES = 10_000
+"""Scores per board and snapshot whose competition rank :meth:`BoardMirror.player_bytes` keeps."""
 LOAD_ATTEMPTS = 5
 """Starts of one board's load before giving up (every anchor left the board each time)."""
 
@@ -139,6 +144,8 @@ class BoardMirror(Polling):
         self._last_id = "0-0"  # the last stream entry read
         self._tail: int | None = None  # the snapshot id of the last change set read
         self._chunk = bind(client, BOARD_CHUNK)
+        # player_bytes' per board and snapshot: the answer's parts, and the entries ahead of each score
+        self._parts: dict[tuple[str, str], tuple[tuple[int, int, int], bytes, bytes, dict[int, int]]] = {}
 
     # -- following Redis (:class:`api.watch.Polling` calls these) ------------------------
     async def poll_once(self) -> None:
@@ -335,6 +342,13 @@ class BoardMirror(Polling):
             self._unpublished(board, lambda: self._top(game, board, n, ties, ask))
         return self._top(game, board, n, ties, ask)
 
+    def top_at_hand(self, game: str, board: str, n: int) -> dict[str, Any] | None:
+        """:meth:`top` of the snapshot :attr:`version` names, without waiting (``api.shared_cache``'s
+        ``at_hand``); None while the mirror does not serve or Redis has no usable snapshot."""
+        if not self.ready or self._missing is not None or self._buffer is None:
+            return None
+        return self._top(game, board, n)
+
     def _top(self, game: str, board: str, n: int, ties: str | None = None,
              ask: TopAsk = TopAsk("top")) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
@@ -373,6 +387,50 @@ class BoardMirror(Polling):
                                      distinct_above(index, score) if ties == "dense" else 0)
         answer["percentile"] = percentile(answer["rank"], len(index))
         return answer
+
+    def player_bytes(self, game: str, board: str, player: str, stale_after_ms: int) -> bytes | None:
+        """:meth:`player`'s answer judged by ``stale_after_ms`` (``connectors.snapshot_age.judged``), as
+        the JSON ``connectors.redis_publish.dumps_document`` makes of it, byte for byte; None while
+        Redis has no usable snapshot or the snapshot has no publish time (the dict path answers).
+
+        Why: a player's rank is a new answer almost every request (one player of many), so it cannot
+        be encoded once per snapshot like a top; building the answer's dict, judging it in another
+        and encoding it cost a prepared rank more than its two order queries (docs/benchmarks.md,
+        "Capacity of one serve process"). One format of the numbers into the parts that stay the
+        same per board (kept per board and snapshot) is the same bytes. A player's competition rank
+        is the entries with a better score: one order query per score and snapshot, kept, since
+        many players share a score (the served copy is exactly one snapshot, so the count holds
+        until the next)."""
+        if self._missing is not None:
+            return None
+        copy, name, index = self._board(game, board)
+        key = index.key(player)
+        if key is None:
+            raise NotOnBoard(f"{player} is not on {game}/{name}")
+        at = copy.published_at
+        sid = copy.snapshot_id
+        if at is None or sid is None:
+            return None
+        served = (self._generation, self.loads, sid)  # ids start over after Redis lost its data: a load is new
+        parts = self._parts.get((game, name))
+        if parts is None or parts[0] != served:
+            if len(self._parts) >= MAX_PARTS:
+                self._parts = {}
+            parts = self._parts[(game, name)] = (
+                served, b'{"snapshot_id":%d,"published_at":%d,"age_ms":' % (sid, at),
+                b',"game_id":%s,"board":%s,"player_id":' % (orjson.dumps(game), orjson.dumps(name)), {})
+        score = key_score(key)
+        better = parts[3]  # the competition rank of each score asked in this snapshot: players share scores
+        ahead = better.get(score)
+        if ahead is None:
+            if len(better) >= MAX_SCORES:
+                better.clear()
+            ahead = better[score] = index.better_than(score)
+        age = max(0, int(time.time() * 1000) - at)
+        rank = index.below(key) + 1
+        return b'%s%d,"stale":%s%s%s,"score":%d,"rank":%d,"competition_rank":%d,"percentile":%s}' % (
+            parts[1], age, b"true" if age > stale_after_ms else b"false", parts[2], orjson.dumps(player), score,
+            rank, ahead + 1, orjson.dumps(percentile(rank, len(index))))
 
     def around(self, game: str, board: str, player: str, r: int = 5, *, ties: str | None = None) -> dict[str, Any]:
         check_r(r)

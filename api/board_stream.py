@@ -7,7 +7,8 @@ happened in between, carrying only what changed (``api.stream_diff``: the ``chan
 entries by rank, the ``removed`` player ids, the top's ``size``). Each carries the fields of
 ``GET /boards/{game}/{board}/top?n=10`` but its ``items`` (``snapshot_id``, ``game_id``,
 ``board``, ``total_players``...: ``total_players`` as of that snapshot, a new player far down
-does not by itself make a message), and the snapshot id as the SSE ``id``. An alias stream
+does not by itself make a message; ``published_at``, ``age_ms`` and ``stale`` as the top's
+answer says them when the event is sent), and the snapshot id as the SSE ``id``. An alias stream
 follows the alias as it moves: a move is a full event (the entries are another board's). A
 board that does not exist is a ``404`` before the stream starts (``400`` for an unknown
 board name, ``503`` while Redis has no usable boards snapshot); one that stops existing
@@ -37,7 +38,7 @@ from rankflow.api import sse, stream_diff
 from rankflow.api.boards import ERRORS, UNAVAILABLE, WHY, board_path, game_path
 from rankflow.api.responses import UsageErrorsAre400
 from rankflow.api.schemas import text
-from rankflow.api.shared_cache import SharedTops
+from rankflow.api.shared_cache import SharedTops, judged_by
 from rankflow.api.watch import Watched
 from rankflow.connectors.board_read import NoBoardsSnapshot, NoSuchBoard
 
@@ -77,7 +78,7 @@ class BoardFeed:
     def __init__(self, watch: Watched, tops: SharedTops, game: str, board: str, first: dict[str, Any],
                  seen: Hashable | None, history: sse.History | None = None, held: Held | None = None) -> None:
         self.watch, self.tops, self.game, self.board = watch, tops, game, board
-        self.first = board_event(held, first)
+        self.first = board_event(held, judged_by(tops, first))
         self.sent, self.seen = shown(first), seen
         self.history = history or sse.History()
         self.history.record((game, board), first["snapshot_id"] or 0, self.sent)
@@ -97,7 +98,7 @@ class BoardFeed:
             log.warning("board stream %s/%s: %r", self.game, self.board, exc)
             return None  # the next snapshot tries again
         self.history.record((self.game, self.board), top["snapshot_id"] or 0, shown(top))
-        message = board_event(self.sent, top)
+        message = board_event(self.sent, judged_by(self.tops, top))
         if message is not None:
             self.sent = shown(top)
         return message

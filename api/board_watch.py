@@ -119,7 +119,9 @@ class BoardParts(Part):
             state.announcements.follow(channel, mirror)
             state.boards = MirroredBoards(mirror, state.boards)
             state.board_changes = mirror  # streams wake when the mirror serves a new snapshot
-        state.board_tops = SharedTops(state.boards, state.board_changes, stale_after_ms=settings.stale_after_ms)
+        at_hand = None if self.mirror is None else self.mirror.top_at_hand
+        state.board_tops = SharedTops(state.boards, state.board_changes, stale_after_ms=settings.stale_after_ms,
+                                      at_hand=at_hand)
 
     async def stop(self) -> None:
         if self.watch is not None:

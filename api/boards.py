@@ -242,7 +242,8 @@ def ready_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes | 
     reader: Reader = state.boards
     if not isinstance(reader, MirroredBoards) or not reader.mirror.ready:
         return None
-    return dumps_document(judged(reader.mirror.player(*params), state.settings.stale_after_ms))
+    game, board, player = params
+    return reader.mirror.player_bytes(game, board, player, state.settings.stale_after_ms)
 
 
 async def answer_top(state: Any, params: tuple[str, ...], n: int | None) -> bytes:

@@ -45,6 +45,8 @@ from dataclasses import dataclass
 from email.utils import formatdate
 from typing import Any
 
+from starlette.routing import Match
+
 DEFAULT_MAX_AGE_S = 1
 """``rankflow serve --cache-max-age``: how long a cache may serve an answer without asking."""
 MAX_TARGETS = 10_000
@@ -83,18 +85,44 @@ class Validators:
     """One answer's ``etag`` (weak), ``cache-control`` and ``last-modified``: as header lines
     (``lines``, for the protocol) and as ASGI headers (``headers``); ``opaque``, the tag's quoted part."""
 
-    __slots__ = ("opaque", "lines", "headers")
+    __slots__ = ("opaque", "lines", "control", "modified")
 
     def __init__(self, opaque: bytes, control: bytes, published_at: int) -> None:
-        self.opaque = opaque
-        modified = http_date(published_at)
-        self.headers = [(b"etag", b"W/" + opaque), (b"cache-control", control), (b"last-modified", modified)]
-        self.lines = b"".join(b"%s: %s\r\n" % header for header in self.headers)
+        self.opaque, self.control = opaque, control
+        self.modified = modified = http_date(published_at)
+        # one format: a rank's validators are made per request (a new target almost every time)
+        self.lines = b"etag: W/%s\r\ncache-control: %s\r\nlast-modified: %s\r\n" % (opaque, control, modified)
+
+    @classmethod
+    def made(cls, opaque: bytes, lines: bytes, control: bytes, modified: bytes) -> Validators:
+        """Validators whose lines are made already (:class:`_Shared`)."""
+        made = cls.__new__(cls)
+        made.opaque, made.lines, made.control, made.modified = opaque, lines, control, modified
+        return made
+
+    @property
+    def headers(self) -> list[tuple[bytes, bytes]]:
+        """The same three headers for an ASGI answer (made when asked: the protocol writes ``lines``)."""
+        return [(b"etag", b"W/" + self.opaque), (b"cache-control", self.control), (b"last-modified", self.modified)]
 
     def matched_by(self, if_none_match: bytes, star: bool = True) -> bool:
         """Whether ``If-None-Match: if_none_match`` holds this tag (weak comparison) or is ``*``
         (``star``: the answer is known to be a ``200``)."""
         return matches(if_none_match, self.opaque, star)
+
+
+class _Shared:
+    """What the validators of every target of one snapshot share: the bytes the answers start with
+    up to its id and publish time (``first``), and per staleness the tag and the lines around the
+    target's digest: a new target's validators are then its digest and two joins."""
+
+    __slots__ = ("first", "snapshot", "parts")
+
+    def __init__(self, first: bytes, snapshot: tuple[int, int], control: bytes) -> None:
+        self.first, self.snapshot = first, snapshot
+        tag = b'"%d-%d-' % snapshot
+        tail = b"\r\ncache-control: %s\r\nlast-modified: %s\r\n" % (control, http_date(snapshot[1]))
+        self.parts = [(tag, end, b"etag: W/" + tag, end + tail) for end in (b'"', b'-stale"')]  # fresh, stale
 
 
 @functools.lru_cache(maxsize=64)
@@ -140,7 +168,9 @@ class HttpCache:
     def __init__(self, max_age_s: int, cacheable: Iterable[Cacheable]) -> None:
         self.control = b"public, max-age=%d" % max_age_s if max_age_s > 0 else b"no-cache"
         self.cacheable = tuple(cacheable)
-        self._by_target: dict[bytes, tuple[bytes, Validators, Validators]] = {}  # first bytes, fresh, stale
+        # first bytes, (snapshot id, published_at), fresh, stale (each made when first asked)
+        self._by_target: dict[bytes, tuple[bytes, tuple[int, int], Validators | None, Validators | None]] = {}
+        self._shared: _Shared | None = None  # the last snapshot's parts
 
     def route(self, path: str) -> Cacheable | None:
         """The product's snapshot-backed routes ``path`` is one of; None: not cacheable."""
@@ -163,26 +193,44 @@ class HttpCache:
         """The validators of ``body``, a ``200`` of ``target``: its ``snapshot_id`` and ``published_at``
         (an answer without a publish time, e.g. a song's: the held snapshot's when it is the same
         one); None when the body names no snapshot. Kept per target while the body's first
-        bytes, up to the two numbers, are the same: per request, one lookup and one compare."""
+        bytes, up to the two numbers, are the same: per request, one lookup and one compare. Only
+        the side asked (fresh or stale) is made: a player's rank is a new target almost every time."""
         kept = self._by_target.get(target)
         if kept is not None and body.startswith(kept[0]):
             end = len(kept[0])
-            return kept[2] if body.find(_STALE, end, end + STALE_WITHIN) >= 0 else kept[1]
-        sid = _SNAPSHOT_ID.search(body)
-        if sid is None:
-            return None
-        at = _PUBLISHED_AT.search(body)
-        if at is not None:
-            snapshot = int(sid.group(1)), int(at.group(1))
-            fresh, stale = self.of(target, *snapshot), self.of(target, *snapshot, stale=True)
-            if len(self._by_target) >= MAX_TARGETS:
-                self._by_target = {}
-            end = max(sid.end(), at.end())
-            self._by_target[target] = (body[:end], fresh, stale)
-            return stale if body.find(_STALE, end, end + STALE_WITHIN) >= 0 else fresh
+            stale = body.find(_STALE, end, end + STALE_WITHIN) >= 0
+            made = kept[3] if stale else kept[2]
+            if made is None:
+                made = self.of(target, *kept[1], stale=stale)
+                self._by_target[target] = (kept[0], kept[1], *((kept[2], made) if stale else (made, kept[3])))
+            return made
+        shared = self._shared
+        if shared is None or not body.startswith(shared.first):
+            sid = _SNAPSHOT_ID.search(body)
+            if sid is None:
+                return None
+            at = _PUBLISHED_AT.search(body)
+            if at is None:
+                return self._held(target, path, state, int(sid.group(1)))
+            shared = self._shared = _Shared(body[:max(sid.end(), at.end())], (int(sid.group(1)), int(at.group(1))),
+                                            self.control)
+        end = len(shared.first)
+        stale = body.find(_STALE, end, end + STALE_WITHIN) >= 0
+        tag, tag_end, line, line_end = shared.parts[stale]
+        digest = hashlib.blake2s(target, digest_size=6).hexdigest().encode()
+        made = Validators.made(tag + digest + tag_end, line + digest + line_end, self.control, http_date(shared.snapshot[1]))
+        if len(self._by_target) >= MAX_TARGETS:
+            self._by_target = {}
+        self._by_target[target] = (shared.first, shared.snapshot, None, made) if stale else (
+            shared.first, shared.snapshot, made, None)
+        return made
+
+    def _held(self, target: bytes, path: str, state: Any, snapshot_id: int) -> Validators | None:
+        """The validators of an answer of snapshot ``snapshot_id`` that names no publish time: the
+        held snapshot's, when it is the same one."""
         route = self.route(path)
         held = None if route is None else route.current(state)
-        if held is None or held[0] != int(sid.group(1)):
+        if held is None or held[0] != snapshot_id:
             return None
         return self.of(target, *held)
 
@@ -198,9 +246,12 @@ class CacheHeaders:
     ``no-store`` on their other answers, and the ``304`` of an ``If-None-Match`` that holds the
     current tag (see the module's contract). Any other request passes untouched."""
 
-    def __init__(self, app: Any, cache: HttpCache) -> None:
+    def __init__(self, app: Any, cache: HttpCache, routes: Iterable[Any] = ()) -> None:
+        """``routes``: the app's routes (FastAPI's), to name the route of a ``304``
+        answered before routing (:func:`route_of`)."""
         self.app = app
         self.cache = cache
+        self.routes = tuple(routes)
 
     async def __call__(self, scope: dict[str, Any], receive: Any, send: Any) -> None:
         cache = self.cache
@@ -215,6 +266,7 @@ class CacheHeaders:
             held = cache.current(target, route, state)
             # ``*`` only once the route answered a 200: it may answer 404 for this target
             if held is not None and held.matched_by(if_none_match, star=False):
+                route_of(scope, self.routes)  # counted in /metrics under its route, as if it had run
                 await _not_modified(send, held)
                 return
         start: dict[str, Any] | None = None
@@ -240,6 +292,17 @@ class CacheHeaders:
             await send(message)
 
         await self.app(scope, receive, with_headers)
+
+
+def route_of(scope: dict[str, Any], routes: Iterable[Any]) -> None:
+    """Put in ``scope`` the first of ``routes`` that takes it (``scope["route"]``, as routing does),
+    for a request answered before routing: ``api.app.MeasureRequests`` counts each request under
+    its route's name, and a ``304`` of a route is that route's, not "other". (The app's router
+    holds the included routers, not their routes: the routes are given.)"""
+    for route in routes:
+        if route.matches(scope)[0] is Match.FULL:
+            scope["route"] = route
+            return
 
 
 async def _not_modified(send: Any, validators: Validators) -> None:

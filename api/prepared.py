@@ -17,8 +17,13 @@ path needs no decoding) before
 it builds an ASGI request at all, and writes the body with exactly the headers uvicorn
 and Starlette write for it, and the cache validators (``api.http_cache``: made once per
 snapshot and target) that ``api.http_cache.CacheHeaders`` adds on the ASGI path; or a
-``304`` when the request's ``If-None-Match`` holds the answer's tag (:meth:`PreparedAnswers.reply`). Each answer is counted in ``/metrics`` under its route, as
-``api.app.MeasureRequests`` counts the others, and in :attr:`PreparedAnswers.answered`.
+``304`` when the request's ``If-None-Match`` holds the answer's tag (:meth:`PreparedAnswers.reply`).
+Each answer is counted in ``/metrics`` under its route and status, as ``api.app.MeasureRequests``
+counts the others, and apart as ``rankflow_api_prepared_answers_total{route}`` (what the
+protocol answered itself: the rest of the route's requests took the ASGI path), and in
+:attr:`PreparedAnswers.answered`. The counts are plain integers per route, added to the
+Prometheus counters when ``/metrics`` is read (:meth:`PreparedAnswers.flush`): a counter's
+``inc`` takes a lock, and this path is counted in microseconds.
 A route's ``answer`` (when it has one) is the same body read when it is not ready: the
 ASGI app's lean path (``api.hot_reads``) matches the same routes and awaits it.
 
@@ -75,15 +80,18 @@ class PreparedRoute:
 class _Matcher:
     """One route, ready to match: its literal segments by position and its metric children."""
 
-    __slots__ = ("route", "literals", "holes", "prefix", "count", "not_modified", "latency")
+    __slots__ = ("route", "label", "literals", "holes", "prefix", "count", "not_modified", "latency", "pending",
+                 "total")
 
-    def __init__(self, route: PreparedRoute, count: Any, latency: Any, not_modified: Any = None) -> None:
-        self.route = route
+    def __init__(self, route: PreparedRoute, label: str, count: Any, latency: Any, not_modified: Any = None) -> None:
+        self.route, self.label = route, label
         segments = route.segments()
         self.literals = [(i, s) for i, s in enumerate(segments) if s is not None]
         self.holes = [i for i, s in enumerate(segments) if s is None]
         self.prefix = None if route.query is None else route.query.encode() + b"="  # the query's ``name=``
         self.count, self.latency, self.not_modified = count, latency, not_modified
+        self.pending = [0, 0]  # 200s and 304s not yet added to ``count`` and ``not_modified``
+        self.total = 0  # answered by the protocol, ever
 
 
 class PreparedAnswers:
@@ -100,7 +108,7 @@ class PreparedAnswers:
         self._by_length: dict[int, list[_Matcher]] = {}
         for route in routes:
             label = labels.get(route.template, route.template)
-            matcher = _Matcher(route, metrics.requests.labels(label, "200"), metrics.latency.labels(label),
+            matcher = _Matcher(route, label, metrics.requests.labels(label, "200"), metrics.latency.labels(label),
                                metrics.requests.labels(label, "304"))
             self._by_length.setdefault(len(route.segments()), []).append(matcher)
 
@@ -111,17 +119,19 @@ class PreparedAnswers:
         if found is None:
             return None
         matcher, body = found
-        self._count(matcher, matcher.count, started)
+        self._count(matcher, 0, started)
         return body
 
     def reply(self, path: str, query: bytes, if_none_match: bytes | None,
-              target: bytes | None = None) -> tuple[bytes, bytes] | None:
-        """What the protocol writes for ``GET path?query`` after its status line and its default
-        headers, if a route has the answer ready, with the status line: a ``200`` with its
-        ``content-length``, ``content-type``, validators (``api.http_cache``) and body, or a ``304``
-        with the validators only, when ``if_none_match`` (the request's ``If-None-Match``) holds
-        the answer's tag. ``target``: the request's path and query as sent
-        (``api.http_cache.target_of``, made from them if not given). None: the app answers."""
+              target: bytes | None = None) -> tuple[bytes, bytes, bytes] | None:
+        """What the protocol writes for ``GET path?query`` if a route has the answer ready: the
+        status line, then (after the server's default headers) the rest of the head and the body:
+        a ``200`` with its ``content-length``, ``content-type``, validators (``api.http_cache``)
+        and body, or a ``304`` with the validators only (an empty body), when ``if_none_match``
+        (the request's ``If-None-Match``) holds the answer's tag. ``target``: the request's path
+        and query as sent (``api.http_cache.target_of``, made from them if not given). None: the
+        app answers. The body comes apart from the head: a top of 100 is some 8 KB, and each
+        copy of it costs (the protocol writes the two without joining them)."""
         started = time.perf_counter()
         found = self._ready(path, query)
         if found is None:
@@ -133,14 +143,14 @@ class PreparedAnswers:
         else:
             validators = cache.of_body(target or target_of(path.encode(), query), body, path, self.state)
         if validators is None:
-            self._count(matcher, matcher.count, started)
-            return STATUS_200, b"content-length: %d\r\ncontent-type: application/json\r\n\r\n%s" % (len(body), body)
+            self._count(matcher, 0, started)
+            return STATUS_200, b"content-length: %d\r\ncontent-type: application/json\r\n\r\n" % len(body), body
         if if_none_match is not None and validators.matched_by(if_none_match):
-            self._count(matcher, matcher.not_modified, started)
-            return STATUS_304, validators.lines + b"\r\n"
-        self._count(matcher, matcher.count, started)
-        return STATUS_200, b"content-length: %d\r\ncontent-type: application/json\r\n%s\r\n%s" % (
-            len(body), validators.lines, body)
+            self._count(matcher, 1, started)
+            return STATUS_304, validators.lines + b"\r\n", b""
+        self._count(matcher, 0, started)
+        return STATUS_200, b"content-length: %d\r\ncontent-type: application/json\r\n%s\r\n" % (
+            len(body), validators.lines), body
 
     def _ready(self, path: str, query: bytes) -> tuple[_Matcher, bytes] | None:
         found = self.match(path, query)
@@ -153,10 +163,34 @@ class PreparedAnswers:
             return None
         return None if body is None else (matcher, body)
 
-    def _count(self, matcher: _Matcher, count: Any, started: float) -> None:
+    def _count(self, matcher: _Matcher, status: int, started: float) -> None:
+        """One answer of ``matcher``'s route: ``status`` 0 a ``200``, 1 a ``304``."""
         self.answered += 1
-        count.inc()
+        matcher.pending[status] += 1
+        matcher.total += 1
         matcher.latency.observe(time.perf_counter() - started)
+
+    def flush(self) -> None:
+        """Add the answers counted since the last flush to the Prometheus counters (``/metrics``
+        calls it before it reads them)."""
+        for matchers in self._by_length.values():
+            for matcher in matchers:
+                done, not_modified = matcher.pending
+                if done:
+                    matcher.count.inc(done)
+                if not_modified:
+                    matcher.not_modified.inc(not_modified)
+                matcher.pending = [0, 0]
+
+    def metrics(self) -> bytes:
+        """``rankflow_api_prepared_answers_total{route}``: each route's answers written by the
+        protocol (``200`` and ``304``), in the Prometheus text format."""
+        name = "rankflow_api_prepared_answers_total"
+        lines = [f"# HELP {name} Requests answered by the server's protocol from a prepared answer (the rest "
+                 f"of the route's requests took the ASGI path)\n# TYPE {name} counter\n"]
+        for matchers in self._by_length.values():
+            lines += [f'{name}{{route="{matcher.label}"}} {matcher.total}\n' for matcher in matchers]
+        return "".join(lines).encode()
 
     def match(self, path: str, query: bytes) -> tuple[_Matcher, tuple[str, ...], int | None] | None:
         """The route ``GET path?query`` names, its ``{name}`` segments and its query's value (or

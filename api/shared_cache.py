@@ -13,7 +13,9 @@ At most ``limit`` answers are kept per version; past this they start over.
 :meth:`SharedTops.top_bytes` is the same answer as JSON (``api.responses.json_response``'s
 bytes), encoded once per query and version: a top of 100 entries costs more to encode
 than to serve, and a snapshot changes a few times a second. :meth:`SharedTops.ready` is
-that encoding if it is already made (``api.prepared``).
+that encoding if it is already made (``api.prepared``), or, when the answers are at hand in
+process (``at_hand``: the boards' mirror), made then: a new snapshot's first request of a
+query need not take the slower path.
 
 An answer names its snapshot's ``published_at`` and its ``age_ms`` (``connectors.snapshot_age``):
 a kept answer is the read's, but its age is the request's. :meth:`SharedTops.top` gives each
@@ -73,25 +75,37 @@ def render(encoded: Encoded) -> bytes:
     age = age_ms(at)
     if age is None:
         return head
+    # joined, not formatted: ``bytes % (..., tail)`` grows its buffer as it goes, and a top of 100
+    # (some 8 KB) cost a request 15-20 us that way against 2-5 joined (docs/benchmarks.md)
     if bound is None:
-        return b"%s%d%s" % (head, age, tail)
-    return b'%s%d,"stale":%s%s' % (head, age, b"true" if age > bound else b"false", tail)
+        return head + b"%d" % age + tail
+    return head + (b'%d,"stale":true' if age > bound else b'%d,"stale":false') % age + tail
 
 MAX_SHARED_TOPS = 10_000
 """Answers kept for one snapshot (the queries asked for); past this they start over."""
+
+
+def judged_by(tops: SharedTops, answer: dict[str, Any]) -> dict[str, Any]:
+    """``answer`` (a :meth:`SharedTops.top`) with ``"stale"`` after its age by the bound of ``tops``
+    (the service's ``--stale-after-ms``): what a stream's event says, as the route's answer says it."""
+    return answer if tops.stale_after_ms is None else judged(answer, tops.stale_after_ms)
 
 
 class SharedTops:
     """Each query's top of the watcher's current snapshot, read once and shared."""
 
     def __init__(self, reader: Any, watch: Watched, limit: int = MAX_SHARED_TOPS,
-                 stale_after_ms: int | None = None) -> None:
+                 stale_after_ms: int | None = None, at_hand: Callable[..., dict[str, Any] | None] | None = None) -> None:
         """``stale_after_ms``: the bound past which :meth:`top_bytes` says ``"stale": true``
-        (``rankflow serve --stale-after-ms``); None: it says no ``stale``."""
+        (``rankflow serve --stale-after-ms``); None: it says no ``stale``. ``at_hand(*query)``:
+        the top of the watcher's current version read without waiting (an in-process copy that
+        the watcher is: ``api.board_mirror``), or None when it has none; :meth:`ready` then
+        encodes a query's first answer of a version itself."""
         self.reader = reader
         self.watch = watch
         self.limit = limit
         self.stale_after_ms = stale_after_ms
+        self.at_hand = at_hand
         self._version: Hashable | None = None
         self._reads: dict[tuple[Any, ...], asyncio.Future[dict[str, Any]]] = {}
         self._encoded: dict[tuple[Any, ...], Encoded] = {}  # of self._version's answers
@@ -133,10 +147,23 @@ class SharedTops:
         otherwise (nothing read or encoded yet for it). O(1), no await (``api.prepared``): the age
         is filled in now, so a prepared answer's ``age_ms`` is the request's."""
         version = self.watch.version
-        if version is None or version != self._version:
+        if version is None:
             return None
+        if version != self._version:
+            if self.at_hand is None:
+                return None
+            self._version, self._reads, self._encoded = version, {}, {}
         encoded = self._encoded.get(query)
-        return None if encoded is None else render(encoded)
+        if encoded is None:
+            # a new snapshot's first request of this query: read in process when the copy is at hand
+            # (once per query and snapshot) rather than sent down the ASGI path
+            answer = None if self.at_hand is None else self.at_hand(*query)
+            if answer is None:
+                return None
+            if len(self._encoded) >= self.limit:
+                self._encoded = {}
+            encoded = self._encoded[query] = encode(answer, self.stale_after_ms)
+        return render(encoded)
 
     def _forget_failure(self, query: tuple[Any, ...]) -> Callable[[asyncio.Future[dict[str, Any]]], None]:
         """Only answers are kept: a failed read is asked again."""

@@ -25,7 +25,7 @@ from rankflow.arg_types import (KAFKA_FORM, interval as _interval, kafka as _kaf
 from rankflow.connectors.jsonl import MAX_LINE_BYTES
 from rankflow.connectors.kafka import KafkaUnavailable
 from rankflow.connectors.board_layout import RedisBoardsLayout
-from rankflow.connectors.redis_contact import NotRedis
+from rankflow.connectors.redis_contact import NotRedis, address, first_contact
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.connectors.redis_replicas import READ_URL_ENV, read_urls
@@ -536,26 +536,35 @@ def ingest_token(option: str | None, environ: Mapping[str, str]) -> str | None:
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
+    # the user's mistakes first, then Redis, then the service's (heavier) imports
+    client_settings = kafka_settings.from_args(args, os.environ)  # the producers of POST /events and /matches
+    key, token = signing_key(args.signing_key, os.environ), ingest_token(args.ingest_token, os.environ)
+    problem = cannot_listen(args.host, args.port)
+    if problem is not None:  # else uvicorn logs a traceback-sized error, or listens on another port
+        raise UsageError(f"--host/--port: {problem}")
+    try:  # an address that is not Redis: one line within about 2 s, as a run says it, not a service of 503s
+        first_contact(args.redis)
+    except NotRedis:
+        raise
+    except redis.RedisError as exc:  # not up yet: the service starts and answers 503 until it is
+        say(f"cannot reach Redis at {address(args.redis)} now ({exc}): the routes answer 503 until it answers",
+            "WARNING")
+
     import uvicorn
 
     from rankflow.api.app import Settings, create_app
     from rankflow.api.ingest import DEFAULT_MAX_BODY_BYTES
     from rankflow.api.server import server_config
 
-    client_settings = kafka_settings.from_args(args, os.environ)  # the producers of POST /events and /matches
     settings = Settings(redis_url=args.redis, read_urls=tuple(args.redis_read), namespace=args.namespace,
                         kafka=replace(args.kafka, settings=client_settings) if args.kafka else None,
                         score_kafka=replace(args.score_kafka, settings=client_settings) if args.score_kafka else None,
-                        signing_key=signing_key(args.signing_key, os.environ),
-                        delivery_timeout_ms=args.delivery_timeout_ms,
+                        signing_key=key, delivery_timeout_ms=args.delivery_timeout_ms,
                         max_body_bytes=args.max_body_bytes or DEFAULT_MAX_BODY_BYTES,
-                        ingest_token=ingest_token(args.ingest_token, os.environ), board_index=args.board_index,
+                        ingest_token=token, board_index=args.board_index,
                         body_timeout_ms=args.body_timeout_ms, products=args.products, poll_ms=args.poll_ms,
                         cache_max_age_s=args.cache_max_age,
                         stale_after_ms=args.stale_after_ms)
-    problem = cannot_listen(args.host, args.port)
-    if problem is not None:  # else uvicorn logs a traceback-sized error, or listens on another port
-        raise UsageError(f"--host/--port: {problem}")
     tune_gc()  # long-lived caches, many small short-lived objects per request: as in the flow
     app = create_app(settings)
 

@@ -2,7 +2,7 @@
 
     python scripts/bench_capacity.py [--reps 3] [--step-s 5] [--p99-ms 5] [--connections 32]
         [--traffic 2000] [--cpu-rate 3000] [--players 50000] [--phases boards,listeners]
-        [--via serve,nginx] [--nginx-workers 1] [--oha PATH] [--out bench-results]
+        [--via serve,nginx] [--nginx-workers 1] [--oha PATH] [--base-python PATH] [--out bench-results]
 
 One Redis, one ``rankflow serve --board-index memory`` (every product) with the capacity
 benchmark's empty control route (``api.bench_control``), and the load generator ``oha``
@@ -34,6 +34,20 @@ service marks cacheable (``Cache-Control``), so until it does, every request goe
 to the service and this measures nginx's proxying. The share of requests nginx answered
 itself is the requests it took minus the ones the service counted for that route
 (``/metrics``), over the requests it took; a few ``X-Cache`` headers are sampled beside it.
+
+A step measures only once the service answers the route as it will for the rest of the run:
+the boards phase starts once the board mirror serves (``/health``: ``board_mirror.ready``,
+with a snapshot id), not when a rank first answers (Redis answers it until then, through the
+ASGI path), and every phase once the snapshot served moved on since the feeder started (the
+traffic reaches the service). Each CPU step records the share of the route's requests the
+server's protocol answered itself (``rankflow_api_prepared_answers_total`` over
+``rankflow_api_requests_total``, ``api.prepared``): a share below 1 means some took the ASGI path.
+
+``--base-python PATH`` starts a second ``rankflow serve`` with another checkout's Python (its
+``.venv/bin/python``: the code before a change), on the same Redis and flows; its control and
+routes (named ``... (base)``) are measured in the same reps, each right beside this checkout's
+(alternated, the order rotating by rep): a before/after pair in one run, on the same machine
+load. Its application figure is against its own control.
 
 Figures per target: medians over the reps, and every step. Writes
 ``bench-results/capacity.json`` and prints a table. Wall-clock latency on this machine moves
@@ -111,15 +125,18 @@ def append_results_steady(path: str, rate: int, players: int, key: bytes, seed: 
 
 
 class Server:
-    """The ``rankflow serve`` under test: its pid, its base URL, its request counts."""
+    """The ``rankflow serve`` under test: its pid, its base URL, its request counts. ``python``:
+    another checkout's interpreter (``--base-python``), run from that checkout's root."""
 
-    def __init__(self, redis_url: str, work: Path) -> None:
+    def __init__(self, redis_url: str, work: Path, python: str | None = None, name: str = "serve") -> None:
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
         env = {**os.environ, bench_control.ENV: "1"}
-        self.stderr = open(work / "serve.stderr", "wb")
-        self.proc = subprocess.Popen([*RANKFLOW, "serve", "--port", str(self.port), "--redis", redis_url,
-                                      "--namespace", NS, "--board-index", "memory"], env=env,
+        self.stderr = open(work / f"{name}.stderr", "wb")
+        command = RANKFLOW if python is None else [python, "-m", "rankflow.cli"]
+        cwd = None if python is None else Path(python).absolute().parent.parent.parent  # CHECKOUT/.venv/bin/python
+        self.proc = subprocess.Popen([*command, "serve", "--port", str(self.port), "--redis", redis_url,
+                                      "--namespace", NS, "--board-index", "memory"], env=env, cwd=cwd,
                                      stdout=subprocess.DEVNULL, stderr=self.stderr)
         self.client = httpx.Client(base_url=self.base, timeout=5)
 
@@ -147,23 +164,51 @@ class Server:
                 total += float(line.rsplit(" ", 1)[1])
         return total
 
+    def route_counts(self, route: str) -> tuple[float, float | None]:
+        """``route``'s requests (every status) and those the protocol answered itself (None: a
+        service without that metric, an older checkout), from ``/metrics``."""
+        requests, prepared = 0.0, None
+        for line in self.client.get("/metrics").text.splitlines():
+            if line.startswith("rankflow_api_requests_total{") and f'route="{route}",' in line:
+                requests += float(line.rsplit(" ", 1)[1])
+            elif line.startswith(f'rankflow_api_prepared_answers_total{{route="{route}"}}'):
+                prepared = float(line.rsplit(" ", 1)[1])
+        return requests, prepared
+
+    def health(self) -> dict[str, Any]:
+        try:
+            return dict(self.client.get("/health").json())
+        except (httpx.HTTPError, ValueError):
+            return {}
+
+    def serves_moved(self, key: Callable[[dict[str, Any]], Any], what: str) -> None:
+        """Wait until ``key(/health)`` (a snapshot id) is set and changed: a new snapshot served."""
+        first = self.wait("/health", lambda r: key(r.json()) is not None, what).json()
+        self.wait("/health", lambda r: key(r.json()) not in (None, key(first)), what)
+
 
 class Target:
-    """One thing loaded: a route of the service, directly or through nginx."""
+    """One thing loaded: a route of the service, directly or through nginx; ``server``: the one
+    loaded when it is not the main one (``--base-python``)."""
 
-    def __init__(self, name: str, url: str, route: str, *, regex: bool = False, via: str = "serve") -> None:
+    def __init__(self, name: str, url: str, route: str, *, regex: bool = False, via: str = "serve",
+                 server: Server | None = None) -> None:
         self.name, self.url, self.route, self.regex, self.via = name, url, route, regex, via
+        self.server = server
 
 
 def run_step(oha: str, target: Target, rate: float, seconds: float, connections: int, server: Server,
              nginx_pids: Callable[[], list[int]]) -> Step:
-    """One oha run at ``rate``: its figures, the server's CPU over it, oha's and nginx's CPU."""
+    """One oha run at ``rate``: its figures, the server's CPU over it, oha's and nginx's CPU, and
+    the share of the route's requests the protocol answered itself."""
+    server = target.server or server
     cmd = oha_command(oha, target.url, rate, seconds, connections)
     if target.regex:
         cmd.insert(-1, "--rand-regex-url")
     pids = nginx_pids()
     served0 = server.requests() if target.via == "nginx" else 0.0
     ngx0 = nginx_cpu(pids)
+    routed0 = server.route_counts(target.route)
     kids0 = resource.getrusage(resource.RUSAGE_CHILDREN)
     user0, sys0 = cpu_times(server.proc.pid)
     out = subprocess.run(cmd, capture_output=True, text=True)
@@ -172,6 +217,9 @@ def run_step(oha: str, target: Target, rate: float, seconds: float, connections:
     if out.returncode != 0:
         raise SystemExit(f"oha failed ({out.returncode}): {out.stderr.strip()[-500:]}")
     step = parse_oha(out.stdout, rate)
+    routed1 = server.route_counts(target.route)
+    if routed0[1] is not None and routed1[1] is not None and routed1[0] > routed0[0]:
+        step.extra["prepared_share"] = (routed1[1] - routed0[1]) / (routed1[0] - routed0[0])
     step.server_cpu_s = (user1 - user0) + (sys1 - sys0)
     step.extra["server_user_s"], step.extra["server_system_s"] = user1 - user0, sys1 - sys0
     step.extra["load_1m"] = os.getloadavg()[0]  # the machine's other work, for reading the latencies
@@ -192,7 +240,8 @@ def describe(step: Step) -> str:
                  f"answered by nginx {step.extra['answered_by_nginx_share']:.1%}")
     return (f"offered {step.rate:>7,.0f}/s: answered {step.achieved:>7,.0f}/s, p50 {step.p50_ms:6.2f} ms, "
             f"p99 {step.p99_ms:6.2f} ms, failed {step.failed}, server {step.server_us_per_request:5.1f} us/req, "
-            f"oha {step.extra['oha_cpu_s'] * 1e6 / max(1, step.answered):5.1f} us/req{extra}")
+            f"oha {step.extra['oha_cpu_s'] * 1e6 / max(1, step.answered):5.1f} us/req{extra}"
+            + (f", prepared {step.extra['prepared_share']:.1%}" if "prepared_share" in step.extra else ""))
 
 
 def measure_target(oha: str, target: Target, a: argparse.Namespace, server: Server,
@@ -299,6 +348,9 @@ def main() -> int:
     p.add_argument("--wrk", default=None, metavar="PATH",
                    help="also saturate each fixed URL closed-loop with wrk (Debian's) at --connections: the most "
                         "answered and its p99 (a native generator lighter than oha; 'auto': wrk on PATH)")
+    p.add_argument("--base-python", metavar="PATH",
+                   help="also measure a second serve run by another checkout's .venv/bin/python (the code before a "
+                        "change), its steps beside this one's in the same reps")
     p.add_argument("--out", default=str(ROOT / "bench-results"))
     p.add_argument("--summarize", metavar="JSON", help="print the table of a capacity.json written before, and exit")
     a = p.parse_args()
@@ -321,21 +373,23 @@ def main() -> int:
     rds = LocalRedis(free_port(), work / "redis").start()
     ctx = multiprocessing.get_context("spawn")
     server = Server(rds.url, work)
+    base = None if a.base_python is None else Server(rds.url, work, a.base_python, "serve-base")
     nginx: LocalNginx | None = None
     results: dict[str, Any] = {
         "measured_at": datetime.now(UTC).isoformat(timespec="seconds"), "command": " ".join(sys.argv),
         "oha": oha_version, "reps": a.reps, "step_s": a.step_s, "p99_limit_ms": a.p99_ms,
         "connections": a.connections, "via": sorted(a.via), "traffic_per_s": a.traffic, "cpu_rate": a.cpu_rate, "players": a.players,
-        "load_before": os.getloadavg(), "targets": {}}
+        "base_python": a.base_python, "load_before": os.getloadavg(), "targets": {}}
     try:
-        server.wait("/livez", lambda r: r.status_code == 200, "rankflow serve to start")
-        control = server.client.get(bench_control.PATH)
-        assert control.status_code == 200, f"the control route is not mounted: {control.status_code}"
+        for one in [server] if base is None else [server, base]:
+            one.wait("/livez", lambda r: r.status_code == 200, "rankflow serve to start")
+            control = one.client.get(bench_control.PATH)
+            assert control.status_code == 200, f"the control route is not mounted: {control.status_code}"
         if "nginx" in a.via:
             nginx = LocalNginx(free_port(), work / "nginx", server.port, workers=a.nginx_workers)
             nginx.start()
         for phase in phases:
-            run_phase(phase, a, oha, work, rds.url, server, nginx, ctx, results)
+            run_phase(phase, a, oha, work, rds.url, server, nginx, ctx, results, base)
         results["load_after"] = os.getloadavg()
         summarize(results)
         out = Path(a.out)
@@ -343,7 +397,7 @@ def main() -> int:
         (out / "capacity.json").write_text(json.dumps(results, indent=2, default=str) + "\n")
         print(f"wrote {out / 'capacity.json'}")
     finally:
-        stop_processes([server.proc])
+        stop_processes([server.proc] if base is None else [server.proc, base.proc])
         if nginx is not None:
             nginx.stop()
         rds.stop()
@@ -351,11 +405,10 @@ def main() -> int:
 
 
 def run_phase(phase: str, a: argparse.Namespace, oha: str, work: Path, redis_url: str, server: Server,
-              nginx: LocalNginx | None, ctx: Any, results: dict[str, Any]) -> None:
+              nginx: LocalNginx | None, ctx: Any, results: dict[str, Any], other: Server | None = None) -> None:
     stop = ctx.Event()
     procs: list[subprocess.Popen[bytes]] = []
     feeder = None
-    base = server.base
     try:
         if phase == "boards":
             log = work / "scores.jsonl"
@@ -366,14 +419,18 @@ def run_phase(phase: str, a: argparse.Namespace, oha: str, work: Path, redis_url
                                           stdout=subprocess.DEVNULL, stderr=open(work / "boards.stderr", "wb")))
             digits = max(7, len(str(a.players - 1)))
             last = f"p{a.players - 1:0{digits}d}"
-            server.wait(f"/boards/{GAME}/all/players/{last}", lambda r: r.status_code == 200,
-                        "the board to be loaded and mirrored")
+            for one in [server] if other is None else [server, other]:
+                one.wait(f"/boards/{GAME}/all/players/{last}", lambda r: r.status_code == 200,
+                         "the board to be published")
+                # a rank answers from Redis (the ASGI path) until the mirror serves: wait for it
+                one.wait("/health", lambda r: _mirror_serves(r.json()), "the board mirror to serve")
             feeder = ctx.Process(target=append_results_steady, args=(str(log), a.traffic, a.players, KEY, 1, stop),
                                  daemon=True)
             # oha reads the host as it is and the path as a regex
             regex = f"http://127.0.0.1:PORT/boards/{GAME}/all/players/p{player_regex(a.players, digits)}"
-            targets = [("top", f"/boards/{GAME}/all/top?n=100", "/boards/{game}/{board}/top", False),
-                       ("rank", regex, "/boards/{game}/{board}/players/{player_id}", True)]
+            # each route as /metrics names it (FastAPI's path)
+            targets = [("top", f"/boards/{GAME}/all/top?n=100", "/boards/{game:game}/{board}/top", False),
+                       ("rank", regex, "/boards/{game:game}/{board}/players/{player_id:rest}", True)]
         else:
             log = work / "events.jsonl"
             log.touch()
@@ -384,18 +441,26 @@ def run_phase(phase: str, a: argparse.Namespace, oha: str, work: Path, redis_url
                                  daemon=True)
             targets = [("rankings", "/rankings?k=100", "/rankings", False)]
         feeder.start()
+        servers = [server] if other is None else [server, other]
         if phase == "listeners":
-            server.wait("/rankings?k=100", lambda r: r.status_code == 200 and len(r.json().get("items", [])) >= 100,
-                        "a listener ranking of 100 songs")
-        time.sleep(3.0)  # the traffic reaches the flow, and its snapshots the service
+            for one in servers:
+                one.wait("/rankings?k=100", lambda r: r.status_code == 200 and len(r.json().get("items", [])) >= 100,
+                         "a listener ranking of 100 songs")
+        for one in servers:  # the traffic reached the flow, and its snapshots the service
+            one.serves_moved(_served_boards if phase == "boards" else _served_rankings,
+                             "a snapshot of the traffic to be served")
         first = server.client.get(targets[0][1])  # a top: is it marked cacheable?
         results.setdefault("cacheable", {})[phase] = {h: first.headers.get(h) for h in ("cache-control", "etag")}
         chosen: list[Target] = []
         if "serve" in a.via:
-            chosen.append(Target(f"{phase}: control", base + bench_control.PATH, bench_control.PATH))
+            pairs = [(server, "")] if other is None else [(server, ""), (other, BASE)]
+            for one, suffix in pairs:  # each base target right after this checkout's
+                chosen.append(Target(f"{phase}: control{suffix}", one.base + bench_control.PATH, bench_control.PATH,
+                                     server=one))
             for name, path, route, regex in targets:
-                url = path.replace("PORT", str(server.port)) if regex else base + path
-                chosen.append(Target(f"{phase}: {name}", url, route, regex=regex))
+                for one, suffix in pairs:
+                    url = path.replace("PORT", str(one.port)) if regex else one.base + path
+                    chosen.append(Target(f"{phase}: {name}{suffix}", url, route, regex=regex, server=one))
         if nginx is not None:
             for name, path, route, regex in targets:
                 url = path.replace("PORT", str(nginx.port)) if regex else nginx.url + path
@@ -433,7 +498,7 @@ def summarize(results: dict[str, Any]) -> None:
     rows = []
     for name, t in targets.items():
         phase = name.split(":")[0]
-        control = targets.get(f"{phase}: control")
+        control = targets.get(f"{phase}: control" + (BASE if name.endswith(BASE) else ""))
         server_us = [_us(r["cpu_step"]) for r in t["reps"]]
         control_us = [_us(r["cpu_step"]) for r in control["reps"]] if control else []
         t["median"] = {
@@ -443,10 +508,11 @@ def summarize(results: dict[str, Any]) -> None:
             "control_us_per_request": median(control_us) if t["via"] == "serve" else math.nan,
             # per rep (the control of the same rep), then the median
             "application_us_per_request": median(s - c for s, c in zip(server_us, control_us))
-            if t["via"] == "serve" and not name.endswith("control") else math.nan,
+            if t["via"] == "serve" and "control" not in name else math.nan,
             "application_user_us_per_request": median(_split(s, "server_user_s") - _split(c, "server_user_s")
                                                       for s, c in zip(t["reps"], control["reps"]))
-            if control and t["via"] == "serve" and not name.endswith("control") else math.nan,
+            if control and t["via"] == "serve" and "control" not in name else math.nan,
+            "prepared_share": median(r["cpu_step"]["extra"].get("prepared_share", math.nan) for r in t["reps"]),
             "most_answered_rps": median(max((s["answered"] / s["seconds"] for s in r["search"] if s["seconds"]),
                                                 default=math.nan) for r in t["reps"]),
             "oha_us_per_request": median(r["cpu_step"]["extra"]["oha_cpu_s"] * 1e6 / max(1, r["cpu_step"]["answered"])
@@ -475,7 +541,26 @@ def summarize(results: dict[str, Any]) -> None:
         print(f"{name:32} {m['capacity_rps']:>8,.0f} req/s (p99 {m['p99_ms_at_capacity']:.2f} ms; most answered "
               f"{m['most_answered_rps']:,.0f}/s at any p99); server "
               f"{m['server_us_per_request']:.1f} us/req, control {m['control_us_per_request']:.1f}, application "
-              f"{m['application_us_per_request']:.1f} (user {m['application_user_us_per_request']:.1f}){extra}")
+              f"{m['application_us_per_request']:.1f} (user {m['application_user_us_per_request']:.1f}), "
+              f"prepared {m.get('prepared_share', math.nan):.1%}{extra}")
+
+
+BASE = " (base)"
+"""The name's end of a target of the ``--base-python`` service."""
+
+
+def _mirror_serves(health: dict[str, Any]) -> bool:
+    mirror = health.get("board_mirror") or {}
+    return bool(mirror.get("ready")) and mirror.get("snapshot_id") is not None
+
+
+def _served_boards(health: dict[str, Any]) -> Any:
+    """The boards' snapshot the mirror serves (``/health``)."""
+    return (health.get("board_mirror") or {}).get("snapshot_id")
+
+
+def _served_rankings(health: dict[str, Any]) -> Any:
+    return health.get("snapshot_id")
 
 
 def _us(step: dict[str, Any]) -> float:

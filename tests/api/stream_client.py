@@ -23,6 +23,9 @@ class HeldTop:
     def apply(self, event: dict[str, Any]) -> dict[str, Any]:
         """Apply one event (its ``full``, ``changed`` and ``size``); the top it leaves."""
         assert not self.answer or event["full"] or event["snapshot_id"] > self.answer["snapshot_id"], event
+        fields = list(event)  # an event with an age says whether it is stale right after it, as the routes do
+        assert "age_ms" not in fields or (fields[fields.index("age_ms") + 1] == "stale"
+                                          and isinstance(event["stale"], bool)), event
         self.items = stream_diff.apply(self.items, event)
         assert [e["rank"] for e in self.items] == list(range(1, event["size"] + 1)), self.items
         self.answer = {**{k: v for k, v in event.items() if k not in ("size", "changed", "removed", "full")},

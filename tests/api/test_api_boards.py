@@ -476,6 +476,12 @@ def _metric(text: str, route: str) -> float:
     return 0.0 if line is None else float(line.rsplit(" ", 1)[1])
 
 
+def _prepared_metric(text: str, route: str) -> float:
+    """``rankflow_api_prepared_answers_total`` of ``route``: its answers the protocol wrote itself."""
+    line = next(x for x in text.splitlines() if x.startswith(f'rankflow_api_prepared_answers_total{{route="{route}"}}'))
+    return float(line.rsplit(" ", 1)[1])
+
+
 @contextmanager
 def two_servers(settings: Settings) -> Iterator[tuple[Any, int, int]]:
     """The app served twice by ``rankflow serve``'s server: with its prepared answers, and with none
@@ -515,10 +521,14 @@ def test_prepared_answers_are_counted_under_their_route(redis_url, published):
     with two_servers(settings) as (app, port, _):
         conn = Connection(port)
         conn.get("/boards/g1/all/top")  # encodes it for this snapshot
-        before, answered = app.state.prepared.answered, _metric(conn.get("/metrics")[0].body.decode(), TOP_ROUTE)
+        metrics = conn.get("/metrics")[0].body.decode()
+        before, answered = app.state.prepared.answered, _metric(metrics, TOP_ROUTE)
+        by_protocol = _prepared_metric(metrics, TOP_ROUTE)
         assert [r.status for r in conn.get(*["/boards/g1/all/top"] * 5)] == [200] * 5
         assert app.state.prepared.answered == before + 5
-        assert _metric(conn.get("/metrics")[0].body.decode(), TOP_ROUTE) == answered + 5
+        metrics = conn.get("/metrics")[0].body.decode()
+        assert _metric(metrics, TOP_ROUTE) == answered + 5
+        assert _prepared_metric(metrics, TOP_ROUTE) == by_protocol + 5, "counted apart as the protocol's own"
         conn.close()
 
 

@@ -19,6 +19,7 @@ import threading
 import uuid
 from typing import Any
 
+import orjson
 import pytest
 import redis
 import redis.asyncio as aioredis
@@ -30,7 +31,8 @@ from rankflow.connectors import redis_boards
 from rankflow.connectors.redis_boards import BoardsState
 from rankflow.connectors.redis_generations import claim_generation, join_run, new_run_token, switch_generation
 from rankflow.connectors.redis_keys import Keys, boards_namespace
-from rankflow.connectors.redis_publish import Publisher
+from rankflow.connectors.redis_publish import Publisher, dumps_document
+from rankflow.connectors.snapshot_age import judged
 from rankflow.state.board_index import ALIAS, CREATE, DROP, UPSERT, BoardsCopy, ChangeSet, LiveBoards, Served, entry_key
 from rankflow.state.snapshot import snapshot_id
 from tests.engine.test_script_keys import boards_snap  # a BoardsSnapshot from (player, changes) pairs
@@ -225,9 +227,24 @@ async def same_answers(mirror: BoardMirror, reader: AsyncBoardReader) -> None:
             except NotOnBoard:
                 with pytest.raises(NotOnBoard):
                     mirror.player(game, board, player)
+                with pytest.raises(NotOnBoard):
+                    mirror.player_bytes(game, board, player, 1000)
                 continue
             assert same(mirror.player(game, board, player), answer)
+            same_bytes(mirror, game, board, player)
             assert same(mirror.around(game, board, player, 1), await reader.around(game, board, player, 1))
+
+
+def same_bytes(mirror: BoardMirror, game: str, board: str, player: str) -> None:
+    """``player_bytes`` (the prepared rank) is the JSON of ``judged(player(...))``, byte for byte,
+    whichever side of the staleness bound its age falls on."""
+    for bound in (0, 10**9):
+        made = mirror.player_bytes(game, board, player, bound)
+        assert made is not None
+        parsed = orjson.loads(made)
+        assert made == dumps_document(judged(parsed, bound))  # the keys, their order, the age's "stale"
+        assert stamped(parsed, parsed["published_at"]) == stamped(judged(mirror.player(game, board, player), bound),
+                                                                  parsed["published_at"])
 
 
 async def until(condition: Any, timeout: float = 10.0) -> None:

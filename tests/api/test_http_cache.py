@@ -97,6 +97,12 @@ def not_modified_on_both_paths(port: int, conn: Connection, path: str, tag: str,
         assert header(got, "cache-control") and header(got, "last-modified")
 
 
+def requests_counted(metrics: str, route: str, status: str) -> float:
+    """``rankflow_api_requests_total`` of ``route`` and ``status`` in ``/metrics``' text (0: none)."""
+    start = f'rankflow_api_requests_total{{route="{route}",status="{status}"}} '
+    return sum(float(x[len(start):]) for x in metrics.splitlines() if x.startswith(start))
+
+
 def no_store(response: Response, status: int) -> None:
     assert response.status == status, (response.status, response.body)
     assert header(response, "cache-control") == "no-store" and header(response, "etag") is None
@@ -126,6 +132,9 @@ def test_listener_reads_carry_validators_and_answer_304_until_a_new_snapshot(flo
         assert app.state.prepared.answered == before + 1, "the keep-alive 304 was the protocol's own"
         not_modified_on_both_paths(port, conn, "/rankings?k=2", tag, f'"nope", {tag}')
         not_modified_on_both_paths(port, conn, "/rankings?k=2", tag, "*")
+        metrics = conn.request("/metrics").body.decode()
+        assert requests_counted(metrics, "/rankings", "304") == 6, "the 304s before routing are the route's"
+        assert 'route="other"' not in metrics, metrics
         assert conn.request("/rankings?k=2", 'If-None-Match: W/"1-2-000000000000"').status == 200
         assert conn.request("/rankings?k=3", f"If-None-Match: {tag}").status == 200, "another target"
 

@@ -17,6 +17,7 @@ from rankflow.api import change_feed, sse
 from rankflow.api.change_feed import FeedGap, chain_end
 from rankflow.api.shared_cache import SharedTops
 from rankflow.api.watch import Polling, VersionWatch
+from tests.snapshot_stamp import ageless
 
 
 def test_change_feed_examples():
@@ -162,6 +163,35 @@ def test_shared_tops_read_once_per_query_and_version_and_keep_only_answers():
         watch.version = (0, b"2")
         await tops.top("g", "all", 10)
         assert len(reader.reads) == 6, "a new version reads again"
+
+    asyncio.run(scenario())
+
+
+def test_shared_tops_at_hand_encode_a_new_versions_first_answer_without_a_read():
+    """With the answers at hand in process (the boards' mirror), :meth:`SharedTops.ready` encodes a
+    new version's first request of a query itself, once, and later requests share it; without
+    them, or while they have none, it leaves the request to the slower path (None)."""
+    async def scenario() -> None:
+        reader, watch = Reader(), SimpleNamespace(version=(0, b"1"))
+        asked: list[tuple[Any, ...]] = []
+
+        def at_hand(*query: Any) -> dict[str, Any] | None:
+            asked.append(query)
+            return None if query[1] == "gone" else {"snapshot_id": int(watch.version[1]), "published_at": 1000,
+                                                   "age_ms": 3}
+
+        plain = SharedTops(reader, watch, stale_after_ms=10**13)  # type: ignore[arg-type]
+        assert plain.ready("g", "all", 10) is None, "nothing read yet: the ASGI path reads it"
+        tops = SharedTops(reader, watch, stale_after_ms=10**13, at_hand=at_hand)  # type: ignore[arg-type]
+        first = tops.ready("g", "all", 10)
+        assert first is not None and b'"stale":false' in first and tops.ready("g", "all", 10) is not None
+        assert asked == [("g", "all", 10)], "encoded once per query and version"
+        assert tops.ready("g", "gone", 10) is None
+        watch.version = (0, b"2")
+        assert (tops.ready("g", "all", 10) or b"").startswith(b'{"snapshot_id":2,')
+        assert asked[-1] == ("g", "all", 10) and len(asked) == 3
+        assert ageless(await tops.top_bytes("g", "all", 10)) == ageless(tops.ready("g", "all", 10))
+        assert reader.reads == [], "the ASGI path shares the encoding made"
 
     asyncio.run(scenario())
 

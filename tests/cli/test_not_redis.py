@@ -1,4 +1,6 @@
-"""A ``--redis`` URL whose address is not Redis: one line naming what was found, exit 1.
+"""A ``--redis`` URL whose address is not Redis: one line naming what was found, exit 1 (``serve``
+too, at its start: a Redis that is down is no reason to refuse to start, an address that is not
+Redis is a mistake).
 
 Three real listeners stand at the address: a socket that accepts and never answers, an
 HTTP server, and the Kafka broker's port (which reads the ``PING`` as a request's length
@@ -23,6 +25,7 @@ import orjson
 import pytest
 
 from rankflow.connectors.redis_contact import FIRST_CONTACT_S
+from rankflow.services import free_port
 
 RANKFLOW = [sys.executable, "-m", "rankflow.cli"]
 SECRET = "hunter2"
@@ -76,6 +79,7 @@ def commands(tmp_path: Path) -> dict[str, list[str]]:
         "activity channel": ["activity", "channel", "--workspace", "acme", "--channel", "general"],
         "status": ["status", "--input", f"jsonl:{log}"],
         "run": ["run", "--input", f"jsonl:{log}", "--until-eof", "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}"],
+        "serve": ["serve", "--port", str(free_port())],  # fails at its start, not a service of 503s
     }
 
 
@@ -95,21 +99,21 @@ def answer(args: list[str], address: str) -> str:
 WAITED = f"within {FIRST_CONTACT_S:g} s"
 
 
-@pytest.mark.parametrize("command", ["top", "boards list --json", "activity channel", "status", "run"])
+@pytest.mark.parametrize("command", ["top", "boards list --json", "activity channel", "status", "run", "serve"])
 def test_a_port_that_never_answers(command, silent, tmp_path):
     line = answer(commands(tmp_path)[command], f"127.0.0.1:{silent}")
     assert f"no answer from Redis at 127.0.0.1:{silent} {WAITED}" in line, line
     assert "(not a Redis server, or a stalled one: check --redis)" in line
 
 
-@pytest.mark.parametrize("command", ["top", "boards list --json", "activity channel", "status", "run"])
+@pytest.mark.parametrize("command", ["top", "boards list --json", "activity channel", "status", "run", "serve"])
 def test_an_http_server(command, http_server, tmp_path):
     line = answer(commands(tmp_path)[command], f"127.0.0.1:{http_server}")
     assert f"127.0.0.1:{http_server} is not a Redis server: it answered in another protocol" in line, line
     assert "as an HTTP server's does" in line
 
 
-@pytest.mark.parametrize("command", ["boards list --json", "run"])
+@pytest.mark.parametrize("command", ["boards list --json", "run", "serve"])
 def test_the_kafka_brokers_port(command, kafka_brokers, tmp_path):
     line = answer(commands(tmp_path)[command], kafka_brokers.split(",")[0])
     assert f"no answer from Redis at {kafka_brokers.split(',')[0]} {WAITED}" in line, line
@@ -123,3 +127,33 @@ def test_a_redis_given_a_password_it_has_no_use_for_is_still_redis(redis_url):
     assert r.returncode == 1 and "not a Redis server" not in r.stderr and "no answer" not in r.stderr, r.stderr
     assert "no usable boards snapshot" in r.stderr, r.stderr
     assert "wrong" not in r.stderr and len(r.stderr.splitlines()) == 1, r.stderr
+
+
+def test_serve_starts_while_redis_is_down_and_says_so(tmp_path):
+    """A refused connection is a Redis not up yet, not a mistake: ``serve`` starts (its routes
+    answer ``503`` until Redis answers) with one warning, never a password."""
+    import httpx
+
+    from tests.waiting import wait_for
+
+    closed = free_port()  # nothing listens there
+    port = free_port()
+    err = tmp_path / "serve.stderr"
+    with open(err, "wb") as out:
+        proc = subprocess.Popen([*RANKFLOW, "serve", "--port", str(port), "--redis",
+                                 f"redis://:{SECRET}@127.0.0.1:{closed}/0"], stdout=subprocess.DEVNULL, stderr=out)
+    try:
+        def live() -> bool:
+            assert proc.poll() is None, err.read_text()
+            try:
+                return httpx.get(f"http://127.0.0.1:{port}/livez", timeout=2).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        wait_for(live, bool, timeout=30)
+        assert httpx.get(f"http://127.0.0.1:{port}/readyz", timeout=5).status_code == 503
+    finally:
+        proc.terminate()
+        proc.wait(15)
+    text = err.read_text()
+    assert f"cannot reach Redis at 127.0.0.1:{closed} now" in text and SECRET not in text, text
