@@ -144,6 +144,7 @@ class BoardMirror(Polling):
         self._last_id = "0-0"  # the last stream entry read
         self._tail: int | None = None  # the snapshot id of the last change set read
         self._chunk = bind(client, BOARD_CHUNK)
+        self._version_made: tuple[Any, Any] = (None, None)  # :attr:`version`, per what it is made of
         # player_bytes' per board and snapshot: the answer's parts, and the entries ahead of each score
         self._parts: dict[tuple[str, str], tuple[tuple[int, int, int], bytes, bytes, dict[int, int]]] = {}
 
@@ -297,8 +298,12 @@ class BoardMirror(Polling):
         (answers come from Redis) or while Redis has no usable snapshot."""
         if not self.ready or self._buffer is None or self._missing is not None:
             return None
-        sid = self._buffer.serving.snapshot_id
-        return self._generation, None if sid is None else str(sid).encode(), self.loads
+        sid = self._buffer.live.snapshot_id  # the served one's (``Served.snapshot_id``)
+        made = self._version_made
+        if made[0] != (self._generation, sid, self.loads):  # made once per snapshot: asked per prepared top
+            made = self._version_made = ((self._generation, sid, self.loads),
+                                         (self._generation, None if sid is None else str(sid).encode(), self.loads))
+        return made[1]
 
 
     @property

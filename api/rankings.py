@@ -66,13 +66,14 @@ class BodyCache:
     def __init__(self) -> None:
         self.snapshot: dict[str, Any] | None = None
         self.bodies: dict[tuple[Any, int, bool], tuple[bytes, bytes]] = {}
+        self.rendered: dict[tuple[Any, int, bool], tuple[int, bytes]] = {}  # each body's last: its ms, its bytes
 
     def render(self, snap: dict[str, Any], k: int, stale: bool, error: str | None = None,
                kind: Body | None = None) -> bytes:
         # the snapshot itself, not its id: after Redis lost its data a new run's ids start over,
         # and a new snapshot with an old id must not be served the old one's bodies
         if snap is not self.snapshot:
-            self.snapshot, self.bodies = snap, {}
+            self.snapshot, self.bodies, self.rendered = snap, {}, {}
         kind = kind or ranking_body
         key = (kind, k, stale)
         parts = self.bodies.get(key) if error is None else None
@@ -85,8 +86,14 @@ class BodyCache:
             parts = (head + b'"age_ms":', tail)
             if error is None:
                 self.bodies[key] = parts
-        age = max(0, int(time.time() * 1000) - snap["published_at"])
-        return parts[0] + b"%d" % age + parts[1]  # joined: formatting a large part costs more (shared_cache.render)
+        now = int(time.time() * 1000)
+        last = self.rendered.get(key) if error is None else None
+        if last is not None and last[0] == now:
+            return last[1]  # the same bytes in the same millisecond (a busy ranking is asked many times in one)
+        made = parts[0] + b"%d" % max(0, now - snap["published_at"]) + parts[1]  # joined: see shared_cache.render
+        if error is None:
+            self.rendered[key] = (now, made)
+        return made
 
 
 def snapshot_head(snap: dict[str, Any], stale: bool) -> dict[str, Any]:

@@ -36,7 +36,7 @@ from typing import Any
 
 from rankflow.api.watch import Watched
 from rankflow.connectors.redis_publish import dumps_document
-from rankflow.connectors.snapshot_age import age_ms, aged, judged
+from rankflow.connectors.snapshot_age import age_ms, aged, judged, now_ms
 
 Encoded = tuple[bytes, bytes, "int | None", "int | None"]
 """An answer's JSON before and after its age's digits (and, with a staleness bound, its
@@ -65,14 +65,14 @@ def encode(answer: dict[str, Any], stale_after_ms: int | None = None) -> Encoded
     return head + b'"age_ms":', tail, at, stale_after_ms
 
 
-def render(encoded: Encoded) -> bytes:
-    """The encoded answer with its age now (and whether that is stale).
+def render(encoded: Encoded, now: int | None = None) -> bytes:
+    """The encoded answer with its age at ``now`` (ms; by default now), and whether that is stale.
 
     >>> render((b'{"age_ms":', b'}', 0, 500))[-14:], render((b'{"x":1}', b'', None, None))
     (b',"stale":true}', b'{"x":1}')
     """
     head, tail, at, bound = encoded
-    age = age_ms(at)
+    age = age_ms(at, now)
     if age is None:
         return head
     # joined, not formatted: ``bytes % (..., tail)`` grows its buffer as it goes, and a top of 100
@@ -109,6 +109,7 @@ class SharedTops:
         self._version: Hashable | None = None
         self._reads: dict[tuple[Any, ...], asyncio.Future[dict[str, Any]]] = {}
         self._encoded: dict[tuple[Any, ...], Encoded] = {}  # of self._version's answers
+        self._rendered: dict[tuple[Any, ...], tuple[int, Encoded, bytes]] = {}  # each query's last: ms, encoding, bytes
 
     async def top(self, *query: Any) -> dict[str, Any]:
         """The shared read's answer, with its ``age_ms`` now."""
@@ -163,7 +164,15 @@ class SharedTops:
             if len(self._encoded) >= self.limit:
                 self._encoded = {}
             encoded = self._encoded[query] = encode(answer, self.stale_after_ms)
-        return render(encoded)
+        now = now_ms()
+        last = self._rendered.get(query)
+        if last is not None and last[0] == now and last[1] is encoded:
+            return last[2]  # the same bytes in the same millisecond: a busy top is asked many times in one
+        body = render(encoded, now)
+        if len(self._rendered) >= self.limit:
+            self._rendered = {}
+        self._rendered[query] = (now, encoded, body)
+        return body
 
     def _forget_failure(self, query: tuple[Any, ...]) -> Callable[[asyncio.Future[dict[str, Any]]], None]:
         """Only answers are kept: a failed read is asked again."""
