@@ -357,7 +357,7 @@ class BoardMirror(Polling):
     def _top(self, game: str, board: str, n: int, ties: str | None = None,
              ask: TopAsk = TopAsk("top")) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
-        if ask.kind == "top" and ties is None:
+        if ask.kind == "top" and ask.share is None and ties is None:
             return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name,
                     "total_players": len(index),
                     "items": index.items(0, n)}
@@ -367,12 +367,12 @@ class BoardMirror(Polling):
             assert ask.cursor is not None
             c = ask.cursor
             start = index.below(entry_key(c.player_id, c.score, c.reached_at) + b"\0")  # just after its place
-        items = _styled(index, index.items(start, start + n), ties)
-        if ask.kind in ("top", "percent"):
-            if ask.kind == "percent":
+        items = _styled(index, index.items(start, start + ask.reads(n)), ties)
+        if ask.kind == "top":
+            if ask.share is not None:
                 items = within_percent(items, len(index), ask.share)
             return {**head, "total_players": len(index), "items": items}
-        return page_answer(head, len(index), start, items, _last(index, items))
+        return page_answer(head, len(index), start, items, n, ask.share, _cursors(index, items))
 
     def player(self, game: str, board: str, player: str, *, ties: str | None = None) -> dict[str, Any]:
         check_ties(ties)
@@ -388,8 +388,9 @@ class BoardMirror(Polling):
         score = entry_fields(key)[1]
         answer = {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name, "player_id": player,
                   "score": score, "rank": index.below(key) + 1, "competition_rank": index.better_than(score) + 1}
-        answer["rank"] = styled_rank(ties, answer["rank"], answer["competition_rank"],
-                                     distinct_above(index, score) if ties == "dense" else 0)
+        if ties is not None:
+            answer["rank"] = styled_rank(ties, answer["rank"], answer["competition_rank"],
+                                         distinct_above(index, score) if ties == "dense" else 0)
         answer["percentile"] = percentile(answer["rank"], len(index))
         return answer
 
@@ -469,7 +470,7 @@ class BoardMirror(Polling):
         items = _styled(index, index.items(start, start + n), ties)
         head = {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name, "player_id": player,
                 "page": start // n + 1}
-        return page_answer(head, len(index), start, items, _last(index, items))
+        return page_answer(head, len(index), start, items, n, None, _cursors(index, items))
 
     def score_for_percentile(self, game: str, board: str, p: str, *, ties: str | None = None) -> dict[str, Any]:
         """The least score at percentile ``p`` or above (docs/semantics/boards.md 5.2)."""
@@ -534,14 +535,14 @@ def _styled(index: Board, items: list[dict[str, Any]], ties: str | None) -> list
     return restyle(items, ties, dense)
 
 
-def _last(index: Board, items: list[dict[str, Any]]) -> Cursor | None:
-    """The cursor naming the last of ``items`` (its key in the served snapshot)."""
-    if not items:
-        return None
-    key = index.key(items[-1]["player_id"])
-    assert key is not None
-    player, score, reached_at = entry_fields(key)
-    return Cursor(score, reached_at, player)
+def _cursors(index: Board, items: list[dict[str, Any]]) -> Callable[[int], Cursor]:
+    """The cursor of ``items[i]`` (its key in the served snapshot)."""
+    def cursor_of(i: int) -> Cursor:
+        key = index.key(items[i]["player_id"])
+        assert key is not None
+        player, score, reached_at = entry_fields(key)
+        return Cursor(score, reached_at, player)
+    return cursor_of
 
 
 class MirroredBoards:

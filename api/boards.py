@@ -22,7 +22,7 @@ Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5.3, ``connec
 
 * ``top?n=N&after=CURSOR``: the n entries after the entry the cursor names, with ``next`` (the
   last one's cursor) unless they end the board; ``after=`` (empty) is the first page.
-* ``top?n=N&percentile=P``: the first n entries of the top P percent.
+* ``top?n=N&percentile=P``: the first n entries of the top P percent; with ``after``, its pages.
 * ``GET /boards/{game}/{board}/players/{player_id}/page?n=N`` -> ``{..., player_id, page, total_players,
   items, next}``: the page of n the player is on.
 * ``GET /boards/{game}/{board}/score-for-percentile?p=P`` -> ``{..., total_players, percentile, score}``:
@@ -145,7 +145,7 @@ def ties_query() -> Any:
     """``ties``: the tie style of every ``rank`` in the answer (docs/semantics/boards.md 5.3)."""
     return Query(None, description="the style of every rank in the answer: ordinal (1234, as without it), "
                                    "competition (1224) or dense (1223); percentile follows it",
-                 **bounded(enum=list(TIES)))
+                 **bounded(pattern=f"^({'|'.join(TIES)})$"))
 
 
 def percent_query(description: str) -> Any:
@@ -199,7 +199,8 @@ async def top(request: Request, game: str = game_path(), board: str = board_path
                              **bounded(minimum=1, maximum=MAX_N)),
               after: str | None = Query(None, description="a page's next cursor: the n entries after the entry it "
                                                           "names; empty for the first page (then the answer carries "
-                                                          "next too)"),
+                                                          "next too); with percentile, the pages of that share",
+                                        **bounded(pattern="^[A-Za-z0-9_-]*$")),
               ties: str | None = ties_query(),
               percentile: str | None = percent_query("the top P percent of the board (at most n entries), "
                                                      "0..100 with at most two decimals")) -> Response:

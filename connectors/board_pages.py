@@ -23,6 +23,7 @@ from __future__ import annotations
 import base64
 import binascii
 import re
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import orjson
@@ -118,7 +119,9 @@ def restyle(items: list[dict[str, Any]], ties: str | None, dense_above: int = 0)
 
 def styled_rank(ties: str | None, rank: int, competition: int, dense_above: int) -> int:
     """One player's ``rank`` in the ``ties`` style."""
-    return {"competition": competition, "dense": dense_above + 1}.get(ties or "", rank)
+    if ties == "competition":
+        return competition
+    return dense_above + 1 if ties == "dense" else rank
 
 
 def within_percent(items: list[dict[str, Any]], entries: int, percent: int) -> list[dict[str, Any]]:
@@ -128,30 +131,42 @@ def within_percent(items: list[dict[str, Any]], entries: int, percent: int) -> l
 
 
 class TopAsk(NamedTuple):
-    """What a top asks for: ``kind`` ``top`` (as without the new parameters), ``first`` (the
-    first page: an empty ``after``), ``after`` (the page after ``cursor``) or ``percent`` (the
-    top ``share`` hundredths of a percent)."""
+    """What a top asks for: ``kind`` ``top`` (the first n entries, as without the new
+    parameters), ``first`` (the first page: an empty ``after``) or ``after`` (the page after
+    ``cursor``); ``share``: only the top ``share`` hundredths of a percent (None: the whole board)."""
 
     kind: str
     cursor: Cursor | None = None
-    share: int = 0
+    share: int | None = None
+
+    def reads(self, n: int) -> int:
+        """The entries to read for a page of ``n``: one more when paging through a share, to know
+        whether the next one is still in it (``next``)."""
+        return n + (self.kind != "top" and self.share is not None)
 
 
 def top_ask(after: str | None, percent: str | None) -> TopAsk:
-    """A top's ``after`` and ``percentile`` parameters, checked (a ``ValueError`` is a usage error)."""
-    if after is not None and percent is not None:
-        raise ValueError("after and percentile cannot be combined: the top P percent is one answer")
-    if percent is not None:
-        return TopAsk("percent", share=hundredths(percent))
+    """A top's ``after`` and ``percentile`` parameters, checked (a ``ValueError`` is a usage error):
+    both together page through the top P percent."""
+    share = None if percent is None else hundredths(percent)
     if after:
-        return TopAsk("after", decode_cursor(after))
-    return TopAsk("top" if after is None else "first")
+        return TopAsk("after", decode_cursor(after), share)
+    return TopAsk("top" if after is None else "first", None, share)
 
 
-def page_answer(answer: dict[str, Any], total: int, start: int, items: list[dict[str, Any]],
-                last: Cursor | None) -> dict[str, Any]:
-    """A page's answer: ``answer``'s fields, the items, and ``next`` when entries follow them."""
+def page_answer(answer: dict[str, Any], total: int, start: int, items: list[dict[str, Any]], n: int,
+                share: int | None, cursor_of: Callable[[int], Cursor]) -> dict[str, Any]:
+    """A page's answer: ``answer``'s fields, at most ``n`` of ``items`` (the entries from rank
+    ``start + 1`` on, :meth:`TopAsk.reads` of them) and, when entries follow them (in the
+    ``share`` if one is asked), ``next``: the cursor of the last shown (``cursor_of(i)``: the
+    cursor of ``items[i]``)."""
+    if share is not None:
+        items = within_percent(items, total, share)
+        more = len(items) > n
+    else:
+        more = start + min(len(items), n) < total
+    items = items[:n]
     out = {**answer, "total_players": total, "items": items}
-    if items and last is not None and start + len(items) < total:
-        out["next"] = encode_cursor(last)
+    if more and items:
+        out["next"] = encode_cursor(cursor_of(len(items) - 1))
     return out

@@ -280,22 +280,23 @@ def around_answer(game: str, player: str, reply: Reply, ties: str | None = None)
             "items": restyle(_items(flat, int(start) + 1, int(better) + 1), ties, int(dense[0]) if dense else 0)}
 
 
-def _last(flat: list[bytes]) -> Cursor | None:
-    """The cursor of the last ``member, score`` pair of ``flat`` (None if empty)."""
-    if not flat:
-        return None
-    player, reached_at = member_fields(flat[-2])
-    return Cursor(-int(float(flat[-1])), reached_at, player)
+def _cursors(flat: list[bytes]) -> Callable[[int], Cursor]:
+    """The cursor of the i-th ``member, score`` pair of ``flat``."""
+    def cursor_of(i: int) -> Cursor:
+        player, reached_at = member_fields(flat[2 * i])
+        return Cursor(-int(float(flat[2 * i + 1])), reached_at, player)
+    return cursor_of
 
 
-def first_page_answer(game: str, reply: Reply, ties: str | None) -> dict[str, Any]:
+def first_page_answer(game: str, reply: Reply, ties: str | None, n: int, share: int | None) -> dict[str, Any]:
     """A top asked with an empty ``after``: the first page, with its ``next``."""
     top = top_answer(game, reply, ties)
-    return page_answer(top, reply.players, 0, top["items"], _last(reply.answer))
+    return page_answer(top, reply.players, 0, top["items"], n, share, _cursors(reply.answer))
 
 
-def after_answer(game: str, reply: Reply, ties: str | None, player: str | None = None, n: int = 1) -> dict[str, Any]:
-    """The page after a cursor (``after``), or the page of ``n`` that ``player`` is on (``page``)."""
+def after_answer(game: str, reply: Reply, ties: str | None, n: int, share: int | None = None,
+                 player: str | None = None) -> dict[str, Any]:
+    """The page of ``n`` after a cursor (``after``), or the page ``player`` is on (``page``)."""
     if player is not None and not reply.answer:
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
     start, better, flat, *dense = reply.answer
@@ -304,7 +305,7 @@ def after_answer(game: str, reply: Reply, ties: str | None, player: str | None =
     if player is not None:
         answer["player_id"] = player
         answer["page"] = int(start) // n + 1
-    return page_answer(answer, reply.players, int(start), items, _last(flat))
+    return page_answer(answer, reply.players, int(start), items, n, share, _cursors(flat))
 
 
 def percent_top_answer(game: str, reply: Reply, ties: str | None, share: int) -> dict[str, Any]:
@@ -334,13 +335,15 @@ def top_query(guesses: Guesses, game: str, board: str, n: int, after: str | None
     check_n(n)
     check_ties(ties)
     ask = top_ask(after, percent)
-    if ask.kind == "percent":
-        return BoardQuery(guesses, game, board, "top", n), lambda r: percent_top_answer(game, r, ties, ask.share)
     if ask.kind == "after":
-        return (BoardQuery(guesses, game, board, "after", n, ties=ties, cursor=ask.cursor),
-                lambda r: after_answer(game, r, ties))
+        return (BoardQuery(guesses, game, board, "after", ask.reads(n), ties=ties, cursor=ask.cursor),
+                lambda r: after_answer(game, r, ties, n, ask.share))
     if ask.kind == "first":
-        return BoardQuery(guesses, game, board, "top", n), lambda r: first_page_answer(game, r, ties)
+        return (BoardQuery(guesses, game, board, "top", ask.reads(n)),
+                lambda r: first_page_answer(game, r, ties, n, ask.share))
+    if ask.share is not None:
+        share = ask.share
+        return BoardQuery(guesses, game, board, "top", n), lambda r: percent_top_answer(game, r, ties, share)
     return BoardQuery(guesses, game, board, "top", n), lambda r: top_answer(game, r, ties)
 
 
@@ -349,7 +352,7 @@ def page_query(guesses: Guesses, game: str, board: str, player: str, n: int, tie
     check_n(n)
     check_ties(ties)
     return (BoardQuery(guesses, game, board, "page", n, player, ties=ties),
-            lambda r: after_answer(game, r, ties, player, n))
+            lambda r: after_answer(game, r, ties, n, player=player))
 
 
 def score_query(guesses: Guesses, game: str, board: str, percent: str, ties: str | None) -> Answering:

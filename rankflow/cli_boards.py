@@ -67,7 +67,8 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
                help="the first N entries, 1..1000 (default %(default)s)")
     top.add_argument("--after", metavar="CURSOR",
                      help="the N entries after the one this cursor names (a page's next; '' for the first page)")
-    top.add_argument("--percentile", metavar="P", help="the top P percent (0..100, two decimals at most), N at most")
+    top.add_argument("--percentile", metavar="P",
+                     help="the top P percent (0..100, two decimals at most), N at most; with --after, its pages")
     add_option(page, ("-n", "--limit"), "--n", type=int, default=10, metavar="N",
                help="entries per page, 1..1000 (default %(default)s)")
     score.add_argument("--percentile", required=True, metavar="P", help="the percentile, 0..100, two decimals at most")

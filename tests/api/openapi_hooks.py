@@ -12,6 +12,10 @@ requests the schema calls valid are the ones the service accepts.
   hex digits) is replaced by the result's signature under the service's key
   (``RANKFLOW_CONTRACT_SIGNING_KEY``), as a match server signs. One without that form is
   left as generated: a request the schema refuses, and the service must refuse it.
+* A board page's ``after``: a generated one of the cursor's alphabet (base64url) is replaced by
+  a cursor built from it (docs/semantics/boards.md 5.1: the text of ``[score, reached_at,
+  player_id]``), as a client sends back a page's ``next``. One outside that alphabet is left as
+  generated, and the service must refuse it.
 
 Requests that break the schema otherwise (negative data) are kept as generated.
 """
@@ -26,6 +30,7 @@ from urllib.parse import unquote
 
 import schemathesis
 
+from rankflow.connectors.board_pages import Cursor, encode_cursor
 from rankflow.state.score_events import MAX_TIME
 from rankflow.state.signatures import sign
 
@@ -33,6 +38,7 @@ K_MAX = int(os.environ.get("RANKFLOW_CONTRACT_K_MAX", "20"))
 KEY = bytes.fromhex(os.environ.get("RANKFLOW_CONTRACT_SIGNING_KEY", ""))
 INTEGERS = ("version", "ts", "idle_ms", "points", "played_at")
 SIGNATURE = re.compile(r"[0-9a-f]{64}")
+CURSOR_ALPHABET = re.compile(r"[A-Za-z0-9_-]+")
 
 
 def items(body: Any) -> list[dict[str, Any]]:
@@ -44,6 +50,14 @@ def items(body: Any) -> list[dict[str, Any]]:
 def filter_query(context: Any, query: dict[str, Any] | None) -> bool:
     k = (query or {}).get("k")
     return not (type(k) is int and k > K_MAX)
+
+
+@schemathesis.hook
+def map_query(context: Any, query: dict[str, Any] | None) -> dict[str, Any] | None:
+    after = (query or {}).get("after")
+    if isinstance(after, str) and CURSOR_ALPHABET.fullmatch(after):
+        return {**(query or {}), "after": encode_cursor(Cursor(len(after) * 7, len(after), after))}
+    return query
 
 
 @schemathesis.hook

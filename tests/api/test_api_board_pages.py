@@ -80,7 +80,7 @@ def test_the_worked_example_s_ranks_in_the_three_styles(api):
 
 @pytest.mark.parametrize("path, params, says", [
     ("/boards/g1/all/top", {"after": "nope"}, "after is not a cursor"),
-    ("/boards/g1/all/top", {"after": "", "percentile": "5"}, "cannot be combined"),
+    ("/boards/g1/all/top", {"after": "", "percentile": "5.001"}, "a percentile is a number"),
     ("/boards/g1/all/top", {"percentile": "101"}, "a percentile is a number"),
     ("/boards/g1/all/top", {"ties": "olympic"}, "ties must be one of"),
     ("/boards/g1/all/players/eve", {"ties": "DENSE"}, "ties must be one of"),

@@ -13,6 +13,10 @@ be the reference model's (``tests/boards_model.py``) and the same from both:
 * a player's page, and a player's percentile;
 * the top P percent (bounded by n) and the score at percentile P;
 * every answer's ``rank`` in each tie style, and without ``ties`` the answers as before.
+
+The mirror's count of distinct scores (dense ranks, and the score at a percentile) is also
+checked half-way through change sets, where it reads the boards as the last whole one left
+them (``state.board_index.BoardView``). Usage errors are raised before Redis is asked.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ import pytest
 import redis.asyncio as aioredis
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from rankflow.api.board_mirror import BoardMirror
+from rankflow.api.board_mirror import BoardMirror, distinct_above, nth_distinct
 from rankflow.connectors.board_pages import Cursor, decode_cursor, encode_cursor
 from rankflow.connectors.board_read import BoardReader, NotOnBoard
+from rankflow.state.board_index import BoardsCopy, LiveBoards
 from tests import boards_model as model
+from tests.api import test_board_mirror as mirror_tests
 from tests.boards.test_board_layout import Boards, in_order
 
 GAME, BOARD = "g", "all"
@@ -101,6 +107,16 @@ def check_board(both: Both, entries: list[tuple[str, int, int]], n: int, cursors
             exact = fractions.Fraction(percent)
             part = both.ask("top", GAME, BOARD, n, percentile=percent, ties=ties)
             assert rows(part["items"]) == model.top_percent(entries, ties, exact, n)
+            # the pages of the top P percent: all of it once, and no next after its last entry
+            inside = model.top_percent(entries, ties, exact, total)
+            seen, page = [], both.ask("top", GAME, BOARD, n, after="", percentile=percent, ties=ties)
+            while True:
+                assert len(page["items"]) <= n
+                seen += rows(page["items"])
+                if "next" not in page:
+                    break
+                page = both.ask("top", GAME, BOARD, n, after=page["next"], percentile=percent, ties=ties)
+            assert seen == inside
             score = both.ask("score_for_percentile", GAME, BOARD, percent, ties=ties)
             assert score["score"] == model.score_for_percentile(entries, ties, exact)
             assert score["percentile"] == float(exact) and score["total_players"] == total
@@ -176,7 +192,7 @@ def test_the_worked_example_in_each_tie_style(redis_client, redis_url, namespace
 @pytest.mark.parametrize("call", [
     lambda r: r.top(GAME, BOARD, 10, after="not a cursor"),
     lambda r: r.top(GAME, BOARD, 10, after=encode_cursor(Cursor(1, 2, "a")) + "x"),
-    lambda r: r.top(GAME, BOARD, 10, after="", percentile="5"),
+    lambda r: r.top(GAME, BOARD, 10, after="", percentile="5.5.5"),
     lambda r: r.top(GAME, BOARD, 10, percentile="100.5"),
     lambda r: r.top(GAME, BOARD, 10, percentile="1e1"),
     lambda r: r.top(GAME, BOARD, 10, ties="olympic"),
@@ -191,3 +207,30 @@ def test_usage_errors_are_refused_before_redis_is_asked(call):
     reader = BoardReader(redis.Redis(port=1), "nowhere")
     with pytest.raises(ValueError):
         call(reader)
+
+
+# -- the mirror half-way through a change set -------------------------------------------------
+
+@settings(max_examples=150, deadline=None)
+@given(raws=mirror_tests.change_sets, steps=st.lists(st.integers(1, 5), max_size=30))
+def test_the_mirror_s_distinct_scores_are_the_model_s_between_any_two_slices(raws, steps):
+    """``distinct_above`` and ``nth_distinct`` (dense ranks and their percentile scores) on the
+    served boards while change sets are half applied: those of the snapshot served."""
+    states = mirror_tests.model_states(raws)
+    live = LiveBoards(BoardsCopy(0, {}, {}))
+    for sid, raw in enumerate(raws, start=1):
+        live.add(mirror_tests.as_change_set(sid, raw))
+    for size in [*steps, *[1] * 200]:
+        boards = states[live.serving.snapshot_id][0]
+        for bid, entries in boards.items():
+            index = live.serving.board(bid)
+            assert index is not None
+            ordered = in_order(entries)
+            scores = sorted({score for _, score, _ in ordered}, reverse=True)
+            for score in range(0, 6):
+                assert distinct_above(index, score) == sum(1 for s in scores if s > score)
+            for k in range(1, len(scores) + 2):
+                assert nth_distinct(index, k) == scores[min(k, len(scores)) - 1]
+        if not live.pending:
+            break
+        live.step(size)

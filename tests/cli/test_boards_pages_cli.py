@@ -72,7 +72,7 @@ def test_a_player_s_page_percentile_and_tie_styles(worked):
 
 @pytest.mark.parametrize("args, says", [
     (["top", "--board", "all", "--after", "nope"], "after is not a cursor a page gave"),
-    (["top", "--board", "all", "--after", "", "--percentile", "3"], "cannot be combined"),
+    (["top", "--board", "all", "--after", "", "--percentile", "3%"], "a percentile is a number"),
     (["top", "--board", "all", "--ties", "olympic"], "ties must be one of ordinal, competition, dense"),
     (["page", "--board", "all", "--player", "a", "-n", "0"], "n must be between 1 and 1000"),
     (["score-for-percentile", "--board", "all", "--percentile", "100.001"], "a percentile is a number"),
