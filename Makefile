@@ -43,6 +43,7 @@ setup: $(BIN)/rankflow
 	@scripts/ensure-browser.sh
 	@scripts/ensure-stunnel.sh
 	@scripts/ensure-nginx.sh
+	@scripts/ensure-iproute2.sh
 
 services-start: setup  ## a local Redis and Kafka-protocol broker (Tansu), left running
 	@$(SERVICES) start redis --port $(REDIS_PORT) --dir $(LOCAL)/redis
@@ -73,7 +74,7 @@ test: setup
 
 # The tests that need no Redis, broker or browser (tests/markers.py): seconds, and no
 # redis-server or chromium needed, so only the virtualenv is made.
-PURE := not redis and not broker and not browser
+PURE := not redis and not broker and not browser and not netns
 test-pure: $(BIN)/rankflow
 	$(BIN)/pytest -q -n $(JOBS) --dist loadfile -m "$(PURE)"
 

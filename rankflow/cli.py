@@ -29,6 +29,7 @@ from rankflow.connectors.redis_contact import NotRedis, address, first_contact
 from rankflow.connectors.redis_generations import FencedError, GenerationSwitched, RunAlreadyPublished
 from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.connectors.redis_replicas import READ_URL_ENV, read_urls
+from rankflow.cluster_watch import DEFAULT_PEER_TIMEOUT_S
 from rankflow.execution import stop_signal, tune_gc
 from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, SIGNING_KEY_ENV, RunOptions,
                               ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
@@ -247,6 +248,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a run over several machines: every process's address, in the same order everywhere")
     r.add_argument("--process-id", type=int, metavar="I", help="with --addresses: this process's index")
     r.add_argument("--run-id", metavar="ID", help="with --addresses: one value shared by every process of the run")
+    r.add_argument("--peer-timeout", type=_seconds, default=DEFAULT_PEER_TIMEOUT_S, metavar="SECONDS",
+                   help="with --addresses or --processes: how long the processes wait for one another at start, and "
+                        "how long one that answers nothing is waited for before the run stops, with one line "
+                        "(default: %(default)g)")
     r.add_argument("--metrics-port", type=_port, metavar="PORT",
                    help="serve Prometheus metrics on PORT (process i of --processes on PORT + i)")
     r.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
@@ -456,6 +461,7 @@ def _run_options(args: argparse.Namespace) -> RunOptions:
     return RunOptions(
         processes=getattr(args, "processes", 1), process_id=getattr(args, "process_id", None),
         addresses=addresses.split(",") if addresses else None, run_id=getattr(args, "run_id", None),
+        peer_timeout_s=getattr(args, "peer_timeout", DEFAULT_PEER_TIMEOUT_S),
         metrics_port=getattr(args, "metrics_port", None), metrics_host=getattr(args, "metrics_host", "127.0.0.1"),
         input=args.input, until_eof=getattr(args, "until_eof", True), redis_url=args.redis,
         namespace=args.namespace, dead_letter=args.dead_letter, song_partitions=args.song_partitions,

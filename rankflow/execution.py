@@ -26,6 +26,7 @@ from bytewax.dataflow import Dataflow
 from bytewax.recovery import RecoveryConfig
 from bytewax.testing import cluster_main, run_main
 
+from rankflow.cluster_watch import ClusterWatch
 from rankflow.connectors.redis_activity import RedisLostActivity
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.redis_boards import RedisLostBoards
@@ -94,6 +95,14 @@ def stop_signal() -> int | None:
     return _stopped_by[-1] if _stopped_by else None
 
 
+def record_stop(signum: int | None) -> None:
+    """Note which signal stopped this run, None for none (the parent of ``--processes`` children,
+    which passes its signals on to them instead of running the flow): :func:`stop_signal` names it."""
+    _stopped_by.clear()
+    if signum is not None:
+        _stopped_by.append(signum)
+
+
 def _stop_gracefully(signum: int, frame: Any) -> None:
     if STOP.is_set():
         raise KeyboardInterrupt
@@ -114,6 +123,7 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
     METRICS.catch_up.reset(whole_input=opts.addresses is None)  # one process reads all and publishes
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, _stop_gracefully) for s in GRACEFUL} if in_main_thread else {}
+    watch = ClusterWatch(opts.addresses, opts.process_id or 0, opts.peer_timeout_s).start() if opts.addresses else None
     try:
         if opts.addresses is None and opts.workers == 1:
             # run_main leaves Rust's panic report on standard error (panic_filter drops it where
@@ -124,16 +134,33 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
             cluster_main(flow, opts.addresses or [], opts.process_id or 0, epoch_interval=interval,
                          recovery_config=recovery, worker_count_per_proc=opts.workers)
     except BaseException as exc:  # a cluster's panic hides the error that caused it
+        if watch is not None and (watch.lost_now() or _lost_peer(exc)):
+            raise ServiceError(watch.lost_line()) from exc
         if FAILURES:
             raise explain(FAILURES[0]) from exc
         if isinstance(exc, Exception):
             raise explain(exc) from exc
         raise
     finally:
+        if watch is not None:
+            watch.stop()
         for s, handler in previous.items():
             signal.signal(s, handler)
     if FAILED:  # a source stopped the run because its input changed under it (source_batch.InputChanged)
         raise explain(FAILED[0])
+
+
+TIMELY_LOST = ("timely communication error", "MergeQueue poisoned", "Send thread panic", "Recv thread panic")
+"""What timely's panics say when a connection to another process failed (``rankflow.cluster_watch``)."""
+
+
+def _lost_peer(exc: BaseException) -> bool:
+    seen: BaseException | None = exc
+    while seen is not None:
+        if any(text in str(seen) for text in TIMELY_LOST):
+            return True
+        seen = seen.__cause__ or seen.__context__
+    return False
 
 
 def explain(exc: BaseException) -> BaseException:

@@ -18,6 +18,7 @@ from urllib.parse import urlsplit, urlunsplit
 import redis
 
 from rankflow import products
+from rankflow.cluster_watch import DEFAULT_PEER_TIMEOUT_S
 from rankflow.connectors.activity_staging import STAGE_BUDGET
 from rankflow.connectors.jsonl import CHUNK_BYTES, MAX_LINE_BYTES
 from rankflow.connectors.kafka import BATCH_MESSAGES
@@ -158,6 +159,7 @@ class RunOptions:
     addresses: list[str] | None = None  # host:port of every process of a multi-machine run
     process_id: int | None = None  # this process's index in `addresses`
     run_id: str | None = None  # shared by the processes of one run (see join_run)
+    peer_timeout_s: float = DEFAULT_PEER_TIMEOUT_S  # the processes of a run wait this long for one another
     metrics_port: int | None = None  # serve Prometheus metrics here (+ process index)
     metrics_host: str = "127.0.0.1"  # the address the metrics listen on
     bucket_seconds: int = 60  # activity: the width of a bucket (docs/semantics/windows.md 2)
@@ -231,6 +233,8 @@ class RunOptions:
                 raise UsageError(f"--{flag} must be >= 1")
         if self.idle_timeout_s <= 0:
             raise UsageError("--idle-timeout must be > 0 seconds")
+        if not 0 < self.peer_timeout_s < float("inf"):
+            raise UsageError("--peer-timeout must be more than 0 seconds")
         if not 0 < self.redis_retry_s < float("inf"):
             raise UsageError("--redis-retry-s must be more than 0 seconds")
         product.check(self)
@@ -246,6 +250,10 @@ class RunOptions:
                 raise UsageError("--addresses needs --process-id between 0 and the number of addresses - 1")
             if self.run_id is None:
                 raise UsageError("--addresses needs --run-id: the same value for every process of the run")
+            for address in self.addresses:
+                host, _, port = address.rpartition(":")
+                if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+                    raise UsageError(f"--addresses: {address!r} is not HOST:PORT with a port in 1..65535")
         try:
             Keys(self.namespace)
         except ValueError as exc:

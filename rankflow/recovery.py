@@ -31,6 +31,7 @@ from bytewax.recovery import RecoveryConfig, init_db_dir
 
 from rankflow.endpoints import input_identity
 from rankflow.errors import UsageError
+from rankflow.resume_point import has_executions
 from rankflow.products.boards import SIGNING_KEY_ENV
 
 if TYPE_CHECKING:
@@ -63,8 +64,16 @@ def window_changelog(recovery_dir: str | None) -> Path | None:
 
 def resumes_from_recovery(recovery_dir: str | None) -> TypeGuard[str]:
     """Whether a run will start from stored state (else it starts its input over); if so,
-    ``recovery_dir`` is a path, as the type checker then knows."""
-    return recovery_dir is not None and any(Path(recovery_dir).glob("part-*.sqlite3"))
+    ``recovery_dir`` is a path, as the type checker then knows.
+
+    A store no execution has used yet is started over like no store: the processes of a run
+    over several machines start on their own, and the first one creates the store before the
+    others look. They still decide alike, since Bytewax records an execution only once every
+    process is connected; looked at under the lock the creator holds (:func:`_init_lock`)."""
+    if recovery_dir is None or not any(Path(recovery_dir).glob("part-*.sqlite3")):
+        return False
+    with _init_lock(Path(recovery_dir)):
+        return has_executions(recovery_dir)
 
 
 def recorded(opts: RunOptions) -> dict[str, Any]:
@@ -98,8 +107,9 @@ def key_fingerprint(key: bytes | None) -> str | None:
 def check_resumable(opts: RunOptions) -> None:
     """Refuse (``UsageError``) a resume from a directory made with another input, layout
     or signing key. Reads only: a run with several local processes checks before it
-    starts them, so the refusal is the parent's usage error, not a child's failure."""
-    if not resumes_from_recovery(opts.recovery_dir):
+    starts them, so the refusal is the parent's usage error, not a child's failure. A store
+    that no execution used yet is checked too: the processes of one run must agree."""
+    if opts.recovery_dir is None or not any(Path(opts.recovery_dir).glob("part-*.sqlite3")):
         return
     path = Path(opts.recovery_dir)
     stored = read_layout(path)

@@ -52,6 +52,18 @@ def published_floor(recovery_dir: str | Path, flow: str) -> dict[str, int] | Non
     return dict(positions) if positions else None
 
 
+def has_executions(recovery_dir: str | Path) -> bool:
+    """Whether any execution was recorded in the store (Bytewax records one when its workers
+    start, so only after every process of a run connected)."""
+    for conn in _connections(sorted(Path(recovery_dir).glob("part-*.sqlite3"))):
+        try:
+            if conn.execute("SELECT 1 FROM exs LIMIT 1").fetchone() is not None:
+                return True
+        except sqlite3.OperationalError:  # a partition not initialised (the store being made)
+            continue
+    return False
+
+
 def _connections(parts: list[Path]) -> Iterator[sqlite3.Connection]:
     for part in parts:
         with closing(sqlite3.connect(f"{part.resolve().as_uri()}?mode=ro", uri=True, timeout=30)) as conn:

@@ -13,10 +13,14 @@ anything behind what it already has, so readers never see counts go back in time
 
 from __future__ import annotations
 
+import ctypes
 import logging
 import multiprocessing
 import multiprocessing.process
+import os
+import signal
 import sys
+import threading
 import time
 import uuid
 from collections.abc import Sequence
@@ -35,7 +39,7 @@ from rankflow.connectors.redis_owner import record_owner
 from rankflow.connectors.redis_read import read_latest
 from rankflow.connectors.redis_contact import NotRedis, first_contact
 from rankflow.endpoints import check_endpoints, dead_letter_place, make_dead_letter_sink, make_source
-from rankflow.execution import execute, stop_signal, tune_gc
+from rankflow.execution import GRACEFUL, execute, record_stop, stop_signal, tune_gc
 from rankflow.operators.metrics import METRICS
 from rankflow.options import RunOptions, ServiceError, UsageError, check_redis_url, redacted
 from rankflow.recovery import check_resumable, recovery_config, resumes_from_recovery
@@ -172,7 +176,11 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
     """Start ``opts.processes`` processes of one run on this machine and wait for them.
 
     Bytewax needs every process alive: if one fails, the others are stopped and the
-    run fails (start it again; with ``--recovery-dir`` it resumes).
+    run fails (start it again; with ``--recovery-dir`` it resumes). The children are this
+    process's to stop: SIGTERM or Ctrl-C here is passed on to each of them (the first asks for
+    the graceful stop, a second aborts), and they run in a process group of their own, so a
+    terminal's Ctrl-C reaches them once, through here, and not twice; if this process dies
+    outright, the kernel sends them SIGTERM (``PR_SET_PDEATHSIG``).
     """
     ports = [free_port() for _ in range(opts.processes)]
     run_id = uuid.uuid4().hex
@@ -186,14 +194,31 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
             opts, processes=1, addresses=[f"127.0.0.1:{p}" for p in ports], process_id=i, run_id=run_id), start))
         for i in range(opts.processes)
     ]
-    for child in children:
-        child.start()
-    try:
-        failed = _wait_all(children)
-    except KeyboardInterrupt:
+    stopping: list[int] = []
+    record_stop(None)
+
+    def pass_on(signum: int, frame: Any) -> None:
+        if not stopping:
+            log.warning("%s: stopping every process once what was read is published (send it again to stop at "
+                        "once)", signal.Signals(signum).name)
+        stopping.append(signum)
         for child in children:
-            child.join(timeout=30)
-        raise
+            if child.pid is not None and child.exitcode is None:
+                try:
+                    os.kill(child.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    in_main_thread = threading.current_thread() is threading.main_thread()
+    previous = {s: signal.signal(s, pass_on) for s in GRACEFUL} if in_main_thread else {}
+    try:
+        for child in children:
+            child.start()
+        failed = _wait_all(children, stopping)
+    finally:
+        for s, handler in previous.items():
+            signal.signal(s, handler)
+    record_stop(stopping[0] if stopping else None)
     if failed is not None:
         raise ServiceError(f"process {failed.name} exited with status {failed.exitcode}; the run stopped")
     client = connect_redis(opts.redis_url)
@@ -203,10 +228,13 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
         client.close()
 
 
-def _wait_all(children: Sequence[multiprocessing.process.BaseProcess]) -> multiprocessing.process.BaseProcess | None:
+def _wait_all(children: Sequence[multiprocessing.process.BaseProcess],
+              stopping: Sequence[int] = ()) -> multiprocessing.process.BaseProcess | None:
+    """Wait for every child; the first that failed, or None. A child that exits with the status of the
+    signal passed on to it (``stopping``) stopped as asked, and did not fail."""
     while any(c.is_alive() for c in children):
         for child in children:
-            if child.exitcode not in (None, 0):
+            if child.exitcode not in (None, 0) and not (stopping and child.exitcode == 128 + stopping[0]):
                 for other in children:
                     if other.is_alive():
                         other.terminate()
@@ -217,10 +245,30 @@ def _wait_all(children: Sequence[multiprocessing.process.BaseProcess]) -> multip
                         other.join()
                 return child
         time.sleep(0.05)
-    return next((c for c in children if c.exitcode != 0), None)
+    expected = (0, 128 + stopping[0]) if stopping else (0,)
+    return next((c for c in children if c.exitcode not in expected), None)
+
+
+def _own_group() -> None:
+    """In a child of ``--processes``: a process group of its own (the terminal's Ctrl-C goes to the
+    parent, which passes it on once), and SIGTERM when the parent dies (Linux's ``prctl``)."""
+    for s in GRACEFUL:  # not the parent's handler, inherited by the fork, until the flow sets its own
+        signal.signal(s, signal.SIG_DFL)
+    os.setpgid(0, 0)
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
+    except (OSError, AttributeError):  # not Linux: the parent's handler still passes signals on
+        pass
+    if os.getppid() == 1:  # the parent died before prctl took effect
+        os.kill(os.getpid(), signal.SIGTERM)
+
+
+PR_SET_PDEATHSIG = 1
 
 
 def _process_main(opts: RunOptions, start: Start) -> None:
+    _own_group()
     log_setup.configure(opts.log_format, opts.process_id)
     try:
         run(opts, start)

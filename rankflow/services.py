@@ -10,11 +10,16 @@ own directory, so ``make`` targets can stop what they started.
 
 ``start`` prints the service's address; ``--port 0`` takes a free port, so that ``make run``
 gets services of its own beside any that ``make services-start`` left running.
+
+Redis and Tansu can also run inside a Linux network namespace (``netns=``, listening on that
+namespace's ``host`` address): the tests of a run over several hosts (``tests/cluster``) make
+hosts as namespaces, with the services on a host of their own.
 """
 
 from __future__ import annotations
 
 import argparse
+import ctypes
 import os
 import re
 import shutil
@@ -22,8 +27,15 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
+CLONE_NEWNET = 0x40000000
+NETNS_DIR = Path("/var/run/netns")  # where `ip netns add` names its namespaces
 
 
 def free_port() -> int:
@@ -44,6 +56,37 @@ def cannot_listen(host: str, port: int) -> str | None:
     except OSError as exc:
         return f"cannot listen on {host}:{port}: {exc.strerror or exc}"
     return None
+
+
+def in_netns(name: str | None, call: Callable[[], T]) -> T:
+    """``call()`` inside the network namespace ``name`` (made by ``ip netns add``), None: here.
+
+    It runs in a thread of its own that enters the namespace (``setns`` applies to the calling
+    thread only), so the sockets it opens, and the threads it starts (a Kafka client's), belong to
+    that namespace while the rest of the process stays where it is. Needs root."""
+    if name is None:
+        return call()
+    result: list[T] = []
+    failure: list[BaseException] = []
+
+    def enter_and_call() -> None:
+        try:
+            fd = os.open(NETNS_DIR / name, os.O_RDONLY)
+            try:
+                if ctypes.CDLL(None, use_errno=True).setns(fd, CLONE_NEWNET) != 0:
+                    raise OSError(ctypes.get_errno(), f"cannot enter network namespace {name}")
+            finally:
+                os.close(fd)
+            result.append(call())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the caller's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=enter_and_call, name=f"netns-{name}")
+    thread.start()
+    thread.join()
+    if failure:
+        raise failure[0]
+    return result[0]
 
 
 def tansu_binary() -> str:
@@ -72,8 +115,10 @@ class LocalService:
 
     name = "service"
 
-    def __init__(self, port: int, workdir: str | Path) -> None:
+    def __init__(self, port: int, workdir: str | Path, host: str = "127.0.0.1", netns: str | None = None) -> None:
         self.port = port
+        self.host = host  # the address it listens on
+        self.netns = netns  # the network namespace it runs in (``in_netns``), None: this one
         self.dir = Path(workdir).resolve()
         self.pidfile = self.dir / f"{self.name}.pid"
         self.logfile = self.dir / f"{self.name}.log"
@@ -90,19 +135,24 @@ class LocalService:
 
     def start(self, timeout: float = 20.0) -> LocalService:
         self.dir.mkdir(parents=True, exist_ok=True)
-        if self.running() and self.ready():
+        if self.running() and self.answers():
             return self
+        inside = ["ip", "netns", "exec", self.netns] if self.netns else []  # `ip` execs the command: same pid
         with open(self.logfile, "ab") as log:
-            proc = subprocess.Popen(self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.dir,
+            proc = subprocess.Popen(inside + self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.dir,
                                     start_new_session=True)
         self.pidfile.write_text(str(proc.pid))
         deadline = time.monotonic() + timeout
-        while not self.ready():
+        while not self.answers():
             if proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 raise RuntimeError(f"{self.name} did not start on port {self.port}; see {self.logfile}")
             time.sleep(0.05)
         return self
+
+    def answers(self) -> bool:
+        """:meth:`ready`, asked from inside the service's namespace."""
+        return in_netns(self.netns, self.ready)
 
     def pid(self) -> int | None:
         try:
@@ -146,16 +196,19 @@ class LocalRedis(LocalService):
         binary = shutil.which("redis-server")
         if binary is None:
             raise RuntimeError("redis-server is not installed: run scripts/ensure-redis.sh (Debian's redis-server)")
-        return [binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
-                "--dir", str(self.dir)]
+        # a host other than loopback is a test's private network (a namespace): Redis's protected mode
+        # would refuse its clients, since the server has no password
+        unprotected = ["--protected-mode", "no"] if self.host != "127.0.0.1" else []
+        return [binary, "--port", str(self.port), "--bind", self.host, "--save", "", "--appendonly", "no",
+                *unprotected, "--dir", str(self.dir)]
 
     @property
     def url(self) -> str:
-        return f"redis://127.0.0.1:{self.port}/0"
+        return f"redis://{self.host}:{self.port}/0"
 
     def ready(self) -> bool:
         try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=0.5) as s:
+            with socket.create_connection((self.host, self.port), timeout=0.5) as s:
                 s.sendall(b"PING\r\n")
                 return s.recv(16).startswith(b"+PONG")
         except OSError:
@@ -168,18 +221,19 @@ class LocalTansu(LocalService):
 
     name = "tansu"
 
-    def __init__(self, port: int, workdir: str | Path, advertised_port: int | None = None) -> None:
-        super().__init__(port, workdir)
+    def __init__(self, port: int, workdir: str | Path, advertised_port: int | None = None, host: str = "127.0.0.1",
+                 netns: str | None = None) -> None:
+        super().__init__(port, workdir, host, netns)
         self.advertised_port = advertised_port or port
 
     def command(self) -> list[str]:
-        return [tansu_binary(), "broker", "--listener-url", f"tcp://127.0.0.1:{self.port}",
-                "--advertised-listener-url", f"tcp://127.0.0.1:{self.advertised_port}",
+        return [tansu_binary(), "broker", "--listener-url", f"tcp://{self.host}:{self.port}",
+                "--advertised-listener-url", f"tcp://{self.host}:{self.advertised_port}",
                 "--storage-engine", "memory://tansu/"]
 
     @property
     def url(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     def ready(self) -> bool:
         from confluent_kafka.admin import AdminClient

@@ -1,4 +1,5 @@
-"""The markers that say which services a test needs: ``redis``, ``broker`` and ``browser``.
+"""The markers that say which services a test needs: ``redis``, ``broker``, ``browser`` and ``netns``
+(hosts made as Linux network namespaces: root, and ``ip`` from Debian's iproute2).
 
 ``make test-pure`` runs the tests that need none of them, in seconds and on a machine
 without Redis, Tansu or chromium. A test is marked by the service fixtures it uses
@@ -21,8 +22,8 @@ import pytest
 # Which marker a service fixture implies. Fixtures built on these (``redis_client``,
 # ``flow``, a module's own) are covered too: ``item.fixturenames`` is the whole closure.
 SERVICE_FIXTURES = {"redis_url": "redis", "kafka_brokers": "broker"}
-SERVICES = ("redis", "broker", "browser")
-REFUSING = {"redis-server": "redis", "chromium": "browser"}  # the commands an unmarked test must not start
+SERVICES = ("redis", "broker", "browser", "netns")
+REFUSING = {"redis-server": "redis", "chromium": "browser", "ip": "netns"}  # the commands an unmarked test must not start
 
 
 def mark_by_fixtures(items: list[pytest.Item]) -> None:
