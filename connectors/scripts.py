@@ -411,7 +411,7 @@ READ_BOARD = Script(
     "read_board", ("moved", "board_buckets", "read_board"),
     keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout", "published_at"),
     argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash"),
-    reads_only=True)
+    more_argv="for ranks: each player asked for, then its CRC-32", reads_only=True)
 """One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
 generation G: snapshot_id, aliases, the board's sorted set, its ``reached_at`` buckets'
 count key, the layout key, ``published_at``. ``ARGV``: G, the alias asked for (``daily``, ``weekly`` or
@@ -423,7 +423,8 @@ names another board now), or ``{'board', snapshot id, published_at, players, ans
 (``published_at`` '' for a snapshot an older rankflow stored, which did not keep it): for ``top`` the
 first n ``member, score`` pairs; for ``player`` ``{score, rank - 1, players with a better
 score}`` or false; for ``around`` ``{first rank - 1, the first item's players with a
-better score, member, score ...}`` or false."""
+better score, member, score ...}`` or false; for ``ranks`` (the players after the fixed ``ARGV``) a
+``{score, rank - 1, players with a better score}`` or false per player, in the order asked."""
 
 READ_ACTIVITY = Script(
     "read_activity", ("moved", "read_activity"),

@@ -1,15 +1,17 @@
-"""``rankflow boards list|top|player|around``: reading the score boards from the command line.
+"""``rankflow boards list|top|player|around|ranks``: reading the score boards from the command line.
 
 Each answer is one JSON object with ``--json`` (the same fields as the HTTP API), or
 a table. ``list`` shows every game's boards and their sizes, so a user can find the names
 to ask for. Exit status: 0 an answer, 1 no such game or board (the message lists the ones
 there are) or the player is not on it, 2 bad usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an
-unknown board name: never clamped).
+unknown board name, more than 1,000 players or a bad id for ``ranks``, a ``--players-file`` that cannot be read:
+never clamped, all checked before Redis is asked).
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 from collections.abc import Callable
 
@@ -17,8 +19,8 @@ import orjson
 import redis
 from rich.markup import escape
 
-from rankflow.connectors.board_read import (BoardQueryError, BoardReader, NoSuchBoard, check_board, check_n, check_r,
-                                            missing_board)
+from rankflow.connectors.board_read import (MAX_PLAYERS, BoardQueryError, BoardReader, NoSuchBoard, check_board,
+                                            check_n, check_players, check_r, missing_board)
 from rankflow.cli_format import print_line, print_rows, quantity
 from rankflow.cli_help import REDIS, example
 from rankflow.cli_query import add_option, answer_query
@@ -30,8 +32,10 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
     examples = {"list": f"rankflow boards list --redis {REDIS}",
                 "top": f"rankflow boards top --game arena --board all -n 10 --redis {REDIS}",
                 "player": f"rankflow boards player --game arena --board daily --player p000042 --json --redis {REDIS}",
-                "around": f"rankflow boards around --game arena --board weekly --player p000042 -r 2 --redis {REDIS}"}
-    boards = sub.add_parser("boards", help="read the game score boards (list, top, one player, around a player)",
+                "around": f"rankflow boards around --game arena --board weekly --player p000042 -r 2 --redis {REDIS}",
+                "ranks": f"rankflow boards ranks --game arena --board all --players p000042,p000007 --redis {REDIS}"}
+    boards = sub.add_parser("boards", help="read the game score boards (list, top, one player, around a player, "
+                                           "a set of players)",
                             epilog=example(*examples.values(), after=after))
     queries = boards.add_subparsers(dest="query", required=True)
     listing = queries.add_parser("list", help="every game's boards, with their players",
@@ -44,7 +48,9 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
                                 epilog=example(examples["player"], after=after))
     around = queries.add_parser("around", help="the entries ranked R above to R below a player",
                                 epilog=example(examples["around"], after=after))
-    for p in (top, player, around):
+    ranks = queries.add_parser("ranks", help="the ranks of a set of players (friends, a clan) on a board, among all "
+                                             "and among themselves", epilog=example(examples["ranks"], after=after))
+    for p in (top, player, around, ranks):
         p.add_argument("--game", required=True, metavar="G")
         p.add_argument("--board", required=True, metavar="B",
                        help="all, best, daily, weekly, daily:YYYY-MM-DD or weekly:YYYY-Www")
@@ -56,18 +62,25 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
         p.add_argument("--player", required=True, metavar="P")
     add_option(around, ("-r", "--radius"), "--r", type=int, default=5, metavar="R",
                help="the entries R ranks above and below, 0..50 (default %(default)s)")
+    named = ranks.add_mutually_exclusive_group(required=True)
+    named.add_argument("--players", metavar="P,P,...", help=f"the players, comma-separated (at most {MAX_PLAYERS})")
+    named.add_argument("--players-file", metavar="FILE",
+                       help="the players, one per line (blank lines skipped; - reads standard input): ids holding commas")
 
 
 def cmd_boards(args: argparse.Namespace) -> int:
     if args.query == "list":
         return answer_query(args.redis, args.redis_read, lambda client: list_boards(client, args.namespace, args.game),
                             BoardQueryError, args.json, orjson.dumps, print_list)
+    players: list[str] = []
     try:
         check_board(args.board)
         if args.query == "top":
             check_n(args.limit)
         elif args.query == "around":
             check_r(args.radius)
+        elif args.query == "ranks":
+            players = check_players(players_named(args.players, args.players_file))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -77,9 +90,28 @@ def cmd_boards(args: argparse.Namespace) -> int:
             return reader.top(args.game, args.board, args.limit)
         if args.query == "player":
             return reader.player(args.game, args.board, args.player)
+        if args.query == "ranks":
+            return reader.ranks(args.game, args.board, players)
         return reader.around(args.game, args.board, args.player, args.radius)
 
     return answer_query(args.redis, args.redis_read, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
+
+
+def players_named(players: str | None, path: str | None) -> list[str]:
+    """The players ``--players`` or ``--players-file`` names (a usage error, ValueError, if the file
+    cannot be read: a file of ids is the user's, so it is read before Redis is asked)."""
+    if players is not None:
+        return [player for player in players.split(",") if player]
+    assert path is not None
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as file:
+                text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read --players-file {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+    return [line.strip("\r") for line in text.split("\n") if line.strip("\r")]
 
 
 def list_boards(client: redis.Redis, namespace: str, game: str | None) -> dict[str, Any]:
@@ -110,6 +142,14 @@ def print_answer(answer: dict[str, Any]) -> None:
         print_line(f"{answer['player_id']} on {board}: score {quantity(answer['score'])}, rank "
                    f"{quantity(answer['rank'])} (competition rank {quantity(answer['competition_rank'])})")
         print_line(snapshot)
+        return
+    if "absent" in answer:
+        absent = ", ".join(escape(player) for player in answer["absent"])
+        title = f"{quantity(len(answer['items']))} of the players asked for on {board}"
+        footer = [f"{quantity(answer['total_players'])} players on the board",
+                  *([f"not on it: {absent}"] if absent else []), snapshot]
+        rows = [{**item, "player_id": escape(item["player_id"])} for item in answer["items"]]
+        print_rows(title, ("rank", "competition_rank", "rank_in_set", "player_id", "score"), rows, footer)
         return
     if "total_players" in answer:
         title, footer = f"Top {len(answer['items'])} of {board}", [f"{quantity(answer['total_players'])} players "

@@ -199,3 +199,14 @@ def around(entries: list[tuple[str, int, int]], player: str, r: int) -> list[tup
         return None
     rank = mine[0][2]
     return [row for row in ranked if rank - r <= row[2] <= rank + r]
+
+
+def scoped(entries: list[tuple[str, int, int]], players: list[str]) -> tuple[list[tuple[str, int, int, int, int]],
+                                                                          list[str]]:
+    """Section 5.1's ranks of a set of players: ``(player_id, score, rank, competition_rank, rank_in_set)``
+    of those on the board, read down the board, and the others in the order first asked."""
+    asked = set(players)
+    on = [row for row in rank_and_competition(entries) if row[0] in asked]
+    there = {row[0] for row in on}
+    absent = [player for i, player in enumerate(players) if player not in there and player not in players[:i]]
+    return [(*row, place) for place, row in enumerate(on, start=1)], absent
