@@ -8,13 +8,21 @@ on random boards is ``tests/boards/test_scoped_ranks.py``.
 
 from __future__ import annotations
 
+import time
+import uuid
+
 import pytest
 import redis
+from fastapi.testclient import TestClient
 
+from rankflow.api.app import Settings, create_app
 from rankflow.api.boards import MAX_RANKS_BODY
-from rankflow.connectors.board_read import BoardReader
-from tests.api.test_api_boards import api, published  # noqa: F401 - the module's fixtures
-from tests.snapshot_stamp import stamped, unjudged
+from rankflow.connectors.board_read import BoardReader, no_snapshot
+from rankflow.connectors.redis_generations import current_generation
+from rankflow.connectors.redis_keys import Keys, boards_namespace
+from tests import boards_example as example
+from tests.api.test_api_boards import INDEXES, api, published, serving  # noqa: F401 - the module's fixtures
+from tests.snapshot_stamp import ageless, stamped, unjudged
 
 ASKED = ["eve", "zed", "bo", "eve", "ana/x"]
 
@@ -83,3 +91,36 @@ def test_openapi_documents_the_body_the_answer_and_every_refusal(api):  # noqa: 
 def test_a_ranks_answer_is_never_cached(api, path):  # noqa: F811
     r = api.post(path, json={"players": ["ana"]}, headers={"if-none-match": "*"})
     assert r.status_code == 200 and "etag" not in r.headers
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_without_a_usable_snapshot_or_redis_it_is_a_503_as_every_board_read(redis_url, tmp_path, index):
+    """Nothing published: ``503`` (never "no such board"); the snapshot lost after one was served:
+    ``503``, with ``--board-index memory`` also the last answer this process had, marked stale;
+    Redis unreachable: ``503``. A bad body stays a ``400`` throughout."""
+    empty = f"e-{uuid.uuid4().hex[:8]}"
+    with serving(Settings(redis_url=redis_url, namespace=empty, board_index=index)) as client:
+        r = client.post("/boards/g1/all/ranks", json={"players": ["ana"]})
+        assert (r.status_code, r.json()) == (503, {"error": no_snapshot(boards_namespace(empty))})
+        assert client.post("/boards/g1/all/ranks", json={"players": [1]}).status_code == 400
+
+    namespace = example.publish_boards(redis_url, tmp_path, example.LINES)
+    with serving(Settings(redis_url=redis_url, namespace=namespace, board_index=index, poll_ms=20)) as client, \
+            redis.Redis.from_url(redis_url) as direct:
+        before = client.post("/boards/g1/all/ranks", json={"players": ASKED})
+        assert before.status_code == 200, before.text
+        keys = Keys(boards_namespace(namespace))
+        direct.delete(keys.of_generation(current_generation(direct, keys.namespace)).snapshot_id)
+        deadline = time.monotonic() + 30
+        while (r := client.post("/boards/g1/all/ranks", json={"players": ASKED})).status_code != 503:
+            assert time.monotonic() < deadline, r.text
+            time.sleep(0.01)
+        last = {**before.json(), "stale": True} if index == "memory" else {}
+        assert ageless(r.json()) == ageless({"error": no_snapshot(boards_namespace(namespace)), **last})
+        assert client.post("/boards/g1/all/ranks", content=b"{").status_code == 400
+
+    from rankflow.services import free_port
+
+    with TestClient(create_app(Settings(redis_url=f"redis://127.0.0.1:{free_port()}/0", board_index=index))) as client:
+        r = client.post("/boards/g1/all/ranks", json={"players": ["ana"]})
+        assert r.status_code == 503 and "cannot read the boards" in r.json()["error"]
