@@ -6,7 +6,7 @@ Contract (the same answers as ``connectors.board_read``, so ``api.boards`` serve
   ``board_changes`` stream the publish script writes (``scripts.PUBLISH_BOARDS``), asking
   Redis for the entries after the last one it applied whenever a publish is announced
   (``api.announce``), and at least every ``poll_ms`` (1 s).
-  Queries (:meth:`top`, :meth:`player`, :meth:`around`, :meth:`boards`) are answered
+  Queries (:meth:`top`, :meth:`player`, :meth:`around`, :meth:`ranks`, :meth:`boards`) are answered
   from memory, each wholly from one snapshot, named in its answer (its id, and its
   ``published_at``, which the load reads with the id and each ``board_changes`` entry
   carries, with ``age_ms`` at answer time): the last change set
@@ -63,8 +63,10 @@ from rankflow.connectors.board_read import (
     check_board,
     check_n,
     check_r,
+    check_players,
     games_answer,
     no_snapshot,
+    scoped_ranks,
 )
 from rankflow.connectors.board_pages import (Cursor, TopAsk, check_ties, hundredths, page_answer, percentile,
                                              restyle, styled_rank, top_ask, within_percent)
@@ -490,6 +492,24 @@ class BoardMirror(Polling):
         return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name,
                 "total_players": len(index), "percentile": share / 100, "score": score}
 
+    def ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+        players = check_players(players)
+        if self._missing is not None:
+            self._unpublished(board, lambda: self._ranks(game, board, players))
+        return self._ranks(game, board, players)
+
+    def _ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+        copy, name, index = self._board(game, board)
+        rows, absent = [], []
+        for player in players:
+            key = index.key(player)
+            if key is None:
+                absent.append(player)
+                continue
+            score = entry_fields(key)[1]
+            rows.append((player, score, index.below(key) + 1, index.better_than(score) + 1))
+        return scoped_ranks(stamp(copy.snapshot_id, copy.published_at), game, name, len(index), rows, absent)
+
     def boards(self) -> dict[str, Any]:
         if self._missing is not None:
             raise NoBoardsSnapshot(self._missing, None if self._buffer is None else self._boards())
@@ -576,6 +596,11 @@ class MirroredBoards:
         if self.mirror.ready:
             return self.mirror.score_for_percentile(game, board, p, **asked)
         return await self.reader.score_for_percentile(game, board, p, **asked)
+
+    async def ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+        if self.mirror.ready:
+            return self.mirror.ranks(game, board, players)
+        return await self.reader.ranks(game, board, players)
 
     async def boards(self) -> dict[str, Any]:
         return self.mirror.boards() if self.mirror.ready else await self.reader.boards()

@@ -17,6 +17,11 @@ read with the id), ``age_ms``, its age when answered, and ``stale``, whether tha
 * ``GET /boards/{game}/{board}/players/{player_id}/around?r=R`` -> ``{snapshot_id,
   published_at, age_ms, stale, game_id, board, items}``: the entries ranked R above to R below the player, fewer
   near the ends; r defaults to 5.
+* ``POST /boards/{game}/{board}/ranks`` with ``{"players": [id, ...]}`` (at most 1,000) -> ``{snapshot_id,
+  published_at, age_ms, stale, game_id, board, total_players, items: [{rank, competition_rank, rank_in_set,
+  player_id, score}], absent: [id, ...]}``: the players on the board in board order, the others apart
+  (``board_read.scoped_ranks``). A body that is not such an object, or an id that is not a string of 1 to 64
+  characters, is ``400``; a body over 1 MiB ``413``.
 
 Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5.3, ``connectors.board_pages``):
 
@@ -63,6 +68,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any
 
+import orjson
 import redis
 from fastapi import APIRouter, Path, Query, Request
 from fastapi.responses import Response
@@ -73,13 +79,14 @@ from rankflow.api.board_mirror import MirroredBoards
 from rankflow.api.http_cache import Cacheable
 from rankflow.api.paths import register_id
 from rankflow.api.prepared import PreparedRoute
-from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, json_response
-from rankflow.api.schemas import bounded, model
+from rankflow.api.ingest import read_body
+from rankflow.api.responses import Errors, Failure, UsageErrorsAre400, error_response, json_response
+from rankflow.api.schemas import Error, bounded, model
 from rankflow.api.shared_cache import SharedTops
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.board_pages import PERCENT, TIES
-from rankflow.connectors.board_read import (MAX_N, MAX_R, AsyncBoardReader, BoardsMoving, NoBoardsSnapshot,
-                                            NoSuchBoard, NotOnBoard, check_board, check_n)
+from rankflow.connectors.board_read import (MAX_N, MAX_PLAYERS, MAX_R, AsyncBoardReader, BoardsMoving,
+                                            NoBoardsSnapshot, NoSuchBoard, NotOnBoard, check_board, check_n)
 from rankflow.connectors.redis_publish import dumps_document
 from rankflow.connectors.snapshot_age import judged
 
@@ -218,6 +225,45 @@ async def score_for_percentile(request: Request, game: str = game_path(), board:
                                               examples=["90"], **bounded(pattern=f"^{PERCENT.pattern}$")),
                                ties: str | None = ties_query()) -> Response:
     return await answer(request, lambda reader: reader.score_for_percentile(game, board, p, ties=ties))
+
+MAX_RANKS_BODY = 1 << 20
+"""Bytes of a ranks body at most (``413`` past it): 1,000 ids of 64 characters, each escaped as
+``\\uXXXX``, fit in 400 KiB."""
+
+RANKS_WHY = {**WHY, 400: model(Error, "a usage error: the body is not JSON, not an object with a list 'players', "
+                                      f"holds more than {MAX_PLAYERS} ids or one that is not a string of 1 to 64 "
+                                      "characters; an unknown board name"),
+             404: model(Error, "no such board in the current snapshot (its game or period has no result, or it was "
+                               "dropped)"),
+             413: model(Error, f"the body is longer than {MAX_RANKS_BODY} bytes")}
+
+
+def players_of(body: bytes) -> Any:
+    """The ``players`` of a ranks body (checked by the reader, ``board_read.check_players``); a usage
+    error (ValueError) when the body is not a JSON object naming them."""
+    try:
+        document = orjson.loads(body)
+    except orjson.JSONDecodeError:
+        raise ValueError('the body must be JSON: {"players": ["id", ...]}') from None
+    if not isinstance(document, dict) or "players" not in document:
+        raise ValueError('the body must be a JSON object with a list of player ids: {"players": ["id", ...]}')
+    return document["players"]
+
+
+@router.post("/boards/{game:game}/{board}/ranks", summary="The ranks of a set of players (friends, a clan) on a board",
+             responses={200: model(schemas_boards.Ranks, "the players on the board in board order, with their rank "
+                                                         "on it and among themselves; the others apart"),
+                        **RANKS_WHY},
+             openapi_extra=schemas_boards.ranks_body(MAX_PLAYERS))
+async def ranks(request: Request, game: str = game_path(), board: str = board_path()) -> Response:
+    body = await read_body(request, MAX_RANKS_BODY)
+    if body is None:
+        return error_response(413, f"the body is longer than {MAX_RANKS_BODY} bytes")
+    try:
+        players = players_of(body)
+    except ValueError as exc:
+        return error_response(400, str(exc))
+    return await answer(request, lambda reader: reader.ranks(game, board, players))
 
 
 # -- answers ready before the request (api.prepared): the server's protocol writes them ------

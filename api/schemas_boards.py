@@ -93,6 +93,32 @@ class ScoreForPercentile(Stamp):
     score: int | None = Field(description="the least score among the entries at percentile p or above; null when "
                                           "no entry is")
 
+class SetEntry(Entry):
+    rank_in_set: int = Field(ge=1, description="1, 2, 3...: the place among the players asked for who are on the "
+                                               "board, in board order")
+
+
+class Ranks(Stamp):
+    """``POST /boards/{game}/{board}/ranks``: the players asked for, in board order, and those not on it."""
+
+    game_id: str
+    board: str = Field(description="the concrete board: an alias is resolved")
+    total_players: int = Field(ge=0)
+    items: list[SetEntry] = Field(description="the players asked for who are on the board, in board order "
+                                              "(each once)")
+    absent: list[str] = Field(description="the players asked for who are not on the board, in the order asked")
+
+
+def ranks_body(most: int) -> dict[str, Any]:
+    """``POST /boards/{game}/{board}/ranks``'s body for its ``openapi_extra``: the handler reads the bytes
+    itself, so that a body that is not JSON, too long a list or a bad id is its clear ``400``."""
+    return {"requestBody": {"required": True, "content": {"application/json": {
+        "schema": {"type": "object", "required": ["players"], "properties": {"players": {
+            "type": "array", "maxItems": most, "items": _ID,
+            "description": f"at most {most} player ids (a friends list, a clan); a repeated one is answered once"}}},
+        "examples": {"friends": {"summary": "a player's friends", "value": {"players": ["p000042", "p000007"]}}},
+    }}}}
+
 
 class Aliases(Exact):
     daily: str | None = Field(description="the newest daily board, or null")

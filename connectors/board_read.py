@@ -48,9 +48,12 @@ from rankflow.connectors.redis_replies import Hash, Scored
 from rankflow.connectors.script_query import ScriptReader, arun, run
 from rankflow.connectors.scripts import MOVES, READ_BOARD, Call
 from rankflow.connectors.snapshot_age import published, stamp
+from rankflow.state.score_events import MAX_ID_CHARS
 
 MAX_N = 1000
 MAX_R = 50
+MAX_PLAYERS = 1000
+"""Players one scoped ranks query may name (``ranks``): one script call, about a millisecond of Redis."""
 ALIASES = ("daily", "weekly")
 ATTEMPTS = MOVES + 2
 """Calls of one query at most: a generation switch or an alias move costs one more each."""
@@ -164,6 +167,30 @@ def check_r(r: int) -> None:
         raise ValueError(f"r must be between 0 and {MAX_R}, got {r}")
 
 
+def check_players(players: object) -> list[str]:
+    """The players of a scoped ranks query (docs/semantics/boards.md 5.4), each once in the order first
+    asked; a usage error (ValueError) unless ``players`` is a list of at most :data:`MAX_PLAYERS` ids of
+    1 to 64 characters: an id no result can hold is the caller's mistake, not a player who is absent.
+
+    >>> check_players(["bo", "ana", "bo"])
+    ['bo', 'ana']
+    >>> check_players(["ana", 7])
+    Traceback (most recent call last):
+    ...
+    ValueError: players[1] must be a player id (a string of 1 to 64 characters), got 7
+    """
+    if not isinstance(players, list):
+        raise ValueError(f"players must be a list of player ids, got {type(players).__name__}")
+    if len(players) > MAX_PLAYERS:
+        raise ValueError(f"at most {MAX_PLAYERS} players per query, got {len(players)}")
+    for i, player in enumerate(players):
+        if not isinstance(player, str) or not 1 <= len(player) <= MAX_ID_CHARS:
+            shown = repr(player if not isinstance(player, str) or len(player) <= 80 else player[:80] + "...")
+            raise ValueError(f"players[{i}] must be a player id (a string of 1 to {MAX_ID_CHARS} characters), "
+                             f"got {shown}")
+    return list(dict.fromkeys(players))
+
+
 class Reply(NamedTuple):
     """A board query's answer from the script, before it becomes an answer dict."""
 
@@ -248,6 +275,20 @@ class BoardQuery:
 
     def gave_up(self) -> BoardsMoving:
         return BoardsMoving("the boards kept changing generation or aliases while being read; try again")
+
+
+class RanksQuery(BoardQuery):
+    """A scoped ranks query: :class:`BoardQuery`'s call with each player and its CRC-32 after
+    the fixed arguments (``scripts.READ_BOARD``'s ``ranks``)."""
+
+    def __init__(self, guesses: Guesses, game: str, board: str, players: list[str]) -> None:
+        super().__init__(guesses, game, board, "ranks", 0)
+        self.players = players
+        self._more = [x for player in players for x in (player, player_hash(player))]
+
+    def call(self) -> Call:
+        call = super().call()
+        return Call(call.keys, call.args + self._more)
 
 
 def answer_of(query: BoardQuery) -> Reply:
@@ -362,6 +403,33 @@ def score_query(guesses: Guesses, game: str, board: str, percent: str, ties: str
     return BoardQuery(guesses, game, board, "at", share, ties=ties), lambda r: score_answer(game, r, share)
 
 
+def ranks_answer(game: str, players: list[str], reply: Reply) -> dict[str, Any]:
+    """The script's ``ranks`` reply as :func:`scoped_ranks` gives it."""
+    rows, absent = [], []
+    for player, found in zip(players, reply.answer):
+        if found:
+            score, rank, better = found
+            rows.append((player, -int(float(score)), int(rank) + 1, int(better) + 1))
+        else:
+            absent.append(player)
+    return scoped_ranks(stamp(reply.snapshot_id, reply.published_at), game, reply.board, reply.players, rows, absent)
+
+
+def scoped_ranks(stamped: dict[str, Any], game: str, board: str, players: int,
+                 rows: list[tuple[str, int, int, int]], absent: list[str]) -> dict[str, Any]:
+    """``POST /boards/{game}/{board}/ranks``'s answer (docs/semantics/boards.md 5.4), from Redis or the
+    mirror alike: ``rows`` the ``(player, score, rank, competition rank)`` of the players on the board
+    (any order), ``absent`` the others in the order asked; items in board order, ``rank_in_set``
+    their place among the players asked for.
+
+    >>> scoped_ranks({"snapshot_id": 9}, "g1", "all", 5, [("eve", 0, 5, 5), ("bo", 50, 2, 1)], ["zed"])["items"]
+    [{'rank': 2, 'competition_rank': 1, 'rank_in_set': 1, 'player_id': 'bo', 'score': 50}, {'rank': 5, 'competition_rank': 5, 'rank_in_set': 2, 'player_id': 'eve', 'score': 0}]
+    """
+    items = [{"rank": rank, "competition_rank": competition, "rank_in_set": i, "player_id": player, "score": score}
+             for i, (player, score, rank, competition) in enumerate(sorted(rows, key=lambda row: row[2]), start=1)]
+    return {**stamped, "game_id": game, "board": board, "total_players": players, "items": items, "absent": absent}
+
+
 class BoardReader(ScriptReader[redis.Redis, Guesses]):
     """Board queries of one namespace (the boards flow's, :func:`boards_namespace`), on a sync client."""
 
@@ -391,6 +459,11 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
     def score_for_percentile(self, game: str, board: str, p: str, *, ties: str | None = None) -> dict[str, Any]:
         query, answer = score_query(self.hint, game, board, p, ties)
         return answer(self._query(query))
+
+    def ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+        """The ranks of ``players`` on a board, among all and among themselves (:func:`scoped_ranks`)."""
+        players = check_players(players)
+        return ranks_answer(game, players, self._query(RanksQuery(self.hint, game, board, players)))
 
     def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot: :meth:`AsyncBoardReader.boards`."""
@@ -458,6 +531,10 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
                                    ties: str | None = None) -> dict[str, Any]:
         query, answer = score_query(self.hint, game, board, p, ties)
         return answer(await self._query(query))
+
+    async def ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+        players = check_players(players)
+        return ranks_answer(game, players, await self._query(RanksQuery(self.hint, game, board, players)))
 
     async def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot (one ``MULTI``: the publish

@@ -412,7 +412,7 @@ READ_BOARD = Script(
     keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout", "published_at"),
     argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash", "ties",
           "cursor_score", "cursor_member"),
-    reads_only=True)
+    more_argv="for ranks: each player asked for, then its CRC-32", reads_only=True)
 """One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
 generation G: snapshot_id, aliases, the board's sorted set, its ``reached_at`` buckets'
 count key, the layout key, ``published_at``. ``ARGV``: G, the alias asked for (``daily``, ``weekly`` or
@@ -424,7 +424,8 @@ names another board now), or ``{'board', snapshot id, published_at, players, ans
 (``published_at`` '' for a snapshot an older rankflow stored, which did not keep it): for ``top`` the
 first n ``member, score`` pairs; for ``player`` ``{score, rank - 1, players with a better
 score}`` or false; for ``around`` ``{first rank - 1, the first item's players with a
-better score, member, score ...}`` or false.
+better score, member, score ...}`` or false; for ``ranks`` (the players after the fixed ``ARGV``) a
+``{score, rank - 1, players with a better score}`` or false per player, in the order asked.
 
 Pages, tie styles and percentiles (``connectors.board_pages``, ``lua/board_pages.lua``): ``ARGV``
 ties ``dense`` appends to a player's and an around's answer the distinct scores better than

@@ -1,20 +1,23 @@
-"""``rankflow boards list|top|player|around|page|score-for-percentile``: reading the score boards from the command line.
+"""``rankflow boards list|top|player|around|page|score-for-percentile|ranks``: reading the score boards from the command line.
 
 Each answer is one JSON object with ``--json`` (the same fields as the HTTP API), or
 a table. ``list`` shows every game's boards and their sizes, so a user can find the names
 to ask for. Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5.3): ``top
 --after CURSOR`` (``--after ''`` the first page) prints the next page's cursor, ``top
 --percentile P`` the top P percent, ``page`` the page a player is on, ``score-for-percentile``
-the least score at a percentile, and ``--ties`` the ranks' style. Exit status: 0 an answer, 1 no
+the least score at a percentile, and ``--ties`` the ranks' style; ``ranks`` the ranks of a set
+of players (docs/semantics/boards.md 5.4). Exit status: 0 an answer, 1 no
 such game or board (the message lists the ones there are) or the player is not on it, 2 bad
 usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an unknown board name, a
 cursor no page gave, a percentile outside 0..100 or with more than two decimals, an unknown tie
-style: never clamped), said before Redis is asked.
+style, more than 1,000 players or a bad id for ``ranks``, a ``--players-file`` that cannot be read:
+never clamped), said before Redis is asked.
 """
 
 from __future__ import annotations
 
 import argparse
+import sys
 from typing import Any
 from collections.abc import Callable
 
@@ -23,8 +26,8 @@ import redis
 from rich.markup import escape
 
 from rankflow.connectors.board_pages import TIES, check_ties, hundredths, top_ask
-from rankflow.connectors.board_read import (BoardQueryError, BoardReader, NoSuchBoard, check_board, check_n, check_r,
-                                            missing_board)
+from rankflow.connectors.board_read import (MAX_PLAYERS, BoardQueryError, BoardReader, NoSuchBoard, check_board,
+                                            check_n, check_players, check_r, missing_board)
 from rankflow.cli_format import print_line, print_rows, quantity
 from rankflow.cli_help import REDIS, example
 from rankflow.cli_query import add_option, answer_query
@@ -39,8 +42,10 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
                 "around": f"rankflow boards around --game arena --board weekly --player p000042 -r 2 --redis {REDIS}",
                 "page": f"rankflow boards page --game arena --board all --player p000042 -n 20 --redis {REDIS}",
                 "score-for-percentile": f"rankflow boards score-for-percentile --game arena --board all "
-                                        f"--percentile 90 --redis {REDIS}"}
-    boards = sub.add_parser("boards", help="read the game score boards (list, top, one player, around a player)",
+                                        f"--percentile 90 --redis {REDIS}",
+                "ranks": f"rankflow boards ranks --game arena --board all --players p000042,p000007 --redis {REDIS}"}
+    boards = sub.add_parser("boards", help="read the game score boards (list, top, one player, around a player, "
+                                           "a set of players)",
                             epilog=example(*examples.values(), after=after))
     queries = boards.add_subparsers(dest="query", required=True)
     listing = queries.add_parser("list", help="every game's boards, with their players",
@@ -57,7 +62,9 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
                               epilog=example(examples["page"], after=after))
     score = queries.add_parser("score-for-percentile", help="the least score at a percentile or above",
                                epilog=example(examples["score-for-percentile"], after=after))
-    for p in (top, player, around, page, score):
+    ranks = queries.add_parser("ranks", help="the ranks of a set of players (friends, a clan) on a board, among all "
+                                             "and among themselves", epilog=example(examples["ranks"], after=after))
+    for p in (top, player, around, page, score, ranks):
         p.add_argument("--game", required=True, metavar="G")
         p.add_argument("--board", required=True, metavar="B",
                        help="all, best, daily, weekly, daily:YYYY-MM-DD or weekly:YYYY-Www")
@@ -79,15 +86,20 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
         p.add_argument("--player", required=True, metavar="P")
     add_option(around, ("-r", "--radius"), "--r", type=int, default=5, metavar="R",
                help="the entries R ranks above and below, 0..50 (default %(default)s)")
+    named = ranks.add_mutually_exclusive_group(required=True)
+    named.add_argument("--players", metavar="P,P,...", help=f"the players, comma-separated (at most {MAX_PLAYERS})")
+    named.add_argument("--players-file", metavar="FILE",
+                       help="the players, one per line (blank lines skipped; - reads standard input): ids holding commas")
 
 
 def cmd_boards(args: argparse.Namespace) -> int:
     if args.query == "list":
         return answer_query(args.redis, args.redis_read, lambda client: list_boards(client, args.namespace, args.game),
                             BoardQueryError, args.json, orjson.dumps, print_list)
+    players: list[str] = []
     try:
         check_board(args.board)
-        check_ties(args.ties)
+        check_ties(getattr(args, "ties", None))  # ranks takes no tie style (yet)
         if args.query in ("top", "page"):
             check_n(args.limit)
         if args.query == "top":
@@ -96,6 +108,8 @@ def cmd_boards(args: argparse.Namespace) -> int:
             check_r(args.radius)
         elif args.query == "score-for-percentile":
             hundredths(args.percentile)
+        elif args.query == "ranks":
+            players = check_players(players_named(args.players, args.players_file))
     except ValueError as exc:
         raise UsageError(str(exc)) from None
 
@@ -110,9 +124,28 @@ def cmd_boards(args: argparse.Namespace) -> int:
             return reader.page(args.game, args.board, args.player, args.limit, ties=args.ties)
         if args.query == "score-for-percentile":
             return reader.score_for_percentile(args.game, args.board, args.percentile, ties=args.ties)
+        if args.query == "ranks":
+            return reader.ranks(args.game, args.board, players)
         return reader.around(args.game, args.board, args.player, args.radius, ties=args.ties)
 
     return answer_query(args.redis, args.redis_read, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
+
+
+def players_named(players: str | None, path: str | None) -> list[str]:
+    """The players ``--players`` or ``--players-file`` names (a usage error, ValueError, if the file
+    cannot be read: a file of ids is the user's, so it is read before Redis is asked)."""
+    if players is not None:
+        return [player for player in players.split(",") if player]
+    assert path is not None
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as file:
+                text = file.read()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"cannot read --players-file {path}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
+    return [line.strip("\r") for line in text.split("\n") if line.strip("\r")]
 
 
 def list_boards(client: redis.Redis, namespace: str, game: str | None) -> dict[str, Any]:
@@ -150,6 +183,14 @@ def print_answer(answer: dict[str, Any]) -> None:
                    f"{quantity(answer['rank'])} (competition rank {quantity(answer['competition_rank'])}), "
                    f"percentile {answer['percentile']}")
         print_line(snapshot)
+        return
+    if "absent" in answer:
+        absent = ", ".join(escape(player) for player in answer["absent"])
+        title = f"{quantity(len(answer['items']))} of the players asked for on {board}"
+        footer = [f"{quantity(answer['total_players'])} players on the board",
+                  *([f"not on it: {absent}"] if absent else []), snapshot]
+        rows = [{**item, "player_id": escape(item["player_id"])} for item in answer["items"]]
+        print_rows(title, ("rank", "competition_rank", "rank_in_set", "player_id", "score"), rows, footer)
         return
     if "page" in answer:
         title = f"Page {answer['page']} of {board} (with {escape(answer['player_id'])})"

@@ -43,6 +43,21 @@ if ARGV[4] == 'at' then  -- the score at a percentile: ARGV[5] in hundredths of 
   return {'board', sid, at, card, {r, redis.call('ZRANGE', KEYS[4], r - 1, r - 1, 'WITHSCORES')[2]}}
 end
 local n, low = bucket_span(KEYS[5])
+if ARGV[4] == 'ranks' then  -- scoped ranks: a player and its CRC-32 per pair of arguments after the fixed twelve
+  local found = {}
+  for i = 13, #ARGV - 1, 2 do
+    local p = ARGV[i]
+    local at_p = redis.call('HGET', bucket_key(KEYS[5], tonumber(ARGV[i + 1]), n, low), p)
+    if at_p then
+      local score = redis.call('ZSCORE', KEYS[4], at_p .. p)
+      found[#found + 1] = {score, redis.call('ZRANK', KEYS[4], at_p .. p),
+                           redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}
+    else
+      found[#found + 1] = false
+    end
+  end
+  return {'board', sid, at, card, found}
+end
 local reached = redis.call('HGET', bucket_key(KEYS[5], tonumber(ARGV[9]), n, low), ARGV[6])
 if not reached then
   return {'board', sid, at, card, false}
