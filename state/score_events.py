@@ -6,33 +6,27 @@ the first failed check; it never raises out of the flow. Checks 7 and 8 need the
 player's newest receipt, so they belong to the per-player rules
 (:mod:`rankflow.state.board_rules`), as do duplicates and conflicts.
 
-JSON is read by orjson, which is strict (no ``NaN``, no lone surrogate escape, UTF-8
-only) but stops at 64-bit integers: it reads a bigger integer as a float, or fails
-on one beyond a double. JSON has no such limit and docs/semantics/boards.md says such a number is an
-integer (out of range), so whatever orjson does not take as is, the standard
-library's ``json`` decides, with the RFC 8259 rules it lacks added back
-(:mod:`rankflow.state.json_exact`, shared with the activity flow). Here an integer
-only needs a range check, so a literal longer than 40 digits becomes a sentinel
-beyond every range instead of its exact value: cheap, whatever its length.
+The checks themselves are the Rust kernel's (``native/src/score.rs``, the module
+``rankflow._native``): it reads each record's raw bytes once, strictly (RFC 8259: UTF-8
+only, no ``NaN``, no unpaired surrogate escape, integers of any length, nesting at most
+1024 deep), checks the six fields and the signature, and hands back a batch's results
+as tuples and its refusals as ``(index, reason, detail)``. This module is its Python
+face: the names, the tuples' shape, the dead letters.
 """
 
 from __future__ import annotations
 
 import functools
-import hmac
 from typing import Any, NamedTuple
 
-import orjson
-
+from rankflow import _native
 from rankflow.state import json_exact
-from rankflow.state.events import MISSING_FIELD, OUT_OF_RANGE, SHAPE_REASONS, WRONG_TYPE, DeadLetter, InvalidEvent
-from rankflow.state.json_exact import exact_object, require_object
-from rankflow.state.signatures import Signer, sign
+from rankflow.state.events import SHAPE_REASONS, DeadLetter, InvalidEvent
 
 __all__ = [
     "BAD_SIGNATURE",
     "REASONS", "ID_FIELDS", "INT_FIELDS", "FIELDS", "MAX_ID_CHARS", "MAX_POINTS", "MAX_TIME",
-    "ScoreResult", "ScoreEvent", "validate_score", "check_score", "parse_score", "parse_score_records", "loads_json",
+    "ScoreResult", "ScoreEvent", "check_score", "parse_score", "parse_score_records", "loads_json",
 ]
 
 # Reason codes of checks 1 to 6. The first five are the shape checks of every flow
@@ -44,10 +38,10 @@ REASONS = (*SHAPE_REASONS, BAD_SIGNATURE)
 ID_FIELDS = ("game_id", "match_id", "player_id")
 INT_FIELDS = ("points", "played_at", "received_at")
 FIELDS = ID_FIELDS + INT_FIELDS
-MAX_ID_CHARS = 64
-MAX_POINTS = 10000
-MAX_TIME = 253402300799999  # 9999-12-31T23:59:59.999Z in ms
-_MAXIMA = {"points": MAX_POINTS, "played_at": MAX_TIME, "received_at": MAX_TIME}
+# The limits are the kernel's (native/src/score.rs): one definition, read here by the API's schemas.
+MAX_ID_CHARS: int = _native.MAX_ID_CHARS
+MAX_POINTS: int = _native.MAX_POINTS
+MAX_TIME: int = _native.MAX_TIME  # 9999-12-31T23:59:59.999Z in ms
 
 # An integer literal longer than this is out of range whatever its digits; the
 # standard library would refuse to convert one beyond 4300 digits at all.
@@ -89,7 +83,10 @@ def _parse_int(digits: str) -> int:
 
 
 def loads_json(raw: bytes) -> Any:
-    """Check 1: the JSON value of ``raw``, or :class:`InvalidEvent` ``invalid_json``.
+    """The JSON value of ``raw``, or :class:`InvalidEvent` ``invalid_json``: for the HTTP
+    ingest, which looks into a result's object before :func:`check_score` (its
+    ``match_id``, where the stamps go). It accepts exactly the texts the kernel's check 1
+    accepts (tests/boards/test_score_events.py holds both to the model).
 
     >>> loads_json(b'{"points": 1e400}')  # valid JSON beyond a double: orjson refuses, json reads it
     {'points': inf}
@@ -100,70 +97,28 @@ def loads_json(raw: bytes) -> Any:
     return json_exact.loads_json(raw, _parse_int)
 
 
-_TYPES = {f: "a string" for f in ID_FIELDS} | {f: "an integer" for f in INT_FIELDS}
-_RANGES = {f: f"1 to {MAX_ID_CHARS} characters long" for f in ID_FIELDS} | {
-    "points": f"0 to {MAX_POINTS}", "played_at": f"0 to {MAX_TIME}", "received_at": f"0 to {MAX_TIME}"}
-
-
-def _check_fields(obj: dict[str, Any]) -> None:
-    """Checks 3, 4, 5 in turn, each over all six fields before the next starts."""
-    missing = [f for f in FIELDS if f not in obj]
-    if missing:
-        raise InvalidEvent(MISSING_FIELD, "; ".join(f"{f} is missing" for f in missing))
-    wrong = [f for f in ID_FIELDS if type(obj[f]) is not str]
-    wrong += [f for f in INT_FIELDS if type(obj[f]) is not int]  # bool and float are not int
-    if wrong:
-        raise InvalidEvent(WRONG_TYPE, "; ".join(f"{f} must be {_TYPES[f]}" for f in wrong))
-    bad = [f for f in ID_FIELDS if not 0 < len(obj[f]) <= MAX_ID_CHARS]
-    bad += [f for f in INT_FIELDS if not 0 <= obj[f] <= _MAXIMA[f]]
-    if bad:
-        raise InvalidEvent(OUT_OF_RANGE, "; ".join(f"{f} must be {_RANGES[f]}" for f in bad))
-
-
-def _signed(key: bytes, sig: Any, game: str, match: str, player: str, points: int, played_at: int) -> bool:
-    """Check 6: ``sig`` is exactly the expected lowercase hex, compared in constant time."""
-    if type(sig) is not str:
-        return False
-    return hmac.compare_digest(sig.encode("utf-8"), sign(key, game, match, player, points, played_at).encode())
-
-
-_SIG_DETAILS = ("sig is missing", "sig must be a string",
-                "sig is not the lowercase hex HMAC-SHA256 of this result under the signing key")
-
-
-def validate_score(obj: Any, raw: bytes, key: bytes | None) -> tuple[str, str, str, int, int, int]:
-    """Checks 2 to 6 on a parsed event: ``(game_id, match_id, player_id, points, played_at, received_at)``.
-
-    ``raw`` is only read again when ``obj`` holds a float where an integer belongs
-    (orjson's reading of an integer beyond 64 bits). Other fields are ignored, and so
-    is ``sig`` when ``key`` is None.
-
-    >>> ok = {"game_id": "g1", "match_id": "m1", "player_id": "🎮", "points": 0, "played_at": 0, "received_at": 5}
-    >>> validate_score(ok, b"", None)
-    ('g1', 'm1', '🎮', 0, 0, 5)
-    >>> validate_score({**ok, "points": None, "played_at": -1}, b"", None)
-    Traceback (most recent call last):
-    rankflow.state.events.InvalidEvent: wrong_type: points must be an integer
-    >>> validate_score(ok, b"", b"k" * 32)
-    Traceback (most recent call last):
-    rankflow.state.events.InvalidEvent: bad_signature: sig is missing
-    """
-    obj = require_object(obj)
-    if raw and any(type(obj.get(f)) is float for f in INT_FIELDS):
-        obj = exact_object(obj, raw, _parse_int)
-    _check_fields(obj)
-    game, match, player = obj["game_id"], obj["match_id"], obj["player_id"]
-    points, played_at, received_at = obj["points"], obj["played_at"], obj["received_at"]
-    if key is not None and not _signed(key, obj.get("sig"), game, match, player, points, played_at):
-        raise InvalidEvent(BAD_SIGNATURE, _SIG_DETAILS[("sig" in obj) + (type(obj.get("sig")) is str)])
-    return game, match, player, points, played_at, received_at
+@functools.lru_cache(maxsize=4)
+def _checker(key: bytes | None) -> _native.ScoreChecker:
+    return _native.ScoreChecker(key)
 
 
 def check_score(raw: bytes, key: bytes | None) -> tuple[str, str, str, int, int, int]:
-    """Checks 1 to 6 of one record (:func:`validate_score`), or :class:`InvalidEvent`: the
-    whole check of the flow, which ``POST /matches/{id}/result`` applies to each result
-    as it will reach the flow."""
-    return validate_score(loads_json(raw), raw, key)
+    """Checks 1 to 6 of one record: ``(game_id, match_id, player_id, points, played_at,
+    received_at)``, or :class:`InvalidEvent` naming the first failed check. The whole
+    check of the flow, which ``POST /matches/{id}/result`` applies to each result as it
+    will reach the flow. ``sig`` is ignored when ``key`` is None.
+
+    >>> check_score(b'{"game_id": "g1", "match_id": "m1", "player_id": "\\ud83c\\udfae", "points": 0,'
+    ...             b' "played_at": 0, "received_at": 5}', None)
+    ('g1', 'm1', '🎮', 0, 0, 5)
+    >>> check_score(b'{"game_id": "g1", "points": null}', None)  # doctest: +ELLIPSIS
+    Traceback (most recent call last):
+    rankflow.state.events.InvalidEvent: missing_field: match_id is missing; player_id is missing; ...
+    """
+    checked = _checker(key).check(raw)
+    if len(checked) == 2:
+        raise InvalidEvent(*checked)
+    return checked  # six fields: the kernel's other answer (mypy narrows by length)
 
 
 def parse_score(raw: bytes, partition: str, offset: int, epoch: int,
@@ -180,21 +135,12 @@ def parse_score(raw: bytes, partition: str, offset: int, epoch: int,
     return ScoreResult(*fields, offset, raw)
 
 
-@functools.lru_cache(maxsize=4)
-def _signer(key: bytes) -> Signer:
-    return Signer(key)
-
-
 def parse_score_records(
     records: list[bytes], offsets: range | list[int], partition: str, epoch: int, key: bytes | None
 ) -> tuple[list[ScoreEvent], list[tuple[str, DeadLetter]]]:
     """Parse a batch: the valid :data:`ScoreEvent`\\ s and ``(partition, dead letter)`` pairs.
 
-    The hot path of the score flow. A common valid line takes the inlined checks
-    below; anything they do not accept outright goes through :func:`parse_score`,
-    which applies every rule and says why a line is invalid. So the fast path may
-    only ever accept what :func:`validate_score` accepts: orjson has already refused
-    what is not JSON, and a float (perhaps a big integer) is never accepted here.
+    The hot path of the score flow: one call into the kernel per batch.
 
     >>> line = b'{"game_id":"g1","match_id":"m1","player_id":"ana","points":5,"played_at":1,"received_at":2}'
     >>> events, dead = parse_score_records([line, b"{"], range(7, 9), "p0", 1, None)
@@ -203,31 +149,11 @@ def parse_score_records(
     >>> [(partition, d.reason, d.offset) for partition, d in dead]
     [('p0', 'invalid_json', 8)]
     """
-    events: list[ScoreEvent] = []
-    dead: list[tuple[str, DeadLetter]] = []
-    loads, most, top, end, same = orjson.loads, MAX_ID_CHARS, MAX_POINTS, MAX_TIME, hmac.compare_digest
-    digest = _signer(key).hex if key is not None else None
-    for offset, raw in zip(offsets, records):
-        try:
-            obj = loads(raw)
-            g, m, p = obj["game_id"], obj["match_id"], obj["player_id"]
-            n, t, r = obj["points"], obj["played_at"], obj["received_at"]
-            if (type(g) is str and type(m) is str and type(p) is str
-                    and 0 < len(g) <= most and 0 < len(m) <= most and 0 < len(p) <= most
-                    and type(n) is int and 0 <= n <= top and type(t) is int and 0 <= t <= end
-                    and type(r) is int and 0 <= r <= end):
-                if digest is None:  # no key
-                    events.append((g, m, p, n, t, r, offset, raw))
-                    continue
-                s = obj.get("sig")
-                if type(s) is str and same(s, digest(g, m, p, n, t)):  # a non-ASCII s raises: the full rules say why
-                    events.append((g, m, p, n, t, r, offset, raw))
-                    continue
-        except Exception:  # noqa: BLE001 - not JSON, not an object, a field missing: the full rules decide
-            pass
-        parsed = parse_score(raw, partition, offset, epoch, key)
-        if isinstance(parsed, ScoreResult):
-            events.append((*parsed,))
-        else:
-            dead.append((partition, parsed))
+    checker = _checker(key)
+    if type(offsets) is range and offsets.step == 1:
+        events, refused = checker.parse(records, offsets.start)
+    else:
+        events, refused = checker.parse(records, 0, list(offsets))
+    dead = [(partition, DeadLetter(reason, detail, partition, offsets[i], records[i], epoch))
+            for i, reason, detail in refused]
     return events, dead

@@ -34,7 +34,7 @@ from rankflow.connectors.kafka import KafkaEndpoint, ensure_topic
 from rankflow.options import RunOptions, UsageError
 from rankflow.runner import run
 from rankflow.services import free_port
-from rankflow.state.score_events import validate_score
+from rankflow.state.score_events import check_score
 from tests.api.raw_http import in_thread
 from tests import boards_example as example
 from tests.boards_model import signature
@@ -322,15 +322,16 @@ def test_match_results_are_stamped_and_in_kafka_keyed_by_player(scores, kafka_br
     assert r.json()["accepted"] == 2 and all(p["partition"].startswith(topic + "/") for p in r.json()["positions"])
     r = scores.post("/matches/m10/result", content=orjson.dumps(match_result("cy", 7, played, match="m10")))
     assert r.status_code == 202, r.text
-    messages = {key: orjson.loads(value) for key, value in read_topic(kafka_brokers, topic)}
+    records = dict(read_topic(kafka_brokers, topic))
+    messages = {key: orjson.loads(value) for key, value in records.items()}
     assert set(messages) == {b"ana", b"bo", b"cy"}
     ana, bo = messages[b"ana"], messages[b"bo"]
     assert ana == {**results[0], "match_id": "m9", "received_at": ana["received_at"]}
     assert before <= ana["received_at"] <= after and bo["received_at"] == ana["received_at"]
     assert bo["extra"] == [1] and bo["match_id"] == "m9"
     assert messages[b"cy"]["match_id"] == "m10"
-    for key, event in messages.items():  # each passes the flow's own checks 1 to 6
-        assert validate_score(event, b"", example.KEY)[2].encode() == key
+    for key, value in records.items():  # each passes the flow's own checks 1 to 6, as produced
+        assert check_score(value, example.KEY)[2].encode() == key
 
 
 def test_an_invalid_result_is_a_400_naming_the_first_and_nothing_is_produced(scores, kafka_brokers, topic):

@@ -13,13 +13,14 @@ from hypothesis import strategies as st
 from rankflow.state.events import DeadLetter, InvalidEvent
 from rankflow.state.score_events import (
     ScoreResult,
+    check_score,
     loads_json,
     parse_score,
     parse_score_records,
-    validate_score,
 )
-from rankflow.state.signatures import Signer, sign
+from rankflow.state.signatures import sign
 from tests.boards_model import check as model_check
+from tests.boards_model import signature as model_signature
 
 KEY = bytes.fromhex("0123456789abcdef" * 4)
 GOOD = {"game_id": "g1", "match_id": "m1", "player_id": "ana", "points": 50, "played_at": 1798884000000,
@@ -229,11 +230,19 @@ def test_ids_holding_separators_sign_differently():
 
 @settings(max_examples=200, deadline=None)
 @given(key=st.binary(min_size=1, max_size=200), game=st.text(min_size=1, max_size=8), match=st.text(min_size=1, max_size=8),
-       player=st.text(min_size=1, max_size=8), points=st.integers(0, 10**9), played_at=st.integers(0, 2**48))
-def test_the_prepared_signer_is_hmac_sha256(key, game, match, player, points, played_at):
-    """The flow's ``Signer`` (pads hashed once) agrees with ``hmac`` for every key length,
-    keys longer than SHA-256's 64-byte block (hashed first, RFC 2104) included."""
-    assert Signer(key).hex(game, match, player, points, played_at) == sign(key, game, match, player, points, played_at)
+       player=st.text(min_size=1, max_size=8), points=st.integers(0, 10000), played_at=st.integers(0, 253402300799999))
+def test_the_kernels_signature_check_is_hmac_sha256(key, game, match, player, points, played_at):
+    """The kernel's prepared HMAC (pads hashed once) accepts what the model signs, for every
+    key length (keys longer than SHA-256's 64-byte block are hashed first, RFC 2104), and
+    nothing signed for another result."""
+    ids = {"game_id": game, "match_id": match, "player_id": player}
+    if any(0xD800 <= ord(c) <= 0xDFFF for c in game + match + player):
+        return  # not UTF-8: no result can hold it
+    obj = {**ids, "points": points, "played_at": played_at, "received_at": 0,
+           "sig": model_signature(key, game, match, player, points, played_at)}
+    assert check_score(orjson.dumps(obj), key) == (game, match, player, points, played_at, 0)
+    forged = orjson.dumps({**obj, "points": (points + 1) % 10001})
+    assert model_check(forged, key)[0] == "bad_signature" == outcome(forged, key)
 
 
 def test_earlier_checks_win_over_the_signature():
@@ -247,16 +256,15 @@ def test_no_key_ignores_sig():
 
 # -- the functions on their own ---------------------------------------------------------
 
-def test_validate_score_reads_big_integers_exactly_from_raw():
+def test_check_score_reads_big_integers_exactly():
     raw = line()[:-1] + b', "points": 18446744073709551616}'
-    obj = orjson.loads(raw)
-    assert type(obj["points"]) is float  # what orjson makes of it
+    assert type(orjson.loads(raw)["points"]) is float  # what orjson would make of it: the kernel reads the literal
     with pytest.raises(InvalidEvent) as err:
-        validate_score(obj, raw, None)
+        check_score(raw, None)
     assert err.value.reason == "out_of_range"
     raw = line()[:-1] + b', "points": 50.0}'
     with pytest.raises(InvalidEvent) as err:
-        validate_score(orjson.loads(raw), raw, None)
+        check_score(raw, None)
     assert err.value.reason == "wrong_type"
 
 
@@ -317,3 +325,48 @@ def lines(draw) -> bytes:
 @given(lines(), st.booleans())
 def test_random_lines_agree_with_the_model(raw, with_key):
     outcome(raw, KEY if with_key else None)
+
+
+# -- any text: the kernel against the model, every reason and every field ----------------------
+
+_JSON_ATOMS = st.one_of(
+    st.sampled_from(['""', '"\\ud83c"', '"\\udfae\\ud83c"', '"\\ud83c\\udfae"', '"\\u0000"', '"a\\/\\b"', "-0", "0", "01",
+                     "1.", "1e", "-", "1E+2", "NaN", "Infinity", "true", "fals", "null", "[]", "{}", "[1,]", "9" * 30,
+                     '"\\x"', '"\x01"', "\ufeff", "\u00e9", "'a'"]),
+    st.integers(-(10**20), 10**20).map(str),
+    st.text(max_size=6).map(lambda t: json.dumps(t, ensure_ascii=False)),
+)
+
+
+@st.composite
+def texts(draw) -> bytes:
+    """An object whose members are the six fields and others, each any JSON-ish text: mostly
+    valid, sometimes not JSON at all, sometimes not an object; or plain bytes."""
+    if draw(st.integers(0, 9)) == 0:
+        return draw(st.binary(max_size=40))
+    names = draw(st.lists(st.sampled_from([*FIELDS, "sig", "x", "é"]), max_size=9))
+    members = []
+    for name in names:
+        value = draw(st.one_of(_JSON_ATOMS, st.sampled_from([json.dumps(GOOD[name])] if name in GOOD else ['"s"'])))
+        if draw(st.integers(0, 5)) == 0:
+            value = "[" + value + "," + draw(_JSON_ATOMS) + "]"
+        members.append(f'"{name}":{value}')
+    text = "{" + draw(st.sampled_from([",", ", ", ",\n", " ,"])).join(members) + "}"
+    if draw(st.integers(0, 7)) == 0:
+        text = draw(st.sampled_from(["[" + text + "]", text + " ", " " + text, text[:-1], text + "}"]))
+    return text.encode("utf-8", "surrogatepass")
+
+
+@settings(max_examples=800, deadline=None)
+@given(st.lists(texts(), min_size=1, max_size=5), st.sampled_from([None, KEY, b"k" * 100]))
+def test_any_text_agrees_with_the_model(raws, key):
+    """The kernel's batch path gives, for every record, the model's reason (or its fields)."""
+    events, dead = parse_score_records(raws, range(len(raws)), "p", 1, key)
+    found = {e[6]: e for e in events} | {d.offset: d for _, d in dead}
+    assert sorted(found) == list(range(len(raws)))
+    for i, raw in enumerate(raws):
+        reason, obj = model_check(raw, key)
+        if reason is None:
+            assert found[i] == (*(obj[f] for f in FIELDS), i, raw)
+        else:
+            assert (found[i].reason, found[i].raw) == (reason, raw), raw

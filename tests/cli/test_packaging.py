@@ -26,8 +26,15 @@ def _source_copy(tmp_path: Path) -> Path:
     source = tmp_path / "source"
     shutil.copytree(ROOT, source, ignore=shutil.ignore_patterns(
         ".git", ".venv", ".local", "build", "*.egg-info", "__pycache__", ".hypothesis", ".pytest_cache", "data",
-        "bench-results", "test-artifacts", "*.jsonl"))
+        "bench-results", "test-artifacts", "*.jsonl", "target", "_native.*.so"))
     return source
+
+
+def _cargo_env() -> dict[str, str]:
+    """The environment of a build from the copy: cargo keeps its work in the checkout's
+    native/target, so the crate's dependencies compiled once serve every build (only the
+    crate itself, at its new path, is compiled again)."""
+    return {**os.environ, "CARGO_TARGET_DIR": str(ROOT / "native" / "target")}
 
 
 def _makefile_pythonwarnings() -> str:
@@ -42,7 +49,7 @@ def test_building_and_installing_print_no_setuptools_warnings(tmp_path):
     source = _source_copy(tmp_path)
     dist = tmp_path / "dist"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "-w", str(dist), str(source)],
-                           capture_output=True, text=True, timeout=600)
+                           env=_cargo_env(), capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr
     noise = [line for line in (built.stdout + built.stderr).splitlines() if SETUPTOOLS_NOISE.search(line)]
     assert noise == [], "\n".join(noise)
@@ -54,7 +61,7 @@ def test_building_and_installing_print_no_setuptools_warnings(tmp_path):
 
     venv = tmp_path / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
-    env = {**os.environ, "PYTHONWARNINGS": _makefile_pythonwarnings()}
+    env = {**_cargo_env(), "PYTHONWARNINGS": _makefile_pythonwarnings()}
     installed = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", "--no-deps", "-e", str(source)],
                                env=env, capture_output=True, text=True, timeout=600)
     assert installed.returncode == 0, installed.stderr
@@ -65,13 +72,15 @@ def test_the_wheel_is_one_package_that_runs_from_a_new_venv(tmp_path, redis_url,
     source = _source_copy(tmp_path)
     dist = tmp_path / "dist"
     built = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--quiet", "-w", str(dist), str(source)],
-                           capture_output=True, text=True, timeout=600)
+                           env=_cargo_env(), capture_output=True, text=True, timeout=600)
     assert built.returncode == 0, built.stderr
     [wheel] = dist.glob("rankflow-*.whl")
     names = zipfile.ZipFile(wheel).namelist()
     top = {name.split("/")[0] for name in names if not name.split("/")[0].endswith(".dist-info")}
     assert top == {"rankflow"}, f"top-level names in the wheel: {sorted(top)}"
     assert "rankflow/api/static/dashboard.html" in names
+    assert "rankflow/_native.pyi" in names and any(re.fullmatch(r"rankflow/_native\..*\.so", n) for n in names), \
+        "the Rust kernel (native/) is missing from the wheel"
     assert {"rankflow/bench/rig.py", "rankflow/bench/boards/__init__.py", "rankflow/bench/activity/__init__.py",
             "rankflow/bench/baseline.py"} <= set(names)
     lua = {f"rankflow/connectors/lua/{path.name}" for path in (ROOT / "connectors" / "lua").glob("*.lua")}

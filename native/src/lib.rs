@@ -1,0 +1,12 @@
+//! rankflow's per-event work in Rust (issue 41; docs/design.md, "The native kernel").
+//!
+//! The pure core ([`json`], [`signature`], [`score`]) knows nothing of Python, so
+//! `cargo test` runs it alone; [`python`] is the module `rankflow._native` that the
+//! flows call with whole batches of raw records.
+
+pub mod json;
+pub mod score;
+pub mod signature;
+
+#[cfg(feature = "python")]
+mod python;

@@ -1,0 +1,100 @@
+//! The Python module `rankflow._native`: whole batches in, few Python objects out.
+//!
+//! A batch's raw records are read without a copy and checked with the GIL released
+//! (the Kafka client's and the publisher's threads keep running); only then are the
+//! valid results made into tuples and the refused ones into `(index, reason, detail)`.
+
+use pyo3::exceptions::PyTypeError;
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+
+use crate::score::{check, Refused, Score, MAX_ID_CHARS, MAX_POINTS, MAX_TIME};
+use crate::signature::Signer;
+
+/// Checks 1 to 6 of docs/semantics/boards.md section 1 under one signing key (None: no
+/// signature check).
+#[pyclass(frozen, module = "rankflow._native")]
+struct ScoreChecker {
+    signer: Option<Signer>,
+}
+
+fn refusal<'py>(py: Python<'py>, refused: &Refused) -> PyResult<Bound<'py, PyTuple>> {
+    (refused.reason, refused.detail.as_str()).into_pyobject(py)
+}
+
+fn fields<'py>(py: Python<'py>, score: &Score<'_>) -> [Bound<'py, PyAny>; 6] {
+    [
+        PyString::new(py, &score.game).into_any(),
+        PyString::new(py, &score.r#match).into_any(),
+        PyString::new(py, &score.player).into_any(),
+        score.points.into_pyobject(py).expect("an int").into_any(),
+        score.played_at.into_pyobject(py).expect("an int").into_any(),
+        score.received_at.into_pyobject(py).expect("an int").into_any(),
+    ]
+}
+
+#[pymethods]
+impl ScoreChecker {
+    #[new]
+    #[pyo3(signature = (key))]
+    fn new(key: Option<&[u8]>) -> Self {
+        ScoreChecker { signer: key.map(Signer::new) }
+    }
+
+    /// One record: its six fields `(game_id, match_id, player_id, points, played_at,
+    /// received_at)`, or `(reason, detail)` naming the first failed check.
+    fn check<'py>(&self, py: Python<'py>, raw: &[u8]) -> PyResult<Bound<'py, PyTuple>> {
+        match check(raw, self.signer.as_ref()) {
+            Ok(score) => PyTuple::new(py, fields(py, &score)),
+            Err(refused) => refusal(py, &refused),
+        }
+    }
+
+    /// A batch: `(results, refused)`. Each result is the tuple `(game_id, match_id,
+    /// player_id, points, played_at, received_at, offset, raw)`, `raw` the record itself;
+    /// each refused record is `(index in the batch, reason, detail)`. A record's offset is
+    /// `offsets[i]`, or `start + i` when `offsets` is None.
+    #[pyo3(signature = (records, start, offsets=None))]
+    fn parse<'py>(
+        &self,
+        py: Python<'py>,
+        records: &Bound<'py, PyList>,
+        start: i64,
+        offsets: Option<Vec<i64>>,
+    ) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        if let Some(offsets) = &offsets {
+            if offsets.len() != records.len() {
+                return Err(PyTypeError::new_err("offsets and records differ in length"));
+            }
+        }
+        let held: Vec<Bound<'py, PyBytes>> =
+            records.iter().map(|r| r.cast_into::<PyBytes>().map_err(PyErr::from)).collect::<PyResult<_>>()?;
+        let slices: Vec<&[u8]> = held.iter().map(|b| b.as_bytes()).collect();
+        let signer = self.signer.as_ref();
+        let checked: Vec<Result<Score<'_>, Refused>> =
+            py.detach(|| slices.iter().map(|raw| check(raw, signer)).collect());
+        let results = PyList::empty(py);
+        let refused = PyList::empty(py);
+        for (i, (outcome, raw)) in checked.iter().zip(&held).enumerate() {
+            match outcome {
+                Ok(score) => {
+                    let offset = offsets.as_ref().map_or(start + i as i64, |o| o[i]);
+                    let [g, m, p, n, t, r] = fields(py, score);
+                    let item = [g, m, p, n, t, r, offset.into_pyobject(py)?.into_any(), raw.clone().into_any()];
+                    results.append(PyTuple::new(py, item)?)?;
+                }
+                Err(why) => refused.append((i, why.reason, why.detail.as_str()))?,
+            }
+        }
+        Ok((results, refused))
+    }
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<ScoreChecker>()?;
+    m.add("MAX_ID_CHARS", MAX_ID_CHARS)?;
+    m.add("MAX_POINTS", MAX_POINTS)?;
+    m.add("MAX_TIME", MAX_TIME)?;
+    Ok(())
+}
