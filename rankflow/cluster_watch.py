@@ -49,7 +49,17 @@ host stops the run within about a minute."""
 ABORT_GRACE_S = 3.0
 """After a second signal, how long the main thread has to end before the watch ends the process."""
 
+REPEAT_S = 1.0
+"""The same signal again within this time of the first is the same request, delivered twice: to the
+whole process group (a terminal's Ctrl-C, a process manager) and passed on by the parent of
+``--processes``. A person's second Ctrl-C comes later."""
+
 TICK_S = 0.2
+
+
+def is_repeat(signum: int, first: list[int], first_at: list[float]) -> bool:
+    """Whether ``signum`` repeats the first signal (``first``, received at ``first_at``; empty: none)."""
+    return bool(first) and first[0] == signum and bool(first_at) and time.monotonic() - first_at[0] < REPEAT_S
 _TCP_ESTABLISHED = 1
 
 
@@ -95,6 +105,7 @@ class ClusterWatch:
         self._above = {j: resolved[j][0] for j in range(process_id + 1, len(addresses))}  # these connect to us
         self._done = threading.Event()
         self._signals: list[int] = []
+        self._signal_at: list[float] = []
         self._wakeup: tuple[socket.socket, socket.socket] | None = None
         self._previous_wakeup = -1
         self.peers: list[Peer] = []
@@ -131,7 +142,10 @@ class ClusterWatch:
                 if not self.peers:
                     self._exit(128 + signum, f"stopped by {signal.Signals(signum).name} while waiting for the other "
                                              "processes of the run")
+                if is_repeat(signum, self._signals[:1], self._signal_at[:1]):
+                    continue
                 self._signals.append(signum)
+                self._signal_at.append(time.monotonic())
                 if len(self._signals) == 1:
                     deadline, why = time.monotonic() + self.timeout_s, (
                         f"stopped by {signal.Signals(signum).name}: the other processes of the run did not stop "

@@ -26,7 +26,7 @@ from bytewax.dataflow import Dataflow
 from bytewax.recovery import RecoveryConfig
 from bytewax.testing import cluster_main, run_main
 
-from rankflow.cluster_watch import ClusterWatch
+from rankflow.cluster_watch import ClusterWatch, is_repeat
 from rankflow.connectors.redis_activity import RedisLostActivity
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.redis_boards import RedisLostBoards
@@ -42,6 +42,7 @@ log = logging.getLogger("rankflow.run")
 
 GRACEFUL = (signal.SIGINT, signal.SIGTERM)
 _stopped_by: list[int] = []  # the signal of this execution's graceful stop, if any
+_stopped_at: list[float] = []  # when it came (time.monotonic)
 
 
 YOUNG_OBJECTS = 1_000_000
@@ -105,7 +106,10 @@ def record_stop(signum: int | None) -> None:
 
 def _stop_gracefully(signum: int, frame: Any) -> None:
     if STOP.is_set():
+        if is_repeat(signum, _stopped_by[:1], _stopped_at[:1]):
+            return
         raise KeyboardInterrupt
+    _stopped_at[:] = [time.monotonic()]
     log.warning("%s: stopping once what was read is published (send it again to stop at once)",
                 signal.Signals(signum).name)
     _stopped_by.append(signum)
@@ -117,6 +121,7 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
     interval = timedelta(milliseconds=opts.barrier_ms)
     STOP.clear()  # a stop of an earlier run in this process must not end this one
     _stopped_by.clear()
+    _stopped_at.clear()
     ENDS.clear()
     FAILED.clear()
     FAILURES.clear()
@@ -134,12 +139,14 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
             cluster_main(flow, opts.addresses or [], opts.process_id or 0, epoch_interval=interval,
                          recovery_config=recovery, worker_count_per_proc=opts.workers)
     except BaseException as exc:  # a cluster's panic hides the error that caused it
-        if watch is not None and (watch.lost_now() or _lost_peer(exc)):
-            raise ServiceError(watch.lost_line()) from exc
-        if FAILURES:
+        if FAILURES:  # this process's own failure first: its peers' connections close because of it
             raise explain(FAILURES[0]) from exc
+        if watch is not None and watch.lost_now():
+            raise ServiceError(watch.lost_line()) from exc
         if isinstance(exc, Exception):
             raise explain(exc) from exc
+        if watch is not None and _lost_peer(exc):  # timely's panic, before the watch saw the connection go
+            raise ServiceError(watch.lost_line()) from exc
         raise
     finally:
         if watch is not None:

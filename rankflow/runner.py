@@ -178,9 +178,10 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
     Bytewax needs every process alive: if one fails, the others are stopped and the
     run fails (start it again; with ``--recovery-dir`` it resumes). The children are this
     process's to stop: SIGTERM or Ctrl-C here is passed on to each of them (the first asks for
-    the graceful stop, a second aborts), and they run in a process group of their own, so a
-    terminal's Ctrl-C reaches them once, through here, and not twice; if this process dies
-    outright, the kernel sends them SIGTERM (``PR_SET_PDEATHSIG``).
+    the graceful stop, a second aborts); a child that gets the signal twice at once, from here
+    and from a terminal or a process manager signalling the whole group, counts it once
+    (``cluster_watch.REPEAT_S``); if this process dies outright, the kernel sends them SIGTERM
+    (``PR_SET_PDEATHSIG``).
     """
     ports = [free_port() for _ in range(opts.processes)]
     run_id = uuid.uuid4().hex
@@ -249,12 +250,11 @@ def _wait_all(children: Sequence[multiprocessing.process.BaseProcess],
     return next((c for c in children if c.exitcode not in expected), None)
 
 
-def _own_group() -> None:
-    """In a child of ``--processes``: a process group of its own (the terminal's Ctrl-C goes to the
-    parent, which passes it on once), and SIGTERM when the parent dies (Linux's ``prctl``)."""
+def _follow_parent() -> None:
+    """In a child of ``--processes``: SIGTERM when the parent dies (Linux's ``prctl``). It stays in
+    the parent's process group, so that signalling the group reaches every process of the run."""
     for s in GRACEFUL:  # not the parent's handler, inherited by the fork, until the flow sets its own
         signal.signal(s, signal.SIG_DFL)
-    os.setpgid(0, 0)
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM, 0, 0, 0)
@@ -268,7 +268,7 @@ PR_SET_PDEATHSIG = 1
 
 
 def _process_main(opts: RunOptions, start: Start) -> None:
-    _own_group()
+    _follow_parent()
     log_setup.configure(opts.log_format, opts.process_id)
     try:
         run(opts, start)

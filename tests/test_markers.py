@@ -20,7 +20,7 @@ def test_a_service_fixture_marks_its_test(request, redis_client, kafka_brokers):
 
 
 def test_an_unmarked_test_cannot_start_a_service(tmp_path):
-    for command in ("redis-server", "chromium"):
+    for command in ("redis-server", "chromium", "ip"):
         refused = subprocess.run([shutil.which(command) or command], capture_output=True, text=True)
         assert refused.returncode == 97 and "not marked" in refused.stderr, command
     with pytest.raises(RuntimeError, match="did not start"):
