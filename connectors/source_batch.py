@@ -69,8 +69,9 @@ FAILED: list[InputChanged] = []
 class SourceBatch:
     """Raw records ``[start, end)`` of one source partition.
 
-    ``epoch`` is filled in by the flow's epoch-stamping step right after the input
-    (see ``operators.parse.stamp_epoch``); sources leave it at 0. ``read_at`` (Unix
+    ``epoch`` and ``worker`` (the Bytewax worker that read it) are filled in by the flow's
+    epoch-stamping step right after the input (see ``operators.parse.stamp_epoch``); sources
+    leave them at 0. ``read_at`` (Unix
     seconds) is when the records were read: snapshots report how far behind it
     each song partition was. ``refused`` are records the source could not read at all, as
     ``(offset, detail, raw)``: a JSON Lines line over ``--max-line-bytes``, which the parser
@@ -78,7 +79,8 @@ class SourceBatch:
     :meth:`offsets`.
     """
 
-    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "read_at", "quiet_s", "refused")
+    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "worker", "read_at", "quiet_s",
+                 "refused")
 
     def __init__(
         self,
@@ -94,6 +96,7 @@ class SourceBatch:
         self.records = records
         self.record_offsets = record_offsets
         self.epoch = 0
+        self.worker = 0  # the Bytewax worker that read it (stamped with the epoch)
         self.read_at = time.time()
         self.quiet_s = 0.0  # how long the partition has had no records (set by BarrierPartition; 0 with records)
         self.refused: Sequence[tuple[int, str, bytes]] = ()
