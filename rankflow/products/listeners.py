@@ -36,7 +36,7 @@ class Listeners(Product):
         USER_SHARDS,
         Option(("--shard-by",), "shard_by", choices=("partition", "user"),
                help="key the user shards by input partition, on the worker that read it (no event crosses to "
-                    "another process; the topic must be keyed by user), or by user (crc32(user_id) %% "
+                    "another process; the topic must be keyed by user), or by user (crc32(user_id) modulo "
                     "--user-shards, as before); the sweeper (--idle-timeout-ms) always keys by user "
                     "(default: %(default)s)"),
         Option(("--hot-threshold",), "hot_threshold", type=float, metavar="N",
