@@ -69,8 +69,9 @@ FAILED: list[InputChanged] = []
 class SourceBatch:
     """Raw records ``[start, end)`` of one source partition.
 
-    ``epoch`` is filled in by the flow's epoch-stamping step right after the input
-    (see ``operators.parse.stamp_epoch``); sources leave it at 0. ``read_at`` (Unix
+    ``epoch`` and ``worker`` (the Bytewax worker that read it) are filled in by the flow's
+    epoch-stamping step right after the input (see ``operators.parse.stamp_epoch``); sources
+    leave them at 0. ``read_at`` (Unix
     seconds) is when the records were read: snapshots report how far behind it
     each song partition was. ``refused`` are records the source could not read at all, as
     ``(offset, detail, raw)``: a JSON Lines line over ``--max-line-bytes``, which the parser
@@ -78,7 +79,8 @@ class SourceBatch:
     :meth:`offsets`.
     """
 
-    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "read_at", "quiet_s", "refused")
+    __slots__ = ("partition", "start", "end", "records", "record_offsets", "epoch", "worker", "read_at", "quiet_s",
+                 "refused")
 
     def __init__(
         self,
@@ -94,6 +96,7 @@ class SourceBatch:
         self.records = records
         self.record_offsets = record_offsets
         self.epoch = 0
+        self.worker = 0  # the Bytewax worker that read it (stamped with the epoch)
         self.read_at = time.time()
         self.quiet_s = 0.0  # how long the partition has had no records (set by BarrierPartition; 0 with records)
         self.refused: Sequence[tuple[int, str, bytes]] = ()
@@ -111,6 +114,25 @@ class SourceBatch:
         )
 
 
+BUSY_PAUSE = timedelta(milliseconds=1)
+"""After a batch with records, a partition of a run with several workers reads again no sooner."""
+
+
+def pause_when_busy(workers: int) -> None:
+    """With several workers (``workers``: in all processes), make every partition wait
+    :data:`BUSY_PAUSE` after a batch with records before it reads again; with one, read at once.
+
+    Why: Bytewax 0.21's input reads nothing more until every earlier epoch has left the
+    dataflow (backpressure), and while it waits it asks to be woken again at the partitions'
+    ``next_awake``: None means at once (``src/inputs.rs``), so the worker steps without
+    pause, a full core, for as long as it waits. With one worker the wait is its own work
+    downstream, done in the same steps; with several it waits for the others (another
+    process, its exchange, the merger), and the loop is CPU per event that buys nothing. A
+    wake-up a millisecond later lets the worker park (``step_or_park``) in between. The
+    pause does not delay a read beyond it: a batch takes longer than that downstream."""
+    BarrierPartition.busy_pause = BUSY_PAUSE if workers > 1 else None
+
+
 class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
     """A source partition that keeps the barrier rule for its subclass.
 
@@ -120,6 +142,9 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
     """
 
     idle_poll = IDLE_POLL
+    busy_pause: timedelta | None = None
+    """How long to wait before the next read after a batch with records, None: at once
+    (:func:`pause_when_busy` sets it for the whole process)."""
 
     def __init__(self) -> None:
         self._epoch_open = True  # the first call of an execution opens an epoch
@@ -179,7 +204,8 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
         # When idle, poll gently; a new epoch still gets its tick within IDLE_POLL.
         if self._idle:
             return datetime.now(UTC) + self.idle_poll
-        return None
+        pause = self.busy_pause
+        return None if pause is None else datetime.now(UTC) + pause
 
     def snapshot(self) -> S:
         self._epoch_open = True

@@ -6,8 +6,9 @@ step                 keyed by          what it does
 input                (source part.)    one ``SourceBatch`` per batch of raw records
 stamp_epoch                            the batch learns its epoch: its barrier
 parse                                  validates each record once (docs/semantics/listeners.md 1)
-user_events          ``user_id``       a batch's events, one item per user shard
-                     (shard or user)   (or per user with ``user_shards=0``)
+user_events          source part.      a batch's events as one item, on the worker that
+                     (or shard, user)  read it (``shard_workers``); or one item per user
+                                       shard (or per user with ``user_shards=0``)
 users                ``user_id``       the counting rules (docs/semantics/listeners.md 3): song
                      (shard or user)   changes, and conflicts for the dead letters
 net_song_deltas                        sums changes per song, routes them to song
@@ -58,7 +59,7 @@ from bytewax.outputs import Sink
 from rankflow.connectors.source_batch import SourceBatch
 
 from rankflow.operators.engine_types import Tick
-from rankflow.operators.keyed_shards import MarkingShardRouter, ShardItems
+from rankflow.operators.keyed_shards import BY_PARTITION, MarkingShardRouter, PartitionShardRouter, ShardItems
 from rankflow.operators.parse import ParsedBatch, parse_batch, stamp_epoch
 from rankflow.operators.ranking_stage import rank_and_publish
 from rankflow.operators.routing import SongBatch, combine_song_deltas, song_ticks
@@ -83,6 +84,7 @@ def build_flow(
     idle_after_s: float | None = None,
     flow_id: str = "listeners",
     sweeper: SweeperConfig | None = None,
+    shard_workers: int = 0,
 ) -> Dataflow:
     """The listener-count dataflow; see the module docstring for its shape.
 
@@ -97,6 +99,9 @@ def build_flow(
     ``sweeper``: the idle-playback sweeper of docs/semantics/listeners.md 6 in the user shards (needs
     ``user_shards >= 1``): every batch's source mark reaches every shard, and due
     playbacks get a ``TIMEOUT`` written to the input (``operators.user_stage``).
+    ``shard_workers``: N > 0 keys the user stage by input partition instead, on the worker
+    that read it, of N workers in all processes (``operators.keyed_shards``); needs
+    ``user_shards >= 1`` and no sweeper (whose shards learn every partition's marks).
     """
     if song_partitions < 1:
         raise ValueError("song_partitions must be >= 1")
@@ -115,11 +120,16 @@ def build_flow(
 
     if sweeper is not None and user_shards < 1:
         raise ValueError("the sweeper needs user_shards >= 1")
+    if shard_workers and (sweeper is not None or user_shards < 1):
+        raise ValueError("shards by input partition need user_shards >= 1 and no sweeper")
     changelog = user_changelog if recoverable and user_shards else None
     whole = recoverable and not user_shards
     recent = recent_minutes > 0
     shard_events: KeyedStream[ShardItems]
-    if sweeper is None:
+    if shard_workers:
+        shard_events = op.flat_map("user_events", parsed, PartitionShardRouter(shard_workers))
+        logic = UserShardLogic.builder(changelog, BY_PARTITION, whole, recent=recent)
+    elif sweeper is None:
         shard_events = op.flat_map("user_events", parsed, ShardRouter(user_shards))
         logic = UserShardLogic.builder(changelog, user_shards, whole, recent=recent)
     else:

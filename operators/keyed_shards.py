@@ -10,6 +10,14 @@ and board scores) and both key their stage the same way (``--user-shards``):
   events: 12.8 s -> 7.2 s). With recovery a shard's snapshot is a position in its
   changelog (``connectors.changelog``), which holds the records that changed at each
   barrier: Bytewax would otherwise store the whole shard.
+- **by input partition** (:class:`PartitionShardRouter`, the listener flow's default,
+  ``--shard-by partition``): one shard per source partition, whose key
+  (:func:`partition_key`) is chosen to land on the worker that read the partition
+  (``operators.worker_keys``). The topic is keyed by entity, so a shard still holds whole
+  entities, and a batch becomes one item that stays on its worker: with several processes
+  no event is pickled to another one (only the stage's net changes cross). The key
+  depends on the reading worker, so a recovery directory records the number of workers
+  (``rankflow.recovery``).
 - **by entity** (``--user-shards 0``): one key per id, the same logic with a shard of
   one; with recovery Bytewax stores every touched record at every barrier.
 
@@ -25,6 +33,7 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Iterable
+from urllib.parse import quote
 from pathlib import Path
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
@@ -33,6 +42,7 @@ from bytewax.operators import StatefulBatchLogic
 
 from rankflow.connectors.changelog import TAG as CHANGELOG
 from rankflow.connectors.changelog import Position, ShardChangelog
+from rankflow.operators.worker_keys import local_key
 
 if TYPE_CHECKING:
     from rankflow.operators.parse import ParsedBatch
@@ -70,7 +80,7 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
     shape than they hold them.
     """
 
-    __slots__ = ("records", "changelog", "changed", "shards", "epoch", "whole", "_directory")
+    __slots__ = ("records", "changelog", "changed", "shards", "epoch", "whole", "source", "_directory")
 
     merge: Callable[[Any, Any], Any] | None = None
     """How a changelog frame's value folds into a record (``connectors.changelog``); None: it is the record."""
@@ -82,6 +92,7 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
         self.shards = shards
         self.whole = whole
         self.epoch = 0  # of the last items seen
+        self.source = ""  # the source partition of the last items seen (names a partition's shard)
         self.records: dict[str, Any] = {}
         self.changelog: ShardChangelog | None = None
         self.changed: set[str] | None = None if changelog is None else set()
@@ -163,8 +174,9 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
                 return None  # nothing kept so far
             first = next(iter(self.records))
             assert self._directory is not None  # ``changed`` is set only with a changelog directory
-            log = self.changelog = ShardChangelog(self._directory, shard_key(shard_of(first, self.shards)),
-                                                  self.merge)
+            name = partition_shard_name(self.source) if self.shards == BY_PARTITION else \
+                shard_key(shard_of(first, self.shards))
+            log = self.changelog = ShardChangelog(self._directory, name, self.merge)
             log.restore(None)
         position = log.append(self._changes(), lambda: self._flat(self.records), self.epoch)
         self.changed.clear()
@@ -183,6 +195,21 @@ def shard_of(entity_id: str, shards: int) -> int:
 
 def shard_key(shard: int) -> str:
     return f"users-{shard}"
+
+
+BY_PARTITION = -1
+"""The ``shards`` of a stage keyed by input partition (:class:`PartitionShardRouter`)."""
+
+
+def partition_shard_name(partition: str) -> str:
+    """The name of a source partition's shard (its changelog's file names): the partition's
+    name made safe for a file name (a JSON Lines partition is a path)."""
+    return "partition-" + quote(partition, safe="")
+
+
+def partition_key(partition: str, worker: int, workers: int) -> str:
+    """The key of a source partition's shard read by ``worker`` of ``workers``: lands on that worker."""
+    return local_key(f"users@{partition}", worker, workers)
 
 
 class ShardRouter:
@@ -247,3 +274,24 @@ class MarkingShardRouter(ShardRouter):
             groups[crc32(ev[f].encode()) % n].append(ev)
         partition, epoch, mark = batch.partition, batch.epoch, batch.source_mark(self.quiet_after_s)
         return [(key, (partition, epoch, group, mark)) for key, group in zip(keys, groups)]
+
+
+class PartitionShardRouter:
+    """``flat_map`` mapper: a parsed batch -> one ``(partition, epoch, items)``, keyed by its source
+    partition on the worker that read it (:func:`partition_key`): nothing is done per event, and
+    the item never leaves its worker. Needs an input whose partitions hold whole entities (the
+    topic keyed by entity, as docs/semantics/listeners.md 3 requires)."""
+
+    __slots__ = ("workers",)
+
+    def __init__(self, workers: int) -> None:
+        """``workers``: in all processes (a key's worker is its hash modulo that)."""
+        if workers < 1:
+            raise ValueError("workers must be >= 1")
+        self.workers = workers
+
+    def __call__(self, batch: ParsedBatch) -> Sequence[tuple[str, ShardItems]]:
+        if not batch.events:
+            return ()
+        return ((partition_key(batch.partition, batch.worker, self.workers),
+                 (batch.partition, batch.epoch, batch.events)),)

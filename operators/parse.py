@@ -42,6 +42,7 @@ def stamp_epoch(step_id: str, batch: SourceBatch, epoch: int, worker: int) -> No
     Bytewax that stopped calling inspectors first would fail loudly, not miscount.
     """
     batch.epoch = epoch
+    batch.worker = worker  # where a stage keyed by input partition keeps it (``operators.keyed_shards``)
 
 
 Parser = Callable[[list[bytes], "range | list[int]", str, int], tuple[list[Any], list[tuple[str, DeadLetter]]]]
@@ -53,12 +54,13 @@ flow's validation (``state.events.parse_records`` for playback events,
 class ParsedBatch:
     """A source batch split into valid events and dead letters."""
 
-    __slots__ = ("epoch", "partition", "start", "end", "read_at", "quiet_s", "events", "dead_letters")
+    __slots__ = ("epoch", "worker", "partition", "start", "end", "read_at", "quiet_s", "events", "dead_letters")
 
     def __init__(self, batch: SourceBatch, parse: Parser = parse_records) -> None:
         if not batch.epoch:
             raise RuntimeError(f"{batch!r} reached the parser without its epoch: stamp_epoch must run first")
         self.epoch = batch.epoch
+        self.worker = batch.worker
         self.partition = batch.partition
         self.start = batch.start
         self.end = batch.end

@@ -4,11 +4,14 @@ Contract:
 
 * **Input**: :data:`EventBatch` items, ``(source partition, epoch, events)``, one
   per batch and key, events in arrival order per user (one user's events come
-  from one source partition along one path), keyed one of two ways
-  (``--user-shards``, :class:`ShardRouter`):
+  from one source partition along one path), keyed one of three ways
+  (``--shard-by``, ``--user-shards``):
 
-  - **by user shard** (:class:`UserShardLogic`, the default): the key is
-    ``crc32(user_id) % N`` and the state a dict of that shard's users;
+  - **by input partition** (the default, ``operators.keyed_shards.PartitionShardRouter``):
+    one shard per source partition, on the worker that read it; the state a dict of the
+    partition's users;
+  - **by user shard** (``--shard-by user``, :class:`ShardRouter`, and with the sweeper):
+    the key is ``crc32(user_id) % N`` and the state a dict of that shard's users;
   - **by user** (``--user-shards 0``): one key per ``user_id``.
 
   Why shards, and how their recovery works (changelogs): ``operators.keyed_shards``.
@@ -151,6 +154,7 @@ class UserShardLogic(ShardLogic):
                out: list[Decision], starts: Starts | None = None) -> None:
         """The rules for every event of a batch, in arrival order; the changes summed per counter into ``net``,
         and each accepted start's song appended to its bucket's list in ``starts`` (unless it is None)."""
+        self.source = partition
         users, salts, tally, changed = self.records, self.salts, self.tally, self.changed
         hot, conflicts, get, heartbeat = self.hot.hot, Verdict.CONFLICTS, users.get, Verdict.HEARTBEAT
         in_bucket: list[str] = []  # the list of the last start's bucket: a batch's starts are mostly in one

@@ -151,6 +151,7 @@ class RunOptions:
     recovery_dir: str | None = None
     redis_retry_s: float = 300.0  # how long a snapshot waits for Redis before the run stops (RedisUnavailable)
     user_shards: int = DEFAULT_USER_SHARDS  # 0: one Bytewax key per user
+    shard_by: str = "partition"  # listeners: the user shards' key, by input partition or by user (crc32)
     hot_threshold: float = 20_000.0  # changes/s of one song (per process) that split it; 0 never splits
     hot_salts: int = 4  # partial counters of a split song
     hot_window_s: float = 1.0  # how often the hot-song set is updated
@@ -218,6 +219,11 @@ class RunOptions:
         if dest in RunOptions.__dataclass_fields__:
             return getattr(self, dest)
         return self.extra.get(dest, next(o.default for o in self.product.options if o.dest == dest))
+
+    @property
+    def worker_count(self) -> int:
+        """Bytewax workers in all processes of the run (a key's worker is its hash modulo this)."""
+        return self.workers * (len(self.addresses) if self.addresses else self.processes)
 
     def check(self) -> None:
         """Refuse options a run cannot start with: the shared ones here, the flow's own by its

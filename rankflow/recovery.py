@@ -30,6 +30,7 @@ import orjson
 from bytewax.recovery import RecoveryConfig, init_db_dir
 
 from rankflow.endpoints import input_identity
+from rankflow import products
 from rankflow.errors import UsageError
 from rankflow.resume_point import has_executions
 from rankflow.products.boards import SIGNING_KEY_ENV
@@ -48,6 +49,9 @@ rest. A layout without it is legacy (:func:`_legacy_layout`)."""
 USER_CHANGELOG = "user-changelog"
 WINDOW_CHANGELOG = "window-changelog"
 KEY_FINGERPRINT = "signing_key_fingerprint"
+WORKERS_IN_ALL = "workers_in_all"
+"""Recorded when shards are keyed by input partition: their keys depend on the worker that
+reads each partition (``operators.keyed_shards.partition_key``), so a resume needs as many."""
 FINGERPRINT_LABEL = b"rankflow recovery directory: signing key fingerprint v1"
 """What a fingerprint signs: no result's signed bytes (``LEN:ID|...``) look like it."""
 
@@ -224,11 +228,18 @@ def _refuse_other(path: Path, stored: StoredLayout, wanted: dict[str, Any]) -> N
         raise UsageError(f"{path} holds state of a run writing dead letters to {had['dead_letter']}, but this "
                          f"run writes them to {wanted['dead_letter']}: resume with --dead-letter "
                          f"{had['dead_letter']}, or start over in an empty --recovery-dir")
-    layout = {k: v for k, v in had.items() if k not in ("input", "dead_letter", KEY_FINGERPRINT)}
+    layout = {k: v for k, v in had.items() if k not in ("input", "dead_letter", KEY_FINGERPRINT, WORKERS_IN_ALL)}
+    if had.get("flow") == wanted["flow"]:  # what it was made with before a field was recorded
+        layout.update({k: v for k, v in products.get(wanted["flow"]).layout_before().items()
+                       if k in wanted and k not in layout})
     if layout != {k: wanted.get(k) for k in layout}:  # another flow's layout has other fields
         options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in layout.items())
         raise UsageError(f"{path} holds state of a run with {options}: resume with the same options, "
                          "or start over in an empty --recovery-dir")
+    if had.get(WORKERS_IN_ALL) != wanted.get(WORKERS_IN_ALL):
+        raise UsageError(f"{path} holds user shards keyed by input partition on {had.get(WORKERS_IN_ALL)} workers "
+                         f"in all processes, but this run has {wanted.get(WORKERS_IN_ALL)}: resume with as many "
+                         "(--processes or --addresses, times --workers), or start over in an empty --recovery-dir")
     if KEY_FINGERPRINT in wanted:
         _refuse_other_key(path, stored, wanted[KEY_FINGERPRINT])
 

@@ -38,6 +38,7 @@ from rankflow.connectors.redis_keys import connect
 from rankflow.connectors.redis_owner import record_owner
 from rankflow.connectors.redis_read import read_latest
 from rankflow.connectors.redis_contact import NotRedis, first_contact
+from rankflow.connectors.source_batch import pause_when_busy
 from rankflow.endpoints import check_endpoints, dead_letter_place, make_dead_letter_sink, make_source
 from rankflow.execution import GRACEFUL, execute, record_stop, stop_signal, tune_gc
 from rankflow.operators.metrics import METRICS
@@ -138,6 +139,7 @@ def run(opts: RunOptions, start: Start | None = None) -> dict[str, Any] | None:
     if opts.process_id in (None, 0):  # one line per run, not per process
         warn_unchecked(opts)
     tune_gc()
+    pause_when_busy(opts.worker_count)
     if start is None:
         start = Start.of(opts)
     fresh = start.fresh

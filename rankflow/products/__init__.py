@@ -143,6 +143,11 @@ class Product:
         return RedisSnapshotSink(opts.redis_url, opts.redis_namespace, token, generation, live, state=state,
                                  retry_for_s=opts.redis_retry_s, floor=floor)
 
+    def layout_before(self) -> dict[str, Any]:
+        """What a recovery directory made before a field of :meth:`layout` was recorded had for it:
+        a resume whose layout differs from that is refused like any other change."""
+        return {}
+
     @staticmethod
     def engine(opts: RunOptions, token: int) -> dict[str, Any]:
         """What every flow builder takes alike: its K, its run token, whether it is recoverable."""

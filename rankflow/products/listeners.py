@@ -34,6 +34,11 @@ class Listeners(Product):
     serves = "songs ranked by current listeners"
     options = (
         USER_SHARDS,
+        Option(("--shard-by",), "shard_by", choices=("partition", "user"),
+               help="key the user shards by input partition, on the worker that read it (no event crosses to "
+                    "another process; the topic must be keyed by user), or by user (crc32(user_id) modulo "
+                    "--user-shards, as before); the sweeper (--idle-timeout-ms) always keys by user "
+                    "(default: %(default)s)"),
         Option(("--hot-threshold",), "hot_threshold", type=float, metavar="N",
                help="split a song whose changes pass N per second (per process) into partial counters; "
                     "0 never splits (default: %(default)s)"),
@@ -63,7 +68,16 @@ class Listeners(Product):
             raise UsageError("--hot-threshold must be >= 0")
 
     def layout(self, opts: RunOptions) -> dict[str, Any]:
-        return {"recent_minutes": opts.recent_minutes}  # the song partitions' window state is made for its length
+        layout: dict[str, Any] = {"recent_minutes": opts.recent_minutes}  # the window state is made for its length
+        workers = shard_workers(opts)
+        if opts.user_shards:  # shards by partition live under keys that depend on the reading worker
+            layout["shard_by"] = "partition" if workers else "user"
+        if workers:
+            layout["workers_in_all"] = workers
+        return layout
+
+    def layout_before(self) -> dict[str, Any]:
+        return {"shard_by": "user"}  # every run before --shard-by keyed its shards by user
 
     def build_flow(self, opts: RunOptions, token: int, generation: int, live: bool, source: Source,
                    dead_letter: Sink, fresh: bool, republish: bool, floor: dict[str, int] | None = None) -> Dataflow:
@@ -83,6 +97,7 @@ class Listeners(Product):
             recent_minutes=opts.recent_minutes,
             idle_after_s=None if opts.until_eof else opts.idle_timeout_s,
             sweeper=sweeper_config(opts),
+            shard_workers=shard_workers(opts),
             **self.engine(opts, token),
         )
 
@@ -103,6 +118,14 @@ class Listeners(Product):
 
         return f"{quantity(final['total_listeners'])} listeners on {quantity(final['active_songs'])} songs, "
 
+
+
+def shard_workers(opts: RunOptions) -> int:
+    """The workers of all processes when the user shards are keyed by input partition (``--shard-by
+    partition`` with shards and no sweeper), else 0 (``flows.listeners.build_flow``)."""
+    if opts.shard_by != "partition" or not opts.user_shards or opts.idle_timeout_ms:
+        return 0
+    return opts.worker_count
 
 
 def sweeper_config(opts: RunOptions) -> SweeperConfig | None:

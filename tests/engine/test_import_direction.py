@@ -19,7 +19,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 ENGINE, PARSE, KEYED, ROUTING, COUNTERS, MERGER, PUBLISH = range(7)
 STAGES = {
-    "engine_types": ENGINE, "metrics": ENGINE, "catch_up": ENGINE,
+    "engine_types": ENGINE, "metrics": ENGINE, "catch_up": ENGINE, "worker_keys": ENGINE,
     "parse": PARSE,
     "keyed_shards": KEYED, "song_keys": KEYED, "user_stage": KEYED, "player_stage": KEYED,
     "routing": ROUTING,

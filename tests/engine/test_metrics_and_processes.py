@@ -196,14 +196,16 @@ def test_two_processes_give_the_results_of_one(flow, tmp_path):
         assert one[field] == two[field]
 
 
-def test_two_processes_resume_from_their_recovery_directory(flow, tmp_path):
-    """User shards on either process keep their changelogs in the one recovery directory."""
+@pytest.mark.parametrize("by,changelogs", [("partition", 1), ("user", 16)])
+def test_two_processes_resume_from_their_recovery_directory(flow, tmp_path, by, changelogs):
+    """User shards on either process keep their changelogs in the one recovery directory (one per
+    input partition, or one per shard of users)."""
     log = tmp_path / "events.jsonl"
     generate(users=1_000, songs=100, events=20_000, seed=17, out=log)
     lines = read_lines(str(log))
     half = flow.write_log(lines[:9_000], name="half.jsonl")
     common = dict(processes=2, workers=1, recovery_dir=str(tmp_path / "recovery"),
-                  dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}")
+                  dead_letter=f"jsonl:{tmp_path / 'dead.jsonl'}", shard_by=by)
     first = flow.run(half, **common)
     flow.write_log(lines, name="half.jsonl")  # the rest arrives
     final = flow.run(half, namespace=first["namespace"], **common)["final"]
@@ -211,7 +213,7 @@ def test_two_processes_resume_from_their_recovery_directory(flow, tmp_path):
     assert ranking(final) == model.ranking(100)
     assert final["total_listeners"] == final["counted_users"] == model.counted_users
     assert final["positions"] == {half: len(lines)}
-    assert len(list((tmp_path / "recovery" / "user-changelog").glob("*.log"))) == 16
+    assert len(list((tmp_path / "recovery" / "user-changelog").glob("*.log"))) == changelogs
 
 
 def _create_store(opts, ready, results) -> None:

@@ -28,11 +28,12 @@ def model(generated_log: str) -> Model:
     return m
 
 
-@pytest.mark.parametrize("workers,partitions,shards", [
-    (1, 1, 0), (1, 4, 64), (1, 16, 1), (2, 1, 64), (2, 4, 0), (2, 16, 7)])
+@pytest.mark.parametrize("workers,partitions,shards,by", [
+    (1, 1, 0, "partition"), (1, 4, 64, "user"), (1, 16, 1, "partition"), (2, 1, 64, "user"), (2, 4, 0, "partition"),
+    (2, 16, 7, "user"), (3, 4, 16, "partition")])
 def test_workers_partitions_and_shards_do_not_change_results(flow, generated_log, model, workers, partitions,
-                                                               shards):
-    out = flow.run(generated_log, workers=workers, song_partitions=partitions, user_shards=shards)
+                                                               shards, by):
+    out = flow.run(generated_log, workers=workers, song_partitions=partitions, user_shards=shards, shard_by=by)
     final = out["final"]
     assert ranking(final) == model.ranking(100)
     assert recent(final) == model.recent_ranking(5, 100), "recent plays too (their starts cross workers)"
@@ -46,8 +47,9 @@ def test_workers_partitions_and_shards_do_not_change_results(flow, generated_log
     assert {d["position"]["partition"] for d in letters} == {generated_log}
 
 
-@pytest.mark.parametrize("shards,timeouts", [(0, 0.0), (64, 0.0), (64, 0.02)])
-def test_invariant_holds_in_every_snapshot_of_a_run_with_many_switches(flow, tmp_path, shards, timeouts):
+@pytest.mark.parametrize("shards,timeouts,by", [(0, 0.0, "partition"), (64, 0.0, "user"), (64, 0.02, "user"),
+                                                (16, 0.02, "partition")])
+def test_invariant_holds_in_every_snapshot_of_a_run_with_many_switches(flow, tmp_path, shards, timeouts, by):
     """... and with the sweeper's timers (docs/semantics/listeners.md 6) removing idle listeners."""
     path = tmp_path / "switches.jsonl"
     generate(users=300, songs=40, events=20_000, seed=11, out=path,
@@ -55,7 +57,7 @@ def test_invariant_holds_in_every_snapshot_of_a_run_with_many_switches(flow, tmp
                          timeout=timeouts, idle_ms=2_000))
     lines = read_lines(str(path))
     out = flow.run(str(path), workers=2, song_partitions=4, k_max=20, barrier_ms=2, read_chunk_bytes=4096,
-                   user_shards=shards)
+                   user_shards=shards, shard_by=by)
     history = out["history"]
     assert len(history) >= 20, "the run should publish many snapshots"
     model, applied = Model(), 0

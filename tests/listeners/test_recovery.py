@@ -41,8 +41,8 @@ def progress(client: redis.Redis, namespace: str) -> int:
 
 @pytest.mark.parametrize("shards,compact_bytes,timeouts", [
     ("0", None, 0.0),  # one key per user: Bytewax stores every touched user
-    ("8", None, 0.01),  # user shards with changelogs (heartbeats write last_active to them), the sweeper's timers
-    ("8", "20000", 0.0),  # ... compacting into new generations all the time
+    ("8", None, 0.01),  # 8 shards of users (the sweeper keys by user) with changelogs (heartbeats write last_active to them), the sweeper's timers
+    ("8", "20000", 0.0),  # ... keyed by input partition (3 shards), compacting into new generations all the time
 ])
 def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, redis_url, redis_client, namespace,
                                               shards, compact_bytes, timeouts, monkeypatch):
@@ -86,7 +86,8 @@ def test_kill_9_at_random_moments_then_resume(tmp_path, kafka_brokers, topic, re
         logs = list((tmp_path / "recovery" / "user-changelog").glob("*.log"))
         assert max(int(p.name.rsplit(".g", 1)[1][:-4]) for p in logs) > 2, "changelogs moved to new generations"
         per_shard = Counter(p.name.rsplit(".g", 1)[0] for p in logs)
-        assert len(per_shard) == 8 and max(per_shard.values()) <= 2, "replaced generations are removed"
+        assert len(per_shard) == 3 and max(per_shard.values()) <= 2, "replaced generations are removed"
+        assert all(name.startswith("partition-") for name in per_shard), "one shard per input partition (--shard-by)"
 
     history = read_history(redis_client, namespace)
     assert len({s["run"] for s in history}) >= 3, "snapshots of several executions"
@@ -141,6 +142,39 @@ def test_a_directory_from_before_the_format_marker_still_resumes(flow, tmp_path)
     again = flow.run(path, recovery_dir=recovery, dead_letter=dead, user_shards=4, namespace=first["namespace"])
     assert ranking(again["final"]) == [("song_b", 2), ("song_a", 1)], "resumed: the first two lines not twice"
     assert _layout(recovery) == current, "recorded in the current format from now on"
+
+
+def test_a_directory_keyed_by_user_before_shard_by_is_refused_then_resumes_with_it(flow, tmp_path):
+    """Issue 40: the user shards' keys changed meaning (by input partition, on the worker that read it).
+    A directory made before ``--shard-by`` holds shards keyed by user: a resume with the new default
+    would find none of them and count every user again, so it is refused with the option that
+    resumes it, and with that option it resumes exactly."""
+    lines = [ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1)]
+    path = flow.write_log(lines)
+    recovery, dead = str(tmp_path / "recovery"), f"jsonl:{tmp_path / 'dead.jsonl'}"
+    first = flow.run(path, recovery_dir=recovery, dead_letter=dead, shard_by="user")
+    before = {k: v for k, v in _layout(recovery).items() if k not in ("shard_by", "workers_in_all")}
+    (Path(recovery) / LAYOUT_FILE).write_bytes(orjson.dumps(before))  # what rankflow wrote before issue 40
+    with pytest.raises(UsageError, match="--shard-by user: resume with the same options"):
+        flow.run(path, recovery_dir=recovery, dead_letter=dead)
+    flow.write_log([*lines, ev("u3", "p3", "song_b", "START", 1), ev("u1", "p1", "song_a", "STOP", 1)])
+    again = flow.run(path, recovery_dir=recovery, dead_letter=dead, shard_by="user", namespace=first["namespace"])
+    assert ranking(again["final"]) == [("song_b", 2)], "resumed: the first two lines not twice"
+
+
+def test_shards_by_partition_resume_only_on_as_many_workers(flow, tmp_path):
+    """Their keys depend on the worker that reads each partition: another worker count is one clear line."""
+    lines = [ev("u1", "p1", "song_a", "START", 1), ev("u2", "p2", "song_b", "START", 1)]
+    path = flow.write_log(lines)
+    recovery, dead = str(tmp_path / "recovery"), f"jsonl:{tmp_path / 'dead.jsonl'}"
+    first = flow.run(path, recovery_dir=recovery, dead_letter=dead, workers=2)
+    assert _layout(recovery)["shard_by"] == "partition" and _layout(recovery)["workers_in_all"] == 2
+    with pytest.raises(UsageError, match="keyed by input partition on 2 workers in all processes, but this run "
+                                         "has 1: resume with as many"):
+        flow.run(path, recovery_dir=recovery, dead_letter=dead)
+    flow.write_log([*lines, ev("u3", "p3", "song_b", "START", 1), ev("u1", "p1", "song_a", "STOP", 1)])
+    again = flow.run(path, recovery_dir=recovery, dead_letter=dead, workers=2, namespace=first["namespace"])
+    assert ranking(again["final"]) == [("song_b", 2)]
 
 
 def test_a_directory_of_another_layout_format_is_refused(flow, tmp_path):
