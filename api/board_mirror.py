@@ -492,13 +492,14 @@ class BoardMirror(Polling):
         return {**stamp(copy.snapshot_id, copy.published_at), "game_id": game, "board": name,
                 "total_players": len(index), "percentile": share / 100, "score": score}
 
-    def ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+    def ranks(self, game: str, board: str, players: list[str], *, ties: str | None = None) -> dict[str, Any]:
         players = check_players(players)
+        check_ties(ties)
         if self._missing is not None:
-            self._unpublished(board, lambda: self._ranks(game, board, players))
-        return self._ranks(game, board, players)
+            self._unpublished(board, lambda: self._ranks(game, board, players, ties))
+        return self._ranks(game, board, players, ties)
 
-    def _ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+    def _ranks(self, game: str, board: str, players: list[str], ties: str | None) -> dict[str, Any]:
         copy, name, index = self._board(game, board)
         rows, absent = [], []
         for player in players:
@@ -507,7 +508,9 @@ class BoardMirror(Polling):
                 absent.append(player)
                 continue
             score = entry_fields(key)[1]
-            rows.append((player, score, index.below(key) + 1, index.better_than(score) + 1))
+            rank, competition = index.below(key) + 1, index.better_than(score) + 1
+            shown = styled_rank(ties, rank, competition, distinct_above(index, score) if ties == "dense" else 0)
+            rows.append((player, score, rank, competition, shown))
         return scoped_ranks(stamp(copy.snapshot_id, copy.published_at), game, name, len(index), rows, absent)
 
     def boards(self) -> dict[str, Any]:
@@ -597,10 +600,10 @@ class MirroredBoards:
             return self.mirror.score_for_percentile(game, board, p, **asked)
         return await self.reader.score_for_percentile(game, board, p, **asked)
 
-    async def ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+    async def ranks(self, game: str, board: str, players: list[str], **asked: Any) -> dict[str, Any]:
         if self.mirror.ready:
-            return self.mirror.ranks(game, board, players)
-        return await self.reader.ranks(game, board, players)
+            return self.mirror.ranks(game, board, players, **asked)
+        return await self.reader.ranks(game, board, players, **asked)
 
     async def boards(self) -> dict[str, Any]:
         return self.mirror.boards() if self.mirror.ready else await self.reader.boards()

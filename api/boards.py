@@ -255,7 +255,8 @@ def players_of(body: bytes) -> Any:
                                                          "on it and among themselves; the others apart"),
                         **RANKS_WHY},
              openapi_extra=schemas_boards.ranks_body(MAX_PLAYERS))
-async def ranks(request: Request, game: str = game_path(), board: str = board_path()) -> Response:
+async def ranks(request: Request, game: str = game_path(), board: str = board_path(),
+                ties: str | None = ties_query()) -> Response:
     body = await read_body(request, MAX_RANKS_BODY)
     if body is None:
         return error_response(413, f"the body is longer than {MAX_RANKS_BODY} bytes")
@@ -263,7 +264,7 @@ async def ranks(request: Request, game: str = game_path(), board: str = board_pa
         players = players_of(body)
     except ValueError as exc:
         return error_response(400, str(exc))
-    return await answer(request, lambda reader: reader.ranks(game, board, players))
+    return await answer(request, lambda reader: reader.ranks(game, board, players, ties=ties))
 
 
 # -- answers ready before the request (api.prepared): the server's protocol writes them ------

@@ -281,8 +281,8 @@ class RanksQuery(BoardQuery):
     """A scoped ranks query: :class:`BoardQuery`'s call with each player and its CRC-32 after
     the fixed arguments (``scripts.READ_BOARD``'s ``ranks``)."""
 
-    def __init__(self, guesses: Guesses, game: str, board: str, players: list[str]) -> None:
-        super().__init__(guesses, game, board, "ranks", 0)
+    def __init__(self, guesses: Guesses, game: str, board: str, players: list[str], ties: str | None = None) -> None:
+        super().__init__(guesses, game, board, "ranks", 0, ties=ties)
         self.players = players
         self._more = [x for player in players for x in (player, player_hash(player))]
 
@@ -403,30 +403,32 @@ def score_query(guesses: Guesses, game: str, board: str, percent: str, ties: str
     return BoardQuery(guesses, game, board, "at", share, ties=ties), lambda r: score_answer(game, r, share)
 
 
-def ranks_answer(game: str, players: list[str], reply: Reply) -> dict[str, Any]:
-    """The script's ``ranks`` reply as :func:`scoped_ranks` gives it."""
+def ranks_answer(game: str, players: list[str], reply: Reply, ties: str | None = None) -> dict[str, Any]:
+    """The script's ``ranks`` reply as :func:`scoped_ranks` gives it (``ties``: 5.3's style of ``rank``)."""
     rows, absent = [], []
     for player, found in zip(players, reply.answer):
         if found:
-            score, rank, better = found
-            rows.append((player, -int(float(score)), int(rank) + 1, int(better) + 1))
+            score, rank, better, *dense = found
+            rank, competition = int(rank) + 1, int(better) + 1
+            shown = styled_rank(ties, rank, competition, int(dense[0]) if dense else 0)
+            rows.append((player, -int(float(score)), rank, competition, shown))
         else:
             absent.append(player)
     return scoped_ranks(stamp(reply.snapshot_id, reply.published_at), game, reply.board, reply.players, rows, absent)
 
 
 def scoped_ranks(stamped: dict[str, Any], game: str, board: str, players: int,
-                 rows: list[tuple[str, int, int, int]], absent: list[str]) -> dict[str, Any]:
+                 rows: list[tuple[str, int, int, int, int]], absent: list[str]) -> dict[str, Any]:
     """``POST /boards/{game}/{board}/ranks``'s answer (docs/semantics/boards.md 5.4), from Redis or the
-    mirror alike: ``rows`` the ``(player, score, rank, competition rank)`` of the players on the board
-    (any order), ``absent`` the others in the order asked; items in board order, ``rank_in_set``
-    their place among the players asked for.
+    mirror alike: ``rows`` the ``(player, score, rank, competition rank, rank shown)`` of the players on the
+    board (any order; the rank shown is the tie style's, 5.3), ``absent`` the others in the order asked; items
+    in board order, ``rank_in_set`` their place among the players asked for.
 
-    >>> scoped_ranks({"snapshot_id": 9}, "g1", "all", 5, [("eve", 0, 5, 5), ("bo", 50, 2, 1)], ["zed"])["items"]
+    >>> scoped_ranks({"snapshot_id": 9}, "g1", "all", 5, [("eve", 0, 5, 5, 5), ("bo", 50, 2, 1, 2)], ["zed"])["items"]
     [{'rank': 2, 'competition_rank': 1, 'rank_in_set': 1, 'player_id': 'bo', 'score': 50}, {'rank': 5, 'competition_rank': 5, 'rank_in_set': 2, 'player_id': 'eve', 'score': 0}]
     """
-    items = [{"rank": rank, "competition_rank": competition, "rank_in_set": i, "player_id": player, "score": score}
-             for i, (player, score, rank, competition) in enumerate(sorted(rows, key=lambda row: row[2]), start=1)]
+    items = [{"rank": shown, "competition_rank": competition, "rank_in_set": i, "player_id": player, "score": score}
+             for i, (player, score, _, competition, shown) in enumerate(sorted(rows, key=lambda row: row[2]), start=1)]
     return {**stamped, "game_id": game, "board": board, "total_players": players, "items": items, "absent": absent}
 
 
@@ -460,10 +462,11 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
         query, answer = score_query(self.hint, game, board, p, ties)
         return answer(self._query(query))
 
-    def ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+    def ranks(self, game: str, board: str, players: list[str], *, ties: str | None = None) -> dict[str, Any]:
         """The ranks of ``players`` on a board, among all and among themselves (:func:`scoped_ranks`)."""
         players = check_players(players)
-        return ranks_answer(game, players, self._query(RanksQuery(self.hint, game, board, players)))
+        check_ties(ties)
+        return ranks_answer(game, players, self._query(RanksQuery(self.hint, game, board, players, ties)), ties)
 
     def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot: :meth:`AsyncBoardReader.boards`."""
@@ -532,9 +535,11 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
         query, answer = score_query(self.hint, game, board, p, ties)
         return answer(await self._query(query))
 
-    async def ranks(self, game: str, board: str, players: list[str]) -> dict[str, Any]:
+    async def ranks(self, game: str, board: str, players: list[str], *, ties: str | None = None) -> dict[str, Any]:
         players = check_players(players)
-        return ranks_answer(game, players, await self._query(RanksQuery(self.hint, game, board, players)))
+        check_ties(ties)
+        return ranks_answer(game, players, await self._query(RanksQuery(self.hint, game, board, players, ties)),
+                            ties)
 
     async def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot (one ``MULTI``: the publish

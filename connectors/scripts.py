@@ -425,7 +425,8 @@ names another board now), or ``{'board', snapshot id, published_at, players, ans
 first n ``member, score`` pairs; for ``player`` ``{score, rank - 1, players with a better
 score}`` or false; for ``around`` ``{first rank - 1, the first item's players with a
 better score, member, score ...}`` or false; for ``ranks`` (the players after the fixed ``ARGV``) a
-``{score, rank - 1, players with a better score}`` or false per player, in the order asked.
+``{score, rank - 1, players with a better score}`` (with ties ``dense`` also the distinct better scores)
+or false per player, in the order asked.
 
 Pages, tie styles and percentiles (``connectors.board_pages``, ``lua/board_pages.lua``): ``ARGV``
 ties ``dense`` appends to a player's and an around's answer the distinct scores better than

@@ -79,7 +79,7 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
     add_option(page, ("-n", "--limit"), "--n", type=int, default=10, metavar="N",
                help="entries per page, 1..1000 (default %(default)s)")
     score.add_argument("--percentile", required=True, metavar="P", help="the percentile, 0..100, two decimals at most")
-    for p in (top, player, around, page, score):
+    for p in (top, player, around, page, score, ranks):
         p.add_argument("--ties", metavar="S", help=f"the style of every rank: {', '.join(TIES)} (1234, 1224, 1223); "
                                                    "without it, ordinal ranks and the competition rank beside them")
     for p in (player, around, page):
@@ -99,7 +99,7 @@ def cmd_boards(args: argparse.Namespace) -> int:
     players: list[str] = []
     try:
         check_board(args.board)
-        check_ties(getattr(args, "ties", None))  # ranks takes no tie style (yet)
+        check_ties(args.ties)
         if args.query in ("top", "page"):
             check_n(args.limit)
         if args.query == "top":
@@ -125,7 +125,7 @@ def cmd_boards(args: argparse.Namespace) -> int:
         if args.query == "score-for-percentile":
             return reader.score_for_percentile(args.game, args.board, args.percentile, ties=args.ties)
         if args.query == "ranks":
-            return reader.ranks(args.game, args.board, players)
+            return reader.ranks(args.game, args.board, players, ties=args.ties)
         return reader.around(args.game, args.board, args.player, args.radius, ties=args.ties)
 
     return answer_query(args.redis, args.redis_read, ask, BoardQueryError, args.json, orjson.dumps, print_answer)

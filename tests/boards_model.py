@@ -258,12 +258,14 @@ def score_for_percentile(entries: list[tuple[str, int, int]], ties: str | None,
               if fractions.Fraction(100 * (total - rank), total) >= percent]
     return min(inside) if inside else None
 
-def scoped(entries: list[tuple[str, int, int]], players: list[str]) -> tuple[list[tuple[str, int, int, int, int]],
-                                                                          list[str]]:
+def scoped(entries: list[tuple[str, int, int]], players: list[str],
+           ties: str | None = None) -> tuple[list[tuple[str, int, int, int, int]], list[str]]:
     """Section 5.4's ranks of a set of players: ``(player_id, score, rank, competition_rank, rank_in_set)``
     of those on the board, read down the board, and the others in the order first asked."""
     asked = set(players)
-    on = [row for row in rank_and_competition(entries) if row[0] in asked]
+    styles = tie_ranks(entries, ties)  # ``rank`` in the tie style (section 5.3)
+    on = [(player, score, styles[rank - 1], competition)
+          for player, score, rank, competition in rank_and_competition(entries) if player in asked]
     there = {row[0] for row in on}
     absent = [player for i, player in enumerate(players) if player not in there and player not in players[:i]]
     return [(*row, place) for place, row in enumerate(on, start=1)], absent

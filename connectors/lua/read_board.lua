@@ -52,6 +52,9 @@ if ARGV[4] == 'ranks' then  -- scoped ranks: a player and its CRC-32 per pair of
       local score = redis.call('ZSCORE', KEYS[4], at_p .. p)
       found[#found + 1] = {score, redis.call('ZRANK', KEYS[4], at_p .. p),
                            redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}
+      if dense then
+        found[#found][4] = distinct_above(KEYS[4], score)
+      end
     else
       found[#found + 1] = false
     end

@@ -44,6 +44,10 @@ def test_a_set_of_players_in_board_order_with_the_others_apart(api, published, r
     assert daily["board"] == "daily:2027-01-04" and daily["absent"] == ["ana"]
     assert [(i["player_id"], i["rank"], i["competition_rank"], i["rank_in_set"]) for i in daily["items"]] == [
         ("cy", 1, 1, 1), ("dee", 2, 1, 2)]
+    dense = api.post("/boards/g1/all/ranks", params={"ties": "dense"}, json={"players": ASKED}).json()
+    assert [(i["player_id"], i["rank"], i["competition_rank"], i["rank_in_set"]) for i in dense["items"]] == [
+        ("bo", 1, 1, 1), ("eve", 2, 5, 2)]  # section 5.3: 50, 50, 50, 50, 0 are 1, 1, 1, 1, 2
+    assert api.post("/boards/g1/all/ranks", params={"ties": "olympic"}, json={"players": ASKED}).status_code == 400
     empty = api.post("/boards/g1/best/ranks", json={"players": []}).json()
     assert (empty["items"], empty["absent"], empty["total_players"]) == ([], [], 5)
 

@@ -60,10 +60,11 @@ def mirror(redis_url: str, published: dict[str, Any]) -> BoardMirror:
     return loaded
 
 
-def expected(published: dict[str, Any], game: str, board: str, players: list[str]) -> dict[str, Any]:
+def expected(published: dict[str, Any], game: str, board: str, players: list[str],
+             ties: str | None = None) -> dict[str, Any]:
     name = published["aliases"][game].get(board, board)
     entries = published["boards"][game][name]
-    on, absent = scoped(entries, players)
+    on, absent = scoped(entries, players, ties)
     return {"snapshot_id": published["final"]["snapshot_id"], "game_id": game, "board": name,
             "total_players": len(entries),
             "items": [{"rank": rank, "competition_rank": competition, "rank_in_set": place, "player_id": player,
@@ -80,24 +81,25 @@ boards = st.sampled_from(["all", "best", "daily", "weekly"])
 
 @settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(game=st.sampled_from(["g1", "g2"]), board=boards, day=st.integers(0, 9),
-       players=st.lists(st.sampled_from(PLAYERS + STRANGERS), max_size=20))
+       players=st.lists(st.sampled_from(PLAYERS + STRANGERS), max_size=20),
+       ties=st.sampled_from([None, "ordinal", "competition", "dense"]))
 def test_any_set_of_players_is_the_models_from_redis_and_from_the_mirror(redis_client, published, mirror, game,
-                                                                         board, day, players):
+                                                                         board, day, players, ties):
     if board == "daily" and day:  # a concrete daily board, kept or dropped, besides the alias
         board = f"daily:2027-01-{day:02d}" if day < 5 else f"daily:2026-12-{26 + day:02d}"
     reader = BoardReader(redis_client, published["namespace"])
     name = published["aliases"][game].get(board, board)
     if name not in published["boards"][game]:
         with pytest.raises(NoSuchBoard):
-            reader.ranks(game, board, players)
+            reader.ranks(game, board, players, ties=ties)
         with pytest.raises(NoSuchBoard):
-            mirror.ranks(game, board, players)
+            mirror.ranks(game, board, players, ties=ties)
         return
-    want = expected(published, game, board, players)
-    got = reader.ranks(game, board, players)
+    want = expected(published, game, board, players, ties)
+    got = reader.ranks(game, board, players, ties=ties)
     assert list(got)[:3] == list(STAMP)
     assert unstamped(got) == want
-    assert unstamped(mirror.ranks(game, board, players)) == want
+    assert unstamped(mirror.ranks(game, board, players, ties=ties)) == want
 
 
 def test_up_to_1000_players_and_no_more(redis_client, published, mirror):
@@ -128,6 +130,8 @@ def test_the_cli_answers_from_a_list_or_a_file(redis_url, published, tmp_path, c
     listed.write_text("\n".join(asked) + "\n\n", encoding="utf-8")
     assert main(["boards", "ranks", *common, "--players-file", str(listed), "--json"]) == 0
     assert unstamped(orjson.loads(capsysbinary.readouterr().out)) == unstamped(answer)
+    assert main(["boards", "ranks", *common, "--players", ",".join(asked), "--ties", "dense", "--json"]) == 0
+    assert unstamped(orjson.loads(capsysbinary.readouterr().out)) == expected(published, "g1", "all", asked, "dense")
     assert main(["boards", "ranks", *common, "--players-file", str(listed)]) == 0  # a table
     table = capsysbinary.readouterr().out.decode()
     assert "rank_in_set" in table and "not on it: nobody" in table
@@ -138,6 +142,7 @@ def test_the_cli_answers_from_a_list_or_a_file(redis_url, published, tmp_path, c
     (["--players", "a," + "x" * 65], "players[1] must be a player id"),
     (["--players-file", "/nonexistent/friends.txt"], "cannot read --players-file /nonexistent/friends.txt"),
     (["--players", "a", "--board", "monthly"], "unknown board 'monthly'"),
+    (["--players", "a", "--ties", "olympic"], "ties must be one of"),
 ])
 def test_cli_usage_errors_are_one_line_and_exit_2_before_redis(args, message, capsysbinary):
     # nothing listens on port 1: the mistake is found before Redis is asked
