@@ -98,3 +98,25 @@ def test_mistakes_are_400_with_one_line(api, path, params, says):
 def test_a_player_not_on_the_board_has_no_page(api):
     r = api.get("/boards/g1/daily:2027-01-03/players/ana/page")
     assert r.status_code == 404 and "ana is not on g1/daily:2027-01-03" in r.json()["error"]
+
+
+NEW_FORMS = ["/boards/g1/all/top?n=2&after=", "/boards/g1/all/top?ties=dense", "/boards/g1/all/top?n=2&ties=dense",
+             "/boards/g1/all/top?n=3&percentile=40", "/boards/g1/all/players/eve?ties=dense",
+             "/boards/g1/all/players/eve/around?r=1&ties=competition", "/boards/g1/all/players/eve/page?n=2",
+             "/boards/g1/all/score-for-percentile?p=50&ties=dense"]
+"""Forms of the prepared routes' paths (and the new routes) that the prepared answers must leave to FastAPI."""
+
+
+@pytest.mark.parametrize("index", test_api_boards.INDEXES)
+def test_the_prepared_paths_leave_the_new_parameters_to_the_app(redis_url, published, index):
+    """Through ``rankflow serve``'s server, with its prepared answers and without: the same bytes
+    (api.prepared matches no query but ``n=``, so a style, a cursor or a share is the app's)."""
+    settings = test_api_boards.Settings(redis_url=redis_url, namespace=published["namespace"], board_index=index)
+    with test_api_boards.two_servers(settings) as (_, fast_port, full_port):
+        fast, full = test_api_boards.Connection(fast_port), test_api_boards.Connection(full_port)
+        for _ in range(2):
+            for path in NEW_FORMS:
+                mine, theirs = fast.get(path)[0], full.get(path)[0]
+                assert mine.status == 200 and mine.comparable() == theirs.comparable(), path
+        fast.close()
+        full.close()
