@@ -223,8 +223,11 @@ def test_a_signal_to_one_process_of_a_running_cluster_stops_it(hosts, tmp_path):
     finish([run[0], run[2]], status=1)
 
 
-@pytest.mark.parametrize("processes", [2, 4])
-def test_three_processes_resume_with_another_number(hosts, tmp_path, processes):
+@pytest.mark.parametrize(("processes", "shard_by"), [(2, "user"), (4, "user"), (4, "partition")])
+def test_three_processes_resume_with_another_number(hosts, tmp_path, processes, shard_by):
+    """Keyed by user, three processes' state resumes exactly with two or four; keyed by input
+    partition (the default), a shard's key names the worker that read its partition, so another
+    number of workers is refused, each process with one line saying how to resume."""
     lines = backlog("listeners", tmp_path / "events.jsonl")
     half = len(lines) // 2
     (tmp_path / "first.jsonl").write_bytes(b"".join(line + b"\n" for line in lines[:half]))
@@ -234,10 +237,15 @@ def test_three_processes_resume_with_another_number(hosts, tmp_path, processes):
     hosts.produce(tmp_path / "first.jsonl", topic, PARTITIONS, "user_id")
     args = ["--input", f"kafka:{hosts.kafka}/{topic}", "--namespace", ns, "--barrier-ms", "100", "--until-eof",
             "--recovery-dir", str(tmp_path / "rec"), "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}",
-            "--peer-timeout", str(PEER_TIMEOUT)]
+            "--peer-timeout", str(PEER_TIMEOUT), "--shard-by", shard_by]
     finish(hosts.start_run(hosts.places(3), args, ns))
     hosts.produce(tmp_path / "rest.jsonl", topic, PARTITIONS, "user_id")
     rescaled = hosts.start_run(hosts.places(processes), args, ns)
+    if shard_by == "partition":
+        finish(rescaled, status=2)
+        for p in rescaled:
+            assert len(p.errors()) == 1 and "resume with as many" in p.errors()[0], p.errors()
+        return
     finish(rescaled)
     parts = hosts.read_partitions(topic)
     final = published(hosts, "listeners", ns)["final"]
