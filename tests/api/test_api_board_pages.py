@@ -111,7 +111,8 @@ NEW_FORMS = ["/boards/g1/all/top?n=2&after=", "/boards/g1/all/top?ties=dense", "
 def test_the_prepared_paths_leave_the_new_parameters_to_the_app(redis_url, published, index):
     """Through ``rankflow serve``'s server, with its prepared answers and without: the same bytes
     (api.prepared matches no query but ``n=``, so a style, a cursor or a share is the app's)."""
-    settings = test_api_boards.Settings(redis_url=redis_url, namespace=published["namespace"], board_index=index)
+    settings = test_api_boards.Settings(redis_url=redis_url, namespace=published["namespace"], board_index=index,
+                                        stale_after_ms=test_api_boards.NEVER_STALE_MS)
     with test_api_boards.two_servers(settings) as (_, fast_port, full_port):
         fast, full = test_api_boards.Connection(fast_port), test_api_boards.Connection(full_port)
         for _ in range(2):

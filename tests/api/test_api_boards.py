@@ -508,7 +508,8 @@ def two_servers(settings: Settings) -> Iterator[tuple[Any, int, int]]:
 
 @pytest.mark.parametrize("index", INDEXES)
 def test_prepared_answers_are_the_bytes_of_the_asgi_path(redis_url, published, index):
-    settings = Settings(redis_url=redis_url, namespace=published["namespace"], board_index=index)
+    settings = Settings(redis_url=redis_url, namespace=published["namespace"], board_index=index,
+                        stale_after_ms=NEVER_STALE_MS)
     with two_servers(settings) as (app, fast_port, full_port):
         fast, full = Connection(fast_port), Connection(full_port)
         for _ in range(2):  # the second time the tops are encoded: the protocol answers them
