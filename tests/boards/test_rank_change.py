@@ -1,7 +1,8 @@
 """Rank change (docs/semantics/boards.md 5.5): ``rank_change`` on every entry, against the model.
 
-Hypothesis generates score logs; the real flow (``--rank-change``) publishes each into a real
-Redis in many small snapshots (one line per read, a short barrier). Which snapshots Redis stored
+Hypothesis generates score logs and where to cut them; the real flow (``--rank-change``) publishes
+each into a real Redis, one durable execution per piece (so Redis stores a snapshot at least at
+every cut), and one live run with two workers follows a growing log. Which snapshots Redis stored
 is in its snapshots stream, each with its input position: the model (``tests/boards_model``) over
 the lines before each position is the boards Redis held then, so for every board the previous
 snapshot that changed it, and every entry's rank there, follow from the model alone. Every entry
@@ -83,9 +84,9 @@ def check_answers(client: redis.Redis, namespace: str, want: Changes) -> None:
 
 def flow_options(redis_url: str, path: Path, namespace: str, tmp: Path, **more: Any) -> RunOptions:
     """A boards run over ``path`` (until its end)."""
-    return RunOptions(input=f"jsonl:{path}", until_eof=True, redis_url=redis_url, namespace=namespace,
-                      flow="boards", dead_letter=f"jsonl:{tmp / 'dead.jsonl'}", signing_key=example.KEY,
-                      **{"song_partitions": 2, **more})
+    return RunOptions(input=f"jsonl:{path}", redis_url=redis_url, namespace=namespace, flow="boards",
+                      dead_letter=f"jsonl:{tmp / 'dead.jsonl'}", signing_key=example.KEY,
+                      **{"song_partitions": 2, "until_eof": True, **more})
 
 
 def executions(redis_url: str, tmp: Path, lines: list[bytes], ends: list[int], **options: Any) -> tuple[str, Path]:
@@ -217,3 +218,48 @@ def test_the_option_takes_no_value(argv, capsys):
         main(["run", "--flow", "boards", "--input", "jsonl:/nonexistent", *argv])
     assert exited.value.code == 2
     assert "Traceback" not in capsys.readouterr().err
+
+
+def test_one_live_run_with_two_workers_answers_every_snapshots_rank_change(redis_url, redis_client, tmp_path):
+    """One run following a growing log (no resume), two workers: the log arrives in pieces, each
+    published before the next, and after each the answers are the model's since the board's
+    previous change."""
+    import random
+    import threading
+    import time
+
+    from rankflow.connectors.redis_read import read_latest
+    from rankflow.connectors.source_batch import STOP
+    from tests.boards.test_boards_flow import random_log
+
+    lines = random_log(random.Random(13), 120)
+    path = tmp_path / "live.jsonl"
+    path.write_bytes(b"")
+    namespace = f"rc-{uuid.uuid4().hex[:10]}"
+    opts = flow_options(redis_url, path, namespace, tmp_path, workers=2, until_eof=False, extra={"rank_change": True})
+    failure: list[BaseException] = []
+
+    def flow() -> None:
+        try:
+            run(opts)
+        except BaseException as exc:  # noqa: BLE001 - reported by the test's thread
+            failure.append(exc)
+
+    thread = threading.Thread(target=flow, name="rank-change-flow")
+    thread.start()
+    try:
+        with open(path, "ab") as out:
+            for end in range(20, len(lines) + 1, 20):
+                out.write(b"".join(line + b"\n" for line in lines[end - 20:end]))
+                out.flush()
+                deadline = time.monotonic() + 60
+                while (snap := read_latest(redis_client, boards_namespace(namespace))) is None \
+                        or snap["positions"].get(str(path), 0) < end:
+                    assert not failure and time.monotonic() < deadline, f"line {end} never published: {failure}"
+                    time.sleep(0.005)
+                stored = stored_positions(redis_client, namespace, path)
+                check_answers(redis_client, namespace, expected_changes(lines[:end], stored, path))
+    finally:
+        STOP.set()
+        thread.join(timeout=60)
+    assert not failure, failure
