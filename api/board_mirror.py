@@ -138,6 +138,7 @@ class BoardMirror(Polling):
         self.keys = Keys(boards_namespace(namespace))
         self.slice_ops, self.load_chunk = slice_ops, load_chunk
         self.ready = False  # what is served is exactly one snapshot of the current generation
+        self.rank_change = False  # the generation keeps its boards' moves: :attr:`serves` is False
         self.loads = 0  # whole loads (the rest are changes)
         self.problem: str | None = "not loaded yet"
         self._missing: str | None = None  # why Redis has no usable snapshot (then queries are 503s)
@@ -196,7 +197,9 @@ class BoardMirror(Polling):
             pipe.smembers(k.boards)
             pipe.hgetall(k.aliases)
             pipe.get(k.boards_layout)
-            now, sid, at, last, names, aliases, layout = await pipe.execute()
+            pipe.exists(k.rank_change)
+            now, sid, at, last, names, aliases, layout, moves = await pipe.execute()
+        self.rank_change = bool(moves)
         if int(now or 0) != generation:
             raise CannotFollow("the generation switched during the load")
         if sid is None:  # nothing to load: no usable snapshot until one is published (follow notices it)
@@ -254,7 +257,9 @@ class BoardMirror(Polling):
             pipe.get(self.keys.generation)  # one command per statement, as in load
             pipe.get(k.snapshot_id)
             pipe.xrange(k.board_changes, min=f"({self._last_id}", max="+", count=READ_MAX)
-            generation, sid, entries = await pipe.execute()
+            pipe.exists(k.rank_change)
+            generation, sid, entries, moves = await pipe.execute()
+        self.rank_change = bool(moves)
         if int(generation or 0) != self._generation:
             raise CannotFollow(f"the boards moved to generation {int(generation or 0)}")
         if sid is None:  # Redis lost its data (or nothing was ever published): keep the copy, for stale answers
@@ -349,10 +354,18 @@ class BoardMirror(Polling):
             self._unpublished(board, lambda: self._top(game, board, n, ties, ask))
         return self._top(game, board, n, ties, ask)
 
+    @property
+    def serves(self) -> bool:
+        """Whether the board queries are answered here: once loaded, and while the generation keeps no
+        moves. With them (``run --flow boards --rank-change``) every answer carries ``rank_change``
+        (docs/semantics/boards.md 5.5), which Redis's reader computes beside the board: the queries go
+        there (:class:`MirroredBoards`), as before the load."""
+        return self.ready and not self.rank_change
+
     def top_at_hand(self, game: str, board: str, n: int) -> dict[str, Any] | None:
         """:meth:`top` of the snapshot :attr:`version` names, without waiting (``api.shared_cache``'s
         ``at_hand``); None while the mirror does not serve or Redis has no usable snapshot."""
-        if not self.ready or self._missing is not None or self._buffer is None:
+        if not self.serves or self._missing is not None or self._buffer is None:
             return None
         return self._top(game, board, n)
 
@@ -569,39 +582,40 @@ def _cursors(index: Board, items: list[dict[str, Any]]) -> Callable[[int], Curso
 
 
 class MirroredBoards:
-    """The board queries of ``api.boards``: from the mirror once it is ready, from Redis until then."""
+    """The board queries of ``api.boards``: from the mirror once it serves (:attr:`BoardMirror.serves`),
+    from Redis until then and while the boards keep their moves."""
 
     def __init__(self, mirror: BoardMirror, reader: AsyncBoardReader) -> None:
         self.mirror, self.reader = mirror, reader
 
     async def top(self, game: str, board: str, n: int = 10, **asked: Any) -> dict[str, Any]:
         """``asked``: ``after``, ``ties``, ``percentile`` (docs/semantics/boards.md 5.1 to 5.3)."""
-        if self.mirror.ready:
+        if self.mirror.serves:
             return self.mirror.top(game, board, n, **asked)
         return await self.reader.top(game, board, n, **asked)
 
     async def player(self, game: str, board: str, player: str, **asked: Any) -> dict[str, Any]:
-        if self.mirror.ready:
+        if self.mirror.serves:
             return self.mirror.player(game, board, player, **asked)
         return await self.reader.player(game, board, player, **asked)
 
     async def around(self, game: str, board: str, player: str, r: int = 5, **asked: Any) -> dict[str, Any]:
-        if self.mirror.ready:
+        if self.mirror.serves:
             return self.mirror.around(game, board, player, r, **asked)
         return await self.reader.around(game, board, player, r, **asked)
 
     async def page(self, game: str, board: str, player: str, n: int = 10, **asked: Any) -> dict[str, Any]:
-        if self.mirror.ready:
+        if self.mirror.serves:
             return self.mirror.page(game, board, player, n, **asked)
         return await self.reader.page(game, board, player, n, **asked)
 
     async def score_for_percentile(self, game: str, board: str, p: str, **asked: Any) -> dict[str, Any]:
-        if self.mirror.ready:
+        if self.mirror.serves:
             return self.mirror.score_for_percentile(game, board, p, **asked)
         return await self.reader.score_for_percentile(game, board, p, **asked)
 
     async def ranks(self, game: str, board: str, players: list[str], **asked: Any) -> dict[str, Any]:
-        if self.mirror.ready:
+        if self.mirror.serves:
             return self.mirror.ranks(game, board, players, **asked)
         return await self.reader.ranks(game, board, players, **asked)
 

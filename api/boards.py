@@ -14,6 +14,9 @@ read with the id), ``age_ms``, its age when answered, and ``stale``, whether tha
   total_players, items: [{rank, competition_rank, player_id, score}]}``; n defaults to 10.
 * ``GET /boards/{game}/{board}/players/{player_id}`` -> ``{snapshot_id, published_at, age_ms, stale, game_id, board,
   player_id, score, rank, competition_rank}``.
+* Rank change (docs/semantics/boards.md 5.5): when the flow runs with ``--rank-change`` every entry of a top,
+  a page and an around, and a player's answer, also carry ``rank_change``; the answers come from Redis's
+  reader then (the mirror and its prepared answers step aside, ``BoardMirror.serves``).
 * ``GET /boards/{game}/{board}/players/{player_id}/around?r=R`` -> ``{snapshot_id,
   published_at, age_ms, stale, game_id, board, items}``: the entries ranked R above to R below the player, fewer
   near the ends; r defaults to 5.
@@ -288,7 +291,7 @@ def ready_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes | 
     """A player's rank from the in-process mirror once it serves (``--board-index memory``): as
     :func:`player` answers it; a player not on the board raises, and :func:`player` says so."""
     reader: Reader = state.boards
-    if not isinstance(reader, MirroredBoards) or not reader.mirror.ready:
+    if not isinstance(reader, MirroredBoards) or not reader.mirror.serves:
         return None
     game, board, player = params
     return reader.mirror.player_bytes(game, board, player, state.settings.stale_after_ms)

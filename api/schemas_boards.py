@@ -31,12 +31,18 @@ class Stamp(Exact):
                                     "not publishing")
 
 
+RANK_CHANGE = ("with a run of rankflow run --flow boards --rank-change: the positions gained since the previous "
+               "snapshot that changed this board (negative: lost), in the board's own order; absent for an entry "
+               "new since then, and from every answer without the option (docs/semantics/boards.md 5.5)")
+
+
 class Entry(Exact):
     rank: int = Field(ge=1, description="1, 2, 3...: ties broken by who reached the score first; with ties=S the "
                                         "S-style rank (docs/semantics/boards.md 5.3)")
     competition_rank: int = Field(ge=1, description="1, 1, 3...: equal scores share a rank")
     player_id: str
     score: int
+    rank_change: int | None = Field(None, description=RANK_CHANGE)
 
 
 class Top(Stamp):
@@ -61,6 +67,7 @@ class PlayerRank(Stamp):
     competition_rank: int = Field(ge=1)
     percentile: float = Field(ge=0, le=100, description="100 * (entries - rank) / entries, rounded half-even to two "
                                                         "decimals (docs/semantics/boards.md 5.2)")
+    rank_change: int | None = Field(None, description=RANK_CHANGE)
 
 
 class Around(Stamp):

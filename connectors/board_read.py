@@ -199,6 +199,7 @@ class Reply(NamedTuple):
     answer: Any  # top: flat member, score pairs; player / around: the script's triple, or None
     board: str  # the concrete board (an alias resolved)
     published_at: int | None = None  # when that snapshot was published (None: an older rankflow's)
+    changes: list[bytes] | None = None  # per item its rank change, b'' for a new entry (None: none kept)
 
 
 class Guesses(GenerationHint):
@@ -249,7 +250,7 @@ class BoardQuery:
         return READ_BOARD.ordered(
             {"generation": keys.generation, "snapshot_id": keys.snapshot_id, "aliases": keys.aliases,
              "board": zset, "reached_at": hashed, "boards_layout": keys.boards_layout,
-             "published_at": keys.published_at},
+             "published_at": keys.published_at, "rank_change": keys.rank_change},
             {"generation": g.generation, "alias": self.alias, "guess": guess, "query": self.query, "n": self.arg,
              "player": self.player, "game": self.game, "layout": LAYOUT, "player_hash": player_hash(self.player),
              "ties": self.ties, "cursor_score": "" if self.cursor is None else -self.cursor.score,
@@ -270,7 +271,8 @@ class BoardQuery:
             raise NoBoardsSnapshot(no_snapshot(self.guesses.keys.namespace))
         if players == 0:
             raise NoSuchBoard(f"no such board: {self.game}/{self.name}")
-        self.reply = Reply(int(sid), players, reply[4] if len(reply) > 4 else None, self.name, published(at))
+        self.reply = Reply(int(sid), players, reply[4] if len(reply) > 4 else None, self.name, published(at),
+                           reply[5] if len(reply) > 5 else None)
         return True
 
     def gave_up(self) -> BoardsMoving:
@@ -299,7 +301,15 @@ def answer_of(query: BoardQuery) -> Reply:
 
 def top_answer(game: str, reply: Reply, ties: str | None = None) -> dict[str, Any]:
     return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
-            "total_players": reply.players, "items": restyle(_items(reply.answer, 1, 1), ties)}
+            "total_players": reply.players, "items": restyle(_items(reply.answer, 1, 1, reply.changes), ties)}
+
+
+def with_rank_change(item: dict[str, Any], change: bytes | int | None) -> dict[str, Any]:
+    """``item`` with its ``rank_change`` (docs/semantics/boards.md 5.5) when there is one: none
+    for an entry new since the board's previous change (``b''``) or when no moves are kept."""
+    if change is not None and change != b"":
+        item["rank_change"] = int(change)
+    return item
 
 
 def player_answer(game: str, player: str, reply: Reply, ties: str | None = None) -> dict[str, Any]:
@@ -310,7 +320,7 @@ def player_answer(game: str, player: str, reply: Reply, ties: str | None = None)
               "player_id": player, "score": -int(float(score)), "rank": int(rank) + 1, "competition_rank": int(better) + 1}
     answer["rank"] = styled_rank(ties, answer["rank"], answer["competition_rank"], int(dense[0]) if dense else 0)
     answer["percentile"] = percentile(answer["rank"], reply.players)
-    return answer
+    return with_rank_change(answer, reply.changes[0] if reply.changes else None)
 
 
 def around_answer(game: str, player: str, reply: Reply, ties: str | None = None) -> dict[str, Any]:
@@ -318,7 +328,8 @@ def around_answer(game: str, player: str, reply: Reply, ties: str | None = None)
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
     start, better, flat, *dense = reply.answer
     return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
-            "items": restyle(_items(flat, int(start) + 1, int(better) + 1), ties, int(dense[0]) if dense else 0)}
+            "items": restyle(_items(flat, int(start) + 1, int(better) + 1, reply.changes), ties,
+                             int(dense[0]) if dense else 0)}
 
 
 def _cursors(flat: list[bytes]) -> Callable[[int], Cursor]:
@@ -341,7 +352,7 @@ def after_answer(game: str, reply: Reply, ties: str | None, n: int, share: int |
     if player is not None and not reply.answer:
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
     start, better, flat, *dense = reply.answer
-    items = restyle(_items(flat, int(start) + 1, int(better) + 1), ties, int(dense[0]) if dense else 0)
+    items = restyle(_items(flat, int(start) + 1, int(better) + 1, reply.changes), ties, int(dense[0]) if dense else 0)
     answer: dict[str, Any] = {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board}
     if player is not None:
         answer["player_id"] = player
@@ -608,8 +619,10 @@ def sizes_answer(listing: dict[str, Any], players: list[int]) -> dict[str, Any]:
     return {"snapshot_id": listing["snapshot_id"], "boards": rows}
 
 
-def _items(flat: list[bytes], first_rank: int, first_competition: int) -> list[dict[str, Any]]:
-    """``member, score`` pairs from ``ZRANGE ... WITHSCORES`` as answer items with both ranks."""
+def _items(flat: list[bytes], first_rank: int, first_competition: int,
+           changes: list[bytes] | None = None) -> list[dict[str, Any]]:
+    """``member, score`` pairs from ``ZRANGE ... WITHSCORES`` as answer items with both ranks (and
+    each one's rank change, ``changes``, when the script answered them)."""
     items: list[dict[str, Any]] = []
     competition, previous = first_competition, None
     rank = first_rank
@@ -621,6 +634,9 @@ def _items(flat: list[bytes], first_rank: int, first_competition: int) -> list[d
         items.append({"rank": rank, "competition_rank": competition,
                       "player_id": m[REACHED_BYTES:].decode(), "score": score})
         rank += 1
+    if changes:
+        for item, change in zip(items, changes):
+            with_rank_change(item, change)
     return items
 
 

@@ -61,7 +61,8 @@ class BoardsState:
 
     script = PUBLISH_BOARDS
 
-    def __init__(self, complete: bool = True) -> None:
+    def __init__(self, complete: bool = True, rank_change: bool = False) -> None:
+        self._rank_change = rank_change  # keep each changed board's moves (``--rank-change``, scripts.PUBLISH_BOARDS)
         self._pending: dict[tuple[str, str], BoardEntries] = {}
         self._aliases: dict[str, tuple[str | None, str | None]] = {}
         self._dropped: set[tuple[str, str]] = set()
@@ -106,12 +107,14 @@ class BoardsState:
             out.extend(k.board(game, board))
         for game, board in self._dropped:
             out.extend(k.board(game, board))
+        out.append(k.rank_change)
         return out
 
     def args(self) -> list[Any]:
         args = PUBLISH_BOARDS.at_p(full="full" if self._full else "delta", layout=LAYOUT, changes_cap=BOARD_CHANGES_MAXLEN,
                                    entry_bytes=BOARD_CHANGES_MAX_BYTES, changed=len(self._pending),
-                                   dropped=len(self._dropped), aliases=len(self._aliases))
+                                   dropped=len(self._dropped), rank_change="1" if self._rank_change else "",
+                                   aliases=len(self._aliases))
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         hashes: dict[str, int] = {}  # each player's once, whatever the boards they changed on

@@ -54,6 +54,10 @@ Its generation holds, besides the keys above (without counts and changes):
 ``{ns:boards}:g<G>:board_changes``     per stored snapshot, what it changed (stream,
                                        capped, see ``PUBLISH_BOARDS_LUA``): the API's
                                        in-process mirror follows it (``api.board_mirror``)
+``{ns:boards}:g<G>:rank_change``       the snapshot id from which a ``--rank-change`` run
+                                       keeps the boards' moves (absent: none kept);
+                                       each board's are its sorted set's key followed
+                                       by ``:m``, ``:mt`` and ``:mn`` (``lua/rank_change.lua``)
 =====================================  ===========================================
 
 The activity flow publishes into ``<ns>:activity`` (:func:`activity_namespace`); its
@@ -164,6 +168,7 @@ class Keys:
     aliases = InGeneration("aliases")
     boards = InGeneration("boards")
     board_changes = InGeneration("board_changes")
+    rank_change = InGeneration("rank_change")
 
     def generation_keys(self) -> list[str]:
         return [self.owner, self.snapshot, self.snapshot_id, self.published_at, self.positions, self.stream, self.counts, self.changes]

@@ -221,9 +221,9 @@ PUBLISH_BOARDS = Script(
      "board_buckets", Local("LOAD", BUCKET_LOAD), "publish_boards"),
     keys=_PUBLISH_BOARDS_KEYS,
     more_keys="per changed board its sorted set and its reached_at buckets' count key, then the same two keys "
-              "of every dropped board",
+              "of every dropped board, then the rank change marker",
     argv=PUBLISH_ARGV, more_argv="the source positions",
-    argv_at_p=("full", "layout", "changes_cap", "entry_bytes", "changed", "dropped", "aliases"))
+    argv_at_p=("full", "layout", "changes_cap", "entry_bytes", "changed", "dropped", "rank_change", "aliases"))
 """Stores one snapshot of the boards flow, atomically (``redis_boards.BoardsState``).
 
 First ``lua/board_layout.lua``: a generation whose boards are in another layout than
@@ -232,10 +232,12 @@ First ``lua/board_layout.lua``: a generation whose boards are in another layout 
 layout. Then the prelude, then ``KEYS``: 9 the games' aliases (hash: game -> JSON
 ``[daily, weekly]``), 10 the set of boards (members: JSON ``[game, board]``), 11 the
 ``board_changes`` stream, 12 the layout key, then per changed board its sorted set and
-its ``reached_at`` buckets' count key, then the same two keys of every dropped board.
+its ``reached_at`` buckets' count key, then the same two keys of every dropped board, then
+last the generation's ``rank_change`` marker.
 ``ARGV`` from ``ARGV[P]``: ``full`` or ``delta``, the layout, the changes stream's cap
 (entries), the most bytes of entries one stream entry copies, the number of changed
-boards B, of dropped boards D, of alias updates A; then A (game, JSON) pairs; one JSON object ``{player: h}``, ``h`` the CRC-32 of every
+boards B, of dropped boards D, ``1`` to keep the boards' moves (``--rank-change``, below) or
+'', the number of alias updates A; then A (game, JSON) pairs; one JSON object ``{player: h}``, ``h`` the CRC-32 of every
 player of the changed boards (``board_layout.player_hash``, once per player whatever the
 boards); per changed board its JSON name, its entries as one JSON object ``{player:
 [score, reached_at]}`` (one argument per board: packing it is orjson's work in C,
@@ -265,7 +267,19 @@ converges. A ``full`` entry carries nothing: the publisher sent its whole state 
 had lost it, or a new generation), and a mirror reloads the boards. Nor does a
 ``large`` one, whose entries exceed the byte bound (a backlog's catch-up, not steady
 traffic): the stream's memory stays bounded by cap x bound, and a mirror reloads rather
-than replays it."""
+than replays it.
+
+Rank change (docs/semantics/boards.md 5.5): with ``rank_change`` ``1`` the script keeps, per
+board whose keys the snapshot changed, the entries that moved (``lua/rank_change.lua`` reads
+them), replacing those of the board's previous change: the hash ``<board>:m`` (player -> its
+member's 6 ``reached_at`` bytes and its score before, '' for an entry new on the board) and
+the sorted sets ``<board>:mt`` and ``<board>:mn`` of the moved entries' keys before and now,
+the board's key followed by those suffixes (built in the script, as the buckets' are); the
+hash's field '' (no player's id) holds the snapshot id they were kept at. The marker holds the
+snapshot id from which they are kept (set once): moves older than it are an earlier run's,
+whose board may have changed since without them, and readers ignore them. Without it the
+script deletes the marker (readers then answer no ``rank_change``) and does the boards' work
+as before; a dropped board's moves go with it."""
 
 _PUBLISH_ACTIVITY_KEYS = PUBLISH_KEYS + ("workspaces", "workspace_slots")
 PUBLISH_ACTIVITY = Script(
@@ -408,8 +422,9 @@ reader is current; else ``{G, id, snapshot, 'table', changes_at, [song, count, .
 snapshot, 'changes', entries}`` (the ``changes`` entries after the reader's)."""
 
 READ_BOARD = Script(
-    "read_board", ("moved", "board_buckets", "board_pages", "read_board"),
-    keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout", "published_at"),
+    "read_board", ("moved", "board_buckets", "board_pages", "rank_change", "read_board"),
+    keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout", "published_at",
+          "rank_change"),
     argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash", "ties",
           "cursor_score", "cursor_member"),
     more_argv="for ranks: each player asked for, then its CRC-32", reads_only=True)
@@ -434,7 +449,14 @@ the player's (an around's first item's); ``after`` (n, the cursor's negated scor
 and ``page`` (n, the player) answer as ``around`` does, for the n entries after the cursor's
 place and the page of n the player is on; ``at`` (n: a percentile in hundredths of a percent)
 answers ``{r, score}``, r the last rank inside it and the score there (the r-th distinct score
-with ``dense``), or false when no entry is."""
+with ``dense``), or false when no entry is.
+
+Rank change (docs/semantics/boards.md 5.5, ``lua/rank_change.lua``): the replies of ``top``,
+``after``, ``page``, ``around`` and ``player`` carry a sixth element, per item (the player for
+``player``) the positions gained since the board's previous change as a decimal string, ''
+for an entry new then; or false when the generation keeps no moves (``KEYS`` 8, the
+``rank_change`` marker, absent: a run without ``--rank-change``) or the board has not changed
+since they are kept."""
 
 READ_ACTIVITY = Script(
     "read_activity", ("moved", "read_activity"),

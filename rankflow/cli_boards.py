@@ -179,9 +179,10 @@ def print_answer(answer: dict[str, Any]) -> None:
         print_line(snapshot)
         return
     if "items" not in answer:
+        change = f", rank change {change_shown(answer)}" if "rank_change" in answer else ""
         print_line(f"{answer['player_id']} on {board}: score {quantity(answer['score'])}, rank "
                    f"{quantity(answer['rank'])} (competition rank {quantity(answer['competition_rank'])}), "
-                   f"percentile {answer['percentile']}")
+                   f"percentile {answer['percentile']}{change}")
         print_line(snapshot)
         return
     if "absent" in answer:
@@ -202,4 +203,20 @@ def print_answer(answer: dict[str, Any]) -> None:
         title, footer = f"Around the player on {board}", [snapshot]
     if "next" in answer:
         footer.append(f"next page: --after {answer['next']}")
-    print_rows(title, ("rank", "competition_rank", "player_id", "score"), answer["items"], footer)
+    columns: tuple[str, ...] = ("rank", "competition_rank", "player_id", "score")
+    rows = answer["items"]
+    if any("rank_change" in item for item in rows):  # a --rank-change run's (docs/semantics/boards.md 5.5)
+        columns += ("rank_change",)
+        rows = [{**item, "rank_change": change_shown(item)} for item in rows]
+    print_rows(title, columns, rows, footer)
+
+
+def change_shown(item: dict[str, Any]) -> str:
+    """An entry's ``rank_change`` in a table: signed (``+2`` gained, ``-1`` lost, ``0``), ``new``
+    for an entry new since the board's previous change.
+
+    >>> change_shown({"rank_change": 2}), change_shown({"rank_change": 0}), change_shown({})
+    ('+2', '0', 'new')
+    """
+    change = item.get("rank_change")
+    return "new" if change is None else f"{change:+d}" if change else "0"

@@ -22,6 +22,8 @@ IDENTIFIERS = frozenset({"song_id", "player_id", "workspace_id", "channel_id", "
 """Columns printed as stored and left-aligned; every other column is a quantity or an offset."""
 OFFSETS = frozenset({"position", "end"})
 """Input offsets (``rankflow status``): printed as stored, right-aligned."""
+SHOWN = frozenset({"rank_change"})
+"""Columns their command has already written out (``+2``, ``new``): printed as given, right-aligned."""
 
 
 def utc(ms: int | None) -> str:
@@ -70,7 +72,7 @@ def print_rows(title: str, columns: Sequence[str], rows: Iterable[Mapping[str, A
     for column in columns:
         table.add_column(column, justify="left" if column in IDENTIFIERS else "right")
     for row in rows:
-        table.add_row(*(str(row[c]) if c in IDENTIFIERS or c in OFFSETS else quantity(row[c]) for c in columns))
+        table.add_row(*(str(row[c]) if c in IDENTIFIERS or c in OFFSETS or c in SHOWN else quantity(row[c]) for c in columns))
     console = Console()
     if warning:
         console.print(warning, style="bold red")

@@ -2,7 +2,17 @@
 -- KEYS, ARGV and replies: connectors/scripts.py (this header is not sent to Redis).
 local boards = tonumber(ARGV[P + 4])
 local dropped = tonumber(ARGV[P + 5])
-local a = P + 6
+-- Rank change (lua/rank_change.lua): a --rank-change run keeps each changed board's moves, with
+-- the snapshot id they were kept at; the marker says since when they are kept (moves older than
+-- it are an earlier run's, the board may have changed since without them).
+local track = ARGV[P + 6] == '1'
+local marker = KEYS[#KEYS]
+if track then
+  redis.call('SET', marker, ARGV[3], 'NX')
+else
+  redis.call('DEL', marker)
+end
+local a = P + 7
 local size = 0
 local aliases = {}
 local function in_batches(command, key, list)
@@ -56,10 +66,24 @@ for b = 1, boards do
   size = size + #ARGV[a + 1]
   local n, low = grow(z, r, tonumber(ARGV[a + 2]))
   local adds, removes = {}, {}
+  local mv, mt, mn = {}, {}, {}  -- with track: the moved entries, their keys before and now
   for player, e in pairs(cjson.decode(ARGV[a + 1])) do
     local at = struct.pack('>I6', e[2])
     local bucket = bucket_key(r, hashes[player], n, low)
     local old = redis.call('HGET', bucket, player)
+    if track then
+      if not old then
+        mv[#mv + 1], mv[#mv + 2] = player, ''
+        mn[#mn + 1], mn[#mn + 2] = -e[1], at .. player
+      else
+        local was = redis.call('ZSCORE', z, old .. player)
+        if old ~= at or tonumber(was) ~= -e[1] then
+          mv[#mv + 1], mv[#mv + 2] = player, old .. was
+          mt[#mt + 1], mt[#mt + 2] = was, old .. player
+          mn[#mn + 1], mn[#mn + 2] = -e[1], at .. player
+        end
+      end
+    end
     if old ~= at then
       if old then
         removes[#removes + 1] = old .. player
@@ -70,6 +94,13 @@ for b = 1, boards do
   end
   in_batches('ZREM', z, removes)
   in_batches('ZADD', z, adds)
+  if #mv > 0 then  -- the board changed: these moves replace its last change's
+    redis.call('UNLINK', z .. ':m', z .. ':mt', z .. ':mn')
+    mv[#mv + 1], mv[#mv + 2] = '', ARGV[3]  -- no player id is empty
+    in_batches('HSET', z .. ':m', mv)
+    in_batches('ZADD', z .. ':mt', mt)
+    in_batches('ZADD', z .. ':mn', mn)
+  end
   a = a + 3
 end
 local gone = {}
@@ -81,7 +112,7 @@ for d = 1, dropped do
     buckets[#buckets + 1] = KEYS[k + 1] .. ':' .. i
   end
   in_batches('UNLINK', KEYS[k], buckets)
-  redis.call('UNLINK', KEYS[k + 1])
+  redis.call('UNLINK', KEYS[k + 1], KEYS[k] .. ':m', KEYS[k] .. ':mt', KEYS[k] .. ':mn')
   redis.call('SREM', KEYS[10], ARGV[a])
   gone[d] = ARGV[a]
   a = a + 1

@@ -24,12 +24,19 @@ local card = redis.call('ZCARD', KEYS[4])
 if card == 0 then
   return {'board', sid, at, 0}
 end
+local function paged(answer)
+  -- an answer of items (top's flat pairs, or {start, better, flat, ...}) and their rank changes
+  if answer[1] and type(answer[1]) == 'number' then
+    return {'board', sid, at, card, answer, rank_changes(KEYS[4], answer[3], answer[1])}
+  end
+  return {'board', sid, at, card, answer, rank_changes(KEYS[4], answer, 0)}
+end
 if ARGV[4] == 'top' then
-  return {'board', sid, at, card, redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES')}
+  return paged(redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES'))
 end
 local dense = ARGV[10] == 'dense'
 if ARGV[4] == 'after' then
-  return {'board', sid, at, card, page_at(KEYS[4], after_cursor(KEYS[4], ARGV[11], ARGV[12]), tonumber(ARGV[5]), dense)}
+  return paged(page_at(KEYS[4], after_cursor(KEYS[4], ARGV[11], ARGV[12]), tonumber(ARGV[5]), dense))
 end
 if ARGV[4] == 'at' then  -- the score at a percentile: ARGV[5] in hundredths of a percent
   local above = card * (10000 - tonumber(ARGV[5]))
@@ -73,15 +80,15 @@ if ARGV[4] == 'player' then
   if dense then
     answer[4] = distinct_above(KEYS[4], score)
   end
-  return {'board', sid, at, card, answer}
+  return {'board', sid, at, card, answer, rank_changes(KEYS[4], {m, score}, rank)}
 end
 if ARGV[4] == 'page' then
   local n = tonumber(ARGV[5])
-  return {'board', sid, at, card, page_at(KEYS[4], rank - rank % n, n, dense)}
+  return paged(page_at(KEYS[4], rank - rank % n, n, dense))
 end
 local start = math.max(0, rank - tonumber(ARGV[5]))
 if dense then
-  return {'board', sid, at, card, page_at(KEYS[4], start, rank + tonumber(ARGV[5]) - start + 1, true)}
+  return paged(page_at(KEYS[4], start, rank + tonumber(ARGV[5]) - start + 1, true))
 end
 local items = redis.call('ZRANGE', KEYS[4], start, rank + tonumber(ARGV[5]), 'WITHSCORES')
-return {'board', sid, at, card, {start, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. items[2]), items}}
+return paged({start, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. items[2]), items})

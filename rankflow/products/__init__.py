@@ -77,13 +77,15 @@ class Option:
     default: Any = None
     """The default of an option that is no ``RunOptions`` field (a new product's, kept in
     ``RunOptions.extra``); the field's default otherwise."""
+    action: str | None = None
+    """argparse's ``action`` (``store_true`` for a switch, which takes no value)."""
 
     def add_to(self, group: Any, default: Any, also: str = "") -> None:
         """Add to ``group`` with no default (``argparse.SUPPRESS``): what a command was given is what
         its namespace holds, so another flow's options can be told apart from their defaults."""
         text = self.help % {"default": default} + (f" (also {also})" if also else "")
-        extra = {k: v for k, v in (("type", self.type), ("metavar", self.metavar), ("choices", self.choices))
-                 if v is not None}
+        extra = {k: v for k, v in (("type", self.type), ("metavar", self.metavar), ("choices", self.choices),
+                                   ("action", self.action)) if v is not None}
         group.add_argument(*self.flags, dest=self.dest, default=argparse.SUPPRESS, help=text, **extra)
 
 

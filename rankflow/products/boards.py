@@ -56,6 +56,10 @@ class Boards(Product):
                help=f"the match servers' HMAC-SHA256 key; results must carry a valid sig (default: "
                     f"${SIGNING_KEY_ENV}; without either, signatures are not checked)"),
         USER_SHARDS,
+        Option(("--rank-change",), "rank_change", action="store_true", default=False,
+               help="keep each changed board's moved entries in Redis beside the snapshot, so every answer's "
+                    "entries carry rank_change, the positions gained since the board's previous change "
+                    "(docs/semantics/boards.md 5.5; Redis works about 1.4 times as hard publishing)"),
     )
     k_max = BOARDS_K_MAX  # the live top 10: the whole boards are in Redis, and a longer list costs every barrier
 
@@ -119,7 +123,8 @@ class Boards(Product):
         return build_flow(
             source,
             dead_letter,
-            self.sink(opts, token, generation, live, state=lambda: BoardsState(complete=fresh or republish),
+            self.sink(opts, token, generation, live, state=lambda: BoardsState(complete=fresh or republish,
+                                                                      rank_change=bool(opts.option("rank_change"))),
                       floor=floor),
             board_partitions=opts.song_partitions,
             signing_key=opts.signing_key,

@@ -286,13 +286,13 @@ def test_kafka_mistakes_are_one_line(tmp_path, redis_url, kafka_brokers, topic):
 
 def _foreign_options() -> list[tuple[str, str, str, str]]:
     """Every product option of ``run`` with every flow that does not have it: (command, flow,
-    option, a value its type takes)."""
+    option, a value its type takes, '' for a switch)."""
     from rankflow import products
 
     cases = []
     for option in products.options_of("run").values():
         holders = {p.name for p in products.owners()[option.dest]}
-        value = option.choices[0] if option.choices else "3"
+        value = option.choices[0] if option.choices else "" if option.action == "store_true" else "3"  # a switch: none
         for flow in products.PRODUCTS:
             if flow not in holders:
                 for command in ("run", "rebuild"):
@@ -312,7 +312,7 @@ def test_an_option_of_another_flow_is_refused(tmp_path, capsys, command, flow, o
     log = tmp_path / "events.jsonl"
     log.write_bytes(b"")
     code = main([command, "--flow", flow, "--input", f"jsonl:{log}", "--redis", f"redis://127.0.0.1:{free_port()}/0",
-                 "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}", option, value])
+                 "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}", option, *([value] if value else [])])
     err = capsys.readouterr().err
     assert code == 2 and err.count("\n") == 1, err
     dest = next(o.dest for o in products.options_of(command).values() if option in o.flags)

@@ -59,7 +59,7 @@ local function checked(call)
   return function(command, ...)
     local found, keys = pcall(redis.call, 'COMMAND', 'GETKEYS', command, ...)
     for _, key in ipairs(found and keys or {}) do
-      local base = string.match(key, '^(.*):%%d+$')
+      local base = string.match(key, '^(.*):%%d+$') or string.match(key, '^(.*):m[tn]?$')  -- buckets, moves
       if not declared[key] and not (base and declared[base]) then
         redis.call('RPUSH', '%(log)s', '%(script)s: ' .. command .. ' ' .. key)
       end
@@ -166,7 +166,7 @@ def load_the_mirror(url: str, namespace: str) -> None:
     try:
         mirror = BoardMirror(client, namespace, load_chunk=1)
         loop.run_until_complete(mirror.load())
-        assert mirror.top("g", "all", 5)["items"][0]["score"] == 9
+        assert mirror.top("g", "all", 5)["items"][0]["score"] == 10
     finally:
         loop.run_until_complete(client.aclose())
         loop.close()
@@ -188,17 +188,19 @@ def boards_publish_and_read(client: redis.Redis, url: str, namespace: str) -> No
             pub.publish(boards_snap(token, 3, []))
     finally:
         pub.close()
-    again = Publisher(url, ns, token, generation, state=BoardsState(complete=True))  # a run republishing it all
+    # a run republishing it all, keeping the moves (--rank-change): c is new, a moves down past it
+    again = Publisher(url, ns, token, generation, state=BoardsState(complete=True, rank_change=True))
     try:
-        assert again.publish(boards_snap(token, 4, [("a", (("g", "all", 9, 2, False),)), ("b", (("g", "daily:2027-01-09", 1, 3, False),))],
+        assert again.publish(boards_snap(token, 4, [("a", (("g", "all", 9, 2, False),)), ("b", (("g", "daily:2027-01-09", 1, 3, False),)),
+                                                    ("c", (("g", "all", 10, 4, True),))],
                                          aliases={"g": ("2027-01-09", "2027-W01")})) == 1
     finally:
         again.close()
     reader = BoardReader(client, namespace)
-    assert reader.top("g", "all", 5)["items"][0]["score"] == 9
+    assert [(i["score"], i.get("rank_change")) for i in reader.top("g", "all", 5)["items"]] == [(10, None), (9, -1)]
     load_the_mirror(url, namespace)
     assert reader.player("g", "daily", "b")["rank"] == 1
-    assert reader.around("g", "all", "a", 1)["items"][0]["player_id"] == "a"
+    assert reader.around("g", "all", "a", 1)["items"][1]["player_id"] == "a"
     rebuild = new_run_token(client, ns)
     claim_generation(client, ns, rebuild, rebuild)
     Publisher(url, ns, rebuild, rebuild, live=False, state=BoardsState()).publish(
