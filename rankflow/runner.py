@@ -234,10 +234,12 @@ def _run_local_processes(opts: RunOptions) -> dict[str, Any] | None:
 def _wait_all(children: Sequence[multiprocessing.process.BaseProcess],
               stopping: Sequence[int] = ()) -> multiprocessing.process.BaseProcess | None:
     """Wait for every child; the first that failed, or None. A child that exits with the status of the
-    signal passed on to it (``stopping``) stopped as asked, and did not fail."""
+    signal passed on to it (``stopping``) stopped as asked, and did not fail; so did one that exits 1
+    once a stop was asked and a peer stopped by the signal: a signal that comes while the processes
+    still wait for each other stops each at once, and the others then lose that peer."""
     while any(c.is_alive() for c in children):
         for child in children:
-            if child.exitcode not in (None, 0) and not (stopping and child.exitcode == 128 + stopping[0]):
+            if child.exitcode not in (None, 0) and not (stopping and child.exitcode in (1, 128 + stopping[0])):
                 for other in children:
                     if other.is_alive():
                         other.terminate()
@@ -249,6 +251,8 @@ def _wait_all(children: Sequence[multiprocessing.process.BaseProcess],
                 return child
         time.sleep(0.05)
     expected = (0, 128 + stopping[0]) if stopping else (0,)
+    if stopping and any(c.exitcode == 128 + stopping[0] for c in children):
+        expected = (*expected, 1)  # it lost a peer that stopped as asked
     return next((c for c in children if c.exitcode not in expected), None)
 
 
