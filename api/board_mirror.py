@@ -105,6 +105,10 @@ READ_MAX = 1_000
 MAX_PARTS = 1_000
 """Boards whose answer parts :meth:`BoardMirror.player_bytes` keeps; past this they start over."""
 MAX_SCORES = 10_000
+# player_bytes' parts of a board: (the change set in flight when made, board name, index, the
+# answer's first bytes, its bytes after age and stale, the entries ahead of each score asked,
+# published_at, entries)
+_Hot = tuple[object, str, Board, bytes, bytes, dict[int, int], int, int]
 """Scores per board and snapshot whose competition rank :meth:`BoardMirror.player_bytes` keeps."""
 LOAD_ATTEMPTS = 5
 """Starts of one board's load before giving up (every anchor left the board each time)."""
@@ -150,6 +154,7 @@ class BoardMirror(Polling):
         self._version_made: tuple[Any, Any] = (None, None)  # :attr:`version`, per what it is made of
         # player_bytes' per board and snapshot: the answer's parts, and the entries ahead of each score
         self._parts: dict[tuple[str, str], tuple[tuple[int, int, int], bytes, bytes, dict[int, int]]] = {}
+        self._hot: dict[tuple[str, str], _Hot] = {}  # the same per board as asked (an alias too), while settled
 
     # -- following Redis (:class:`api.watch.Polling` calls these) ------------------------
     async def poll_once(self) -> None:
@@ -424,12 +429,39 @@ class BoardMirror(Polling):
         until the next)."""
         if self._missing is not None:
             return None
-        copy, name, index = self._board(game, board)
+        hot = self._hot.get((game, board))
+        if hot is None or not self._settled(hot[0]):
+            hot = self._heat(game, board)
+            if hot is None:
+                return None
+        _, name, index, head, middle, better, at, entries = hot
         key = index.key(player)
         if key is None:
             raise NotOnBoard(f"{player} is not on {game}/{name}")
-        at = copy.published_at
-        sid = copy.snapshot_id
+        score = key_score(key)
+        ahead = better.get(score)  # the competition rank of each score asked in this snapshot: players share scores
+        if ahead is None:
+            if len(better) >= MAX_SCORES:
+                better.clear()
+            ahead = better[score] = index.better_than(score)
+        age = max(0, int(time.time() * 1000) - at)
+        rank = index.below(key) + 1
+        return b'%s%d,"stale":%s%s%s,"score":%d,"rank":%d,"competition_rank":%d,"percentile":%s}' % (
+            head, age, b"true" if age > stale_after_ms else b"false", middle, orjson.dumps(player), score,
+            rank, ahead + 1, orjson.dumps(percentile(rank, entries)))
+
+    def _settled(self, flight: object) -> bool:
+        """Whether the served boards are still the live ones of when ``flight`` was current: no
+        operation of the next change set applied yet (a board's answers need no correction)."""
+        buffer = self._buffer
+        return buffer is not None and buffer.untouched(flight)
+
+    def _heat(self, game: str, board: str) -> _Hot | None:
+        """:meth:`player_bytes`' parts of one board for the snapshot served (its name, index, the
+        answer's fixed bytes, the competition ranks asked so far), kept while the live boards are
+        the served ones; None when the snapshot has no publish time (the dict path answers)."""
+        copy, name, index = self._board(game, board)
+        at, sid = copy.published_at, copy.snapshot_id
         if at is None or sid is None:
             return None
         served = (self._generation, self.loads, sid)  # ids start over after Redis lost its data: a load is new
@@ -440,18 +472,13 @@ class BoardMirror(Polling):
             parts = self._parts[(game, name)] = (
                 served, b'{"snapshot_id":%d,"published_at":%d,"age_ms":' % (sid, at),
                 b',"game_id":%s,"board":%s,"player_id":' % (orjson.dumps(game), orjson.dumps(name)), {})
-        score = key_score(key)
-        better = parts[3]  # the competition rank of each score asked in this snapshot: players share scores
-        ahead = better.get(score)
-        if ahead is None:
-            if len(better) >= MAX_SCORES:
-                better.clear()
-            ahead = better[score] = index.better_than(score)
-        age = max(0, int(time.time() * 1000) - at)
-        rank = index.below(key) + 1
-        return b'%s%d,"stale":%s%s%s,"score":%d,"rank":%d,"competition_rank":%d,"percentile":%s}' % (
-            parts[1], age, b"true" if age > stale_after_ms else b"false", parts[2], orjson.dumps(player), score,
-            rank, ahead + 1, orjson.dumps(percentile(rank, len(index))))
+        assert self._buffer is not None
+        hot: _Hot = (self._buffer.flight, name, index, parts[1], parts[2], parts[3], at, len(index))
+        if isinstance(index, BoardIndex):  # a view corrects a board half changed: made again per request
+            if len(self._hot) >= MAX_PARTS:
+                self._hot = {}
+            self._hot[(game, board)] = hot
+        return hot
 
     def around(self, game: str, board: str, player: str, r: int = 5, *, ties: str | None = None) -> dict[str, Any]:
         check_r(r)

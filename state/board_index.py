@@ -3,8 +3,10 @@
 Contract:
 
 * :class:`BoardIndex` is one board in the order of docs/semantics/boards.md 4 (score descending,
-  ``reached_at`` ascending, player id byte-wise): a ``SortedList`` of packed keys
-  (:func:`entry_key`) plus a dict player -> key, so the rank of any player, a
+  ``reached_at`` ascending, player id byte-wise): the packed keys (:func:`entry_key`) in the
+  native kernel's ``KeyOrder`` (an ordered set of byte strings with positions, its keys'
+  first 16 bytes inline in blocks: a rank in a fraction of the time a ``SortedList`` of
+  ``bytes`` takes, docs/benchmarks.md) plus a dict player -> key, so the rank of any player, a
   slice by rank and the number of strictly better scores are each O(log n).
 * :class:`BoardsCopy` is every live board and alias.
 * :class:`ChangeSet` is one snapshot's changes as the publish script streams them
@@ -28,7 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
-from sortedcontainers import SortedList
+
+from rankflow._native import KeyOrder
 
 BoardId = tuple[str, str]  # (game, board)
 
@@ -82,14 +85,19 @@ class BoardIndex:
 
     __slots__ = ("order", "keys")
 
-    def __init__(self, order: SortedList[bytes] | None = None, keys: dict[str, bytes] | None = None) -> None:
-        self.order = order if order is not None else SortedList()
+    def __init__(self, order: KeyOrder | None = None, keys: dict[str, bytes] | None = None) -> None:
+        self.order = order if order is not None else KeyOrder()
         self.keys = keys if keys is not None else {}
 
     @classmethod
     def of(cls, keys: dict[str, bytes], ordered: list[bytes]) -> BoardIndex:
-        """A board from its keys per player and the same keys in board order."""
-        return cls(SortedList(ordered), keys)
+        """A board from its keys per player and the same keys in board order.
+
+        >>> board = BoardIndex.of({"ana": entry_key("ana", 5, 1)}, [entry_key("ana", 5, 1)])
+        >>> len(board), board.rank0("ana")
+        (1, 0)
+        """
+        return cls(KeyOrder(ordered), keys)
 
     def __len__(self) -> int:
         return len(self.order)
@@ -124,11 +132,12 @@ class BoardIndex:
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
         """Entries ``start .. stop - 1`` (0-based) as answer items with both ranks."""
-        return answer_items(list(self.order.islice(start, stop)), start, self.better_than)
+        return answer_items(self.order.islice(max(0, start), max(0, stop)), start, self.better_than)
 
     def _check(self) -> None:
         """The invariants: the order sorted, every player's key in it once, nothing else."""
-        keys = list(self.order)
+        self.order._check()
+        keys = self.order.keys()
         assert keys == sorted(keys) and sorted(self.keys.values()) == keys
         assert all(entry_fields(k)[0] == p for p, k in self.keys.items())
 
@@ -235,7 +244,7 @@ class BoardView:
         if stop <= start:
             return []
         lo, hi = min(len(order), max(0, start - len(c.removed))), min(len(order), stop + len(c.added))
-        window = list(order.islice(lo, hi))
+        window = order.islice(lo, hi)
         first = bisect_right(c.removed, order[lo - 1]) if lo > 0 else 0  # none before the window's neighbour
         added = set(c.added)
         run = sorted([k for k in window if k not in added] + c.removed[first:])
@@ -423,6 +432,27 @@ class LiveBoards:
     @property
     def serving(self) -> Served:
         return Served(self.live, self._flight)
+
+    @property
+    def flight(self) -> object:
+        """A token of the change set being applied: :meth:`untouched` says whether the live
+        boards have changed since it was taken."""
+        return self._flight
+
+    def untouched(self, flight: object) -> bool:
+        """Whether ``flight`` (:attr:`flight`) is still current and no operation of it applied:
+        then the live boards are the served ones, and a board read from them needs no
+        correction. O(1).
+
+        >>> live = LiveBoards(BoardsCopy(1, {}, {}))
+        >>> token = live.flight
+        >>> live.untouched(token)
+        True
+        >>> live.add(ChangeSet(2, [(CREATE, ("g", "all"))]))
+        >>> live.step(10), live.untouched(token)
+        (True, False)
+        """
+        return flight is self._flight and not self._flight.boards and not self._flight.aliases
 
     @property
     def pending(self) -> bool:

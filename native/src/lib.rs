@@ -5,6 +5,7 @@
 //! flows call with whole batches of raw records.
 
 pub mod json;
+pub mod order;
 pub mod score;
 pub mod signature;
 

@@ -4,10 +4,11 @@
 //! (the Kafka client's and the publisher's threads keep running); only then are the
 //! valid results made into tuples and the refused ones into `(index, reason, detail)`.
 
-use pyo3::exceptions::PyTypeError;
+use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
+use crate::order::{Key, KeyOrder, Probe};
 use crate::score::{check, Refused, Score, MAX_ID_CHARS, MAX_POINTS, MAX_TIME};
 use crate::signature::Signer;
 
@@ -90,9 +91,81 @@ impl ScoreChecker {
     }
 }
 
+/// The board index's order (`state/board_index.py`): the `SortedList` methods it uses, over
+/// `bytes` keys, each O(log n) but `islice`.
+#[pyclass(module = "rankflow._native", name = "KeyOrder")]
+struct PyKeyOrder {
+    order: KeyOrder,
+}
+
+fn bytes_list<'py, 'a>(py: Python<'py>, keys: impl IntoIterator<Item = &'a Key>) -> PyResult<Bound<'py, PyList>> {
+    PyList::new(py, keys.into_iter().map(|k| PyBytes::new(py, k.as_bytes())))
+}
+
+#[pymethods]
+impl PyKeyOrder {
+    #[new]
+    #[pyo3(signature = (keys=None))]
+    fn new(keys: Option<Vec<Vec<u8>>>) -> Self {
+        let keys = keys.unwrap_or_default().iter().map(|k| Key::new(k)).collect();
+        PyKeyOrder { order: KeyOrder::from_keys(keys) }
+    }
+
+    fn __len__(&self) -> usize {
+        self.order.len()
+    }
+
+    fn bisect_left(&self, key: &[u8]) -> usize {
+        self.order.bisect_left(&Probe::new(key))
+    }
+
+    fn index(&self, key: &[u8]) -> PyResult<usize> {
+        self.order.index(&Probe::new(key)).ok_or_else(|| PyValueError::new_err("key not in the order"))
+    }
+
+    /// Add `key` (a key already there stays once, as it is).
+    fn add(&mut self, key: &[u8]) {
+        self.order.add(Key::new(key));
+    }
+
+    /// Remove `key`; ValueError if it is not there (as `SortedList.remove`).
+    fn remove(&mut self, key: &[u8]) -> PyResult<()> {
+        if self.order.remove(&Key::new(key)) {
+            Ok(())
+        } else {
+            Err(PyValueError::new_err("key not in the order"))
+        }
+    }
+
+    fn __getitem__<'py>(&self, py: Python<'py>, at: isize) -> PyResult<Bound<'py, PyBytes>> {
+        let at = if at < 0 { at + self.order.len() as isize } else { at };
+        usize::try_from(at)
+            .ok()
+            .and_then(|at| self.order.get(at))
+            .map(|k| PyBytes::new(py, k.as_bytes()))
+            .ok_or_else(|| PyIndexError::new_err("position out of the order"))
+    }
+
+    /// The keys at positions `start .. stop` (non-negative, clamped), as a list.
+    fn islice<'py>(&self, py: Python<'py>, start: usize, stop: usize) -> PyResult<Bound<'py, PyList>> {
+        bytes_list(py, self.order.slice(start, stop))
+    }
+
+    /// Every key in order, as a list.
+    fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
+        bytes_list(py, self.order.iter())
+    }
+
+    /// The structure's invariants (panics, as a Python exception, on the first one broken).
+    fn _check(&self) {
+        self.order.check();
+    }
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ScoreChecker>()?;
+    m.add_class::<PyKeyOrder>()?;
     m.add("MAX_ID_CHARS", MAX_ID_CHARS)?;
     m.add("MAX_POINTS", MAX_POINTS)?;
     m.add("MAX_TIME", MAX_TIME)?;

@@ -158,6 +158,47 @@ def test_the_served_boards_are_always_the_model_at_their_snapshot(raws, plan):
         board._check()
 
 
+@settings(max_examples=200, deadline=None)
+@given(raws=change_sets, plan=st.lists(st.tuples(st.sampled_from(["add", "step", "query"]), st.integers(1, 6),
+                                                  st.sampled_from(PLAYERS),
+                                                  st.sampled_from([*BOARDS, ("g", "daily"), ("h", "daily")])),
+                                        max_size=60))
+def test_the_prepared_rank_follows_the_served_boards(raws, plan):
+    """``player_bytes`` keeps each board's parts while the live boards are the served ones
+    (``LiveBoards.untouched``): asked between any two slices of any change sets, by board
+    name or alias, it answers the model at the served snapshot, never a board half changed
+    or an alias gone."""
+    changes = [as_change_set(sid, raw) for sid, raw in enumerate(raws, start=1)]
+    for change in changes:
+        change.published_at = 1_800_000_000_000 + change.snapshot_id
+    states = model_states(raws)
+    mirror = BoardMirror(aioredis.Redis(), "t")  # no connection is made: the boards are set here
+    live = LiveBoards(BoardsCopy(0, {}, {}, 1_800_000_000_000))
+    mirror._buffer, mirror._missing, mirror.ready = live, None, True
+    added = 0
+    for action, size, player, (game, board) in [*plan, *(("query", 1, p, b) for p in PLAYERS for b in BOARDS)]:
+        if action == "add" and added < len(changes):
+            live.add(changes[added])
+            added += 1
+        elif action == "step":
+            live.step(size)
+        boards, aliases = states[live.serving.snapshot_id]
+        name = board
+        if board == "daily" and aliases.get(game, [None])[0] is not None:
+            name = f"daily:{aliases[game][0]}"
+        mine = [row for row in ordered(boards.get((game, name), {})) if row[0] == player]
+        if (game, name) not in boards:
+            with pytest.raises(NoSuchBoard):
+                mirror.player_bytes(game, board, player, 1000)
+        elif not mine:
+            with pytest.raises(NotOnBoard):
+                mirror.player_bytes(game, board, player, 1000)
+        else:
+            answer = orjson.loads(mirror.player_bytes(game, board, player, 1000))
+            assert (answer["snapshot_id"], answer["board"], answer["score"], answer["rank"],
+                    answer["competition_rank"]) == (live.serving.snapshot_id, name, *mine[0][1:])
+
+
 # -- against Redis ---------------------------------------------------------------------------
 
 class RandomBoards:
