@@ -52,6 +52,7 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
+from rankflow._native import KeyOrder
 from rankflow.api.change_feed import FeedGap, chain_end
 from rankflow.api.watch import Polling
 from rankflow.connectors.board_read import (
@@ -107,8 +108,8 @@ MAX_PARTS = 1_000
 MAX_SCORES = 10_000
 # player_bytes' parts of a board: (the change set in flight when made, board name, index, the
 # answer's first bytes, its bytes after age and stale, the entries ahead of each score asked,
-# published_at, entries)
-_Hot = tuple[object, str, Board, bytes, bytes, dict[int, int], int, int]
+# published_at, entries, the board's native order when it is the live one)
+_Hot = tuple[object, str, Board, bytes, bytes, dict[int, int], int, int, KeyOrder | None]
 """Scores per board and snapshot whose competition rank :meth:`BoardMirror.player_bytes` keeps."""
 LOAD_ATTEMPTS = 5
 """Starts of one board's load before giving up (every anchor left the board each time)."""
@@ -434,10 +435,12 @@ class BoardMirror(Polling):
             hot = self._heat(game, board)
             if hot is None:
                 return None
-        _, name, index, head, middle, better, at, entries = hot
+        _, name, index, head, middle, better, at, entries, order = hot
         key = index.key(player)
         if key is None:
             raise NotOnBoard(f"{player} is not on {game}/{name}")
+        if order is not None:  # the board as served: its numbers read and written natively
+            return order.player_answer(key, head, middle, orjson.dumps(player), at, stale_after_ms)
         score = key_score(key)
         ahead = better.get(score)  # the competition rank of each score asked in this snapshot: players share scores
         if ahead is None:
@@ -473,8 +476,10 @@ class BoardMirror(Polling):
                 served, b'{"snapshot_id":%d,"published_at":%d,"age_ms":' % (sid, at),
                 b',"game_id":%s,"board":%s,"player_id":' % (orjson.dumps(game), orjson.dumps(name)), {})
         assert self._buffer is not None
-        hot: _Hot = (self._buffer.flight, name, index, parts[1], parts[2], parts[3], at, len(index))
-        if isinstance(index, BoardIndex):  # a view corrects a board half changed: made again per request
+        # a view corrects a board half changed: made again per request
+        order = index.order if isinstance(index, BoardIndex) else None
+        hot: _Hot = (self._buffer.flight, name, index, parts[1], parts[2], parts[3], at, len(index), order)
+        if order is not None:
             if len(self._hot) >= MAX_PARTS:
                 self._hot = {}
             self._hot[(game, board)] = hot

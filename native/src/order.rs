@@ -270,6 +270,43 @@ impl KeyOrder {
     }
 }
 
+/// `100 * (entries - rank) / entries` in hundredths, rounded half to even (docs/semantics/
+/// boards.md 5.2), as Python writes the float of those hundredths: the shortest decimal that
+/// reads back as it, which for a whole number of hundredths is its two decimals less their
+/// trailing zeros, one kept (`99.9`, `66.67`, `0.0`).
+pub fn percentile_json(rank: u64, entries: u64) -> String {
+    let (numerator, entries) = (10_000 * entries.saturating_sub(rank) as u128, entries.max(1) as u128);
+    let (mut q, rest) = (numerator / entries, numerator % entries);
+    if 2 * rest > entries || (2 * rest == entries && q % 2 == 1) {
+        q += 1;
+    }
+    let (whole, cents) = (q / 100, q % 100);
+    match cents {
+        0 => format!("{whole}.0"),
+        c if c % 10 == 0 => format!("{whole}.{}", c / 10),
+        c => format!("{whole}.{c:02}"),
+    }
+}
+
+/// A board key's score: its first 8 bytes are `2^64 - 1 - score`, big-endian.
+pub fn key_score(key: &[u8]) -> Option<u64> {
+    let first: [u8; 8] = key.get(..8)?.try_into().ok()?;
+    Some(u64::MAX - u64::from_be_bytes(first))
+}
+
+impl KeyOrder {
+    /// `(score, rank, competition rank)` of the board entry `key` (on the board or not):
+    /// the rank counts the keys before it, the competition rank those of a greater score
+    /// (the keys before the score's first possible key: its 8 bytes, then zeros).
+    pub fn ranks_of(&self, key: &[u8]) -> Option<(u64, usize, usize)> {
+        let score = key_score(key)?;
+        let mut floor = [0u8; 16];
+        floor[..8].copy_from_slice(&key[..8]);
+        let ahead = self.bisect_left(&Probe::new(&floor));
+        Some((score, self.bisect_left(&Probe::new(key)) + 1, ahead + 1))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -320,6 +357,17 @@ mod tests {
         }
         order.check();
         assert_eq!(order.len(), model.len());
+    }
+
+    #[test]
+    fn percentiles_as_python_writes_them() {
+        assert_eq!(percentile_json(1, 1000), "99.9");
+        assert_eq!(percentile_json(1, 1), "0.0");
+        assert_eq!(percentile_json(2, 8), "75.0");
+        assert_eq!(percentile_json(1, 3), "66.67");
+        assert_eq!(percentile_json(0, 5), "100.0");
+        assert_eq!(percentile_json(1, 200), "99.5");
+        assert_eq!(percentile_json(3, 40_000), "99.99"); // 99.9925: half-even down
     }
 
     #[test]

@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use crate::order::{Key, KeyOrder, Probe};
+use crate::order::{percentile_json, Key, KeyOrder, Probe};
 use crate::score::{check, Refused, Score, MAX_ID_CHARS, MAX_POINTS, MAX_TIME};
 use crate::signature::Signer;
 
@@ -149,6 +149,44 @@ impl PyKeyOrder {
     /// The keys at positions `start .. stop` (non-negative, clamped), as a list.
     fn islice<'py>(&self, py: Python<'py>, start: usize, stop: usize) -> PyResult<Bound<'py, PyList>> {
         bytes_list(py, self.order.slice(start, stop))
+    }
+
+    /// A player's answer (`api.board_mirror.BoardMirror.player_bytes`), made in one call: `head`
+    /// (up to `"age_ms":`), the age, `"stale"`, `middle` (up to `"player_id":`), `player` (its
+    /// JSON), then the score, the rank and competition rank of board key `key`, and the
+    /// percentile; the age is now less `published_at`, stale past `stale_after_ms`. Python
+    /// makes the fixed parts once per board and snapshot; the numbers are read and written here.
+    #[allow(clippy::too_many_arguments)]
+    fn player_answer<'py>(
+        &self,
+        py: Python<'py>,
+        key: &[u8],
+        head: &[u8],
+        middle: &[u8],
+        player: &[u8],
+        published_at: i64,
+        stale_after_ms: i64,
+    ) -> PyResult<Bound<'py, PyBytes>> {
+        let (score, rank, competition) =
+            self.order.ranks_of(key).ok_or_else(|| PyValueError::new_err("not a board key"))?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let age = (now - published_at).max(0);
+        let stale = if age > stale_after_ms { "true" } else { "false" };
+        let percentile = percentile_json(rank as u64, self.order.len() as u64);
+        let tail = format!(
+            "\"score\":{score},\"rank\":{rank},\"competition_rank\":{competition},\"percentile\":{percentile}}}"
+        );
+        let age = format!("{age},\"stale\":{stale}");
+        let mut out = Vec::with_capacity(head.len() + middle.len() + player.len() + age.len() + tail.len() + 1);
+        out.extend_from_slice(head);
+        out.extend_from_slice(age.as_bytes());
+        out.extend_from_slice(middle);
+        out.extend_from_slice(player);
+        out.push(b',');
+        out.extend_from_slice(tail.as_bytes());
+        Ok(PyBytes::new(py, &out))
     }
 
     /// Every key in order, as a list.

@@ -67,3 +67,24 @@ def test_many_keys_split_blocks() -> None:
     model = [k for k in model if int(k) % 2]
     assert order.keys() == model and order.islice(100, 110) == model[100:110]
     assert order.bisect_left(b"%020d" % 4501) == bisect_left(model, b"%020d" % 4501)
+
+
+@pytest.mark.parametrize("entries", [1, 2, 3, 7, 8, 200, 1000, 1001])
+def test_a_player_answer_has_every_rank_and_percentile_as_python_writes_them(entries: int) -> None:
+    """``player_answer``'s numbers against the Python functions (``connectors.board_pages.percentile``
+    and orjson for the float; both ranks against the key's order), for every rank of boards of a
+    few sizes, scores shared by runs of entries."""
+    import orjson
+
+    from rankflow.connectors.board_pages import percentile
+    from rankflow.state.board_index import entry_key
+
+    keys = sorted(entry_key(f"p{i}", 1000 - i // 3, i) for i in range(entries))
+    order = KeyOrder(keys)
+    for rank, key in enumerate(keys, start=1):
+        made = order.player_answer(key, b'{"age_ms":', b',"player_id":', b'"x"', 0, 10**15)
+        answer = orjson.loads(made)
+        score = 1000 - (rank - 1) // 3
+        assert (answer["score"], answer["rank"], answer["competition_rank"]) == (score, rank, 3 * (1000 - score) + 1)
+        assert made.endswith(b'"percentile":%s}' % orjson.dumps(percentile(rank, entries)))
+        assert answer["stale"] is False and answer["age_ms"] > 0
