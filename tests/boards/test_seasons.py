@@ -201,3 +201,18 @@ def test_keep_final_out_of_range_exits_2(capsys):
         main(["run", "--flow", "boards", "--input", "kafka:127.0.0.1:1/t", "--keep-final", "-1"])
     assert exited.value.code == 2
     assert "between 0 and 3660" in capsys.readouterr().err
+
+
+def test_a_resume_keeps_its_seasons(redis_url, tmp_path):
+    """The players' records hold their seasons' sums: a resume with other seasons, or none, is refused."""
+    from rankflow.options import UsageError
+
+    lines = fixed_log()[:10]
+    namespace, path = executions(redis_url, tmp_path, lines, [len(lines)])
+    recovery = path.parent / "recovery"
+    base = dict(input=f"jsonl:{path}", redis_url=redis_url, namespace=namespace, flow="boards",
+                dead_letter=f"jsonl:{path.parent / 'dead.jsonl'}", signing_key=example.KEY, until_eof=True,
+                recovery_dir=str(recovery), song_partitions=2)
+    for extra in ({}, {"seasons": parse_seasons({"other": {"start": "2026-12-01", "end": "2027-01-01"}})}):
+        with pytest.raises(UsageError, match="seasons"):
+            run(RunOptions(**base, extra=extra))
