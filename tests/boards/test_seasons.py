@@ -16,7 +16,7 @@ from typing import Any
 
 import orjson
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from rankflow.cli import main
@@ -48,7 +48,7 @@ def long_logs(draw: st.DrawFn) -> list[bytes]:
     t = START
     lines: list[bytes] = []
     for _ in range(draw(st.integers(1, 40))):
-        t += draw(st.sampled_from([0, HOUR, 12 * HOUR, DAY, 3 * DAY]))
+        t += draw(st.sampled_from([0, HOUR, 12 * HOUR, DAY, 3 * DAY, 5 * DAY]))
         player = draw(st.sampled_from(["a", "b", "c", "d"]))
         game = draw(st.sampled_from(["g1", "g1", "g2"]))
         late = draw(st.sampled_from([0, 0, HOUR, 23 * HOUR]))
@@ -83,11 +83,14 @@ def executions(redis_url: str, tmp: Path, lines: list[bytes], ends: list[int], *
     return namespace, path
 
 
-def check_finals(client: Any, namespace: str, lines: list[bytes], path: Path, keep: int) -> None:
-    """The kept boards are the model's; every final is its period's board where it was closed."""
+def check_finals(client: Any, namespace: str, lines: list[bytes], path: Path, keep: int, drawn: bool = False) -> None:
+    """The kept boards are the model's; every final is its period's board where it was closed.
+    ``drawn``: under hypothesis (its statistics then say how many finals the examples reached)."""
     now = model(lines, path)
     assert read_boards(client, namespace) == now.boards()
     listed = read_finals(client, namespace)["finals"]
+    if drawn:
+        event(f"finals: {min(len(listed), 3)}{'+' if len(listed) >= 3 else ''}")
     expected = {(game, "final:" + name) for game, boards in now.dropped().items() for name in boards
                 if (now.newest_day(game) - now.last_day(name)).days <= 7 + keep}
     assert {(f["game_id"], f["board"]) for f in listed} == expected
@@ -129,7 +132,7 @@ def test_seasons_and_finals_match_the_model_across_resumes(redis_url, redis_clie
     ends = sorted({min(cut, len(lines)) for cut in cuts} | {len(lines)})
     namespace, path = executions(redis_url, tmp_path, lines, ends, song_partitions=partitions, user_shards=shards,
                                  keep_final=keep)
-    check_finals(redis_client, namespace, lines, path, keep)
+    check_finals(redis_client, namespace, lines, path, keep, drawn=True)
 
 
 @pytest.mark.parametrize("how", [{"workers": 2}, {"processes": 2}])
