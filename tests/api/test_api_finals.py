@@ -63,6 +63,8 @@ def test_finals_are_listed_and_read_like_boards(redis_url, closed, index):
             assert api.get(f"/boards/g1/{board}/players/bo/page", params={"n": 2}).json()["page"] == 1
         assert api.get("/boards/g1/final:season:opening/top").json()["items"][0]["score"] == 30 + 31
         assert api.get("/boards/g1/daily:2027-01-01/top").status_code == 404  # the period itself is gone
+        live = api.get("/boards").json()["games"]["g1"]["boards"]
+        assert "season:late" in live and not any(b.startswith("final:") or b == "daily:2027-01-01" for b in live)
         assert api.get("/boards/g1/final:season:nope/top").status_code == 404
         assert api.get("/boards/g1/final:all/top").status_code == 400  # all and best have no final
 
