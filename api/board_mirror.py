@@ -76,6 +76,7 @@ from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.script_query import bind
 from rankflow.connectors.scripts import BOARD_CHUNK
 from rankflow.connectors.snapshot_age import published, stamp
+from rankflow.state.board_rules import FINAL
 from rankflow.state.board_index import (
     BoardId,
     Board,
@@ -620,34 +621,39 @@ class MirroredBoards:
     def __init__(self, mirror: BoardMirror, reader: AsyncBoardReader) -> None:
         self.mirror, self.reader = mirror, reader
 
+    def serves_board(self, board: str) -> bool:
+        """Whether the mirror answers for ``board``: it copies the live boards, and a final's standings
+        (``final:``, docs/semantics/boards.md 9) are read from Redis."""
+        return self.mirror.serves and not board.startswith(FINAL)
+
     async def top(self, game: str, board: str, n: int = 10, **asked: Any) -> dict[str, Any]:
         """``asked``: ``after``, ``ties``, ``percentile`` (docs/semantics/boards.md 5.1 to 5.3)."""
-        if self.mirror.serves:
+        if self.serves_board(board):
             return self.mirror.top(game, board, n, **asked)
         return await self.reader.top(game, board, n, **asked)
 
     async def player(self, game: str, board: str, player: str, **asked: Any) -> dict[str, Any]:
-        if self.mirror.serves:
+        if self.serves_board(board):
             return self.mirror.player(game, board, player, **asked)
         return await self.reader.player(game, board, player, **asked)
 
     async def around(self, game: str, board: str, player: str, r: int = 5, **asked: Any) -> dict[str, Any]:
-        if self.mirror.serves:
+        if self.serves_board(board):
             return self.mirror.around(game, board, player, r, **asked)
         return await self.reader.around(game, board, player, r, **asked)
 
     async def page(self, game: str, board: str, player: str, n: int = 10, **asked: Any) -> dict[str, Any]:
-        if self.mirror.serves:
+        if self.serves_board(board):
             return self.mirror.page(game, board, player, n, **asked)
         return await self.reader.page(game, board, player, n, **asked)
 
     async def score_for_percentile(self, game: str, board: str, p: str, **asked: Any) -> dict[str, Any]:
-        if self.mirror.serves:
+        if self.serves_board(board):
             return self.mirror.score_for_percentile(game, board, p, **asked)
         return await self.reader.score_for_percentile(game, board, p, **asked)
 
     async def ranks(self, game: str, board: str, players: list[str], **asked: Any) -> dict[str, Any]:
-        if self.mirror.serves:
+        if self.serves_board(board):
             return self.mirror.ranks(game, board, players, **asked)
         return await self.reader.ranks(game, board, players, **asked)
 

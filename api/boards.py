@@ -90,6 +90,7 @@ from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.board_pages import PERCENT, TIES
 from rankflow.connectors.board_read import (MAX_N, MAX_PLAYERS, MAX_R, AsyncBoardReader, BoardsMoving,
                                             NoBoardsSnapshot, NoSuchBoard, NotOnBoard, check_board, check_n)
+from rankflow.connectors.finals_read import aread_finals
 from rankflow.connectors.redis_publish import dumps_document
 from rankflow.connectors.snapshot_age import judged
 
@@ -143,8 +144,9 @@ def game_path() -> Any:
 
 def board_path() -> Any:
     """The board name the routes accept (else ``400``): its pattern in the schema."""
-    return Path(description="all, best, daily, weekly (aliases of the newest period), daily:YYYY-MM-DD or "
-                            "weekly:YYYY-Www", examples=["all", "daily"], **bounded(pattern=schemas_boards.BOARD))
+    return Path(description="all, best, daily, weekly (aliases of the newest period), daily:YYYY-MM-DD, "
+                            "weekly:YYYY-Www, season:NAME, or final: and one of those periods (its final standings)",
+                examples=["all", "daily"], **bounded(pattern=schemas_boards.BOARD))
 
 
 def player_path() -> Any:
@@ -169,6 +171,16 @@ WHY = ERRORS.openapi(400, 404, 503)
             responses={200: model(schemas_boards.BoardList, "every board there is, per game"), 503: WHY[503]})
 async def list_boards(request: Request) -> Response:
     return await answer(request, lambda reader: reader.boards())
+
+
+@router.get("/boards/{game:game}/finals", summary="A game's final standings: the periods retention dropped",
+            responses={200: model(schemas_boards.FinalList, "the game's finals, newest closed first (none: empty)"),
+                       503: WHY[503]})
+async def finals(request: Request, game: str = game_path()) -> Response:
+    """Read from Redis whatever ``--board-index`` says: the in-process copy holds the live boards."""
+    state = request.app.state
+    reader = state.boards.reader if isinstance(state.boards, MirroredBoards) else state.boards
+    return await answer(request, lambda _: aread_finals(reader.client, state.settings.namespace, game))
 
 
 @router.get("/boards/{game:game}/{board}/players/{player_id:rest}/page",
@@ -291,9 +303,9 @@ def ready_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes | 
     """A player's rank from the in-process mirror once it serves (``--board-index memory``): as
     :func:`player` answers it; a player not on the board raises, and :func:`player` says so."""
     reader: Reader = state.boards
-    if not isinstance(reader, MirroredBoards) or not reader.mirror.serves:
-        return None
     game, board, player = params
+    if not isinstance(reader, MirroredBoards) or not reader.serves_board(board):
+        return None
     return reader.mirror.player_bytes(game, board, player, state.settings.stale_after_ms)
 
 

@@ -144,6 +144,21 @@ class BoardList(Exact):
     games: dict[str, GameBoards]
 
 
+class Final(Exact):
+    game_id: str
+    board: str = Field(description="final: and the period's board: read it like a board by this name")
+    closed_by: int = Field(description="the snapshot that closed the period: the final is the board as it left it")
+    players: int
+
+
+class FinalList(Exact):
+    """``GET /boards/{game}/finals``: the final standings of the periods retention dropped
+    (docs/semantics/boards.md 9), the newest closed first."""
+
+    snapshot_id: int
+    finals: list[Final]
+
+
 _ID = {"type": "string", "minLength": 1, "maxLength": MAX_ID_CHARS}
 _RESULT: dict[str, Any] = {
     "type": "object",

@@ -60,7 +60,8 @@ ATTEMPTS = MOVES + 2
 MAX_REMEMBERED_ALIASES = 10_000
 """Alias guesses kept per reader (two per game): past this they are forgotten at once."""
 
-BOARD_PATTERN = re.compile(r"(all|best|daily|weekly|daily:[0-9]{4}-[0-9]{2}-[0-9]{2}|weekly:[0-9]{4}-W[0-9]{2})")
+BOARD_PATTERN = re.compile(r"(all|best|daily|weekly|(final:)?(daily:[0-9]{4}-[0-9]{2}-[0-9]{2}|weekly:[0-9]{4}-W[0-9]{2}"
+                           r"|season:[A-Za-z0-9_.-]{1,32}))")
 """A board name or alias. ASCII digits only (``\\d`` would take any Unicode digit): the HTTP routes
 publish it as their OpenAPI pattern (``api.schemas_boards``), where ``\\d`` means ASCII digits."""
 
@@ -154,7 +155,8 @@ class BoardsMoving(RuntimeError):
 def check_board(board: str) -> None:
     """A usage error (ValueError) unless ``board`` is a board name or an alias."""
     if not BOARD_PATTERN.fullmatch(board):
-        raise ValueError(f"unknown board {board!r}: all, best, daily, weekly, daily:YYYY-MM-DD or weekly:YYYY-Www")
+        raise ValueError(f"unknown board {board!r}: all, best, daily, weekly, daily:YYYY-MM-DD, weekly:YYYY-Www, "
+                         "season:NAME, or final: and a period's board")
 
 
 def check_n(n: int) -> None:
@@ -578,7 +580,7 @@ def ordered_boards(boards: list[str]) -> list[str]:
     >>> ordered_boards(["weekly:2027-W01", "daily:2027-01-03", "best", "daily:2027-01-04", "all"])
     ['all', 'best', 'daily:2027-01-04', 'daily:2027-01-03', 'weekly:2027-W01']
     """
-    kinds = ("all", "best", "daily", "weekly")
+    kinds = ("all", "best", "daily", "weekly", "season")
     newest_first = sorted(boards, reverse=True)
     return sorted(newest_first, key=lambda board: kinds.index(board.partition(":")[0]))  # stable
 

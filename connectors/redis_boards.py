@@ -22,6 +22,7 @@ from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_replies import Members
 from rankflow.connectors.redis_publish import merge_pending
 from rankflow.connectors.scripts import PUBLISH_BOARDS
+from rankflow.state.board_rules import FINAL
 from rankflow.state.board_snapshot import BoardsSnapshot
 
 BOARD_CHANGES_MAXLEN = 100
@@ -66,6 +67,8 @@ class BoardsState:
         self._pending: dict[tuple[str, str], BoardEntries] = {}
         self._aliases: dict[str, tuple[str | None, str | None]] = {}
         self._dropped: set[tuple[str, str]] = set()
+        self._closed: dict[tuple[str, str], bytes] = {}  # periods that became finals: what the finals hash holds
+        self._expired: set[tuple[str, str]] = set()  # finals to delete (their period's names)
         self._full = False
         self._whole = complete  # the pending entries are every board (nothing stored yet)
 
@@ -75,6 +78,10 @@ class BoardsState:
         for bid in snapshot.dropped:
             pending.pop(bid, None)
             self._dropped.add(bid)
+        if snapshot.closed or snapshot.expired:  # docs/semantics/boards.md 9: the closed boards' entries stay pending
+            for bid in snapshot.closed:
+                self._closed[bid] = orjson.dumps({"closed_by": snapshot.snapshot_id, "positions": snapshot.positions})
+            self._expired.update(snapshot.expired)
         self._aliases.update(snapshot.aliases)
 
     def resend_all(self, why: str) -> None:
@@ -87,6 +94,7 @@ class BoardsState:
 
     def stored(self) -> None:
         self._pending, self._aliases, self._dropped, self._full, self._whole = {}, {}, set(), False, False
+        self._closed, self._expired = {}, set()
 
     def prepare(self, client: redis.Redis, k: Keys, fence: Fence, hurry: bool = False) -> None:
         """Before a ``full`` call: the boards Redis lists that the whole state does not hold are
@@ -107,6 +115,11 @@ class BoardsState:
             out.extend(k.board(game, board))
         for game, board in self._dropped:
             out.extend(k.board(game, board))
+        for game, board in self._closed:
+            out.extend((*k.board(game, board), *k.board(game, FINAL + board)))
+        for game, board in self._expired:
+            out.extend(k.board(game, FINAL + board))
+        out.append(k.finals)
         out.append(k.rank_change)
         return out
 
@@ -114,7 +127,7 @@ class BoardsState:
         args = PUBLISH_BOARDS.at_p(full="full" if self._full else "delta", layout=LAYOUT, changes_cap=BOARD_CHANGES_MAXLEN,
                                    entry_bytes=BOARD_CHANGES_MAX_BYTES, changed=len(self._pending),
                                    dropped=len(self._dropped), rank_change="1" if self._rank_change else "",
-                                   aliases=len(self._aliases))
+                                   closed=len(self._closed), expired=len(self._expired), aliases=len(self._aliases))
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         hashes: dict[str, int] = {}  # each player's once, whatever the boards they changed on
@@ -127,4 +140,7 @@ class BoardsState:
         for (game, board), entries in self._pending.items():
             args += (board_name(game, board), dumps(entries), len(entries))
         args.extend(board_name(game, board) for game, board in self._dropped)
+        for (game, board), meta in self._closed.items():
+            args += (board_name(game, board), board_name(game, FINAL + board), meta)
+        args.extend(board_name(game, FINAL + board) for game, board in self._expired)
         return args

@@ -58,6 +58,10 @@ Its generation holds, besides the keys above (without counts and changes):
                                        keeps the boards' moves (absent: none kept);
                                        each board's are its sorted set's key followed
                                        by ``:m``, ``:mt`` and ``:mn`` (``lua/rank_change.lua``)
+``{ns:boards}:g<G>:finals``            every final standings there is (hash: JSON
+                                       ``[game, "final:<board>"]`` -> JSON
+                                       ``{closed_by, positions, players}``); each
+                                       is a board's two keys, named ``final:<board>``
 =====================================  ===========================================
 
 The activity flow publishes into ``<ns>:activity`` (:func:`activity_namespace`); its
@@ -169,6 +173,7 @@ class Keys:
     boards = InGeneration("boards")
     board_changes = InGeneration("board_changes")
     rank_change = InGeneration("rank_change")
+    finals = InGeneration("finals")
 
     def generation_keys(self) -> list[str]:
         return [self.owner, self.snapshot, self.snapshot_id, self.published_at, self.positions, self.stream, self.counts, self.changes]

@@ -218,12 +218,14 @@ _PUBLISH_BOARDS_KEYS = PUBLISH_KEYS + ("aliases", "boards", "board_changes", "bo
 PUBLISH_BOARDS = Script(
     "publish_boards",
     (Local("LAYOUT", _PUBLISH_BOARDS_KEYS.index("boards_layout") + 1), "board_layout", "publish_prelude",
-     "board_buckets", Local("LOAD", BUCKET_LOAD), "publish_boards"),
+     "board_buckets", Local("LOAD", BUCKET_LOAD), "finals", "publish_boards"),
     keys=_PUBLISH_BOARDS_KEYS,
     more_keys="per changed board its sorted set and its reached_at buckets' count key, then the same two keys "
-              "of every dropped board, then the rank change marker",
+              "of every dropped board, then per closed period its two and its final's two, per expired final "
+              "its two (lua/finals.lua), then the finals hash, then the rank change marker",
     argv=PUBLISH_ARGV, more_argv="the source positions",
-    argv_at_p=("full", "layout", "changes_cap", "entry_bytes", "changed", "dropped", "rank_change", "aliases"))
+    argv_at_p=("full", "layout", "changes_cap", "entry_bytes", "changed", "dropped", "rank_change", "closed",
+               "expired", "aliases"))
 """Stores one snapshot of the boards flow, atomically (``redis_boards.BoardsState``).
 
 First ``lua/board_layout.lua``: a generation whose boards are in another layout than

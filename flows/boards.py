@@ -57,6 +57,7 @@ from rankflow.operators.player_stage import VERDICTS, PlayerShardLogic, select_d
 from rankflow.operators.routing import BoardBatch, route_board_entries
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import PLAYER_ID, parse_score_records
+from rankflow.state.seasons import Seasons
 
 
 def build_flow(
@@ -73,6 +74,8 @@ def build_flow(
     user_changelog: Path | None = None,
     republish: bool = False,
     flow_id: str = "boards",
+    seasons: Seasons = (),
+    keep_final: int = 0,
 ) -> Dataflow:
     """The score-board dataflow; see the module docstring for its shape.
 
@@ -81,6 +84,8 @@ def build_flow(
     whole boards are in Redis). Sharding and recovery as ``flows.listeners.build_flow``.
     ``republish``: a resumed run whose Redis lost the boards sends every player's
     entries again in its first epoch (needs player shards: ``user_shards`` > 0).
+    ``seasons``: boards of spans set by configuration; ``keep_final``: days a dropped period's
+    final standings are kept (0: none; docs/semantics/boards.md section 9).
     """
     if board_partitions < 1:
         raise ValueError("board_partitions must be >= 1")
@@ -91,6 +96,7 @@ def build_flow(
     if recoverable and user_shards and user_changelog is None:
         raise ValueError("recoverable player shards need a user_changelog directory")
     METRICS.verdicts = VERDICTS
+    season_ends = {season.board: season.last_day for season in seasons}  # retention's last day of each
     flow = Dataflow(flow_id)
     batches = op.input("input", flow, source)
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
@@ -101,13 +107,14 @@ def build_flow(
     changelog = user_changelog if recoverable and user_shards else None
     whole = recoverable and not user_shards
     decisions = op.stateful_batch("players", results, PlayerShardLogic.builder(changelog, user_shards, whole,
-                                                                                    republish=republish))
+                                                                                    republish=republish,
+                                                                                    seasons=seasons))
     entries = op.flat_map_batch("board_entries", decisions, partial(route_board_entries, partitions=board_partitions))
     ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, partitions=board_partitions))
     counter_in: KeyedStream[BoardBatch | Tick] = op.merge("counter_input", entries, ticks)
     reports = op.stateful_batch(
         "board_counters", counter_in,
-        CounterLogic.builder(lambda stored: BoardTable(k_max, stored), recoverable),
+        CounterLogic.builder(lambda stored: BoardTable(k_max, stored, season_ends), recoverable),
     )
 
     dead_letters = op.merge(
@@ -116,6 +123,6 @@ def build_flow(
         op.flat_map_batch("rejected", decisions, select_dead_letters),
     )
     rank_and_publish(parsed, reports, dead_letters, MergerLogic.builder(
-        board_partitions, lambda stored: BoardRanking(k_max, stored), run_token), snapshot_sink, dead_letter_sink,
+        board_partitions, lambda stored: BoardRanking(k_max, stored, season_ends, keep_final), run_token), snapshot_sink, dead_letter_sink,
         op.flat_map_batch("tallies", decisions, select_tallies))
     return flow

@@ -65,8 +65,11 @@ class BoardTable:
     """One board partition: per board a bounded :class:`MonotoneTop`, its player count and the
     open epoch's entries, together so that a change looks its board up once."""
 
-    def __init__(self, k_max: int, resume: dict[str, Any] | None = None) -> None:
+    def __init__(self, k_max: int, resume: dict[str, Any] | None = None,
+                 season_ends: dict[str, str] | None = None) -> None:
+        """``season_ends``: each season's board and its last day (retention, ``board_rules.is_kept``)."""
         self.k_max = k_max
+        self.season_ends = season_ends or None
         self.boards: dict[BoardId, _Board] = {}
         self.games: dict[str, set[str]] = {}  # game -> its boards held here
         for bid, (entries, players) in (resume or {}).get("boards", {}).items():
@@ -103,12 +106,10 @@ class BoardTable:
         entries: dict[BoardId, BoardEntries] = {}
         for bid, board in changed.items():
             entries[bid], board.entries = board.entries, {}
-            if bid in self.boards:  # not dropped by retention just now: then its entries are not published
-                top = board.top
+            if bid in self.boards:  # not dropped by retention just now (the merger decides what its entries do:
+                top = board.top  # they make its final standings, docs/semantics/boards.md 9, or nothing)
                 report[bid] = (top.top(self.k_max) if top.changed else None, board.players)
                 top.changed = False
-            else:
-                del entries[bid]
         errors, self.errors = self.errors, []
         for e in errors:
             log.error("epoch %s: %s", epoch, e)
@@ -119,7 +120,7 @@ class BoardTable:
         for game in {game for game, _ in changed}:
             boards = self.games[game]
             daily, weekly = newest_periods(boards)
-            for board in [b for b in boards if not is_kept(b, daily, weekly)]:
+            for board in [b for b in boards if not is_kept(b, daily, weekly, self.season_ends)]:
                 boards.discard(board)
                 del self.boards[(game, board)]
 

@@ -11,17 +11,22 @@ reported it; this combiner then
   longer keeps (section 7): they leave the snapshot and Redis, and an entry for one
   arriving later is not published;
 * passes on the epoch's entries of kept boards, which the publisher writes into the
-  boards' sorted sets in Redis together with the snapshot.
+  boards' sorted sets in Redis together with the snapshot;
+* with ``keep_final`` days (``--keep-final``, docs/semantics/boards.md section 9), turns each
+  period it drops into its final standings instead (the board as this snapshot leaves it,
+  this epoch's entries included: the publisher renames its keys), and drops the finals
+  older than that, each once: a period never returns, so a final is never made twice.
 """
 
 from __future__ import annotations
 
+import datetime
 import logging
 from typing import Any
 
 from rankflow.operators.board_counter import BoardEntries, BoardId, BoardsReport
 from rankflow.operators.merger import Cut, lag_ms
-from rankflow.state.board_rules import is_kept, newest_periods
+from rankflow.state.board_rules import DAILY, FINAL, WEEKLY, is_kept, kept_daily, newest_periods
 from rankflow.state.board_snapshot import BoardsSnapshot
 from rankflow.state.ranking_index import SCORE_THEN_FIRST_REACHED, merge_local_tops
 
@@ -33,8 +38,15 @@ LocalTops = dict[str, tuple[list[tuple[str, int, int]], int]]  # partition -> (l
 class BoardRanking:
     """Per board the partitions' latest local tops; per game its newest periods."""
 
-    def __init__(self, k_max: int, resume: dict[str, Any] | None = None) -> None:
+    def __init__(self, k_max: int, resume: dict[str, Any] | None = None, season_ends: dict[str, str] | None = None,
+                 keep_final: int = 0) -> None:
+        """``season_ends``: each season's board and its last day (retention's); ``keep_final``: the
+        days a final is kept after its period's drop (0: no finals, a dropped period is deleted)."""
         self.k_max = k_max
+        self.season_ends = season_ends or None
+        self.keep_final = keep_final
+        self.finals: dict[BoardId, str] = {bid: day for bid, day in (resume or {}).get("finals", {}).items()}
+        """The finals kept in Redis: each with its period's last day (when it expires)."""
         self.local: dict[BoardId, LocalTops] = {bid: dict(parts) for bid, parts in (resume or {}).get("local", {}).items()}
         self.newest: dict[str, tuple[str | None, str | None]] = dict((resume or {}).get("newest", {}))
         self.merged: dict[BoardId, list[tuple[str, int, int]]] = {}  # cache: boards whose tops did not change
@@ -58,12 +70,22 @@ class BoardRanking:
                     self.merged.pop(bid, None)
                 parts[part] = (top, players)
                 changed.add(bid)
-        aliases, dropped = self._advance({game for game, _ in changed})
+        games = {game for game, _ in changed}
+        aliases, dropped = self._advance(games)
+        closing: list[BoardId] = []
+        expired: list[BoardId] = []
+        if self.keep_final:  # what retention drops now, or a late result for a period dropped before
+            late = {bid for report in reports.values() for bid in report.entries if bid not in self.local}
+            closing, expired = self._finals(sorted(late.union(dropped)), games)
+            shut = set(closing)
+            dropped = [bid for bid in dropped if bid not in shut]
         if not self.announced:  # Redis may have lost them while the run was down
             self.announced = True
             aliases = {**self.newest, **aliases}
         dropped = [bid for bid in dropped if bid in known]  # a late result for a dropped period: never published
         kept = {bid for bid in changed if bid in self.local}
+        if closing:  # a final holds the results of the snapshot that closed it
+            kept.update(closing)
         entries: dict[BoardId, BoardEntries] = {}
         for report in reports.values():  # partitions hold disjoint players: joining their dicts loses none
             for bid, mine in report.entries.items():
@@ -77,8 +99,8 @@ class BoardRanking:
         return BoardsSnapshot(
             snapshot_id=cut.snapshot_id, run=cut.run, epoch=cut.epoch, positions=cut.positions,
             dead_letters=cut.dead_letters, counts=cut.counts, k_max=self.k_max,
-            boards={bid: self._merged(bid) for bid in sorted(kept)},
-            entries=entries, dropped=sorted(dropped), aliases=aliases,
+            boards={bid: self._merged(bid) for bid in sorted(kept) if bid in self.local},
+            entries=entries, dropped=sorted(dropped), aliases=aliases, closed=sorted(closing), expired=sorted(expired),
             partition_lag_ms=lag_ms(cut, reports), errors=errors, total_boards=len(self.local),
         )
 
@@ -90,6 +112,36 @@ class BoardRanking:
             top = self.merged[bid] = merge_local_tops([top for top, _ in parts], self.k_max, SCORE_THEN_FIRST_REACHED)
         return sum(n for _, n in parts), top
 
+    def _finals(self, dropped: list[BoardId], games: set[str]) -> tuple[list[BoardId], list[BoardId]]:
+        """Of the periods not kept that got results, those that become finals (not one already, nor
+        older than a final is kept: a final is made once, at the first snapshot that has a result
+        for the period and does not keep it); and the finals of the changed games now too old."""
+        closing: list[BoardId] = []
+        for bid in dropped:
+            day = self._last_day(bid)
+            if bid not in self.finals and self._final_kept(bid[0], day):
+                self.finals[bid] = day
+                closing.append(bid)
+        expired = [bid for bid, day in self.finals.items() if bid[0] in games and not self._final_kept(bid[0], day)]
+        for bid in expired:
+            del self.finals[bid]
+        return closing, expired
+
+    def _final_kept(self, game: str, last_day: str) -> bool:
+        """A final is kept while its period's last day is at most 7 + ``keep_final`` days before the
+        game's newest day (it was dropped once more than 7 days before it)."""
+        newest = self.newest.get(game, (None, None))[0]
+        return newest is None or last_day >= _days_before(kept_daily(newest), self.keep_final)
+
+    def _last_day(self, bid: BoardId) -> str:
+        board = bid[1]
+        if board.startswith(DAILY):
+            return board[len(DAILY):]
+        if board.startswith(WEEKLY):
+            return _sunday(board[len(WEEKLY):])
+        assert self.season_ends is not None
+        return self.season_ends[board]
+
     def _advance(self, games: set[str]) -> tuple[dict[str, tuple[str | None, str | None]], list[BoardId]]:
         """Move the games' newest periods forward; drop the boards no longer kept."""
         aliases: dict[str, tuple[str | None, str | None]] = {}
@@ -100,7 +152,7 @@ class BoardRanking:
             if newest != self.newest.get(game):
                 self.newest[game] = aliases[game] = newest
             daily, weekly = newest
-            for board in [b for b in boards if not is_kept(b, daily, weekly)]:
+            for board in [b for b in boards if not is_kept(b, daily, weekly, self.season_ends)]:
                 boards.discard(board)
                 del self.local[(game, board)]
                 self.merged.pop((game, board), None)
@@ -108,4 +160,21 @@ class BoardRanking:
         return aliases, dropped
 
     def state(self) -> dict[str, Any]:
-        return {"local": {bid: dict(parts) for bid, parts in self.local.items()}, "newest": dict(self.newest)}
+        out = {"local": {bid: dict(parts) for bid, parts in self.local.items()}, "newest": dict(self.newest)}
+        if self.finals:
+            out["finals"] = dict(self.finals)
+        return out
+
+
+def final_name(board: str) -> str:
+    """The name a dropped period's final standings are read by: ``final:`` and the period's board."""
+    return FINAL + board
+
+
+def _days_before(day: str, days: int) -> str:
+    return (datetime.date.fromisoformat(day) - datetime.timedelta(days=days)).isoformat()
+
+
+def _sunday(week: str) -> str:
+    """The last day of an ISO week ``YYYY-Www``."""
+    return datetime.date.fromisocalendar(int(week[:4]), int(week[6:]), 7).isoformat()

@@ -21,7 +21,7 @@ Contract:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -29,7 +29,7 @@ from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
 from rankflow.operators.engine_types import MERGER_KEY, Tally
 from rankflow.operators.metrics import METRICS
-from rankflow.state.board_rules import (DETAILS, Entry, Piece, Verdict, apply_result, finish_piece, forget_expired,
+from rankflow.state.board_rules import (DETAILS, Entry, Piece, Span, Verdict, apply_result, finish_piece, forget_expired,
                                         loaded, merge_piece, note_piece, standings, stored)
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import ScoreEvent
@@ -65,16 +65,18 @@ PlayerOutput = BoardChanges | DeadLetter | Tally
 class PlayerShardLogic(ShardLogic):
     """One key per player shard: each of the shard's players and their record."""
 
-    __slots__ = ("republish", "duplicates", "pieces")
+    __slots__ = ("republish", "duplicates", "pieces", "seasons")
 
     merge = staticmethod(merge_piece)  # changelog frames hold the pieces of records that changed
 
     def __init__(self, resume: Position | ShardSnapshot | None, changelog: Path | None, shards: int,
-                 whole: bool = False, republish: bool = False) -> None:
+                 whole: bool = False, republish: bool = False, seasons: Sequence[Span] = ()) -> None:
         """``republish``: the first call emits every entry of every record (Redis lost the
-        boards while the run was down: see ``runner``; the router makes every shard run)."""
+        boards while the run was down: see ``runner``; the router makes every shard run).
+        ``seasons``: the run's seasons, whose boards results played in them enter too."""
         super().__init__(resume, changelog, shards, whole)
         self.republish = republish
+        self.seasons = tuple(seasons)
         self.pieces: dict[str, Piece] = {}  # with a changelog: per player, the results and boards changed
         self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
 
@@ -104,10 +106,10 @@ class PlayerShardLogic(ShardLogic):
 
     def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
                entries: list[PlayerChanges], out: list[Any]) -> None:
-        records, changed, tally, pieces = self.records, self.changed, VERDICTS, self.pieces
+        records, changed, tally, pieces, seasons = self.records, self.changed, VERDICTS, self.pieces, self.seasons
         for game, match, player, points, played_at, received_at, offset, raw in results:
             old = records.get(player)
-            record, verdict, changes = apply_result(old, game, match, player, points, played_at, received_at)
+            record, verdict, changes = apply_result(old, game, match, player, points, played_at, received_at, seasons)
             tally[verdict] = tally.get(verdict, 0) + 1
             if record is not old:
                 records[player] = record

@@ -1,4 +1,4 @@
-"""``rankflow boards list|top|player|around|page|score-for-percentile|ranks``: reading the score boards from the command line.
+"""``rankflow boards list|finals|top|player|around|page|score-for-percentile|ranks``: reading the score boards from the command line.
 
 Each answer is one JSON object with ``--json`` (the same fields as the HTTP API), or
 a table. ``list`` shows every game's boards and their sizes, so a user can find the names
@@ -6,7 +6,8 @@ to ask for. Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5
 --after CURSOR`` (``--after ''`` the first page) prints the next page's cursor, ``top
 --percentile P`` the top P percent, ``page`` the page a player is on, ``score-for-percentile``
 the least score at a percentile, and ``--ties`` the ranks' style; ``ranks`` the ranks of a set
-of players (docs/semantics/boards.md 5.4). Exit status: 0 an answer, 1 no
+of players (docs/semantics/boards.md 5.4); ``finals`` the final standings retention made of dropped
+periods (docs/semantics/boards.md 9), each read like a board by its name ``final:BOARD``. Exit status: 0 an answer, 1 no
 such game or board (the message lists the ones there are) or the player is not on it, 2 bad
 usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an unknown board name, a
 cursor no page gave, a percentile outside 0..100 or with more than two decimals, an unknown tie
@@ -28,6 +29,7 @@ from rich.markup import escape
 from rankflow.connectors.board_pages import TIES, check_ties, hundredths, top_ask
 from rankflow.connectors.board_read import (MAX_PLAYERS, BoardQueryError, BoardReader, NoSuchBoard, check_board,
                                             check_n, check_players, check_r, missing_board)
+from rankflow.connectors.finals_read import read_finals
 from rankflow.cli_format import print_line, print_rows, quantity
 from rankflow.cli_help import REDIS, example
 from rankflow.cli_query import add_option, answer_query
@@ -37,6 +39,7 @@ from rankflow.options import UsageError
 def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -> None:
     after = "the boards run of `rankflow run --help`"
     examples = {"list": f"rankflow boards list --redis {REDIS}",
+                "finals": f"rankflow boards finals --game arena --redis {REDIS}",
                 "top": f"rankflow boards top --game arena --board all -n 10 --redis {REDIS}",
                 "player": f"rankflow boards player --game arena --board daily --player p000042 --json --redis {REDIS}",
                 "around": f"rankflow boards around --game arena --board weekly --player p000042 -r 2 --redis {REDIS}",
@@ -53,6 +56,12 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
     listing.add_argument("--game", metavar="G", help="this game's boards only")
     listing.add_argument("--json", action="store_true", help="print one JSON object")
     add_redis(listing)
+    finals = queries.add_parser("finals", help="the final standings of the periods retention dropped, with the "
+                                               "snapshot that closed each: read one with --board final:BOARD",
+                                epilog=example(examples["finals"], after=after))
+    finals.add_argument("--game", metavar="G", help="this game's finals only")
+    finals.add_argument("--json", action="store_true", help="print one JSON object")
+    add_redis(finals)
     top = queries.add_parser("top", help="a board's first N entries", epilog=example(examples["top"], after=after))
     player = queries.add_parser("player", help="one player's score and ranks on a board",
                                 epilog=example(examples["player"], after=after))
@@ -67,7 +76,8 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
     for p in (top, player, around, page, score, ranks):
         p.add_argument("--game", required=True, metavar="G")
         p.add_argument("--board", required=True, metavar="B",
-                       help="all, best, daily, weekly, daily:YYYY-MM-DD or weekly:YYYY-Www")
+                       help="all, best, daily, weekly, daily:YYYY-MM-DD, weekly:YYYY-Www, season:NAME, or final: "
+                            "and one of those periods (its final standings)")
         p.add_argument("--json", action="store_true", help="print one JSON object")
         add_redis(p)
     add_option(top, ("-n", "--limit"), "--n", type=int, default=10, metavar="N",
@@ -96,6 +106,9 @@ def cmd_boards(args: argparse.Namespace) -> int:
     if args.query == "list":
         return answer_query(args.redis, args.redis_read, lambda client: list_boards(client, args.namespace, args.game),
                             BoardQueryError, args.json, orjson.dumps, print_list)
+    if args.query == "finals":
+        return answer_query(args.redis, args.redis_read, lambda client: read_finals(client, args.namespace, args.game),
+                            BoardQueryError, args.json, orjson.dumps, print_finals)
     players: list[str] = []
     try:
         check_board(args.board)
@@ -167,6 +180,12 @@ def print_list(answer: dict[str, Any]) -> None:
     games = len({row["game_id"] for row in rows})
     footer = [f"{quantity(games)} games, {quantity(len(rows))} boards", f"snapshot {answer['snapshot_id']}"]
     print_rows("Boards by game", ("game_id", "board", "players"), rows, footer)
+
+
+def print_finals(answer: dict[str, Any]) -> None:
+    rows = [{**row, "game_id": escape(row["game_id"])} for row in answer["finals"]]
+    print_rows("Final standings by game", ("game_id", "board", "players", "closed_by"), rows,
+               [f"{quantity(len(rows))} finals", f"snapshot {answer['snapshot_id']}"])
 
 
 def print_answer(answer: dict[str, Any]) -> None:

@@ -20,8 +20,8 @@ from rich.table import Table
 
 IDENTIFIERS = frozenset({"song_id", "player_id", "workspace_id", "channel_id", "partition", "game_id", "board"})
 """Columns printed as stored and left-aligned; every other column is a quantity or an offset."""
-OFFSETS = frozenset({"position", "end"})
-"""Input offsets (``rankflow status``): printed as stored, right-aligned."""
+OFFSETS = frozenset({"position", "end", "closed_by"})
+"""Input offsets (``rankflow status``) and snapshot ids (``boards finals``): printed as stored, right-aligned."""
 SHOWN = frozenset({"rank_change"})
 """Columns their command has already written out (``+2``, ``new``): printed as given, right-aligned."""
 

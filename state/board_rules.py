@@ -21,7 +21,7 @@ from __future__ import annotations
 import datetime
 import functools
 import struct
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any, TypedDict
 
 DAY_MS = 86_400_000  # check 7 and the identity window: 24 h of the player's receipts
@@ -32,6 +32,11 @@ ALL = "all"
 BEST = "best"
 DAILY = "daily:"  # + "YYYY-MM-DD"
 WEEKLY = "weekly:"  # + "YYYY-Www"
+SEASON = "season:"  # + a season's name (``state.seasons``)
+FINAL = "final:"  # + a dropped period's board name: its final standings (section 9)
+
+Span = tuple[str, int, int]
+"""A season as the rules take it: ``(board, start, end)`` (``state.seasons.Season``), played_at in [start, end)."""
 
 
 class Verdict:
@@ -191,7 +196,8 @@ def kept_weekly(newest: str) -> str:
     return f"{y:04d}-W{w:02d}"
 
 
-def is_kept(board: str, newest_daily: str | None, newest_weekly: str | None) -> bool:
+def is_kept(board: str, newest_daily: str | None, newest_weekly: str | None,
+            season_ends: Mapping[str, str] | None = None) -> bool:
     """Whether a game keeps ``board`` while its newest periods (the aliases) are these.
 
     Period names of both kinds sort as text in time order (four-digit years), so the
@@ -201,6 +207,8 @@ def is_kept(board: str, newest_daily: str | None, newest_weekly: str | None) -> 
     [True, False, True]
     >>> is_kept("weekly:2026-W53", "2027-01-04", "2027-W01"), is_kept("weekly:2026-W52", "2027-01-04", "2027-W01")
     (True, False)
+    >>> [is_kept("season:s", d, None, {"season:s": "2026-12-28"}) for d in ("2027-01-04", "2027-01-05")]
+    [True, False]
     """
     if board.startswith(DAILY):
         return newest_daily is None or board[len(DAILY):] >= kept_daily(newest_daily)
@@ -208,6 +216,8 @@ def is_kept(board: str, newest_daily: str | None, newest_weekly: str | None) -> 
         return newest_weekly is None or board[len(WEEKLY):] >= kept_weekly(newest_weekly)
     if board == ALL or board == BEST:
         return True
+    if board.startswith(SEASON) and season_ends is not None:  # kept as its last day's daily period would be
+        return newest_daily is None or season_ends[board] >= kept_daily(newest_daily)
     raise ValueError(f"not a board name: {board!r}")
 
 
@@ -240,13 +250,15 @@ def _drop_old_periods(boards: Aggregates, prefix: str, oldest_kept: Callable[[st
 # -- one result (sections 1 checks 7-8, 2, 3, 4) --------------------------------
 
 def apply_result(record: PlayerRecord | bytes | None, game: str, match: str, player: str, points: int,
-                 played_at: int, received_at: int) -> tuple[PlayerRecord | bytes, str, tuple[Entry, ...]]:
+                 played_at: int, received_at: int,
+                 seasons: Sequence[Span] = ()) -> tuple[PlayerRecord | bytes, str, tuple[Entry, ...]]:
     """The player's record after one result that passed checks 1 to 6, what it did, and the entries it changed.
 
     ``record`` is updated in place (a new one is made for a player's first event):
     R takes this event's ``received_at`` whatever the verdict (check 7's R counts
     every event that passed checks 1 to 6, and is taken *before* check 7), the rest
-    changes only when the verdict is ``accepted``. ``player`` is the record's owner;
+    changes only when the verdict is ``accepted``. ``seasons``: the run's seasons (section 9),
+    whose boards a result played inside them enters too. ``player`` is the record's owner;
     the rules do not need it (every entry is this player's), it is there so a call
     reads like the result. A verdict other than ``accepted`` changes no board.
 
@@ -264,7 +276,9 @@ def apply_result(record: PlayerRecord | bytes | None, game: str, match: str, pla
         if played_at < received_at - DAY_MS or played_at > received_at + FUTURE_MS:  # 7, 8
             return ([received_at, NONE_HELD, {}, {}],
                     Verdict.TOO_OLD if played_at < received_at - DAY_MS else Verdict.IN_FUTURE, ())
-        return _first_result(game, match, points, played_at, received_at)
+        if not seasons or not _in_season(seasons, played_at):
+            return _first_result(game, match, points, played_at, received_at)
+        record = [received_at, NONE_HELD, {}, {}]  # in a season: the list form (a packed one holds no season)
     if isinstance(record, bytes):  # a second event: the list form from here on
         record = unpack(record)
     newest = record[R]
@@ -288,7 +302,11 @@ def apply_result(record: PlayerRecord | bytes | None, game: str, match: str, pla
     matches[match] = (points, played_at)  # replaces a result that left the window, if any
     if played_at < record[OLDEST]:
         record[OLDEST] = played_at
-    return record, Verdict.ACCEPTED, _enter(record[BOARDS], game, points, played_at)
+    return record, Verdict.ACCEPTED, _enter(record[BOARDS], game, points, played_at, seasons)
+
+
+def _in_season(seasons: Sequence[Span], played_at: int) -> bool:
+    return any(start <= played_at < end for _, start, end in seasons)
 
 
 # -- a player's first result, packed ---------------------------------------------
@@ -378,8 +396,10 @@ def _forget(results: Results, cut: int) -> int:
     return oldest
 
 
-def _enter(boards: Boards, game: str, points: int, played_at: int) -> tuple[Entry, ...]:
-    """Section 3: an accepted result enters ``all``, ``best`` and its day's and week's boards."""
+def _enter(boards: Boards, game: str, points: int, played_at: int, seasons: Sequence[Span] = ()) -> tuple[Entry, ...]:
+    """Section 3: an accepted result enters ``all``, ``best``, its day's and week's boards, and
+    (section 9) the board of each season it was played in. A player keeps a season's aggregate
+    for as long as the record lives: seasons are few (``state.seasons.MAX_SEASONS``)."""
     mine = boards.get(game)
     if mine is None:
         mine = boards[game] = {}
@@ -391,6 +411,10 @@ def _enter(boards: Boards, game: str, points: int, played_at: int) -> tuple[Entr
             + _add_to_sum(mine, game, weekly, points, played_at, out)) and len(mine) > _MOST_BOARDS:
         _drop_old_periods(mine, DAILY, kept_daily)
         _drop_old_periods(mine, WEEKLY, kept_weekly)
+    if seasons:
+        for board, start, end in seasons:
+            if start <= played_at < end:
+                _add_to_sum(mine, game, board, points, played_at, out)
     return tuple(out)
 
 

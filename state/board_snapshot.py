@@ -33,6 +33,8 @@ class BoardsSnapshot(NamedTuple):
     aliases: dict[str, tuple[str | None, str | None]]  # games whose newest periods moved: (daily, weekly)
     partition_lag_ms: dict[str, int]
     errors: list[str]
+    closed: list[Board] = []  # periods dropped whose board becomes their final standings (section 9)
+    expired: list[Board] = []  # finals older than --keep-final: deleted
     counts: dict[str, int] = {}  # running totals: "duplicates", "dead_letters.<reason>"
     total_boards: int = 0  # the boards there are after this snapshot (the metrics' gauge; not in the JSON)
 
@@ -55,6 +57,8 @@ class BoardsSnapshot(NamedTuple):
             "dropped_boards": [{"game_id": g, "board": b} for g, b in self.dropped],
             "partition_lag_ms": self.partition_lag_ms,
             "errors": self.errors,
+            **({"final_boards": [{"game_id": g, "board": b} for g, b in self.closed]} if self.closed else {}),
+            **({"expired_finals": [{"game_id": g, "board": b} for g, b in self.expired]} if self.expired else {}),
         }
 
     def gauges(self) -> list[Gauge]:

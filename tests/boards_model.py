@@ -97,8 +97,10 @@ def week_start(day: datetime.date) -> datetime.date:
 class BoardsModel:
     """Feed events in log order (per partition), then read the boards."""
 
-    def __init__(self, key: bytes | None) -> None:
+    def __init__(self, key: bytes | None, seasons: dict[str, tuple[int, int]] | None = None) -> None:
+        """``seasons``: name -> ``(start, end)`` in ms, the boards ``season:NAME`` of section 9."""
         self.key = key
+        self.seasons = seasons or {}
         self.newest_receipt: dict[str, int] = {}  # R per player
         self.accepted: dict[str, list[tuple[str, str, int, int]]] = {}  # player -> (game, match, points, played_at)
         self.dead_letters: list[tuple[str, str, int]] = []  # (reason, partition, offset)
@@ -150,6 +152,39 @@ class BoardsModel:
             out[game] = {"daily": f"daily:{newest.isoformat()}", "weekly": f"weekly:{week_name(newest_week)}"}
         return out
 
+    def last_day(self, name: str) -> datetime.date:
+        """The last day of a period's board (section 9): its date, its week's Sunday, its season's last ms's date."""
+        kind, _, period = name.partition(":")
+        if kind == "daily":
+            return datetime.date.fromisoformat(period)
+        if kind == "weekly":
+            return datetime.date.fromisocalendar(int(period[:4]), int(period[6:]), 7)
+        return date_of(self.seasons[period][1] - 1)
+
+    def periods(self) -> dict[str, dict[str, list[tuple[str, int, int]]]]:
+        """Every period board with an accepted result, kept or not: ``{game: {board: entries}}``."""
+        out = {}
+        for game, results in self._results().items():
+            scopes: dict[str, list[tuple[str, int, int]]] = {}
+            for result in results:
+                day = date_of(result[2])
+                scopes.setdefault(f"daily:{day.isoformat()}", []).append(result)
+                scopes.setdefault(f"weekly:{week_name(day)}", []).append(result)
+                for name, (start, end) in self.seasons.items():
+                    if start <= result[2] < end:
+                        scopes.setdefault(f"season:{name}", []).append(result)
+            out[game] = {name: board(name, scope) for name, scope in scopes.items()}
+        return out
+
+    def newest_day(self, game: str) -> datetime.date:
+        return max(date_of(t) for _, _, t in self._results()[game])
+
+    def dropped(self) -> dict[str, dict[str, list[tuple[str, int, int]]]]:
+        """Section 9: the periods with a result that retention does not keep, with their boards now."""
+        return {game: {name: entries for name, entries in boards.items()
+                       if (self.newest_day(game) - self.last_day(name)).days > 7}
+                for game, boards in self.periods().items()}
+
     def boards(self) -> dict[str, dict[str, list[tuple[str, int, int]]]]:
         """Every kept board of every game: ``[(player_id, score, reached_at), ...]`` in rank order."""
         out = {}
@@ -163,6 +198,9 @@ class BoardsModel:
                     scopes.setdefault(f"daily:{day.isoformat()}", []).append(result)
                 if week_start(day) >= newest_week - datetime.timedelta(days=7):
                     scopes.setdefault(f"weekly:{week_name(day)}", []).append(result)
+                for name, (start, end) in self.seasons.items():  # section 9: kept as its last day's period
+                    if start <= result[2] < end and (newest_day - date_of(end - 1)).days <= 7:
+                        scopes.setdefault(f"season:{name}", []).append(result)
             out[game] = {name: board(name, scope) for name, scope in scopes.items()}
         return out
 

@@ -12,7 +12,7 @@ if track then
 else
   redis.call('DEL', marker)
 end
-local a = P + 7
+local a = P + 9
 local size = 0
 local aliases = {}
 local function in_batches(command, key, list)
@@ -116,6 +116,10 @@ for d = 1, dropped do
   redis.call('SREM', KEYS[10], ARGV[a])
   gone[d] = ARGV[a]
   a = a + 1
+end
+for _, name in ipairs(keep_finals(13 + 2 * boards + 2 * dropped, a, tonumber(ARGV[P + 7]), tonumber(ARGV[P + 8]),
+                                  KEYS[#KEYS - 1])) do
+  gone[#gone + 1] = name
 end
 if ARGV[P] == 'full' or size > tonumber(ARGV[P + 3]) then
   redis.call('XADD', KEYS[11], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'published_at', ARGV[8],

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import logging
 import os
 from collections.abc import Mapping
@@ -40,6 +41,33 @@ def signing_key(option: str | None, environ: Mapping[str, str]) -> bytes | None:
         raise UsageError(f"--signing-key / ${SIGNING_KEY_ENV}: {exc}") from None
 
 
+KEEP_FINAL_DAYS = 30
+"""``--keep-final``'s default: a month of each period's final standings after retention drops it."""
+
+
+def seasons_of(path: str | None) -> Any:
+    """``--seasons FILE`` read and checked (a usage error names the mistake), before any service is asked."""
+    from rankflow.state.seasons import read_seasons
+
+    if path is None:
+        return ()
+    try:
+        return read_seasons(path)
+    except ValueError as exc:
+        raise UsageError(f"--seasons: {exc}") from None
+
+
+def keep_final_days(text: str) -> int:
+    """``--keep-final DAYS``: 0 (no finals) to 3660."""
+    try:
+        days = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"DAYS must be a whole number of days, got {text!r}") from None
+    if not 0 <= days <= 3660:
+        raise argparse.ArgumentTypeError(f"DAYS must be between 0 and 3660, got {days}")
+    return days
+
+
 class Boards(Product):
     name = "boards"
     title = "game score boards"
@@ -60,6 +88,12 @@ class Boards(Product):
                help="keep each changed board's moved entries in Redis beside the snapshot, so every answer's "
                     "entries carry rank_change, the positions gained since the board's previous change "
                     "(docs/semantics/boards.md 5.5; Redis works about 1.4 times as hard publishing)"),
+        Option(("--seasons",), "seasons", metavar="FILE", resolve=seasons_of, default=(),
+               help="a JSON or TOML file of seasons, {NAME: {start, end}} as ISO dates or instants: each is a "
+                    "board season:NAME of the points played in [start, end) (docs/semantics/boards.md 9)"),
+        Option(("--keep-final",), "keep_final", metavar="DAYS", type=keep_final_days, default=KEEP_FINAL_DAYS,
+               help="keep each period retention drops (a day, a week, a season) as its final standings, "
+                    "final:BOARD, for DAYS days more (default %(default)s; 0: drop them as before)"),
     )
     k_max = BOARDS_K_MAX  # the live top 10: the whole boards are in Redis, and a longer list costs every barrier
 
@@ -71,7 +105,14 @@ class Boards(Product):
     def layout(self, opts: RunOptions) -> dict[str, Any]:
         from rankflow.recovery import KEY_FINGERPRINT, key_fingerprint
 
-        return {KEY_FINGERPRINT: key_fingerprint(opts.signing_key)}  # the boards hold results checked with it
+        from rankflow.state.seasons import fingerprint
+
+        # the boards hold results checked with the key; the players' records hold their seasons' sums
+        # (a season added on resume would miss the results before it): a resume keeps both
+        return {KEY_FINGERPRINT: key_fingerprint(opts.signing_key), "seasons": fingerprint(opts.option("seasons") or ())}
+
+    def layout_before(self) -> dict[str, Any]:
+        return {"seasons": None}  # a directory made before seasons were recorded had none
 
     def warn(self, opts: RunOptions) -> None:
         """A run without a signing key counts every result as its match server sent it: say so once
@@ -131,6 +172,8 @@ class Boards(Product):
             user_shards=opts.user_shards,
             user_changelog=user_changelog(opts.recovery_dir),
             republish=republish,
+            seasons=opts.option("seasons") or (),
+            keep_final=opts.option("keep_final"),
             **self.engine(opts, token),
         )
 

@@ -227,7 +227,8 @@ def test_every_answer_is_described(offline):
     assert set(health) == {"200", "503"}
     board = schema["paths"]["/boards/{game}/{board}/top"]["get"]["parameters"]
     assert {p["name"]: p["schema"].get("pattern") for p in board}["board"] == (
-        "^(all|best|daily|weekly|daily:[0-9]{4}-[0-9]{2}-[0-9]{2}|weekly:[0-9]{4}-W[0-9]{2})$")
+        "^(all|best|daily|weekly|(final:)?(daily:[0-9]{4}-[0-9]{2}-[0-9]{2}|weekly:[0-9]{4}-W[0-9]{2}"
+        "|season:[A-Za-z0-9_.-]{1,32}))$")
 
 
 def conforms(schema: dict[str, Any], template: str, method: str, answer: httpx.Response) -> None:

@@ -33,12 +33,13 @@ def test_the_open_epoch_survives_a_recovery_state_of_either_format():
         assert report.boards == {("g", "all"): ([("ana", 5, 10)], 1)}, "its top and player count restored"
 
 
-def test_a_board_retention_drops_reports_no_entries():
+def test_a_board_retention_drops_reports_its_entries_without_a_top():
     table = BoardTable(k_max=2)
     table.stage(BoardBatch(1, [("ana", (("g", "daily:2027-01-01", 5, 1, True),))]))
     table.close(epoch=1)
     table.stage(BoardBatch(1, [("bo", (("g", "daily:2027-01-01", 1, 2, True), ("g", "daily:2027-01-20", 1, 3, True)))]))
     report = table.close(epoch=2)  # the 20th keeps 8 days: the 1st is dropped here, with bo's late entry on it
-    assert report.entries == {("g", "daily:2027-01-20"): {"bo": (1, 3)}}
+    # the merger decides what the late entry does: the period's final standings (boards.md 9), or nothing
+    assert report.entries == {("g", "daily:2027-01-20"): {"bo": (1, 3)}, ("g", "daily:2027-01-01"): {"bo": (1, 2)}}
     assert set(report.boards) == {("g", "daily:2027-01-20")}
     assert ("g", "daily:2027-01-01") not in table.boards

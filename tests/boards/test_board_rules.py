@@ -42,12 +42,14 @@ def play(record, match, points, played_at, received_at=None, game="g1"):
     return (unpack(record) if isinstance(record, bytes) else record), verdict, entries  # the list form, to look into
 
 
-def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0", roundtrip: bool = False):
+def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0", roundtrip: bool = False,
+                     seasons: tuple = ()):
     """Boards built the way the flow will: parse, apply per player, keep each player's last entry per board.
 
     Returns ``(boards, aliases, dead, duplicates)`` shaped like the model's answers:
     ``boards`` has only the periods each game keeps, entries sorted by :func:`rank_key`.
     With ``roundtrip`` every record goes through orjson between events, as a changelog would.
+    ``seasons``: ``state.seasons.Season`` tuples (docs/semantics/boards.md 9).
     """
     events, dead_letters = parse_score_records(lines, range(len(lines)), partition, 1, key)
     dead = [(d.reason, d.partition, d.offset) for _, d in dead_letters]
@@ -58,7 +60,7 @@ def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0
     duplicates = 0
     for game, match, player, points, played_at, received_at, offset, _ in events:
         record, verdict, entries = apply_result(records.get(player), game, match, player, points, played_at,
-                                                received_at)
+                                                received_at, seasons)
         records[player] = loaded(orjson.loads(orjson.dumps(stored(record)))) if roundtrip else record
         if verdict in Verdict.DEAD:
             dead.append((verdict, partition, offset))
@@ -73,7 +75,7 @@ def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0
         assert max(b for g, b, _ in latest if g == game and b.startswith("weekly:")) == f"weekly:{weeks[game]}"
     boards: dict[str, dict[str, list]] = {}
     for (game, board, player), (score, reached_at) in latest.items():
-        if is_kept(board, days[game], weeks[game]):
+        if is_kept(board, days[game], weeks[game], {season.board: season.last_day for season in seasons}):
             boards.setdefault(game, {}).setdefault(board, []).append((player, score, reached_at))
     for games in boards.values():
         for entries in games.values():

@@ -152,3 +152,23 @@ def test_rules_give_the_models_boards(drawn, with_key, roundtrip):
     assert aliases == model.aliases()
     assert dead == model.dead_letters
     assert duplicates == model.duplicates
+
+
+SEASONS = {"xmas": ("2026-12-24T12:00:00Z", "2026-12-27"), "jan": ("2027-01-01", "2027-02-01"),
+           "short": ("2026-12-30T10:00:00+02:00", "2026-12-30T10:00:00.001+02:00")}
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(st.lists(events, max_size=60), st.booleans())
+def test_rules_give_the_models_season_boards(drawn, roundtrip):
+    """Section 9.1: the rules with seasons (overlapping days and weeks, a 1 ms one) against the model."""
+    from rankflow.state.seasons import parse_seasons
+
+    seasons = parse_seasons({name: {"start": a, "end": b} for name, (a, b) in SEASONS.items()})
+    lines = log_of(drawn, example.KEY)
+    model = BoardsModel(example.KEY, {s.board[len("season:"):]: (s.start, s.end) for s in seasons})
+    for offset, raw in enumerate(lines):
+        model.feed(raw, "p0", offset)
+    boards, aliases, dead, _ = boards_via_rules(lines, example.KEY, roundtrip=roundtrip, seasons=seasons)
+    assert boards == model.boards()
+    assert aliases == model.aliases() and dead == model.dead_letters
