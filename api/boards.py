@@ -16,7 +16,11 @@ read with the id), ``age_ms``, its age when answered, and ``stale``, whether tha
   player_id, score, rank, competition_rank}``.
 * Rank change (docs/semantics/boards.md 5.5): when the flow runs with ``--rank-change`` every entry of a top,
   a page and an around, and a player's answer, also carry ``rank_change``; the answers come from Redis's
-  reader then (the mirror and its prepared answers step aside, ``BoardMirror.serves``).
+  reader then (the mirror and its prepared answers step aside, ``BoardMirror.serves``). With
+  ``since=day-start`` or ``since=SNAPSHOT`` (5.6) on those four routes the changes count from the
+  game's day start or that snapshot, always read from Redis, and the answer names the basis
+  (``since_snapshot_id``); a basis not retained (the retained ones move with every snapshot) is
+  ``409 {"error"}`` naming those that are, as is any ``since`` on a final, which has no rank change.
 * ``GET /boards/{game}/{board}/players/{player_id}/around?r=R`` -> ``{snapshot_id,
   published_at, age_ms, stale, game_id, board, items}``: the entries ranked R above to R below the player, fewer
   near the ends; r defaults to 5.
@@ -88,8 +92,9 @@ from rankflow.api.schemas import Error, bounded, model
 from rankflow.api.shared_cache import SharedTops
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.board_pages import PERCENT, TIES
-from rankflow.connectors.board_read import (MAX_N, MAX_PLAYERS, MAX_R, AsyncBoardReader, BoardsMoving,
-                                            NoBoardsSnapshot, NoSuchBoard, NotOnBoard, check_board, check_n)
+from rankflow.connectors.board_read import (MAX_N, MAX_PLAYERS, MAX_R, SINCE, AsyncBoardReader, BoardsMoving,
+                                            NoBoardsSnapshot, NoSuchBoard, NotOnBoard, SinceNotRetained, check_board,
+                                            check_n)
 from rankflow.connectors.finals_read import aread_finals
 from rankflow.connectors.redis_publish import dumps_document
 from rankflow.connectors.snapshot_age import judged
@@ -116,10 +121,12 @@ the boards there are in another rankflow's layout (the message says to rebuild).
 
 ERRORS = Errors("board", "the boards", {Failure.USAGE: (ValueError,), Failure.NOT_PUBLISHED: (NoBoardsSnapshot,),
                                         Failure.MISSING: (NoSuchBoard, NotOnBoard),
-                                        Failure.UNREACHABLE: UNAVAILABLE}, {
+                                        Failure.CONFLICT: (SinceNotRetained,), Failure.UNREACHABLE: UNAVAILABLE}, {
     400: "a usage error: n or r out of range or not an integer, an unknown board name",
     404: "no such board in the current snapshot (its game or period has no result, or it was dropped), or the "
          "player is not on it",
+    409: "since names a basis of rank change not kept now (or none is: the flow runs without --rank-change, or the "
+         "board is a final); the message names those that are",
     503: "no usable boards snapshot (nothing published yet, or Redis lost its data; with --board-index memory the "
          "last answer this process had comes marked stale), or Redis cannot be reached (or the boards' generation "
          "kept switching during the query, or the boards there were written in an older layout: rebuild them)",
@@ -160,11 +167,31 @@ def ties_query() -> Any:
                  **bounded(pattern=f"^({'|'.join(TIES)})$"))
 
 
+def since_query() -> Any:
+    """``since``: rank change since the day start or a retained snapshot (docs/semantics/boards.md 5.6)."""
+    return Query(None, description="with a run of rankflow run --flow boards --rank-change: every rank_change "
+                                   "since day-start (the board before the game's current day began) or since "
+                                   "this snapshot id, one still retained (the day start's, or the one before "
+                                   "the board's last change); not on a final",
+                 examples=["day-start"], **bounded(pattern=f"^({SINCE.pattern})$"))
+
+
+def from_redis(request: Request, since: str | None, query: Callable[[Any], Awaitable[dict[str, Any]]]
+               ) -> Callable[[Reader], Awaitable[dict[str, Any]]]:
+    """``query`` for the reader at hand, or for Redis's when it asks ``since``: the in-process copy
+    keeps no moves (``BoardMirror.serves``)."""
+    boards = request.app.state.boards
+    if since is None or not isinstance(boards, MirroredBoards):
+        return query
+    return lambda _: query(boards.reader)
+
+
 def percent_query(description: str) -> Any:
     return Query(None, description=description, examples=["10", "99.5"], **bounded(pattern=f"^{PERCENT.pattern}$"))
 
 
 WHY = ERRORS.openapi(400, 404, 503)
+SINCE_WHY = ERRORS.openapi(400, 404, 409, 503)
 
 
 @router.get("/boards", summary="Every game's boards and aliases",
@@ -186,36 +213,44 @@ async def finals(request: Request, game: str = game_path()) -> Response:
 @router.get("/boards/{game:game}/{board}/players/{player_id:rest}/page",
             summary="The page of n entries a player is on, with the next page's cursor",
             responses={200: model(schemas_boards.PlayerPage, "the player's page: ranks n*(page-1)+1 to n*page"),
-                       **WHY})
+                       **SINCE_WHY})
 async def player_page(request: Request, game: str = game_path(), board: str = board_path(),
                       player_id: str = player_path(),
                       n: int = Query(TOP_N, description=f"entries per page, 1..{MAX_N}",
                                      **bounded(minimum=1, maximum=MAX_N)),
-                      ties: str | None = ties_query()) -> Response:
-    return await answer(request, lambda reader: reader.page(game, board, player_id, n, ties=ties))
+                      ties: str | None = ties_query(), since: str | None = since_query()) -> Response:
+    asked = {"since": since} if since is not None else {}
+    return await answer(request, from_redis(request, since,
+                                            lambda reader: reader.page(game, board, player_id, n, ties=ties, **asked)))
 
 
 @router.get("/boards/{game:game}/{board}/players/{player_id:rest}/around",
             summary="The entries ranked r above to r below a player",
             responses={200: model(schemas_boards.Around, "the entries around the player, fewer near the ends"),
-                       **WHY})
+                       **SINCE_WHY})
 async def around(request: Request, game: str = game_path(), board: str = board_path(),
                  player_id: str = player_path(),
                  r: int = Query(5, description=f"how many entries on each side, 0..{MAX_R}",
                                 **bounded(minimum=0, maximum=MAX_R)),
-                 ties: str | None = ties_query()) -> Response:
-    return await answer(request, lambda reader: reader.around(game, board, player_id, r, ties=ties))
+                 ties: str | None = ties_query(), since: str | None = since_query()) -> Response:
+    asked = {"since": since} if since is not None else {}
+    return await answer(request, from_redis(request, since,
+                                            lambda reader: reader.around(game, board, player_id, r, ties=ties,
+                                                                         **asked)))
 
 
 @router.get("/boards/{game:game}/{board}/players/{player_id:rest}", summary="One player's score and ranks on a board",
-            responses={200: model(schemas_boards.PlayerRank, "the player's score and both ranks"), **WHY})
+            responses={200: model(schemas_boards.PlayerRank, "the player's score and both ranks"), **SINCE_WHY})
 async def player(request: Request, game: str = game_path(), board: str = board_path(),
-                 player_id: str = player_path(), ties: str | None = ties_query()) -> Response:
-    return await answer(request, lambda reader: reader.player(game, board, player_id, ties=ties))
+                 player_id: str = player_path(), ties: str | None = ties_query(),
+                 since: str | None = since_query()) -> Response:
+    asked = {"since": since} if since is not None else {}
+    return await answer(request, from_redis(request, since,
+                                            lambda reader: reader.player(game, board, player_id, ties=ties, **asked)))
 
 
 @router.get("/boards/{game:game}/{board}/top", summary="A board's first n entries, with both ranks",
-            responses={200: model(schemas_boards.Top, "the first n entries"), **WHY})
+            responses={200: model(schemas_boards.Top, "the first n entries"), **SINCE_WHY})
 async def top(request: Request, game: str = game_path(), board: str = board_path(),
               n: int = Query(TOP_N, description=f"how many entries, 1..{MAX_N}",
                              **bounded(minimum=1, maximum=MAX_N)),
@@ -225,7 +260,11 @@ async def top(request: Request, game: str = game_path(), board: str = board_path
                                         **bounded(pattern="^[A-Za-z0-9_-]*$")),
               ties: str | None = ties_query(),
               percentile: str | None = percent_query("the top P percent of the board (at most n entries), "
-                                                     "0..100 with at most two decimals")) -> Response:
+                                                     "0..100 with at most two decimals"),
+              since: str | None = since_query()) -> Response:
+    if since is not None:  # rank change since a basis (5.6): Redis's reader
+        return await answer(request, from_redis(request, since, lambda reader: reader.top(
+            game, board, n, after=after, ties=ties, percentile=percentile, since=since)))
     if after is not None or ties is not None or percentile is not None:  # a page, a style, a share: read as asked
         return await answer(request, lambda reader: reader.top(game, board, n, after=after, ties=ties,
                                                                percentile=percentile))

@@ -55,10 +55,11 @@ class Failure(Enum):
     MISSING = "missing"  # what was asked for is not in the snapshot
     NOT_PUBLISHED = "not published"  # no snapshot to answer from (yet, or any more)
     UNREACHABLE = "unreachable"  # Redis cannot be reached, or a rebuild kept switching during the query
+    CONFLICT = "conflict"  # what the query counts from is not kept now (a board's rank change since a snapshot)
 
 
 STATUS: dict[Failure, int] = {Failure.USAGE: 400, Failure.MISSING: 404, Failure.NOT_PUBLISHED: 503,
-                              Failure.UNREACHABLE: 503}
+                              Failure.UNREACHABLE: 503, Failure.CONFLICT: 409}
 """Every read route's status per kind of failure. No route differs today: the usage
 errors FastAPI finds itself are ``400`` too (:class:`UsageErrorsAre400`)."""
 

@@ -36,6 +36,10 @@ RANK_CHANGE = ("with a run of rankflow run --flow boards --rank-change: the posi
                "new since then, and from every answer without the option (docs/semantics/boards.md 5.5)")
 
 
+SINCE_ID = ("with since: the snapshot every rank_change counts from (the board as it was there), null for the "
+            "day start of the first snapshot (docs/semantics/boards.md 5.6); absent without since")
+
+
 class Entry(Exact):
     rank: int = Field(ge=1, description="1, 2, 3...: ties broken by who reached the score first; with ties=S the "
                                         "S-style rank (docs/semantics/boards.md 5.3)")
@@ -54,6 +58,7 @@ class Top(Stamp):
     items: list[Entry]
     next: str | None = Field(None, description="with after: the cursor of the page after this one, absent on the "
                                                "last page (docs/semantics/boards.md 5.1)")
+    since_snapshot_id: int | None = Field(None, description=SINCE_ID)
 
 
 class PlayerRank(Stamp):
@@ -68,6 +73,7 @@ class PlayerRank(Stamp):
     percentile: float = Field(ge=0, le=100, description="100 * (entries - rank) / entries, rounded half-even to two "
                                                         "decimals (docs/semantics/boards.md 5.2)")
     rank_change: int | None = Field(None, description=RANK_CHANGE)
+    since_snapshot_id: int | None = Field(None, description=SINCE_ID)
 
 
 class Around(Stamp):
@@ -76,6 +82,7 @@ class Around(Stamp):
     game_id: str
     board: str
     items: list[Entry]
+    since_snapshot_id: int | None = Field(None, description=SINCE_ID)
 
 
 class PlayerPage(Stamp):
@@ -88,6 +95,7 @@ class PlayerPage(Stamp):
     total_players: int = Field(ge=0)
     items: list[Entry]
     next: str | None = Field(None, description="the cursor of the page after this one, absent on the last page")
+    since_snapshot_id: int | None = Field(None, description=SINCE_ID)
 
 
 class ScoreForPercentile(Stamp):

@@ -48,6 +48,7 @@ from rankflow.connectors.redis_replies import Hash, Scored
 from rankflow.connectors.script_query import ScriptReader, arun, run
 from rankflow.connectors.scripts import MOVES, READ_BOARD, Call
 from rankflow.connectors.snapshot_age import published, stamp
+from rankflow.state.board_rules import FINAL
 from rankflow.state.score_events import MAX_ID_CHARS
 
 MAX_N = 1000
@@ -94,6 +95,62 @@ def no_snapshot(namespace: str) -> str:
 
 class NotOnBoard(BoardQueryError):
     pass
+
+
+class SinceNotRetained(BoardQueryError):
+    """``since`` names a basis the board's rank change does not keep (docs/semantics/boards.md 5.6):
+    the message names those it keeps (HTTP ``409``: the retained ones move with every snapshot). A
+    final keeps none: it has no rank change."""
+
+
+DAY_START = "day-start"
+SINCE = re.compile(r"day-start|[0-9]{1,19}")
+"""``since``'s values: the day start, or a snapshot id (a decimal of at most 19 digits)."""
+
+
+def check_since(since: str | None, board: str) -> str:
+    """``since`` as the read script takes it ('' none, ``day`` the day start, or a snapshot id's
+    decimal); a usage error (ValueError) for any other value; :class:`SinceNotRetained` on a final,
+    which has no rank change (said before Redis is asked).
+
+    >>> check_since(None, "all"), check_since("day-start", "daily"), check_since("0042", "all")
+    ('', 'day', '42')
+    >>> check_since("yesterday", "all")
+    Traceback (most recent call last):
+    ...
+    ValueError: since must be day-start or a snapshot id, got 'yesterday'
+    """
+    if since is None:
+        return ""
+    if not SINCE.fullmatch(since):
+        shown = since if len(since) <= 40 else since[:40] + "..."
+        raise ValueError(f"since must be {DAY_START} or a snapshot id, got {shown!r}")
+    if board.startswith(FINAL):
+        raise SinceNotRetained(f"{board} is final standings, which have no rank change: since applies to the live "
+                               "boards")
+    return "day" if since == DAY_START else str(int(since))
+
+
+def not_retained(game: str, board: str, since: str, reply: list[Any]) -> SinceNotRetained:
+    """The read script's refusal of ``since`` (``scripts.READ_BOARD``) as the error naming what is kept."""
+    last, day, marker = (part.decode() for part in reply[1:4])
+    asked = DAY_START if since == "day" else f"snapshot {since}"
+    if not marker:
+        return SinceNotRetained(f"{game}/{board} keeps no rank change: the flow runs without --rank-change, "
+                                f"so since={DAY_START if since == 'day' else since} has nothing to count from")
+    kept = []
+    if day:
+        start = day.split(" ")[1]
+        kept.append(f"{DAY_START} (snapshot {start})" if start else f"{DAY_START} (before the first snapshot)")
+        if start:
+            kept.append(f"{start} (the day start)")
+    if last:
+        kept.append(f"{last} (the snapshot before the board's last change)")
+    told = "; it keeps " + ", ".join(kept) if kept else ""
+    if not day:
+        told += (f"; the day start is not kept: rank change is kept from snapshot {marker}, after the game's day "
+                 "began")
+    return SinceNotRetained(f"the rank change of {game}/{board} since {asked} is not retained{told}")
 
 
 MAX_LISTED = 20
@@ -202,6 +259,7 @@ class Reply(NamedTuple):
     board: str  # the concrete board (an alias resolved)
     published_at: int | None = None  # when that snapshot was published (None: an older rankflow's)
     changes: list[bytes] | None = None  # per item its rank change, b'' for a new entry (None: none kept)
+    since: bytes | None = None  # the basis of the rank change asked with since (b'': before any snapshot)
 
 
 class Guesses(GenerationHint):
@@ -229,8 +287,9 @@ class BoardQuery:
     attempts = ATTEMPTS
 
     def __init__(self, guesses: Guesses, game: str, board: str, query: str, arg: int, player: str = "",
-                 ties: str | None = None, cursor: Cursor | None = None) -> None:
+                 ties: str | None = None, cursor: Cursor | None = None, since: str | None = None) -> None:
         check_board(board)
+        self.since = check_since(since, board)  # docs/semantics/boards.md 5.6
         self.guesses, self.game, self.board = guesses, game, board
         self.query, self.arg, self.player = query, arg, player
         self.ties, self.cursor = ties or "", cursor  # docs/semantics/boards.md 5.1, 5.3 (connectors.board_pages)
@@ -256,7 +315,8 @@ class BoardQuery:
             {"generation": g.generation, "alias": self.alias, "guess": guess, "query": self.query, "n": self.arg,
              "player": self.player, "game": self.game, "layout": LAYOUT, "player_hash": player_hash(self.player),
              "ties": self.ties, "cursor_score": "" if self.cursor is None else -self.cursor.score,
-             "cursor_member": b"" if self.cursor is None else member(self.cursor.player_id, self.cursor.reached_at)})
+             "cursor_member": b"" if self.cursor is None else member(self.cursor.player_id, self.cursor.reached_at),
+             "since": self.since})
 
     def settle(self, reply: list[Any]) -> bool:
         tag = reply[0]
@@ -268,13 +328,15 @@ class BoardQuery:
         if tag == b"alias":
             self.guesses.learn_alias(self.game, self.alias, reply[1].decode())
             return False
+        if tag == b"since":
+            raise not_retained(self.game, self.name, self.since, reply)
         sid, at, players = reply[1], reply[2], int(reply[3])
         if not sid:  # the publish script writes the id with the boards: without it, none are usable
             raise NoBoardsSnapshot(no_snapshot(self.guesses.keys.namespace))
         if players == 0:
             raise NoSuchBoard(f"no such board: {self.game}/{self.name}")
         self.reply = Reply(int(sid), players, reply[4] if len(reply) > 4 else None, self.name, published(at),
-                           reply[5] if len(reply) > 5 else None)
+                           reply[5] if len(reply) > 5 else None, reply[6] if self.since and len(reply) > 6 else None)
         return True
 
     def gave_up(self) -> BoardsMoving:
@@ -304,6 +366,14 @@ def answer_of(query: BoardQuery) -> Reply:
 def top_answer(game: str, reply: Reply, ties: str | None = None) -> dict[str, Any]:
     return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
             "total_players": reply.players, "items": restyle(_items(reply.answer, 1, 1, reply.changes), ties)}
+
+
+def with_since(answer: dict[str, Any], reply: Reply) -> dict[str, Any]:
+    """``answer`` naming the snapshot its rank changes count from when the query asked ``since``
+    (``since_snapshot_id``, null for the day start of a board's first snapshot, 5.6)."""
+    if reply.since is not None:
+        answer["since_snapshot_id"] = int(reply.since) if reply.since else None
+    return answer
 
 
 def with_rank_change(item: dict[str, Any], change: bytes | int | None) -> dict[str, Any]:
@@ -382,7 +452,7 @@ Answering = tuple[BoardQuery, Callable[[Reply], dict[str, Any]]]
 
 
 def top_query(guesses: Guesses, game: str, board: str, n: int, after: str | None, ties: str | None,
-              percent: str | None) -> Answering:
+              percent: str | None, since: str | None = None) -> Answering:
     """A top's query and answer: as today, a page (``after``: a cursor, or '' for the first page,
     docs/semantics/boards.md 5.1) or the top P percent (``percent``, 5.2); every usage error raised
     before Redis is asked."""
@@ -390,23 +460,25 @@ def top_query(guesses: Guesses, game: str, board: str, n: int, after: str | None
     check_ties(ties)
     ask = top_ask(after, percent)
     if ask.kind == "after":
-        return (BoardQuery(guesses, game, board, "after", ask.reads(n), ties=ties, cursor=ask.cursor),
-                lambda r: after_answer(game, r, ties, n, ask.share))
+        return (BoardQuery(guesses, game, board, "after", ask.reads(n), ties=ties, cursor=ask.cursor, since=since),
+                lambda r: with_since(after_answer(game, r, ties, n, ask.share), r))
     if ask.kind == "first":
-        return (BoardQuery(guesses, game, board, "top", ask.reads(n)),
-                lambda r: first_page_answer(game, r, ties, n, ask.share))
+        return (BoardQuery(guesses, game, board, "top", ask.reads(n), since=since),
+                lambda r: with_since(first_page_answer(game, r, ties, n, ask.share), r))
     if ask.share is not None:
         share = ask.share
-        return BoardQuery(guesses, game, board, "top", n), lambda r: percent_top_answer(game, r, ties, share)
-    return BoardQuery(guesses, game, board, "top", n), lambda r: top_answer(game, r, ties)
+        return (BoardQuery(guesses, game, board, "top", n, since=since),
+                lambda r: with_since(percent_top_answer(game, r, ties, share), r))
+    return BoardQuery(guesses, game, board, "top", n, since=since), lambda r: with_since(top_answer(game, r, ties), r)
 
 
-def page_query(guesses: Guesses, game: str, board: str, player: str, n: int, ties: str | None) -> Answering:
+def page_query(guesses: Guesses, game: str, board: str, player: str, n: int, ties: str | None,
+               since: str | None = None) -> Answering:
     """The page of ``n`` a player is on (docs/semantics/boards.md 5.1)."""
     check_n(n)
     check_ties(ties)
-    return (BoardQuery(guesses, game, board, "page", n, player, ties=ties),
-            lambda r: after_answer(game, r, ties, n, player=player))
+    return (BoardQuery(guesses, game, board, "page", n, player, ties=ties, since=since),
+            lambda r: with_since(after_answer(game, r, ties, n, player=player), r))
 
 
 def score_query(guesses: Guesses, game: str, board: str, percent: str, ties: str | None) -> Answering:
@@ -452,23 +524,26 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
     source = READ_BOARD
 
     def top(self, game: str, board: str, n: int = 10, *, after: str | None = None, ties: str | None = None,
-            percentile: str | None = None) -> dict[str, Any]:
-        query, answer = top_query(self.hint, game, board, n, after, ties, percentile)
+            percentile: str | None = None, since: str | None = None) -> dict[str, Any]:
+        query, answer = top_query(self.hint, game, board, n, after, ties, percentile, since)
         return answer(self._query(query))
 
-    def player(self, game: str, board: str, player: str, *, ties: str | None = None) -> dict[str, Any]:
+    def player(self, game: str, board: str, player: str, *, ties: str | None = None,
+               since: str | None = None) -> dict[str, Any]:
         check_ties(ties)
-        return player_answer(game, player, self._query(BoardQuery(self.hint, game, board, "player", 0, player, ties)),
-                             ties)
+        reply = self._query(BoardQuery(self.hint, game, board, "player", 0, player, ties, since=since))
+        return with_since(player_answer(game, player, reply, ties), reply)
 
-    def around(self, game: str, board: str, player: str, r: int = 5, *, ties: str | None = None) -> dict[str, Any]:
+    def around(self, game: str, board: str, player: str, r: int = 5, *, ties: str | None = None,
+               since: str | None = None) -> dict[str, Any]:
         check_r(r)
         check_ties(ties)
-        return around_answer(game, player, self._query(BoardQuery(self.hint, game, board, "around", r, player, ties)),
-                             ties)
+        reply = self._query(BoardQuery(self.hint, game, board, "around", r, player, ties, since=since))
+        return with_since(around_answer(game, player, reply, ties), reply)
 
-    def page(self, game: str, board: str, player: str, n: int = 10, *, ties: str | None = None) -> dict[str, Any]:
-        query, answer = page_query(self.hint, game, board, player, n, ties)
+    def page(self, game: str, board: str, player: str, n: int = 10, *, ties: str | None = None,
+             since: str | None = None) -> dict[str, Any]:
+        query, answer = page_query(self.hint, game, board, player, n, ties, since)
         return answer(self._query(query))
 
     def score_for_percentile(self, game: str, board: str, p: str, *, ties: str | None = None) -> dict[str, Any]:
@@ -522,25 +597,26 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
     source = READ_BOARD
 
     async def top(self, game: str, board: str, n: int = 10, *, after: str | None = None, ties: str | None = None,
-                  percentile: str | None = None) -> dict[str, Any]:
-        query, answer = top_query(self.hint, game, board, n, after, ties, percentile)
+                  percentile: str | None = None, since: str | None = None) -> dict[str, Any]:
+        query, answer = top_query(self.hint, game, board, n, after, ties, percentile, since)
         return answer(await self._query(query))
 
-    async def player(self, game: str, board: str, player: str, *, ties: str | None = None) -> dict[str, Any]:
+    async def player(self, game: str, board: str, player: str, *, ties: str | None = None,
+                     since: str | None = None) -> dict[str, Any]:
         check_ties(ties)
-        return player_answer(game, player,
-                             await self._query(BoardQuery(self.hint, game, board, "player", 0, player, ties)), ties)
+        reply = await self._query(BoardQuery(self.hint, game, board, "player", 0, player, ties, since=since))
+        return with_since(player_answer(game, player, reply, ties), reply)
 
     async def around(self, game: str, board: str, player: str, r: int = 5, *,
-                     ties: str | None = None) -> dict[str, Any]:
+                     ties: str | None = None, since: str | None = None) -> dict[str, Any]:
         check_r(r)
         check_ties(ties)
-        return around_answer(game, player,
-                             await self._query(BoardQuery(self.hint, game, board, "around", r, player, ties)), ties)
+        reply = await self._query(BoardQuery(self.hint, game, board, "around", r, player, ties, since=since))
+        return with_since(around_answer(game, player, reply, ties), reply)
 
     async def page(self, game: str, board: str, player: str, n: int = 10, *,
-                   ties: str | None = None) -> dict[str, Any]:
-        query, answer = page_query(self.hint, game, board, player, n, ties)
+                   ties: str | None = None, since: str | None = None) -> dict[str, Any]:
+        query, answer = page_query(self.hint, game, board, player, n, ties, since)
         return answer(await self._query(query))
 
     async def score_for_percentile(self, game: str, board: str, p: str, *,

@@ -218,7 +218,7 @@ _PUBLISH_BOARDS_KEYS = PUBLISH_KEYS + ("aliases", "boards", "board_changes", "bo
 PUBLISH_BOARDS = Script(
     "publish_boards",
     (Local("LAYOUT", _PUBLISH_BOARDS_KEYS.index("boards_layout") + 1), "board_layout", "publish_prelude",
-     "board_buckets", Local("LOAD", BUCKET_LOAD), "finals", "publish_boards"),
+     "board_buckets", Local("LOAD", BUCKET_LOAD), "finals", "day_moves", "publish_boards"),
     keys=_PUBLISH_BOARDS_KEYS,
     more_keys="per changed board its sorted set and its reached_at buckets' count key, then the same two keys "
               "of every dropped board, then per closed period its two and its final's two, per expired final "
@@ -428,7 +428,7 @@ READ_BOARD = Script(
     keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout", "published_at",
           "rank_change"),
     argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash", "ties",
-          "cursor_score", "cursor_member"),
+          "cursor_score", "cursor_member", "since"),
     more_argv="for ranks: each player asked for, then its CRC-32", reads_only=True)
 """One board query, atomically (``board_read``). ``KEYS``: the generation pointer, then of
 generation G: snapshot_id, aliases, the board's sorted set, its ``reached_at`` buckets'
@@ -458,7 +458,17 @@ Rank change (docs/semantics/boards.md 5.5, ``lua/rank_change.lua``): the replies
 ``player``) the positions gained since the board's previous change as a decimal string, ''
 for an entry new then; or false when the generation keeps no moves (``KEYS`` 8, the
 ``rank_change`` marker, absent: a run without ``--rank-change``) or the board has not changed
-since they are kept."""
+since they are kept. ``ARGV`` ``since`` (5.6): '' for that, ``day`` for the change since the
+game's day start (the hash ``<marker>:day``, ``lua/day_moves.lua``), or a snapshot id, which must
+be one still retained: the one stored before the board's last change or the day start; the
+seventh element is then the basis's snapshot id ('' for the day start of a first snapshot).
+Else the reply is ``{'since', the basis of the board's previous change, 'day ' and the day
+start's id, the marker}``, each '' when not retained (``board_read.SinceNotRetained``).
+
+The publish script's ``<board>:m`` field '' holds ``'C B'``: the snapshot id of the change and
+the one stored before it (its basis, '' if none); with ``rank_change`` ``1`` it also keeps per game
+the snapshot where its newest daily period became current and per board the moves since the day
+start (``lua/day_moves.lua``, docs/redis-keys.md)."""
 
 READ_ACTIVITY = Script(
     "read_activity", ("moved", "read_activity"),

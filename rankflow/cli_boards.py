@@ -6,13 +6,16 @@ to ask for. Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5
 --after CURSOR`` (``--after ''`` the first page) prints the next page's cursor, ``top
 --percentile P`` the top P percent, ``page`` the page a player is on, ``score-for-percentile``
 the least score at a percentile, and ``--ties`` the ranks' style; ``ranks`` the ranks of a set
-of players (docs/semantics/boards.md 5.4); ``finals`` the final standings retention made of dropped
+of players (docs/semantics/boards.md 5.4); ``--since day-start|SNAPSHOT`` on ``top``, ``player``,
+``around`` and ``page`` the rank change since the day's start or a snapshot still retained (5.6,
+exit 1 naming the retained ones otherwise); ``finals`` the final standings retention made of dropped
 periods (docs/semantics/boards.md 9), each read like a board by its name ``final:BOARD``. Exit status: 0 an answer, 1 no
 such game or board (the message lists the ones there are) or the player is not on it, 2 bad
 usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an unknown board name, a
 cursor no page gave, a percentile outside 0..100 or with more than two decimals, an unknown tie
-style, more than 1,000 players or a bad id for ``ranks``, a ``--players-file`` that cannot be read:
-never clamped), said before Redis is asked.
+style, more than 1,000 players or a bad id for ``ranks``, a ``--players-file`` that cannot be read,
+a ``--since`` that is neither ``day-start`` nor a snapshot id, or given with a final: never
+clamped), said before Redis is asked.
 """
 
 from __future__ import annotations
@@ -28,7 +31,8 @@ from rich.markup import escape
 
 from rankflow.connectors.board_pages import TIES, check_ties, hundredths, top_ask
 from rankflow.connectors.board_read import (MAX_PLAYERS, BoardQueryError, BoardReader, NoSuchBoard, check_board,
-                                            check_n, check_players, check_r, missing_board)
+                                            SinceNotRetained, check_n, check_players, check_r, check_since,
+                                            missing_board)
 from rankflow.connectors.finals_read import read_finals
 from rankflow.cli_format import print_line, print_rows, quantity
 from rankflow.cli_help import REDIS, example
@@ -92,6 +96,10 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
     for p in (top, player, around, page, score, ranks):
         p.add_argument("--ties", metavar="S", help=f"the style of every rank: {', '.join(TIES)} (1234, 1224, 1223); "
                                                    "without it, ordinal ranks and the competition rank beside them")
+    for p in (top, player, around, page):
+        p.add_argument("--since", metavar="WHEN",
+                       help="rank_change since day-start (the board before the game's day began) or a snapshot id "
+                            "still retained, instead of since the board's previous change (a --rank-change run's)")
     for p in (player, around, page):
         p.add_argument("--player", required=True, metavar="P")
     add_option(around, ("-r", "--radius"), "--r", type=int, default=5, metavar="R",
@@ -113,6 +121,11 @@ def cmd_boards(args: argparse.Namespace) -> int:
     try:
         check_board(args.board)
         check_ties(args.ties)
+        since: str | None = getattr(args, "since", None)  # top, player, around, page (5.6)
+        try:
+            check_since(since, args.board)
+        except SinceNotRetained as exc:  # a final has no rank change: the user's mistake, known before Redis
+            raise ValueError(str(exc)) from None
         if args.query in ("top", "page"):
             check_n(args.limit)
         if args.query == "top":
@@ -130,16 +143,16 @@ def cmd_boards(args: argparse.Namespace) -> int:
         reader = BoardReader(client, args.namespace)
         if args.query == "top":
             return reader.top(args.game, args.board, args.limit, after=args.after, ties=args.ties,
-                              percentile=args.percentile)
+                              percentile=args.percentile, since=since)
         if args.query == "player":
-            return reader.player(args.game, args.board, args.player, ties=args.ties)
+            return reader.player(args.game, args.board, args.player, ties=args.ties, since=since)
         if args.query == "page":
-            return reader.page(args.game, args.board, args.player, args.limit, ties=args.ties)
+            return reader.page(args.game, args.board, args.player, args.limit, ties=args.ties, since=since)
         if args.query == "score-for-percentile":
             return reader.score_for_percentile(args.game, args.board, args.percentile, ties=args.ties)
         if args.query == "ranks":
             return reader.ranks(args.game, args.board, players, ties=args.ties)
-        return reader.around(args.game, args.board, args.player, args.radius, ties=args.ties)
+        return reader.around(args.game, args.board, args.player, args.radius, ties=args.ties, since=since)
 
     return answer_query(args.redis, args.redis_read, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
 
@@ -191,6 +204,9 @@ def print_finals(answer: dict[str, Any]) -> None:
 def print_answer(answer: dict[str, Any]) -> None:
     board = f"{answer['game_id']} / {answer['board']}"
     snapshot = f"snapshot {answer['snapshot_id']}"
+    if "since_snapshot_id" in answer:  # docs/semantics/boards.md 5.6
+        basis = answer["since_snapshot_id"]
+        snapshot += f", rank change since snapshot {basis}" if basis is not None else ", rank change since the start"
     if "items" not in answer and "player_id" not in answer:  # score-for-percentile
         score = "no entry" if answer["score"] is None else f"score {quantity(answer['score'])}"
         print_line(f"percentile {answer['percentile']} on {board}: {score} "

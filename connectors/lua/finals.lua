@@ -24,7 +24,7 @@ local function keep_finals(k, a, closed, expired, finals)
       end
       redis.call('HSET', finals, ARGV[a + 1], string.sub(ARGV[a + 2], 1, -2) .. ',"players":' .. card .. '}')
     end
-    redis.call('UNLINK', z .. ':m', z .. ':mt', z .. ':mn')
+    redis.call('UNLINK', z .. ':m', z .. ':mt', z .. ':mn', z .. ':dm', z .. ':dt', z .. ':dn')
     redis.call('SREM', KEYS[10], ARGV[a])
     gone[#gone + 1] = ARGV[a]
     k, a = k + 4, a + 3

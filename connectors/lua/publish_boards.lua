@@ -7,8 +7,10 @@ local dropped = tonumber(ARGV[P + 5])
 -- it are an earlier run's, the board may have changed since without them).
 local track = ARGV[P + 6] == '1'
 local marker = KEYS[#KEYS]
+local day, from = marker .. ':day', nil  -- the games' day starts (lua/day_moves.lua)
 if track then
   redis.call('SET', marker, ARGV[3], 'NX')
+  from = tonumber(redis.call('GET', marker))
 else
   redis.call('DEL', marker)
 end
@@ -52,6 +54,9 @@ local function grow(z, r, coming)
   return n, low
 end
 for i = 1, tonumber(ARGV[a]) do
+  if track then
+    new_day(day, ARGV[a + 2 * i - 1], ARGV[a + 2 * i])
+  end
   redis.call('HSET', KEYS[9], ARGV[a + 2 * i - 1], ARGV[a + 2 * i])
   aliases[2 * i - 1], aliases[2 * i] = ARGV[a + 2 * i - 1], ARGV[a + 2 * i]
 end
@@ -96,7 +101,8 @@ for b = 1, boards do
   in_batches('ZADD', z, adds)
   if #mv > 0 then  -- the board changed: these moves replace its last change's
     redis.call('UNLINK', z .. ':m', z .. ':mt', z .. ':mn')
-    mv[#mv + 1], mv[#mv + 2] = '', ARGV[3]  -- no player id is empty
+    day_moves(z, day, from, ARGV[a], mv, mt, mn)
+    mv[#mv + 1], mv[#mv + 2] = '', ARGV[3] .. ' ' .. (previous or '')  -- no player id is empty
     in_batches('HSET', z .. ':m', mv)
     in_batches('ZADD', z .. ':mt', mt)
     in_batches('ZADD', z .. ':mn', mn)
@@ -112,7 +118,8 @@ for d = 1, dropped do
     buckets[#buckets + 1] = KEYS[k + 1] .. ':' .. i
   end
   in_batches('UNLINK', KEYS[k], buckets)
-  redis.call('UNLINK', KEYS[k + 1], KEYS[k] .. ':m', KEYS[k] .. ':mt', KEYS[k] .. ':mn')
+  redis.call('UNLINK', KEYS[k + 1], KEYS[k] .. ':m', KEYS[k] .. ':mt', KEYS[k] .. ':mn',
+             KEYS[k] .. ':dm', KEYS[k] .. ':dt', KEYS[k] .. ':dn')
   redis.call('SREM', KEYS[10], ARGV[a])
   gone[d] = ARGV[a]
   a = a + 1

@@ -24,12 +24,16 @@ local card = redis.call('ZCARD', KEYS[4])
 if card == 0 then
   return {'board', sid, at, 0}
 end
+local refused = choose_basis(KEYS[4], ARGV[7], ARGV[13])  -- rank change's basis (lua/rank_change.lua)
+if refused then
+  return refused
+end
 local function paged(answer)
-  -- an answer of items (top's flat pairs, or {start, better, flat, ...}) and their rank changes
+  -- an answer of items (top's flat pairs, or {start, better, flat, ...}), their rank changes and their basis
   if answer[1] and type(answer[1]) == 'number' then
-    return {'board', sid, at, card, answer, rank_changes(KEYS[4], answer[3], answer[1])}
+    return {'board', sid, at, card, answer, rank_changes(KEYS[4], answer[3], answer[1]), basis_id}
   end
-  return {'board', sid, at, card, answer, rank_changes(KEYS[4], answer, 0)}
+  return {'board', sid, at, card, answer, rank_changes(KEYS[4], answer, 0), basis_id}
 end
 if ARGV[4] == 'top' then
   return paged(redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES'))
@@ -50,9 +54,9 @@ if ARGV[4] == 'at' then  -- the score at a percentile: ARGV[5] in hundredths of 
   return {'board', sid, at, card, {r, redis.call('ZRANGE', KEYS[4], r - 1, r - 1, 'WITHSCORES')[2]}}
 end
 local n, low = bucket_span(KEYS[5])
-if ARGV[4] == 'ranks' then  -- scoped ranks: a player and its CRC-32 per pair of arguments after the fixed twelve
+if ARGV[4] == 'ranks' then  -- scoped ranks: a player and its CRC-32 per pair of arguments after the fixed thirteen
   local found = {}
-  for i = 13, #ARGV - 1, 2 do
+  for i = 14, #ARGV - 1, 2 do
     local p = ARGV[i]
     local at_p = redis.call('HGET', bucket_key(KEYS[5], tonumber(ARGV[i + 1]), n, low), p)
     if at_p then
@@ -80,7 +84,7 @@ if ARGV[4] == 'player' then
   if dense then
     answer[4] = distinct_above(KEYS[4], score)
   end
-  return {'board', sid, at, card, answer, rank_changes(KEYS[4], {m, score}, rank)}
+  return {'board', sid, at, card, answer, rank_changes(KEYS[4], {m, score}, rank), basis_id}
 end
 if ARGV[4] == 'page' then
   local n = tonumber(ARGV[5])

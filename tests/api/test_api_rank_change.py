@@ -83,3 +83,49 @@ def test_openapi_names_rank_change(redis_url, moved):
     for name in ("Entry", "PlayerRank"):
         field = schemas[name]["properties"]["rank_change"]
         assert "5.5" in field["description"] and "rank_change" not in schemas[name].get("required", [])
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_since_answers_the_readers_and_refuses_what_is_not_retained(redis_url, moved, index):
+    """``since`` (docs/semantics/boards.md 5.6) on the four routes: the reader's answers, read from Redis
+    with either index; the game's day began with its first snapshot, so its day start is before it
+    (every entry new, ``since_snapshot_id`` null); an id not retained is ``409`` naming the retained, as is a since on a final."""
+    from rankflow.connectors.board_read import SinceNotRetained
+    from rankflow.connectors.redis_keys import boards_namespace
+    from rankflow.connectors.redis_read import read_history
+
+    reader = BoardReader(redis.Redis.from_url(redis_url), moved)
+    ids = [snap["snapshot_id"] for snap in read_history(reader.client, boards_namespace(moved))]
+    retained = []
+    for sid in ids:
+        try:
+            reader.top("g1", "all", 1, since=str(sid))
+            retained.append(str(sid))
+        except SinceNotRetained:
+            pass
+    assert retained and retained != [str(ids[-1])]  # the one before the board's last change
+
+    def same(answer: dict[str, Any], want: dict[str, Any]) -> bool:
+        return {**unjudged(answer), "age_ms": 0} == {**want, "age_ms": 0}
+
+    with serving(Settings(redis_url=redis_url, namespace=moved, board_index=index)) as api:
+        for since in ("day-start", *retained):
+            top = api.get("/boards/g1/all/top", params={"n": 10, "since": since})
+            assert top.status_code == 200 and same(top.json(), reader.top("g1", "all", 10, since=since)), top.text
+            for player in WANT:
+                got = api.get(f"/boards/g1/all/players/{player}", params={"since": since}).json()
+                assert same(got, reader.player("g1", "all", player, since=since))
+            got = api.get("/boards/g1/all/players/cy/around", params={"r": 1, "since": since}).json()
+            assert same(got, reader.around("g1", "all", "cy", 1, since=since))
+            got = api.get("/boards/g1/all/players/dee/page", params={"n": 2, "since": since}).json()
+            assert same(got, reader.page("g1", "all", "dee", 2, since=since))
+        day = api.get("/boards/g1/all/top", params={"since": "day-start"}).json()
+        assert day["since_snapshot_id"] is None and all("rank_change" not in i for i in day["items"])
+        assert changes(api.get("/boards/g1/all/top", params={"since": retained[-1]}).json()["items"]) == WANT
+        gone = api.get("/boards/g1/all/top", params={"since": str(ids[-1] + 7)})
+        assert gone.status_code == 409 and "day-start (before the first snapshot)" in gone.json()["error"], gone.text
+        assert retained[-1] in gone.json()["error"]
+        refused = api.get("/boards/g1/all/top", params={"since": "yesterday"})
+        assert refused.status_code == 400, refused.text
+        final = api.get("/boards/g1/final:daily:2027-01-04/players/ana", params={"since": "day-start"})
+        assert final.status_code == 409 and "no rank change" in final.json()["error"], final.text

@@ -9,6 +9,11 @@ snapshot that changed it, and every entry's rank there, follow from the model al
 of a top, of an around and of a page, and every player's answer, must carry exactly the positions
 gained since then, and none for an entry new since. A durable run resumed with more input answers
 the same way, and a run without the option answers no ``rank_change`` at all.
+
+Section 5.6 (``since``): the model also gives each game's day start (the stored snapshot before the
+first whose newest daily period is the current one) and each board's previous change's basis (the
+stored snapshot before its last change): every read asked ``since=day-start`` or either id answers
+the changes since that state, names it, and any other id is refused naming those two.
 """
 
 from __future__ import annotations
@@ -23,9 +28,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rankflow.cli import main
-from rankflow.connectors.board_read import BoardReader
+from rankflow.connectors.board_read import BoardReader, SinceNotRetained
 from rankflow.connectors.redis_keys import boards_namespace
-from rankflow.connectors.redis_read import read_history
+from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.options import RunOptions
 from rankflow.runner import run
 from tests import boards_example as example
@@ -33,6 +38,8 @@ from tests.boards.test_boards_flow import model_of, score_logs
 
 Entries = list[tuple[str, int, int]]
 Changes = dict[str, dict[str, dict[str, int | None]]]  # game -> board -> player -> rank change
+Bases = dict[str, dict[str, dict[str, tuple[int | None, dict[str, int | None]]]]]
+"""game -> board -> ``day`` / ``last`` -> (the basis's snapshot id or None, player -> rank change since it)"""
 
 
 def stored_positions(client: redis.Redis, namespace: str, path: Path) -> list[int]:
@@ -55,6 +62,67 @@ def expected_changes(lines: list[bytes], stored: list[int], path: Path) -> Chang
             out.setdefault(game, {})[name] = {player: then[player] - rank if player in then else None
                                               for rank, (player, _, _) in enumerate(now)}
     return out
+
+
+def stored_ids(client: redis.Redis, namespace: str) -> list[int]:
+    """The id of each snapshot Redis stored, oldest first."""
+    return [snap["snapshot_id"] for snap in read_history(client, boards_namespace(namespace))]
+
+
+def expected_since(lines: list[bytes], stored: list[int], ids: list[int], path: Path) -> Bases:
+    """Per board of the last stored snapshot, its day start's and its previous change's basis, each with
+    the rank changes since it (docs/semantics/boards.md 5.6), from the model at every stored snapshot."""
+    models = [model_of(lines[:n], example.KEY, str(path)) for n in stored]
+    states: list[dict[str, dict[str, Entries]]] = [{}] + [model.boards() for model in models]
+    days: list[dict[str, str]] = [{}] + [{game: a["daily"] for game, a in model.aliases().items()} for model in models]
+    named: list[int | None] = [None, *ids]
+
+    def since(i: int, now: Entries, game: str, board: str) -> dict[str, int | None]:
+        then = {player: rank for rank, (player, _, _) in enumerate(states[i].get(game, {}).get(board, []))}
+        return {player: then[player] - rank if player in then else None for rank, (player, _, _) in enumerate(now)}
+
+    out: Bases = {}
+    for game, boards in states[-1].items():
+        first = min(i for i in range(1, len(days)) if days[i].get(game) == days[-1][game])
+        for name, now in boards.items():
+            seen = [state.get(game, {}).get(name, []) for state in states]
+            last = max(i for i in range(1, len(seen)) if seen[i] != seen[i - 1])
+            out.setdefault(game, {})[name] = {"day": (named[first - 1], since(first - 1, now, game, name)),
+                                              "last": (named[last - 1], since(last - 1, now, game, name))}
+    return out
+
+
+def check_since(client: redis.Redis, namespace: str, want: Bases) -> None:
+    """Every read asked ``since`` (the day start, or either basis's id) answers the model's changes and
+    names the basis; an id of neither is refused, the message naming the day start."""
+    reader = BoardReader(client, namespace)
+    current = read_latest(client, boards_namespace(namespace))["snapshot_id"]
+    for game, boards in want.items():
+        for board, bases in boards.items():
+            day_id = bases["day"][0]
+            asks = [("day-start", *bases["day"])]
+            asks += [(str(basis), basis, changes) for basis, changes in bases.values() if basis is not None]
+            for since, basis, changes in asks:
+                top = reader.top(game, board, 1000, since=since)
+                assert (changes_of(top["items"]), top["since_snapshot_id"]) == (changes, basis), (game, board, since)
+                assert changes_of(reader.top(game, board, 1000, since=since, ties="competition")["items"]) == changes
+                paged = reader.top(game, board, 2, after="", since=since)
+                seen = changes_of(paged["items"])
+                while "next" in paged:
+                    paged = reader.top(game, board, 2, after=paged["next"], since=since)
+                    seen.update(changes_of(paged["items"]))
+                assert seen == changes, (game, board, since)
+                for player, change in changes.items():
+                    answer = reader.player(game, board, player, since=since)
+                    assert (answer.get("rank_change"), answer["since_snapshot_id"]) == (change, basis)
+                    around = changes_of(reader.around(game, board, player, 1, since=since)["items"])
+                    assert around == {p: changes[p] for p in around}, (game, board, player, since)
+                    page = changes_of(reader.page(game, board, player, 3, since=since)["items"])
+                    assert page == {p: changes[p] for p in page}, (game, board, player, since)
+            other = next(i for i in range(current + 1, current + 5) if i not in {b for b, _ in bases.values()})
+            with pytest.raises(SinceNotRetained, match="day-start") as refused:
+                reader.top(game, board, 5, since=str(other))
+            assert (f"snapshot {day_id}" if day_id is not None else "before the first snapshot") in str(refused.value)
 
 
 def changes_of(items: list[dict[str, Any]]) -> dict[str, int | None]:
@@ -114,6 +182,7 @@ def test_every_entry_carries_the_models_rank_change(redis_url, redis_client, tmp
     stored = stored_positions(redis_client, namespace, path)
     assert set(ends) <= set(stored)
     check_answers(redis_client, namespace, expected_changes(lines, stored, path))
+    check_since(redis_client, namespace, expected_since(lines, stored, stored_ids(redis_client, namespace), path))
 
 
 def test_a_durable_run_resumed_with_more_input_answers_the_same(redis_url, redis_client, tmp_path):
@@ -141,6 +210,10 @@ def test_a_durable_run_resumed_with_more_input_answers_the_same(redis_url, redis
     assert any(change not in (None, 0) for boards in want.values() for changes in boards.values()
                for change in changes.values())  # the log moves entries, so the check checks something
     check_answers(redis_client, namespace, want)
+    bases = expected_since(lines, stored, stored_ids(redis_client, namespace), path)
+    assert any(change not in (None, 0) for boards in bases.values() for board in boards.values()
+               for change in board["day"][1].values())
+    check_since(redis_client, namespace, bases)
 
 
 def test_without_the_option_no_answer_has_rank_change_and_turning_it_on_forgets_old_moves(
@@ -169,6 +242,8 @@ def test_without_the_option_no_answer_has_rank_change_and_turning_it_on_forgets_
         assert all("rank_change" not in item for item in top["items"])
         assert "rank_change" not in reader.player("g1", board, top["items"][0]["player_id"])
     assert not redis_client.exists(f"{{{boards_namespace(namespace)}}}:g0:rank_change")
+    with pytest.raises(SinceNotRetained, match="without --rank-change"):
+        reader.top("g1", "all", 5, since="day-start")
     execution(90, True)
     stored = stored_positions(redis_client, namespace, path)
     since_on = [n for n in stored if n > 60]  # the snapshots of the run that turned it on again
@@ -228,7 +303,6 @@ def test_one_live_run_with_two_workers_answers_every_snapshots_rank_change(redis
     import threading
     import time
 
-    from rankflow.connectors.redis_read import read_latest
     from rankflow.connectors.source_batch import STOP
     from tests.boards.test_boards_flow import random_log
 
@@ -259,7 +333,70 @@ def test_one_live_run_with_two_workers_answers_every_snapshots_rank_change(redis
                     time.sleep(0.005)
                 stored = stored_positions(redis_client, namespace, path)
                 check_answers(redis_client, namespace, expected_changes(lines[:end], stored, path))
+                check_since(redis_client, namespace,
+                            expected_since(lines[:end], stored, stored_ids(redis_client, namespace), path))
     finally:
         STOP.set()
         thread.join(timeout=60)
     assert not failure, failure
+
+
+def test_since_day_start_counts_from_the_board_before_the_days_first_snapshot(redis_url, redis_client, tmp_path,
+                                                                               capsys):
+    """A worked day (docs/semantics/boards.md 5.6): ana moves twice on the new day and still counts from
+    the day start; the new day's board is all new, the day before's has not changed since (all 0)."""
+    import orjson
+
+    def result(player: str, match: str, points: int, at: str) -> bytes:
+        return example.result(player, match, points, example.ms(at), example.ms(at) + 1000)
+
+    pieces = [[result("ana", "m1", 10, "2027-01-04 10:00:00.000"), result("bo", "m1", 20, "2027-01-04 10:00:00.000"),
+               result("cy", "m1", 30, "2027-01-04 10:00:00.000")],
+              [result("dee", "m2", 5, "2027-01-05 09:00:00.000"), result("ana", "m2", 15, "2027-01-05 09:00:00.000")],
+              [result("ana", "m3", 20, "2027-01-05 12:00:00.000"), result("bo", "m3", 1, "2027-01-05 12:00:00.000")]]
+    path = tmp_path / "scores.jsonl"
+    namespace = f"rc-{uuid.uuid4().hex[:10]}"
+    opts = flow_options(redis_url, path, namespace, tmp_path, user_shards=2, recovery_dir=str(tmp_path / "r"),
+                        extra={"rank_change": True})
+    lines: list[bytes] = []
+    day_start = None
+    for piece in pieces:
+        if lines and day_start is None:
+            day_start = stored_ids(redis_client, namespace)[-1]  # the last snapshot before the new day's first
+        lines += piece
+        path.write_bytes(b"".join(line + b"\n" for line in lines))
+        run(opts)
+    reader = BoardReader(redis_client, namespace)
+    top = reader.top("g1", "all", 10, since="day-start")
+    assert [(i["player_id"], i.get("rank_change")) for i in top["items"]] == [
+        ("ana", 2), ("cy", -1), ("bo", -1), ("dee", None)]
+    assert top["since_snapshot_id"] == day_start
+    assert reader.player("g1", "all", "ana", since=str(day_start))["rank_change"] == 2
+    assert all("rank_change" not in i for i in reader.top("g1", "daily", 10, since="day-start")["items"])
+    assert [i["rank_change"] for i in reader.top("g1", "daily:2027-01-04", 10, since="day-start")["items"]] == [0] * 3
+    stored = stored_positions(redis_client, namespace, path)
+    check_answers(redis_client, namespace, expected_changes(lines, stored, path))
+    check_since(redis_client, namespace, expected_since(lines, stored, stored_ids(redis_client, namespace), path))
+    common = ["--redis", redis_url, "--namespace", namespace, "--game", "g1", "--board", "all"]
+    capsys.readouterr()
+    assert main(["boards", "around", *common, "--player", "cy", "-r", "1", "--since", "day-start", "--json"]) == 0
+    around = orjson.loads(capsys.readouterr().out)
+    assert ([i.get("rank_change") for i in around["items"]], around["since_snapshot_id"]) == ([2, -1, -1], day_start)
+    assert main(["boards", "top", *common, "--since", "day-start"]) == 0
+    assert f"rank change since snapshot {day_start}" in capsys.readouterr().out
+    assert main(["boards", "page", *common, "--player", "bo", "--since", "1"]) == 1
+    err = capsys.readouterr().err
+    assert f"day-start (snapshot {day_start})" in err and "Traceback" not in err
+
+
+@pytest.mark.parametrize("argv, said", [
+    (["top", "--board", "all", "--since", "yesterday"], "since must be day-start or a snapshot id"),
+    (["player", "--board", "final:daily:2027-01-04", "--player", "ana", "--since", "day-start"],
+     "final standings, which have no rank change"),
+    (["around", "--board", "all", "--player", "ana", "--since", "-3"], "since must be"),
+])
+def test_a_bad_since_is_a_usage_error_before_redis(argv, said, capsys):
+    # port 9 (discard): nothing listens there, so an answer other than the usage error would fail to connect
+    assert main(["boards", argv[0], "--game", "g1", *argv[1:], "--redis", "redis://127.0.0.1:9/0"]) == 2
+    err = capsys.readouterr().err
+    assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
