@@ -24,8 +24,12 @@ rises, 10% a new one, as the rules make them). Variants:
 - ``stream``: design (a)'s Redis floor: the same script keeping only the ``board_changes``
   stream and the boards' set (the boards themselves held elsewhere; a top K not kept).
 
+- ``layout3j``: ``layout3`` with each board's scores as one JSON object (player -> score)
+  instead of flat arguments;
+
 Prints per rep and variant Redis's CPU seconds (``INFO cpu``: ``used_cpu_sys`` +
-``used_cpu_user``) per 1M entries, then the medians and the ratios to ``layout2``. With
+``used_cpu_user``) per 1M entries (and this process's CPU µs an entry: building and sending
+the calls, the flow's publisher's share), then the medians and the ratios to ``layout2``. With
 ``--check`` it then compares every board of ``layout3`` with ``layout2``'s, entry by entry in
 order (decoded), and exits 1 if any differs.
 """
@@ -40,6 +44,7 @@ import statistics
 import struct
 import sys
 import tempfile
+import time
 import zlib
 from typing import Any
 
@@ -158,6 +163,13 @@ for b = 1, boards do
       redis.call('ZADD', z, unpack(ARGV, i, math.min(i + 3999, a + 3 + 2 * count)))
     end
     a = a + 4 + 2 * count
+  elseif ARGV[a + 3] == '2' then  -- one JSON object: player -> the score's double
+    local adds = {}
+    for player, score in pairs(cjson.decode(ARGV[a + 4])) do
+      adds[#adds + 1], adds[#adds + 2] = score, player
+    end
+    in_batches('ZADD', z, adds)
+    a = a + 5
   else
     local n, low = grow(z, r, count)
     local adds, removes = {}, {}
@@ -213,9 +225,12 @@ def swapped(body: str, name: str) -> Script:
 
 
 class Layout3State(BoardsState):
-    """Today's arguments, but the players' CRC-32 only for the ``all`` boards (the only ones with buckets)."""
+    """Today's arguments, but the players' CRC-32 only for the ``all`` boards (the only ones with buckets),
+    and after each other board's entries its ``ZADD`` arguments: flat (``mode`` 1), or one JSON object of
+    player -> score (``mode`` 2: ``orjson`` packs it, ``cjson`` unpacks it in Redis)."""
 
     script = swapped(LAYOUT3_BODY, "publish_boards_layout3")
+    mode = "1"
 
     def args(self) -> list[Any]:
         args = PUBLISH_BOARDS.at_p(full="full" if self._full else "delta", layout=LAYOUT, changes_cap=100,
@@ -225,19 +240,29 @@ class Layout3State(BoardsState):
                   for p in entries}
         args.append(orjson.dumps(hashes))
         for (game, board), entries in self._pending.items():
-            args += (board_name(game, board), orjson.dumps(entries), len(entries), "" if board == "all" else "1")
-            if board != "all":
+            args += (board_name(game, board), orjson.dumps(entries), len(entries), "" if board == "all" else self.mode)
+            if board == "all":
+                continue
+            if self.mode == "2":
+                args.append(orjson.dumps({p: key_double(order_key(board, score, at))
+                                          for p, (score, at) in entries.items()}))
+            else:
                 for p, (score, at) in entries.items():
                     args += (repr(key_double(order_key(board, score, at))), p)
         return args
+
+
+class Layout3JsonState(Layout3State):
+    mode = "2"
 
 
 class StreamState(BoardsState):
     script = swapped(STREAM_BODY, "publish_boards_stream")
 
 
-VARIANTS = ("layout2", "layout3", "zadd", "stream")
-STATES: dict[str, type[BoardsState]] = {"layout2": BoardsState, "layout3": Layout3State, "stream": StreamState}
+VARIANTS = ("layout2", "layout3", "layout3j", "zadd", "stream")
+STATES: dict[str, type[BoardsState]] = {"layout2": BoardsState, "layout3": Layout3State, "layout3j": Layout3JsonState,
+                                        "stream": StreamState}
 
 Boards = dict[tuple[str, str], dict[str, tuple[int, int]]]
 
@@ -319,7 +344,7 @@ class Variant:
             return
         for (game, board), entries in boards.items():
             z, r = self.keys.board(game, board)
-            bare = self.name == "zadd" or (self.name == "layout3" and board != "all")
+            bare = self.name == "zadd" or (self.name.startswith("layout3") and board != "all")
             items = list(entries.items())
             buckets = max(1, -(-len(items) // BUCKET_LOAD))
             if not bare and buckets > 1:
@@ -377,7 +402,7 @@ def bucket_index(player: str, buckets: int) -> int:
 def board_rows(v: Variant, game: str, board: str) -> list[tuple[str, int, int]]:
     """A board of ``v`` top down as ``(player, score, reached_at)``, decoded from its layout."""
     flat = v.client.zrange(v.keys.board(game, board)[0], 0, -1, withscores=True)
-    if v.name == "layout2" or board == "all":
+    if v.name == "layout2" or board == "all":  # layout 2's members
         return [(p, -int(s), at) for m, s in flat for p, at in (member_fields(m),)]
     kind, rows = kind_of(board), []
     for m, s in flat:
@@ -416,6 +441,7 @@ def main() -> int:
     print(f"boards: {', '.join(f'{b}={sum(len(e) for (_, bb), e in boards.items() if bb == b)}' for b in BOARDS)}",
           flush=True)
     results: dict[str, list[float]] = {n: [] for n in names}
+    client: dict[str, list[float]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory(prefix="bench-writes-") as workdir:
         variants = [Variant(n, workdir) for n in names]
         try:
@@ -434,26 +460,28 @@ def main() -> int:
                 order = variants if rep % 2 == 0 else variants[::-1]
                 line = []
                 for v in order:
-                    before = v.cpu()
+                    before, own = v.cpu(), time.process_time()
                     for snap in snaps:
                         v.write(snap)
                     per_m = (v.cpu() - before) / entries * 1e6
                     results[v.name].append(per_m)
-                    line.append(f"{v.name} {per_m:.2f}")
+                    client[v.name].append((time.process_time() - own) / entries * 1e6)
+                    line.append(f"{v.name} {per_m:.2f} (client {client[v.name][-1]:.2f})")
                 print(f"rep {rep + 1}: {entries} entries; Redis CPU-s per 1M entries: {', '.join(line)}", flush=True)
             base = statistics.median(results["layout2"])
             for n in names:
                 med = statistics.median(results[n])
                 print(f"{n}: median {med:.2f} CPU-s per 1M entries ({med:.2f} us an entry), x{med / base:.2f} "
-                      f"layout2", flush=True)
+                      f"layout2; this process (building and sending the calls) {statistics.median(client[n]):.2f} us "
+                      "an entry", flush=True)
             if a.check and "layout3" in names:
                 by = {v.name: v for v in variants}
-                bad = [(game, board) for game, board in boards
-                       if board_rows(by["layout2"], game, board) != board_rows(by["layout3"], game, board)]
+                bad = [(game, board) for game, board in boards for n in names if n.startswith("layout3")
+                       if board_rows(by["layout2"], game, board) != board_rows(by[n], game, board)]
                 ok = all(board_rows(by["layout3"], g, b) == sorted(
                     ((p, s, at) for p, (s, at) in boards[(g, b)].items()), key=lambda e: (-e[1], e[2], e[0].encode()))
                     for g, b in boards if not kinds or kind_of(b) in kinds)
-                print(f"check: {len(boards) - len(bad)} of {len(boards)} boards equal; the model's order: "
+                print(f"check: {len(bad)} boards of layout 3 differ from layout 2's; the model's order: "
                       f"{'equal' if ok else 'DIFFERENT'}", flush=True)
                 if bad or not ok:
                     return 1
