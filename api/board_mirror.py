@@ -71,7 +71,7 @@ from rankflow.connectors.board_read import (
 )
 from rankflow.connectors.board_pages import (Cursor, TopAsk, check_ties, hundredths, page_answer, percentile,
                                              restyle, styled_rank, top_ask, within_percent)
-from rankflow.connectors.board_layout import LAYOUT, REACHED_BYTES, RedisBoardsLayout, layout_message
+from rankflow.connectors.board_layout import LAYOUT, REACHED_BYTES, RedisBoardsLayout, entries_of, keyed, layout_message
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.script_query import bind
 from rankflow.connectors.scripts import BOARD_CHUNK
@@ -239,6 +239,7 @@ class BoardMirror(Polling):
     async def _load_board(self, k: Keys, game: str, board: str) -> dict[str, bytes]:
         """A board's key per player (a player a later chunk met again: its last key)."""
         zset = k.board(game, board)[0]
+        entry = None if keyed(board) is None else entries_of(board)  # None: members of reached_at and the id
         for _ in range(LOAD_ATTEMPTS):
             keys: dict[str, bytes] = {}
             anchors: list[bytes] = []  # the last ANCHORS (member, score) pairs read
@@ -246,8 +247,13 @@ class BoardMirror(Polling):
                                                                   more_argv=anchors))) is not None:
                 started = time.perf_counter()
                 members = flat[::2]
-                for member, score in zip(members, flat[1::2]):
-                    keys[member[REACHED_BYTES:].decode()] = key_of_member(member, float(score), REACHED_BYTES)
+                if entry is None:
+                    for member, score in zip(members, flat[1::2]):
+                        keys[member[REACHED_BYTES:].decode()] = key_of_member(member, float(score), REACHED_BYTES)
+                else:
+                    for member, score in zip(members, flat[1::2]):
+                        player, points, reached_at = entry(member, score)
+                        keys[player] = entry_key(player, points, reached_at)
                 if len(members) < self.load_chunk:
                     await pause(started)
                     return keys
