@@ -109,11 +109,15 @@ class KeyedBoard(NamedTuple):
 
 def keyed(board: str) -> KeyedBoard | None:
     """The order key of ``board`` (a concrete name); None for ``all`` (and for any other name).
+    A period's final standings (``final:<board>``, docs/semantics/boards.md 9.2) are its board's
+    keys renamed: the board's order key.
 
     >>> keyed("weekly:2027-W01").origin, keyed("best").cap, keyed("all")
     (1799020800000, 10000, None)
+    >>> keyed("final:daily:2027-01-06") == keyed("daily:2027-01-06"), keyed("season:s1")
+    (True, None)
     """
-    kind, _, period = board.partition(":")
+    kind, _, period = board.removeprefix("final:").partition(":")
     bits = TIME_BITS.get(kind)
     if bits is None:
         return None

@@ -132,7 +132,7 @@ class BoardsState:
             args += (game, orjson.dumps(list(periods)))
         hashes: dict[str, int] = {}  # each player's once, whatever the boards they changed on
         for (_, board), entries in self._pending.items():  # O(entries); a set difference per board would walk every hash so far
-            if board == "all":  # the one board kind with buckets (board_layout)
+            if keyed(board) is None:  # all and the seasons: members of reached_at and the id, in buckets (board_layout)
                 for player in entries:
                     if player not in hashes:
                         hashes[player] = crc32(player.encode())
