@@ -52,7 +52,7 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
-from rankflow._native import KeyOrder
+from rankflow._native import BoardKeys
 from rankflow.api.change_feed import FeedGap, chain_end
 from rankflow.api.watch import Polling
 from rankflow.connectors.board_read import (
@@ -71,7 +71,7 @@ from rankflow.connectors.board_read import (
 )
 from rankflow.connectors.board_pages import (Cursor, TopAsk, check_ties, hundredths, page_answer, percentile,
                                              restyle, styled_rank, top_ask, within_percent)
-from rankflow.connectors.board_layout import LAYOUT, REACHED_BYTES, RedisBoardsLayout, layout_message
+from rankflow.connectors.board_layout import LAYOUT, REACHED_BYTES, RedisBoardsLayout, entries_of, keyed, layout_message
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.script_query import bind
 from rankflow.connectors.scripts import BOARD_CHUNK
@@ -110,7 +110,7 @@ MAX_SCORES = 10_000
 # player_bytes' parts of a board: (the change set in flight when made, board name, index, the
 # answer's first bytes, its bytes after age and stale, the entries ahead of each score asked,
 # published_at, entries, the board's native order when it is the live one)
-_Hot = tuple[object, str, Board, bytes, bytes, dict[int, int], int, int, KeyOrder | None]
+_Hot = tuple[object, str, Board, bytes, bytes, dict[int, int], int, int, BoardKeys | None]
 """Scores per board and snapshot whose competition rank :meth:`BoardMirror.player_bytes` keeps."""
 LOAD_ATTEMPTS = 5
 """Starts of one board's load before giving up (every anchor left the board each time)."""
@@ -220,9 +220,9 @@ class BoardMirror(Polling):
         boards: dict[BoardId, BoardIndex] = {}
         for name in sorted(names):
             game, board = orjson.loads(name)
-            keys, ordered = await self._load_board(k, game, board)
+            keys = await self._load_board(k, game, board)
             started = time.perf_counter()
-            boards[(game, board)] = BoardIndex.of(keys, ordered)  # some 60 ms per 1M entries
+            boards[(game, board)] = BoardIndex.of(keys.values())
             await pause(started)
         snapshot_id = int(sid)
         periods = {game.decode(): orjson.loads(p) for game, p in aliases.items()}
@@ -236,9 +236,10 @@ class BoardMirror(Polling):
         self.ready = True
         self._notify()
 
-    async def _load_board(self, k: Keys, game: str, board: str) -> tuple[dict[str, bytes], list[bytes]]:
-        """A board's key per player, and its keys in board order."""
+    async def _load_board(self, k: Keys, game: str, board: str) -> dict[str, bytes]:
+        """A board's key per player (a player a later chunk met again: its last key)."""
         zset = k.board(game, board)[0]
+        entry = None if keyed(board) is None else entries_of(board)  # None: members of reached_at and the id
         for _ in range(LOAD_ATTEMPTS):
             keys: dict[str, bytes] = {}
             anchors: list[bytes] = []  # the last ANCHORS (member, score) pairs read
@@ -246,13 +247,16 @@ class BoardMirror(Polling):
                                                                   more_argv=anchors))) is not None:
                 started = time.perf_counter()
                 members = flat[::2]
-                for member, score in zip(members, flat[1::2]):
-                    keys[member[REACHED_BYTES:].decode()] = key_of_member(member, float(score), REACHED_BYTES)
+                if entry is None:
+                    for member, score in zip(members, flat[1::2]):
+                        keys[member[REACHED_BYTES:].decode()] = key_of_member(member, float(score), REACHED_BYTES)
+                else:
+                    for member, score in zip(members, flat[1::2]):
+                        player, points, reached_at = entry(member, score)
+                        keys[player] = entry_key(player, points, reached_at)
                 if len(members) < self.load_chunk:
-                    # Nearly sorted already (a changed player may sit where they were first read): timsort's case.
-                    ordered = sorted(keys.values())
                     await pause(started)
-                    return keys, ordered
+                    return keys
                 anchors = flat[-2 * ANCHORS:]  # member, score pairs: an anchor is a place
                 await pause(started)
         raise CannotFollow(f"board {game}/{board} changed too fast to load")
@@ -436,12 +440,15 @@ class BoardMirror(Polling):
             hot = self._heat(game, board)
             if hot is None:
                 return None
-        _, name, index, head, middle, better, at, entries, order = hot
+        _, name, index, head, middle, better, at, entries, native = hot
+        if native is not None:  # the board as served: its numbers read and written natively
+            made = native.player_answer(player, head, middle, orjson.dumps(player), at, stale_after_ms)
+            if made is None:
+                raise NotOnBoard(f"{player} is not on {game}/{name}")
+            return made
         key = index.key(player)
         if key is None:
             raise NotOnBoard(f"{player} is not on {game}/{name}")
-        if order is not None:  # the board as served: its numbers read and written natively
-            return order.player_answer(key, head, middle, orjson.dumps(player), at, stale_after_ms)
         score = key_score(key)
         ahead = better.get(score)  # the competition rank of each score asked in this snapshot: players share scores
         if ahead is None:
@@ -478,7 +485,7 @@ class BoardMirror(Polling):
                 b',"game_id":%s,"board":%s,"player_id":' % (orjson.dumps(game), orjson.dumps(name)), {})
         assert self._buffer is not None
         # a view corrects a board half changed: made again per request
-        order = index.order if isinstance(index, BoardIndex) else None
+        order = index.entries if isinstance(index, BoardIndex) else None
         hot: _Hot = (self._buffer.flight, name, index, parts[1], parts[2], parts[3], at, len(index), order)
         if order is not None:
             if len(self._hot) >= MAX_PARTS:

@@ -38,8 +38,8 @@ import redis
 import redis.asyncio as aioredis
 
 from rankflow.connectors.redis_generations import current_generation
-from rankflow.connectors.board_layout import (LAYOUT, REACHED_BYTES, RedisBoardsLayout, layout_message, member,
-                                             member_fields, player_hash)
+from rankflow.connectors.board_layout import (LAYOUT, RedisBoardsLayout, cursor_key, entries_of, layout_message,
+                                             player_hash, score_of)
 from rankflow.connectors.board_pages import (Cursor, check_ties, hundredths, page_answer, percentile, restyle,
                                              styled_rank, top_ask, within_percent)
 from rankflow.connectors.read_hint import GenerationHint
@@ -308,14 +308,14 @@ class BoardQuery:
             guess = g.aliases.get((self.game, self.alias), "")
             self.name = guess or self.alias
         zset, hashed = keys.board(self.game, self.name)
+        cursor_score, cursor_member = ("", b"") if self.cursor is None else cursor_key(self.name, *self.cursor)
         return READ_BOARD.ordered(
             {"generation": keys.generation, "snapshot_id": keys.snapshot_id, "aliases": keys.aliases,
              "board": zset, "reached_at": hashed, "boards_layout": keys.boards_layout,
              "published_at": keys.published_at, "rank_change": keys.rank_change},
             {"generation": g.generation, "alias": self.alias, "guess": guess, "query": self.query, "n": self.arg,
              "player": self.player, "game": self.game, "layout": LAYOUT, "player_hash": player_hash(self.player),
-             "ties": self.ties, "cursor_score": "" if self.cursor is None else -self.cursor.score,
-             "cursor_member": b"" if self.cursor is None else member(self.cursor.player_id, self.cursor.reached_at),
+             "ties": self.ties, "cursor_score": cursor_score, "cursor_member": cursor_member,
              "since": self.since})
 
     def settle(self, reply: list[Any]) -> bool:
@@ -365,7 +365,8 @@ def answer_of(query: BoardQuery) -> Reply:
 
 def top_answer(game: str, reply: Reply, ties: str | None = None) -> dict[str, Any]:
     return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
-            "total_players": reply.players, "items": restyle(_items(reply.answer, 1, 1, reply.changes), ties)}
+            "total_players": reply.players,
+            "items": restyle(_items(reply.board, reply.answer, 1, 1, reply.changes), ties)}
 
 
 def with_since(answer: dict[str, Any], reply: Reply) -> dict[str, Any]:
@@ -389,7 +390,8 @@ def player_answer(game: str, player: str, reply: Reply, ties: str | None = None)
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
     score, rank, better, *dense = reply.answer
     answer = {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
-              "player_id": player, "score": -int(float(score)), "rank": int(rank) + 1, "competition_rank": int(better) + 1}
+              "player_id": player, "score": score_of(reply.board, score), "rank": int(rank) + 1,
+              "competition_rank": int(better) + 1}
     answer["rank"] = styled_rank(ties, answer["rank"], answer["competition_rank"], int(dense[0]) if dense else 0)
     answer["percentile"] = percentile(answer["rank"], reply.players)
     return with_rank_change(answer, reply.changes[0] if reply.changes else None)
@@ -400,22 +402,24 @@ def around_answer(game: str, player: str, reply: Reply, ties: str | None = None)
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
     start, better, flat, *dense = reply.answer
     return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
-            "items": restyle(_items(flat, int(start) + 1, int(better) + 1, reply.changes), ties,
+            "items": restyle(_items(reply.board, flat, int(start) + 1, int(better) + 1, reply.changes), ties,
                              int(dense[0]) if dense else 0)}
 
 
-def _cursors(flat: list[bytes]) -> Callable[[int], Cursor]:
-    """The cursor of the i-th ``member, score`` pair of ``flat``."""
+def _cursors(board: str, flat: list[bytes]) -> Callable[[int], Cursor]:
+    """The cursor of the i-th ``member, score`` pair of ``flat``, from ``board``."""
+    entry = entries_of(board)
+
     def cursor_of(i: int) -> Cursor:
-        player, reached_at = member_fields(flat[2 * i])
-        return Cursor(-int(float(flat[2 * i + 1])), reached_at, player)
+        player, score, reached_at = entry(flat[2 * i], flat[2 * i + 1])
+        return Cursor(score, reached_at, player)
     return cursor_of
 
 
 def first_page_answer(game: str, reply: Reply, ties: str | None, n: int, share: int | None) -> dict[str, Any]:
     """A top asked with an empty ``after``: the first page, with its ``next``."""
     top = top_answer(game, reply, ties)
-    return page_answer(top, reply.players, 0, top["items"], n, share, _cursors(reply.answer))
+    return page_answer(top, reply.players, 0, top["items"], n, share, _cursors(reply.board, reply.answer))
 
 
 def after_answer(game: str, reply: Reply, ties: str | None, n: int, share: int | None = None,
@@ -424,12 +428,13 @@ def after_answer(game: str, reply: Reply, ties: str | None, n: int, share: int |
     if player is not None and not reply.answer:
         raise NotOnBoard(f"{player} is not on {game}/{reply.board}")
     start, better, flat, *dense = reply.answer
-    items = restyle(_items(flat, int(start) + 1, int(better) + 1, reply.changes), ties, int(dense[0]) if dense else 0)
+    items = restyle(_items(reply.board, flat, int(start) + 1, int(better) + 1, reply.changes), ties,
+                    int(dense[0]) if dense else 0)
     answer: dict[str, Any] = {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board}
     if player is not None:
         answer["player_id"] = player
         answer["page"] = int(start) // n + 1
-    return page_answer(answer, reply.players, int(start), items, n, share, _cursors(flat))
+    return page_answer(answer, reply.players, int(start), items, n, share, _cursors(reply.board, flat))
 
 
 def percent_top_answer(game: str, reply: Reply, ties: str | None, share: int) -> dict[str, Any]:
@@ -442,7 +447,7 @@ def percent_top_answer(game: str, reply: Reply, ties: str | None, share: int) ->
 def score_answer(game: str, reply: Reply, share: int) -> dict[str, Any]:
     """``score-for-percentile``: the least score of the entries at percentile ``share`` (hundredths)
     or above; null when no entry is."""
-    score = None if not reply.answer else -int(float(reply.answer[1]))
+    score = None if not reply.answer else score_of(reply.board, reply.answer[1])
     return {**stamp(reply.snapshot_id, reply.published_at), "game_id": game, "board": reply.board,
             "total_players": reply.players, "percentile": share / 100, "score": score}
 
@@ -496,7 +501,7 @@ def ranks_answer(game: str, players: list[str], reply: Reply, ties: str | None =
             score, rank, better, *dense = found
             rank, competition = int(rank) + 1, int(better) + 1
             shown = styled_rank(ties, rank, competition, int(dense[0]) if dense else 0)
-            rows.append((player, -int(float(score)), rank, competition, shown))
+            rows.append((player, score_of(reply.board, score), rank, competition, shown))
         else:
             absent.append(player)
     return scoped_ranks(stamp(reply.snapshot_id, reply.published_at), game, reply.board, reply.players, rows, absent)
@@ -697,20 +702,20 @@ def sizes_answer(listing: dict[str, Any], players: list[int]) -> dict[str, Any]:
     return {"snapshot_id": listing["snapshot_id"], "boards": rows}
 
 
-def _items(flat: list[bytes], first_rank: int, first_competition: int,
+def _items(board: str, flat: list[bytes], first_rank: int, first_competition: int,
            changes: list[bytes] | None = None) -> list[dict[str, Any]]:
-    """``member, score`` pairs from ``ZRANGE ... WITHSCORES`` as answer items with both ranks (and
-    each one's rank change, ``changes``, when the script answered them)."""
+    """``member, score`` pairs of ``board`` from ``ZRANGE ... WITHSCORES`` as answer items with both
+    ranks (and each one's rank change, ``changes``, when the script answered them)."""
     items: list[dict[str, Any]] = []
     competition, previous = first_competition, None
     rank = first_rank
+    entry = entries_of(board)
     for m, s in zip(flat[::2], flat[1::2]):
-        score = -int(float(s))
+        player, score, _ = entry(m, s)
         if previous is not None and score != previous:
             competition = rank
         previous = score
-        items.append({"rank": rank, "competition_rank": competition,
-                      "player_id": m[REACHED_BYTES:].decode(), "score": score})
+        items.append({"rank": rank, "competition_rank": competition, "player_id": player, "score": score})
         rank += 1
     if changes:
         for item, change in zip(items, changes):
@@ -728,8 +733,8 @@ def read_boards(client: redis.Redis, namespace: str) -> dict[str, dict[str, list
     for name in client.smembers(keys.boards):
         game, board = orjson.loads(name)
         flat = cast(Scored, client.zrange(keys.board(game, board)[0], 0, -1, withscores=True))
-        out.setdefault(game, {})[board] = [(player, -int(score), at) for m, score in flat
-                                           for player, at in (member_fields(m),)]
+        entry = entries_of(board)
+        out.setdefault(game, {})[board] = [entry(m, score) for m, score in flat]
     return out
 
 

@@ -16,7 +16,7 @@ from zlib import crc32
 import orjson
 import redis
 
-from rankflow.connectors.board_layout import LAYOUT
+from rankflow.connectors.board_layout import LAYOUT, keyed
 from rankflow.connectors.redis_generations import Fence
 from rankflow.connectors.redis_keys import Keys
 from rankflow.connectors.redis_replies import Members
@@ -131,14 +131,17 @@ class BoardsState:
         for game, periods in self._aliases.items():
             args += (game, orjson.dumps(list(periods)))
         hashes: dict[str, int] = {}  # each player's once, whatever the boards they changed on
-        for entries in self._pending.values():  # O(entries); a set difference per board would walk every hash so far
-            for player in entries:
-                if player not in hashes:
-                    hashes[player] = crc32(player.encode())
+        for (_, board), entries in self._pending.items():  # O(entries); a set difference per board would walk every hash so far
+            if keyed(board) is None:  # all and the seasons: members of reached_at and the id, in buckets (board_layout)
+                for player in entries:
+                    if player not in hashes:
+                        hashes[player] = crc32(player.encode())
         dumps = orjson.dumps
         args.append(dumps(hashes))
         for (game, board), entries in self._pending.items():
-            args += (board_name(game, board), dumps(entries), len(entries))
+            codec = keyed(board)
+            scores = b"" if codec is None else dumps({p: codec.score(s, at) for p, (s, at) in entries.items()})
+            args += (board_name(game, board), dumps(entries), len(entries), scores)
         args.extend(board_name(game, board) for game, board in self._dropped)
         for (game, board), meta in self._closed.items():
             args += (board_name(game, board), board_name(game, FINAL + board), meta)

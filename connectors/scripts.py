@@ -240,18 +240,23 @@ last the generation's ``rank_change`` marker.
 (entries), the most bytes of entries one stream entry copies, the number of changed
 boards B, of dropped boards D, ``1`` to keep the boards' moves (``--rank-change``, below) or
 '', the number of alias updates A; then A (game, JSON) pairs; one JSON object ``{player: h}``, ``h`` the CRC-32 of every
-player of the changed boards (``board_layout.player_hash``, once per player whatever the
+player of the changed ``all`` boards (``board_layout.player_hash``, once per player whatever the
 boards); per changed board its JSON name, its entries as one JSON object ``{player:
 [score, reached_at]}`` (one argument per board: packing it is orjson's work in C,
-unpacking it Redis's, on the core the flow is not using) and their number; per dropped
-board its JSON name.
+unpacking it Redis's, on the core the flow is not using), their number, and for a keyed
+board (``best``, a period) one JSON object ``{player: its sorted-set score}``, '' for ``all``;
+per dropped board its JSON name.
 
 A board's sorted set orders its entries as docs/semantics/boards.md section 4 does with
-Redis's own order: the score is ``-score`` (ascending = score descending) and the member
+Redis's own order. On a keyed board the member is the player id and the score the double
+whose bit pattern is the entry's order key (``board_layout.KeyedBoard``): one ``ZADD`` an
+entry, and ``lua/board_scores.lua`` reads a score's points group. On ``all`` the score is
+``-score`` (ascending = score descending) and the member
 is ``reached_at`` as 6 big-endian bytes followed by the player id
 (``board_layout.member``), so equal scores order by ``reached_at`` then by the id's
-bytes. ``ZRANK`` is then the exact rank - 1, and ``ZCOUNT key -inf (s`` the number of
-players with a strictly greater score. A player's member is found from their id in one
+bytes. ``ZRANK`` is then the exact rank - 1, and ``ZCOUNT key -inf (s`` (on a keyed board
+``s`` the least score of the entry's points group) the number of
+players with a strictly greater score. On ``all`` a player's member is found from their id in one
 of the board's ``reached_at`` buckets (``lua/board_buckets.lua``): before a board takes
 a snapshot's entries, it takes buckets (splitting one at a time, ``LOAD`` players per
 bucket on average at most) as if all of them were new. A bucket's key is the count key
@@ -274,7 +279,7 @@ than replays it.
 Rank change (docs/semantics/boards.md 5.5): with ``rank_change`` ``1`` the script keeps, per
 board whose keys the snapshot changed, the entries that moved (``lua/rank_change.lua`` reads
 them), replacing those of the board's previous change: the hash ``<board>:m`` (player -> its
-member's 6 ``reached_at`` bytes and its score before, '' for an entry new on the board) and
+score before, after its member's 6 ``reached_at`` bytes on ``all``; '' for an entry new on the board) and
 the sorted sets ``<board>:mt`` and ``<board>:mn`` of the moved entries' keys before and now,
 the board's key followed by those suffixes (built in the script, as the buckets' are); the
 hash's field '' (no player's id) holds the snapshot id they were kept at. The marker holds the
@@ -424,7 +429,7 @@ reader is current; else ``{G, id, snapshot, 'table', changes_at, [song, count, .
 snapshot, 'changes', entries}`` (the ``changes`` entries after the reader's)."""
 
 READ_BOARD = Script(
-    "read_board", ("moved", "board_buckets", "board_pages", "rank_change", "read_board"),
+    "read_board", ("moved", "board_buckets", "board_scores", "board_pages", "rank_change", "read_board"),
     keys=("generation", "snapshot_id", "aliases", "board", "reached_at", "boards_layout", "published_at",
           "rank_change"),
     argv=("generation", "alias", "guess", "query", "n", "player", "game", "layout", "player_hash", "ties",
@@ -447,7 +452,7 @@ or false per player, in the order asked.
 
 Pages, tie styles and percentiles (``connectors.board_pages``, ``lua/board_pages.lua``): ``ARGV``
 ties ``dense`` appends to a player's and an around's answer the distinct scores better than
-the player's (an around's first item's); ``after`` (n, the cursor's negated score and member)
+the player's (an around's first item's); ``after`` (n, the cursor's sorted-set score and member)
 and ``page`` (n, the player) answer as ``around`` does, for the n entries after the cursor's
 place and the page of n the player is on; ``at`` (n: a percentile in hundredths of a percent)
 answers ``{r, score}``, r the last rank inside it and the score there (the r-th distinct score

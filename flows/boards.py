@@ -7,10 +7,11 @@ input                (source part.)    one ``SourceBatch`` per batch of raw reco
 stamp_epoch                            the batch learns its epoch: its barrier
 parse                                  checks 1-6 of docs/semantics/boards.md 1 (shape, ranges,
                                        signature) once per record
-player_results       ``player_id``     a batch's results, one item per player shard
-                     (shard or player) (or per player with ``user_shards=0``)
-players              ``player_id``     checks 7-8, exactly once per (game, match,
-                     (shard or player) player), scores and ``reached_at`` on every
+player_results       source part.      a batch's results as one item, on the worker that
+                     (or shard, player) read it (``shard_workers``); or one item per
+                                       player shard (or per player with ``user_shards=0``)
+players              source part.      checks 7-8, exactly once per (game, match,
+                     (or shard, player) player), scores and ``reached_at`` on every
                                        board (docs/semantics/boards.md 1-4): changed entries
 board_entries                          routes entries to board partitions by player
 barrier_ticks        board partition   one per partition per source batch
@@ -28,6 +29,13 @@ The listener flow's engine, with other rules: the same parse step, keyed shards,
 counter stage, merger and publisher (``flows/listeners.py`` explains the barriers).
 An accepted result's entries on all its boards travel in its epoch, so a snapshot
 holds a result wholly or not at all (docs/semantics/boards.md section 6).
+
+Keyed by input partition (``--shard-by partition``, the default with player shards), a
+player's record lives in the shard of the partition its results come from: the topic must be
+keyed by ``player_id`` (docs/semantics/boards.md section 2 asks it for the order of a player's
+results anyway). Then no result crosses workers: only the entries of accepted ones do, to the
+board partitions. Keyed by player shard (``--shard-by user``) a player has one record whatever
+partitions its results come from (docs/operations.md, "Keying the per-entity stage").
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ from rankflow.operators.board_counter import BoardTable
 from rankflow.operators.board_ranking import BoardRanking
 from rankflow.operators.counter import CounterLogic
 from rankflow.operators.engine_types import Tick
-from rankflow.operators.keyed_shards import ShardRouter
+from rankflow.operators.keyed_shards import BY_PARTITION, PartitionShardRouter, ShardItems, ShardRouter
 from rankflow.operators.merger import MergerLogic
 from rankflow.operators.metrics import METRICS
 from rankflow.operators.parse import ParsedBatch, stamp_epoch
@@ -76,6 +84,7 @@ def build_flow(
     flow_id: str = "boards",
     seasons: Seasons = (),
     keep_final: int = 0,
+    shard_workers: int = 0,
 ) -> Dataflow:
     """The score-board dataflow; see the module docstring for its shape.
 
@@ -86,6 +95,8 @@ def build_flow(
     entries again in its first epoch (needs player shards: ``user_shards`` > 0).
     ``seasons``: boards of spans set by configuration; ``keep_final``: days a dropped period's
     final standings are kept (0: none; docs/semantics/boards.md section 9).
+    ``shard_workers``: N > 0 keys the player stage by input partition, on the worker that read
+    it, of N workers in all processes (``operators.keyed_shards``); needs ``user_shards >= 1``.
     """
     if board_partitions < 1:
         raise ValueError("board_partitions must be >= 1")
@@ -95,6 +106,8 @@ def build_flow(
         raise ValueError("user_shards must be >= 0")
     if recoverable and user_shards and user_changelog is None:
         raise ValueError("recoverable player shards need a user_changelog directory")
+    if shard_workers and user_shards < 1:
+        raise ValueError("shards by input partition need user_shards >= 1")
     METRICS.verdicts = VERDICTS
     season_ends = {season.board: season.last_day for season in seasons}  # retention's last day of each
     flow = Dataflow(flow_id)
@@ -102,11 +115,16 @@ def build_flow(
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
     parsed = op.map("parse", stamped, partial(ParsedBatch, parse=partial(parse_score_records, key=signing_key)))
 
-    results = op.flat_map("player_results", parsed, ShardRouter(user_shards, id_field=PLAYER_ID,
-                                                                      touch_all=republish))
+    results: KeyedStream[ShardItems]
+    if shard_workers:
+        results = op.flat_map("player_results", parsed, PartitionShardRouter(shard_workers, touch_all=republish))
+    else:
+        results = op.flat_map("player_results", parsed, ShardRouter(user_shards, id_field=PLAYER_ID,
+                                                                    touch_all=republish))
     changelog = user_changelog if recoverable and user_shards else None
     whole = recoverable and not user_shards
-    decisions = op.stateful_batch("players", results, PlayerShardLogic.builder(changelog, user_shards, whole,
+    shards = BY_PARTITION if shard_workers else user_shards
+    decisions = op.stateful_batch("players", results, PlayerShardLogic.builder(changelog, shards, whole,
                                                                                     republish=republish,
                                                                                     seasons=seasons))
     entries = op.flat_map_batch("board_entries", decisions, partial(route_board_entries, partitions=board_partitions))

@@ -280,18 +280,25 @@ class PartitionShardRouter:
     """``flat_map`` mapper: a parsed batch -> one ``(partition, epoch, items)``, keyed by its source
     partition on the worker that read it (:func:`partition_key`): nothing is done per event, and
     the item never leaves its worker. Needs an input whose partitions hold whole entities (the
-    topic keyed by entity, as docs/semantics/listeners.md 3 requires)."""
+    topic keyed by entity, as docs/semantics/listeners.md 3 and boards.md 2 require)."""
 
-    __slots__ = ("workers",)
+    __slots__ = ("workers", "touched")
 
-    def __init__(self, workers: int) -> None:
-        """``workers``: in all processes (a key's worker is its hash modulo that)."""
+    def __init__(self, workers: int, touch_all: bool = False) -> None:
+        """``workers``: in all processes (a key's worker is its hash modulo that). ``touch_all``:
+        each partition's first batch reaches its shard even without events, so that every shard's
+        logic runs in the execution's first epoch (to republish its state): every partition sends a
+        batch in every epoch (``connectors.source_batch``), so each shard's comes then."""
         if workers < 1:
             raise ValueError("workers must be >= 1")
         self.workers = workers
+        self.touched: set[str] | None = set() if touch_all else None  # the partitions already touched
 
     def __call__(self, batch: ParsedBatch) -> Sequence[tuple[str, ShardItems]]:
-        if not batch.events:
+        touched = self.touched
+        if touched is not None and batch.partition not in touched:
+            touched.add(batch.partition)  # one worker reads a partition: no other thread adds it
+        elif not batch.events:
             return ()
         return ((partition_key(batch.partition, batch.worker, self.workers),
                  (batch.partition, batch.epoch, batch.events)),)

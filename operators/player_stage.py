@@ -4,8 +4,8 @@ Contract:
 
 * **Input**: ``(source partition, epoch, results)`` items, results in arrival order
   per player (the input is keyed by ``player_id``, so a player's results come from
-  one source partition along one path), keyed by player shard or by player
-  (``--user-shards``; sharding and recovery: ``operators.keyed_shards``).
+  one source partition along one path), keyed by input partition, by player shard or by
+  player (``--shard-by``, ``--user-shards``; sharding and recovery: ``operators.keyed_shards``).
 * **State**: per player the record of ``state.board_rules``: the newest receipt
   ``R``, the accepted results still inside the 24 h identity window, and the
   player's score and ``reached_at`` ingredients on each board. With player shards
@@ -106,6 +106,7 @@ class PlayerShardLogic(ShardLogic):
 
     def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
                entries: list[PlayerChanges], out: list[Any]) -> None:
+        self.source = partition  # names a partition's shard (keyed by input partition)
         records, changed, tally, pieces, seasons = self.records, self.changed, VERDICTS, self.pieces, self.seasons
         for game, match, player, points, played_at, received_at, offset, raw in results:
             old = records.get(player)

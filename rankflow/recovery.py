@@ -236,12 +236,12 @@ def _refuse_other(path: Path, stored: StoredLayout, wanted: dict[str, Any]) -> N
         options = " ".join(f"--{k.replace('_', '-')} {v}" for k, v in layout.items())
         raise UsageError(f"{path} holds state of a run with {options}: resume with the same options, "
                          "or start over in an empty --recovery-dir")
+    if KEY_FINGERPRINT in wanted:  # before the workers: a key dropped or changed is the graver mistake
+        _refuse_other_key(path, stored, wanted[KEY_FINGERPRINT])
     if had.get(WORKERS_IN_ALL) != wanted.get(WORKERS_IN_ALL):
         raise UsageError(f"{path} holds user shards keyed by input partition on {had.get(WORKERS_IN_ALL)} workers "
                          f"in all processes, but this run has {wanted.get(WORKERS_IN_ALL)}: resume with as many "
                          "(--processes or --addresses, times --workers), or start over in an empty --recovery-dir")
-    if KEY_FINGERPRINT in wanted:
-        _refuse_other_key(path, stored, wanted[KEY_FINGERPRINT])
 
 
 def _refuse_other_key(path: Path, stored: StoredLayout, wanted: str | None) -> None:

@@ -2,24 +2,35 @@
 
     .venv/bin/python scripts/bench_processes_ab.py --base OTHER/.venv/bin/rankflow --events 1000000 --reps 3
 
-Starts its own Redis and broker (``bench.rig.Rig``), produces one playback log to a topic of
-``--partitions`` partitions (keyed by ``user_id``, as ``rankflow produce`` does), then runs the
-listener flow to the end of it with ``--processes N`` for every N of ``--processes``, in this
+Starts its own Redis and broker (``bench.rig.Rig``), produces one generated log to a topic of
+``--partitions`` partitions (``--flow listeners``: playback keyed by ``user_id``; ``--flow
+boards``: score results keyed by ``player_id``, as ``rankflow produce --key-field`` does), then
+runs the flow to the end of it with ``--processes N`` for every N of ``--processes``, in this
 checkout and in ``--base``, ``--reps`` times, the two alternating which goes first. A run's CPU
 is the user + system seconds of the whole process tree (the parent and every process it
 started: ``wait4``), so the sum over processes, which does not depend on each having a core.
 Prints one JSON line a run, then per system and N the median CPU-s per 1M events, its ratio to
 the same system's one process, and the median of the reps' ratios this/base (paired: both ran
-in the same minutes). Every run's final ranking must equal the first one's.
+in the same minutes). Every run's final snapshot must equal the first one's (its items; for the
+boards its positions, dead letters and every board no retention drops, :func:`lasting`).
+
+``--pin``: every process of a run started on its own (``--addresses`` on 127.0.0.1, one
+``--process-id`` each), pinned with ``taskset -c`` to core ``id % cores``: with as many cores as
+processes, each process has a core to itself, as on a cluster of machines; with more processes
+than cores the figure is what they cost sharing the cores they had. The run's CPU is then the
+sum of the processes' own (each ``wait4``).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
+import socket
 import statistics
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -28,20 +39,73 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rankflow.bench.rig import Rig, timed  # noqa: E402
+from rankflow.connectors.board_read import read_boards  # noqa: E402
+from rankflow.connectors.redis_keys import boards_namespace  # noqa: E402
 from rankflow.connectors.redis_read import read_latest  # noqa: E402
 
 
-def run_flow(rankflow: str, rig: Rig, topic: str, processes: int, extra: list[str]) -> dict[str, Any]:
+FLOWS = {"listeners": ("playback", "user_id"), "boards": ("scores", "player_id")}
+"""The flow -> the log ``rankflow generate --kind`` makes for it, and the field its topic is keyed by."""
+
+
+def free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    for s in socks:
+        s.bind(("127.0.0.1", 0))
+    ports = [s.getsockname()[1] for s in socks]
+    for s in socks:
+        s.close()
+    return ports
+
+
+def pinned(cmd: list[str], processes: int, rig: Rig, namespace: str) -> tuple[float, float]:
+    """``cmd`` as ``processes`` processes of one run, each pinned to its own core (modulo the
+    cores): the wall seconds and the sum of their CPU seconds."""
+    cores = os.cpu_count() or 1
+    addresses = ",".join(f"127.0.0.1:{p}" for p in free_ports(processes))
+    started = time.perf_counter()
+    procs = []
+    for i in range(processes):
+        err = open(rig.stderr(f"{namespace}-{i}"), "wb")
+        procs.append(subprocess.Popen(["taskset", "-c", str(i % cores), *cmd, "--addresses", addresses,
+                                       "--process-id", str(i), "--run-id", namespace], stderr=err,
+                                      stdout=subprocess.DEVNULL))
+    cpu = 0.0
+    for i, proc in enumerate(procs):
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            raise RuntimeError(f"process {i} exited {proc.returncode}: see {rig.stderr(f'{namespace}-{i}')}")
+        cpu += usage.ru_utime + usage.ru_stime
+    return time.perf_counter() - started, cpu
+
+
+def lasting(boards: dict[str, dict[str, Any]]) -> str:
+    """The boards no period's retention drops (``all``, ``best``): whether a late result's period
+    was dropped when it arrived depends on how the partitions' batches interleaved
+    (docs/semantics/boards.md 7), which differs from run to run with any number of processes."""
+    return repr({game: {b: e for b, e in per.items() if ":" not in b} for game, per in sorted(boards.items())})
+
+
+def run_flow(rankflow: str, rig: Rig, topic: str, processes: int, extra: list[str], flow: str,
+             pin: bool) -> dict[str, Any]:
     namespace = f"pab-{uuid.uuid4().hex[:8]}"
-    cmd = [rankflow, "run", "--input", f"kafka:{rig.brokers}/{topic}", "--until-eof",
-           "--redis", rig.redis_url, "--namespace", namespace, "--processes", str(processes),
+    cmd = [rankflow, "run", "--flow", flow, "--input", f"kafka:{rig.brokers}/{topic}", "--until-eof",
+           "--redis", rig.redis_url, "--namespace", namespace,
            "--dead-letter", f"jsonl:{rig.work / (namespace + '.dead.jsonl')}", *extra]
-    run = timed(cmd, rig.stderr(namespace))
+    if pin:
+        wall, cpu = pinned(cmd, processes, rig, namespace)
+    else:
+        run = timed([*cmd, "--processes", str(processes)], rig.stderr(namespace))
+        wall, cpu = run.seconds, run.cpu_s
     assert rig.client is not None
-    final = read_latest(rig.client, namespace) or {}
-    for key in rig.client.scan_iter(match=f"{{{namespace}}}*", count=1000):
+    stored = namespace if flow == "listeners" else boards_namespace(namespace)
+    final = read_latest(rig.client, stored) or {}
+    same = final.get("items") if flow == "listeners" else \
+        (sorted((final.get("positions") or {}).items()), final.get("dead_letters"), lasting(read_boards(rig.client, namespace)))
+    for key in rig.client.scan_iter(match=f"{{{stored}}}*", count=1000):
         rig.client.unlink(key)
-    return {"cpu_s": run.cpu_s, "wall_s": run.seconds, "items": final.get("items")}
+    return {"cpu_s": cpu, "wall_s": wall, "items": same}
 
 
 def main() -> None:
@@ -55,15 +119,21 @@ def main() -> None:
     ap.add_argument("--processes", default="1,2,4", help="process counts (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--extra", default="", help="more `rankflow run` options, for both systems")
+    ap.add_argument("--flow", choices=sorted(FLOWS), default="listeners")
+    ap.add_argument("--players", type=int, default=100_000, help="--flow boards: players")
+    ap.add_argument("--pin", action="store_true", help="each process on its own core (taskset), see above")
     args = ap.parse_args()
     counts = [int(x) for x in args.processes.split(",")]
     systems = {"new": str(Path(sys.executable).parent / "rankflow"), "base": args.base}
     extra = args.extra.split()
     with Rig() as rig:
         log = rig.work / "events.jsonl"
-        subprocess.run([systems["new"], "generate", "--users", str(args.users), "--songs",
-                        str(args.songs), "--events", str(args.events), "--seed", "1", "--out", str(log)], check=True)
-        rig.produce(log, "events", args.partitions)
+        kind, key_field = FLOWS[args.flow]
+        sizes = ["--users", str(args.users), "--songs", str(args.songs)] if kind == "playback" else \
+            ["--players", str(args.players)]
+        subprocess.run([systems["new"], "generate", "--kind", kind, *sizes, "--events", str(args.events),
+                        "--seed", "1", "--out", str(log)], check=True)
+        rig.produce(log, "events", args.partitions, key_field=key_field)
         results: dict[tuple[str, int], list[float]] = {}
         ratios: dict[int, list[float]] = {n: [] for n in counts}
         first_items = None
@@ -72,7 +142,7 @@ def main() -> None:
                 order = ["new", "base"] if (rep + n) % 2 == 0 else ["base", "new"]
                 pair = {}
                 for name in order:
-                    r = run_flow(systems[name], rig, "events", n, extra)
+                    r = run_flow(systems[name], rig, "events", n, extra, args.flow, args.pin)
                     if first_items is None:
                         first_items = r["items"]
                     exact = r["items"] == first_items and r["items"] is not None
@@ -80,7 +150,7 @@ def main() -> None:
                     print(json.dumps({"rep": rep, "system": name, "processes": n, "cpu_s_per_1m": round(per_m, 3),
                                       "wall_s": round(r["wall_s"], 2), "exact": exact}), flush=True)
                     if not exact:
-                        sys.exit(f"{name} --processes {n}: the final ranking differs from the first run's")
+                        sys.exit(f"{name} --processes {n}: the final snapshot differs from the first run's")
                     results.setdefault((name, n), []).append(per_m)
                     pair[name] = per_m
                 ratios[n].append(pair["new"] / pair["base"])

@@ -4,10 +4,10 @@ Contract:
 
 * :class:`BoardIndex` is one board in the order of docs/semantics/boards.md 4 (score descending,
   ``reached_at`` ascending, player id byte-wise): the packed keys (:func:`entry_key`) in the
-  native kernel's ``KeyOrder`` (an ordered set of byte strings with positions, its keys'
-  first 16 bytes inline in blocks: a rank in a fraction of the time a ``SortedList`` of
-  ``bytes`` takes, docs/benchmarks.md) plus a dict player -> key, so the rank of any player, a
-  slice by rank and the number of strictly better scores are each O(log n).
+  native kernel's ``BoardKeys`` (the keys in order, their first 16 bytes inline in blocks, and
+  each player's key: a rank in a fraction of the time a ``SortedList`` of ``bytes`` and a dict
+  took, docs/design.md), so the rank of any player, a slice by rank and the number of strictly
+  better scores are each O(log n).
 * :class:`BoardsCopy` is every live board and alias.
 * :class:`ChangeSet` is one snapshot's changes as the publish script streams them
   (``PUBLISH_BOARDS_LUA``), cut into small operations; they are absolute (the new
@@ -31,7 +31,7 @@ from typing import Any
 
 import orjson
 
-from rankflow._native import KeyOrder
+from rankflow._native import BoardKeys
 
 BoardId = tuple[str, str]  # (game, board)
 
@@ -81,65 +81,74 @@ def key_score(key: bytes) -> int:
 
 
 class BoardIndex:
-    """One board's entries in rank order, and each player's key (the live board)."""
+    """One board's entries in rank order, and each player's key (the live board), held by the
+    native kernel (``BoardKeys``: no Python object per entry)."""
 
-    __slots__ = ("order", "keys")
+    __slots__ = ("entries",)
 
-    def __init__(self, order: KeyOrder | None = None, keys: dict[str, bytes] | None = None) -> None:
-        self.order = order if order is not None else KeyOrder()
-        self.keys = keys if keys is not None else {}
+    def __init__(self, entries: BoardKeys | None = None) -> None:
+        self.entries = entries if entries is not None else BoardKeys()
 
     @classmethod
-    def of(cls, keys: dict[str, bytes], ordered: list[bytes]) -> BoardIndex:
-        """A board from its keys per player and the same keys in board order.
+    def of(cls, keys: Iterable[bytes]) -> BoardIndex:
+        """A board from its keys, one per player, in any order. O(n log n).
 
-        >>> board = BoardIndex.of({"ana": entry_key("ana", 5, 1)}, [entry_key("ana", 5, 1)])
-        >>> len(board), board.rank0("ana")
-        (1, 0)
+        >>> board = BoardIndex.of([entry_key("ana", 5, 1), entry_key("bo", 7, 3)])
+        >>> len(board), board.rank0("ana"), board.key("cy")
+        (2, 1, None)
         """
-        return cls(KeyOrder(ordered), keys)
+        return cls(BoardKeys(list(keys)))
 
     def __len__(self) -> int:
-        return len(self.order)
+        return len(self.entries)
 
     def upsert(self, player: str, key: bytes) -> bytes | None:
-        """Put ``player`` at ``key``; the key it had (None if it was not on the board, ``key``
-        itself if unchanged). O(log n)."""
-        old = self.keys.get(player)
-        if old == key:
-            return key
-        if old is not None:
-            self.order.remove(old)
-        self.order.add(key)
-        self.keys[player] = key
-        return old
+        """Put ``player`` at ``key`` (a key names its player: :func:`entry_key`); the key it had
+        (None if it was not on the board, ``key`` itself if unchanged). O(log n).
+
+        >>> board = BoardIndex()
+        >>> board.upsert("ana", entry_key("ana", 5, 1)) is None, board.upsert("ana", entry_key("ana", 6, 2))[16:]
+        (True, b'ana')
+        """
+        return self.entries.upsert(key)
 
     def key(self, player: str) -> bytes | None:
-        return self.keys.get(player)
+        """The player's key, None if not on the board. O(1).
+
+        >>> BoardIndex.of([entry_key("ana", 5, 1)]).key("ana") == entry_key("ana", 5, 1)
+        True
+        """
+        return self.entries.key(player)
 
     def below(self, key: bytes) -> int:
-        """How many entries come before ``key`` (on the board or not). O(log n)."""
-        return self.order.bisect_left(key)
+        """How many entries come before ``key`` (on the board or not). O(log n).
+
+        >>> BoardIndex.of([entry_key("ana", 5, 1), entry_key("bo", 7, 3)]).below(entry_key("cy", 6, 0))
+        1
+        """
+        return self.entries.bisect_left(key)
 
     def rank0(self, player: str) -> int | None:
-        """The player's rank - 1, None if not on the board."""
-        key = self.keys.get(player)
-        return None if key is None else self.order.index(key)
+        """The player's rank - 1, None if not on the board. O(log n)."""
+        return self.entries.rank0(player)
 
     def better_than(self, score: int) -> int:
-        """How many entries have a strictly greater score."""
-        return self.order.bisect_left(score_floor(score))
+        """How many entries have a strictly greater score. O(log n).
+
+        >>> BoardIndex.of([entry_key("ana", 5, 1), entry_key("bo", 7, 3), entry_key("cy", 7, 1)]).better_than(5)
+        2
+        """
+        return self.entries.bisect_left(score_floor(score))
 
     def items(self, start: int, stop: int) -> list[dict[str, Any]]:
-        """Entries ``start .. stop - 1`` (0-based) as answer items with both ranks."""
-        return answer_items(self.order.islice(max(0, start), max(0, stop)), start, self.better_than)
+        """Entries ``start .. stop - 1`` (0-based) as answer items with both ranks. O(log n + stop - start)."""
+        return answer_items(self.entries.islice(max(0, start), max(0, stop)), start, self.better_than)
 
     def _check(self) -> None:
         """The invariants: the order sorted, every player's key in it once, nothing else."""
-        self.order._check()
-        keys = self.order.keys()
-        assert keys == sorted(keys) and sorted(self.keys.values()) == keys
-        assert all(entry_fields(k)[0] == p for p, k in self.keys.items())
+        self.entries._check()
+        keys = self.entries.keys()
+        assert keys == sorted(keys) and all(self.key(entry_fields(k)[0]) == k for k in keys)
 
 
 def answer_items(keys: list[bytes], start: int, better_than: Any) -> list[dict[str, Any]]:
@@ -220,7 +229,7 @@ class BoardView:
 
     def key(self, player: str) -> bytes | None:
         before = self.changes.before
-        return before[player] if player in before else self.live.keys.get(player)
+        return before[player] if player in before else self.live.key(player)
 
     def below(self, key: bytes) -> int:
         c = self.changes
@@ -240,7 +249,7 @@ class BoardView:
         removed ones after the live entry before them, hold every entry of those ranks, in
         a run of the board before from its first one (whose rank :meth:`below` gives) on.
         O(log n + changes)."""
-        c, order = self.changes, self.live.order
+        c, order = self.changes, self.live.entries
         if stop <= start:
             return []
         lo, hi = min(len(order), max(0, start - len(c.removed))), min(len(order), stop + len(c.added))

@@ -69,36 +69,55 @@ for b = 1, boards do
   redis.call('SADD', KEYS[10], ARGV[a])
   changed[2 * b - 1], changed[2 * b] = ARGV[a], ARGV[a + 1]
   size = size + #ARGV[a + 1]
-  local n, low = grow(z, r, tonumber(ARGV[a + 2]))
-  local adds, removes = {}, {}
   local mv, mt, mn = {}, {}, {}  -- with track: the moved entries, their keys before and now
-  for player, e in pairs(cjson.decode(ARGV[a + 1])) do
-    local at = struct.pack('>I6', e[2])
-    local bucket = bucket_key(r, hashes[player], n, low)
-    local old = redis.call('HGET', bucket, player)
-    if track then
-      if not old then
-        mv[#mv + 1], mv[#mv + 2] = player, ''
-        mn[#mn + 1], mn[#mn + 2] = -e[1], at .. player
-      else
-        local was = redis.call('ZSCORE', z, old .. player)
-        if old ~= at or tonumber(was) ~= -e[1] then
-          mv[#mv + 1], mv[#mv + 2] = player, old .. was
-          mt[#mt + 1], mt[#mt + 2] = was, old .. player
-          mn[#mn + 1], mn[#mn + 2] = -e[1], at .. player
+  if ARGV[a + 3] ~= '' then  -- keyed (best, a period): the ids' scores, the order keys (board_layout.KeyedBoard)
+    local adds = {}
+    for player, s in pairs(cjson.decode(ARGV[a + 3])) do
+      if track then
+        local was = redis.call('ZSCORE', z, player)
+        if not was then
+          mv[#mv + 1], mv[#mv + 2] = player, ''
+          mn[#mn + 1], mn[#mn + 2] = s, player
+        elseif tonumber(was) ~= s then
+          mv[#mv + 1], mv[#mv + 2] = player, was
+          mt[#mt + 1], mt[#mt + 2] = was, player
+          mn[#mn + 1], mn[#mn + 2] = s, player
         end
       end
+      adds[#adds + 1], adds[#adds + 2] = s, player
     end
-    if old ~= at then
-      if old then
-        removes[#removes + 1] = old .. player
+    in_batches('ZADD', z, adds)
+  else  -- all: members of reached_at's 6 bytes and the id, found through the buckets
+    local n, low = grow(z, r, tonumber(ARGV[a + 2]))
+    local adds, removes = {}, {}
+    for player, e in pairs(cjson.decode(ARGV[a + 1])) do
+      local at = struct.pack('>I6', e[2])
+      local bucket = bucket_key(r, hashes[player], n, low)
+      local old = redis.call('HGET', bucket, player)
+      if track then
+        if not old then
+          mv[#mv + 1], mv[#mv + 2] = player, ''
+          mn[#mn + 1], mn[#mn + 2] = -e[1], at .. player
+        else
+          local was = redis.call('ZSCORE', z, old .. player)
+          if old ~= at or tonumber(was) ~= -e[1] then
+            mv[#mv + 1], mv[#mv + 2] = player, old .. was
+            mt[#mt + 1], mt[#mt + 2] = was, old .. player
+            mn[#mn + 1], mn[#mn + 2] = -e[1], at .. player
+          end
+        end
       end
-      redis.call('HSET', bucket, player, at)
+      if old ~= at then
+        if old then
+          removes[#removes + 1] = old .. player
+        end
+        redis.call('HSET', bucket, player, at)
+      end
+      adds[#adds + 1], adds[#adds + 2] = -e[1], at .. player
     end
-    adds[#adds + 1], adds[#adds + 2] = -e[1], at .. player
+    in_batches('ZREM', z, removes)
+    in_batches('ZADD', z, adds)
   end
-  in_batches('ZREM', z, removes)
-  in_batches('ZADD', z, adds)
   if #mv > 0 then  -- the board changed: these moves replace its last change's
     redis.call('UNLINK', z .. ':m', z .. ':mt', z .. ':mn')
     day_moves(z, day, from, ARGV[a], mv, mt, mn)
@@ -107,7 +126,7 @@ for b = 1, boards do
     in_batches('ZADD', z .. ':mt', mt)
     in_batches('ZADD', z .. ':mn', mn)
   end
-  a = a + 3
+  a = a + 4
 end
 local gone = {}
 for d = 1, dropped do

@@ -3,12 +3,12 @@
 --   rank then = before(board, k) - before(moved now, k) + before(moved then, k)
 -- with k the entry's key then (its key now if it did not move). The publish script keeps a
 -- board's moves beside it (connectors/scripts.py PUBLISH_BOARDS): since its previous change the
--- hash <board>:m (player -> reached_at's 6 bytes and the score before, '' for an entry new then),
--- the sorted sets <board>:mt and <board>:mn of the moved entries' keys then and now, the hash's
--- field '' the snapshot id they were kept at and the one stored before it (the basis); since the
--- day start the same three as :dm, :dt, :dn (lua/day_moves.lua). Moves are valid from the
+-- hash <board>:m (player -> the score before, after reached_at's 6 bytes on `all`; '' for an entry
+-- new then), the sorted sets <board>:mt and <board>:mn of the moved entries' keys then and now, the
+-- hash's field '' the snapshot id they were kept at and the one stored before it (the basis); since
+-- the day start the same three as :dm, :dt, :dn (lua/day_moves.lua). Moves are valid from the
 -- marker's (KEYS[8]) snapshot id on.
--- Needs after_cursor (lua/board_pages.lua). KEYS, ARGV: connectors/scripts.py.
+-- Needs after_cursor (lua/board_pages.lua), id_of (lua/board_scores.lua). KEYS, ARGV: connectors/scripts.py.
 local function before(z, s, m)
   -- the entries of z strictly before the key (score s, member m), a member of z or not
   local there = redis.call('ZSCORE', z, m)
@@ -19,7 +19,7 @@ local function before(z, s, m)
 end
 local LAST, DAY = {':m', ':mt', ':mn'}, {':dm', ':dt', ':dn'}
 local basis, basis_id = false, false  -- the moves that answer, or 'same' (none since), or false: no rank_change
-local function gained(z, player, s, m, rank0)
+local function gained(z, player, s, m, rank0, bits)
   -- the positions gained by player (key now s, m; 0-based rank now rank0), '' if new then
   if basis == 'same' then
     return '0'
@@ -30,7 +30,11 @@ local function gained(z, player, s, m, rank0)
     if was == '' then
       return ''
     end
-    s, m = string.sub(was, 7), string.sub(was, 1, 6) .. player
+    if bits then
+      s, m = was, player
+    else
+      s, m = string.sub(was, 7), string.sub(was, 1, 6) .. player
+    end
     then0 = before(z, s, m)
   end
   then0 = then0 - before(z .. basis[3], s, m) + before(z .. basis[2], s, m)
@@ -65,8 +69,9 @@ local function rank_changes(z, flat, first0)
     return false
   end
   local out = {}
+  local bits = time_bits(z)
   for i = 1, #flat, 2 do
-    out[#out + 1] = gained(z, string.sub(flat[i], 7), flat[i + 1], flat[i], first0 + (i - 1) / 2)
+    out[#out + 1] = gained(z, id_of(flat[i], bits), flat[i + 1], flat[i], first0 + (i - 1) / 2, bits)
   end
   return out
 end

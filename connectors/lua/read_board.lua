@@ -39,8 +39,9 @@ if ARGV[4] == 'top' then
   return paged(redis.call('ZRANGE', KEYS[4], 0, tonumber(ARGV[5]) - 1, 'WITHSCORES'))
 end
 local dense = ARGV[10] == 'dense'
+local bits = time_bits(KEYS[4])  -- nil on `all`: members and buckets (lua/board_scores.lua)
 if ARGV[4] == 'after' then
-  return paged(page_at(KEYS[4], after_cursor(KEYS[4], ARGV[11], ARGV[12]), tonumber(ARGV[5]), dense))
+  return paged(page_at(KEYS[4], after_cursor(KEYS[4], ARGV[11], ARGV[12]), tonumber(ARGV[5]), dense, bits))
 end
 if ARGV[4] == 'at' then  -- the score at a percentile: ARGV[5] in hundredths of a percent
   local above = card * (10000 - tonumber(ARGV[5]))
@@ -49,22 +50,29 @@ if ARGV[4] == 'at' then  -- the score at a percentile: ARGV[5] in hundredths of 
     return {'board', sid, at, card, false}
   end
   if dense then
-    return {'board', sid, at, card, {r, nth_distinct(KEYS[4], r)}}
+    return {'board', sid, at, card, {r, nth_distinct(KEYS[4], r, bits)}}
   end
   return {'board', sid, at, card, {r, redis.call('ZRANGE', KEYS[4], r - 1, r - 1, 'WITHSCORES')[2]}}
 end
 local n, low = bucket_span(KEYS[5])
+local function member_of(player, hash)
+  -- player's member on the board, nil if they are not on it
+  if bits then
+    return player
+  end
+  local reached = redis.call('HGET', bucket_key(KEYS[5], hash, n, low), player)
+  return reached and reached .. player
+end
 if ARGV[4] == 'ranks' then  -- scoped ranks: a player and its CRC-32 per pair of arguments after the fixed thirteen
   local found = {}
   for i = 14, #ARGV - 1, 2 do
-    local p = ARGV[i]
-    local at_p = redis.call('HGET', bucket_key(KEYS[5], tonumber(ARGV[i + 1]), n, low), p)
-    if at_p then
-      local score = redis.call('ZSCORE', KEYS[4], at_p .. p)
-      found[#found + 1] = {score, redis.call('ZRANK', KEYS[4], at_p .. p),
-                           redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}
+    local m = member_of(ARGV[i], tonumber(ARGV[i + 1]))
+    local score = m and redis.call('ZSCORE', KEYS[4], m)
+    if score then
+      found[#found + 1] = {score, redis.call('ZRANK', KEYS[4], m),
+                           redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. group_of(score, bits))}
       if dense then
-        found[#found][4] = distinct_above(KEYS[4], score)
+        found[#found][4] = distinct_above(KEYS[4], score, bits)
       end
     else
       found[#found + 1] = false
@@ -72,27 +80,26 @@ if ARGV[4] == 'ranks' then  -- scoped ranks: a player and its CRC-32 per pair of
   end
   return {'board', sid, at, card, found}
 end
-local reached = redis.call('HGET', bucket_key(KEYS[5], tonumber(ARGV[9]), n, low), ARGV[6])
-if not reached then
+local m = member_of(ARGV[6], tonumber(ARGV[9]))
+local score = m and redis.call('ZSCORE', KEYS[4], m)
+if not score then
   return {'board', sid, at, card, false}
 end
-local m = reached .. ARGV[6]
-local score = redis.call('ZSCORE', KEYS[4], m)
 local rank = redis.call('ZRANK', KEYS[4], m)
 if ARGV[4] == 'player' then
-  local answer = {score, rank, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. score)}
+  local answer = {score, rank, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. group_of(score, bits))}
   if dense then
-    answer[4] = distinct_above(KEYS[4], score)
+    answer[4] = distinct_above(KEYS[4], score, bits)
   end
   return {'board', sid, at, card, answer, rank_changes(KEYS[4], {m, score}, rank), basis_id}
 end
 if ARGV[4] == 'page' then
   local n = tonumber(ARGV[5])
-  return paged(page_at(KEYS[4], rank - rank % n, n, dense))
+  return paged(page_at(KEYS[4], rank - rank % n, n, dense, bits))
 end
 local start = math.max(0, rank - tonumber(ARGV[5]))
 if dense then
-  return paged(page_at(KEYS[4], start, rank + tonumber(ARGV[5]) - start + 1, true))
+  return paged(page_at(KEYS[4], start, rank + tonumber(ARGV[5]) - start + 1, true, bits))
 end
 local items = redis.call('ZRANGE', KEYS[4], start, rank + tonumber(ARGV[5]), 'WITHSCORES')
-return paged({start, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. items[2]), items})
+return paged({start, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. group_of(items[2], bits)), items})

@@ -307,6 +307,75 @@ impl KeyOrder {
     }
 }
 
+/// One board's entries: the keys in order and each player's key (a board key is 16 bytes of
+/// score and `reached_at`, then the player id: [`KeyOrder`] holds the keys, and the map each
+/// player's first 16 bytes, so a player's key is found without a Python object per entry).
+#[derive(Default, Debug)]
+pub struct BoardKeys {
+    order: KeyOrder,
+    players: std::collections::HashMap<Box<[u8]>, u128>,
+}
+
+/// Why a key cannot be a board key.
+#[derive(Debug, PartialEq, Eq)]
+pub enum BadKey {
+    /// Shorter than the 16 bytes of score and `reached_at`.
+    Short,
+    /// Its player is not the one it was given for, or a player came twice.
+    Player,
+}
+
+impl BoardKeys {
+    /// A board from its keys, one per player (any order).
+    pub fn from_keys(keys: Vec<Key>) -> Result<BoardKeys, BadKey> {
+        let mut players = std::collections::HashMap::with_capacity(keys.len());
+        for key in &keys {
+            let player = key.bytes.get(16..).ok_or(BadKey::Short)?;
+            if players.insert(player.into(), key.head).is_some() {
+                return Err(BadKey::Player);
+            }
+        }
+        Ok(BoardKeys { order: KeyOrder::from_keys(keys), players })
+    }
+
+    pub fn order(&self) -> &KeyOrder {
+        &self.order
+    }
+
+    /// The player's key, None if not on the board.
+    pub fn key(&self, player: &[u8]) -> Option<Vec<u8>> {
+        let head = self.players.get(player)?;
+        let mut key = head.to_be_bytes().to_vec();
+        key.extend_from_slice(player);
+        Some(key)
+    }
+
+    /// Put `key`'s player at `key`; the key it had (None: not on the board).
+    pub fn upsert(&mut self, key: &[u8]) -> Result<Option<Vec<u8>>, BadKey> {
+        let player = key.get(16..).ok_or(BadKey::Short)?;
+        let new = Key::new(key);
+        let old = self.key(player);
+        if old.as_deref() == Some(key) {
+            return Ok(old);
+        }
+        if let Some(old) = &old {
+            self.order.remove(&Key::new(old));
+        }
+        self.players.insert(player.into(), new.head);
+        self.order.add(new);
+        Ok(old)
+    }
+
+    /// The invariants: the order's, and the map holding exactly the order's keys.
+    pub fn check(&self) {
+        self.order.check();
+        assert_eq!(self.players.len(), self.order.len());
+        for key in self.order.iter() {
+            assert_eq!(self.players.get(&key.bytes[16..]), Some(&key.head));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -357,6 +426,29 @@ mod tests {
         }
         order.check();
         assert_eq!(order.len(), model.len());
+    }
+
+    #[test]
+    fn a_board_keeps_one_key_per_player() {
+        let entry = |score: u8, player: &str| {
+            let mut k = vec![score; 16];
+            k.extend_from_slice(player.as_bytes());
+            k
+        };
+        let mut board = BoardKeys::from_keys(vec![Key::new(&entry(5, "ana")), Key::new(&entry(7, "bo"))]).unwrap();
+        assert_eq!(board.upsert(&entry(9, "ana")), Ok(Some(entry(5, "ana"))));
+        assert_eq!(board.upsert(&entry(9, "ana")), Ok(Some(entry(9, "ana"))));
+        assert_eq!(board.upsert(&entry(1, "cy")), Ok(None));
+        assert_eq!(board.key(b"ana"), Some(entry(9, "ana")));
+        assert_eq!(board.key(b"zed"), None);
+        assert_eq!(board.upsert(b"short"), Err(BadKey::Short));
+        assert_eq!(
+            BoardKeys::from_keys(vec![Key::new(&entry(1, "a")), Key::new(&entry(2, "a"))]).unwrap_err(),
+            BadKey::Player
+        );
+        board.check();
+        let order: Vec<&[u8]> = board.order().iter().map(Key::as_bytes).collect();
+        assert_eq!(order, vec![&entry(1, "cy")[..], &entry(7, "bo")[..], &entry(9, "ana")[..]]);
     }
 
     #[test]

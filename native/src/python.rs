@@ -8,7 +8,7 @@ use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
 
-use crate::order::{percentile_json, Key, KeyOrder, Probe};
+use crate::order::{percentile_json, BadKey, BoardKeys, Key, Probe};
 use crate::score::{check, Refused, Score, MAX_ID_CHARS, MAX_POINTS, MAX_TIME};
 use crate::signature::Signer;
 
@@ -91,119 +91,128 @@ impl ScoreChecker {
     }
 }
 
-/// The board index's order (`state/board_index.py`): the `SortedList` methods it uses, over
-/// `bytes` keys, each O(log n) but `islice`.
-#[pyclass(module = "rankflow._native", name = "KeyOrder")]
-struct PyKeyOrder {
-    order: KeyOrder,
+/// One board of the board index (`state/board_index.py`): its keys in order and each
+/// player's key, every query O(log n) but `islice` and `keys`.
+#[pyclass(module = "rankflow._native", name = "BoardKeys")]
+struct PyBoardKeys {
+    board: BoardKeys,
 }
 
 fn bytes_list<'py, 'a>(py: Python<'py>, keys: impl IntoIterator<Item = &'a Key>) -> PyResult<Bound<'py, PyList>> {
     PyList::new(py, keys.into_iter().map(|k| PyBytes::new(py, k.as_bytes())))
 }
 
+fn bad_key(why: BadKey) -> PyErr {
+    PyValueError::new_err(match why {
+        BadKey::Short => "a board key has 16 bytes of score and reached_at before its player",
+        BadKey::Player => "a board holds one key per player",
+    })
+}
+
 #[pymethods]
-impl PyKeyOrder {
+impl PyBoardKeys {
+    /// The board of `keys`, one per player, in any order.
     #[new]
     #[pyo3(signature = (keys=None))]
-    fn new(keys: Option<Vec<Vec<u8>>>) -> Self {
+    fn new(keys: Option<Vec<Vec<u8>>>) -> PyResult<Self> {
         let keys = keys.unwrap_or_default().iter().map(|k| Key::new(k)).collect();
-        PyKeyOrder { order: KeyOrder::from_keys(keys) }
+        Ok(PyBoardKeys { board: BoardKeys::from_keys(keys).map_err(bad_key)? })
     }
 
     fn __len__(&self) -> usize {
-        self.order.len()
+        self.board.order().len()
     }
 
+    /// The player's key, None if not on the board.
+    fn key<'py>(&self, py: Python<'py>, player: &str) -> Option<Bound<'py, PyBytes>> {
+        self.board.key(player.as_bytes()).map(|k| PyBytes::new(py, &k))
+    }
+
+    /// Put the key's player at `key`; the key it had (None: not on the board; `key` itself:
+    /// unchanged).
+    fn upsert<'py>(&mut self, py: Python<'py>, key: &[u8]) -> PyResult<Option<Bound<'py, PyBytes>>> {
+        Ok(self.board.upsert(key).map_err(bad_key)?.map(|k| PyBytes::new(py, &k)))
+    }
+
+    /// How many keys sort before `key` (on the board or not).
     fn bisect_left(&self, key: &[u8]) -> usize {
-        self.order.bisect_left(&Probe::new(key))
+        self.board.order().bisect_left(&Probe::new(key))
     }
 
-    fn index(&self, key: &[u8]) -> PyResult<usize> {
-        self.order.index(&Probe::new(key)).ok_or_else(|| PyValueError::new_err("key not in the order"))
-    }
-
-    /// Add `key` (a key already there stays once, as it is).
-    fn add(&mut self, key: &[u8]) {
-        self.order.add(Key::new(key));
-    }
-
-    /// Remove `key`; ValueError if it is not there (as `SortedList.remove`).
-    fn remove(&mut self, key: &[u8]) -> PyResult<()> {
-        if self.order.remove(&Key::new(key)) {
-            Ok(())
-        } else {
-            Err(PyValueError::new_err("key not in the order"))
-        }
+    /// The player's rank - 1, None if not on the board.
+    fn rank0(&self, player: &str) -> Option<usize> {
+        let key = self.board.key(player.as_bytes())?;
+        self.board.order().index(&Probe::new(&key))
     }
 
     fn __getitem__<'py>(&self, py: Python<'py>, at: isize) -> PyResult<Bound<'py, PyBytes>> {
-        let at = if at < 0 { at + self.order.len() as isize } else { at };
+        let order = self.board.order();
+        let at = if at < 0 { at + order.len() as isize } else { at };
         usize::try_from(at)
             .ok()
-            .and_then(|at| self.order.get(at))
+            .and_then(|at| order.get(at))
             .map(|k| PyBytes::new(py, k.as_bytes()))
-            .ok_or_else(|| PyIndexError::new_err("position out of the order"))
+            .ok_or_else(|| PyIndexError::new_err("position out of the board"))
     }
 
     /// The keys at positions `start .. stop` (non-negative, clamped), as a list.
     fn islice<'py>(&self, py: Python<'py>, start: usize, stop: usize) -> PyResult<Bound<'py, PyList>> {
-        bytes_list(py, self.order.slice(start, stop))
+        bytes_list(py, self.board.order().slice(start, stop))
     }
 
-    /// A player's answer (`api.board_mirror.BoardMirror.player_bytes`), made in one call: `head`
-    /// (up to `"age_ms":`), the age, `"stale"`, `middle` (up to `"player_id":`), `player` (its
-    /// JSON), then the score, the rank and competition rank of board key `key`, and the
-    /// percentile; the age is now less `published_at`, stale past `stale_after_ms`. Python
-    /// makes the fixed parts once per board and snapshot; the numbers are read and written here.
+    /// A player's answer (`api.board_mirror.BoardMirror.player_bytes`), made in one call; None
+    /// if the player is not on the board. `head` (up to `"age_ms":`), the age, `"stale"`,
+    /// `middle` (up to `"player_id":`), `player_json` (the id's JSON), then the score, the
+    /// rank, the competition rank and the percentile; the age is now less `published_at`,
+    /// stale past `stale_after_ms`. Python makes the fixed parts once per board and snapshot.
     #[allow(clippy::too_many_arguments)]
     fn player_answer<'py>(
         &self,
         py: Python<'py>,
-        key: &[u8],
+        player: &str,
         head: &[u8],
         middle: &[u8],
-        player: &[u8],
+        player_json: &[u8],
         published_at: i64,
         stale_after_ms: i64,
-    ) -> PyResult<Bound<'py, PyBytes>> {
-        let (score, rank, competition) =
-            self.order.ranks_of(key).ok_or_else(|| PyValueError::new_err("not a board key"))?;
+    ) -> Option<Bound<'py, PyBytes>> {
+        let key = self.board.key(player.as_bytes())?;
+        let order = self.board.order();
+        let (score, rank, competition) = order.ranks_of(&key)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let age = (now - published_at).max(0);
         let stale = if age > stale_after_ms { "true" } else { "false" };
-        let percentile = percentile_json(rank as u64, self.order.len() as u64);
+        let percentile = percentile_json(rank as u64, order.len() as u64);
         let tail = format!(
-            "\"score\":{score},\"rank\":{rank},\"competition_rank\":{competition},\"percentile\":{percentile}}}"
+            ",\"score\":{score},\"rank\":{rank},\"competition_rank\":{competition},\"percentile\":{percentile}}}"
         );
         let age = format!("{age},\"stale\":{stale}");
-        let mut out = Vec::with_capacity(head.len() + middle.len() + player.len() + age.len() + tail.len() + 1);
+        let mut out = Vec::with_capacity(head.len() + middle.len() + player_json.len() + age.len() + tail.len());
         out.extend_from_slice(head);
         out.extend_from_slice(age.as_bytes());
         out.extend_from_slice(middle);
-        out.extend_from_slice(player);
-        out.push(b',');
+        out.extend_from_slice(player_json);
         out.extend_from_slice(tail.as_bytes());
-        Ok(PyBytes::new(py, &out))
+        Some(PyBytes::new(py, &out))
     }
 
     /// Every key in order, as a list.
     fn keys<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        bytes_list(py, self.order.iter())
+        bytes_list(py, self.board.order().iter())
     }
 
     /// The structure's invariants (panics, as a Python exception, on the first one broken).
     fn _check(&self) {
-        self.order.check();
+        self.board.check();
     }
 }
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ScoreChecker>()?;
-    m.add_class::<PyKeyOrder>()?;
+    m.add_class::<PyBoardKeys>()?;
     m.add("MAX_ID_CHARS", MAX_ID_CHARS)?;
     m.add("MAX_POINTS", MAX_POINTS)?;
     m.add("MAX_TIME", MAX_TIME)?;

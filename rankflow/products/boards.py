@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from rankflow.errors import ServiceError, UsageError
 from rankflow.products import Option, Product
-from rankflow.products.listeners import USER_SHARDS
+from rankflow.products.listeners import SHARD_BY, USER_SHARDS, shard_workers
 
 if TYPE_CHECKING:
     import redis
@@ -84,6 +84,7 @@ class Boards(Product):
                help=f"the match servers' HMAC-SHA256 key; results must carry a valid sig (default: "
                     f"${SIGNING_KEY_ENV}; without either, signatures are not checked)"),
         USER_SHARDS,
+        SHARD_BY,
         Option(("--rank-change",), "rank_change", action="store_true", default=False,
                help="keep each changed board's moved entries in Redis beside the snapshot, so every answer's "
                     "entries carry rank_change, the positions gained since the board's previous change "
@@ -103,16 +104,25 @@ class Boards(Product):
         return boards_namespace(namespace)
 
     def layout(self, opts: RunOptions) -> dict[str, Any]:
-        from rankflow.recovery import KEY_FINGERPRINT, key_fingerprint
+        from rankflow.recovery import KEY_FINGERPRINT, WORKERS_IN_ALL, key_fingerprint
 
         from rankflow.state.seasons import fingerprint
 
         # the boards hold results checked with the key; the players' records hold their seasons' sums
         # (a season added on resume would miss the results before it): a resume keeps both
-        return {KEY_FINGERPRINT: key_fingerprint(opts.signing_key), "seasons": fingerprint(opts.option("seasons") or ())}
+        layout: dict[str, Any] = {KEY_FINGERPRINT: key_fingerprint(opts.signing_key),
+                                  "seasons": fingerprint(opts.option("seasons") or ())}
+        workers = shard_workers(opts)
+        if opts.user_shards:  # shards by partition live under keys that depend on the reading worker
+            layout["shard_by"] = "partition" if workers else "user"
+        if workers:
+            layout[WORKERS_IN_ALL] = workers
+        return layout
 
     def layout_before(self) -> dict[str, Any]:
-        return {"seasons": None}  # a directory made before seasons were recorded had none
+        # a directory made before seasons were recorded had none; every run before --shard-by keyed
+        # its player shards by player
+        return {"seasons": None, "shard_by": "user"}
 
     def warn(self, opts: RunOptions) -> None:
         """A run without a signing key counts every result as its match server sent it: say so once
@@ -174,6 +184,7 @@ class Boards(Product):
             republish=republish,
             seasons=opts.option("seasons") or (),
             keep_final=opts.option("keep_final"),
+            shard_workers=shard_workers(opts),
             **self.engine(opts, token),
         )
 

@@ -25,6 +25,14 @@ USER_SHARDS = Option(
          "--recovery-dir, or 0 for one key per user (default: %(default)s)")
 """Shared with the boards product, whose player stage is the same keyed shards."""
 
+SHARD_BY = Option(
+    ("--shard-by",), "shard_by", choices=("partition", "user"),
+    help="key the user shards (players with --flow boards) by input partition, on the worker that read it (no "
+         "event crosses to another process; the topic must be keyed by user, by player_id with --flow boards), "
+         "or by user (crc32 of the id modulo --user-shards, as before: whatever partition an id's events are in); "
+         "the sweeper (--idle-timeout-ms) always keys by user (default: %(default)s)")
+"""Shared with the boards product too."""
+
 
 class Listeners(Product):
     name = "listeners"
@@ -34,11 +42,7 @@ class Listeners(Product):
     serves = "songs ranked by current listeners"
     options = (
         USER_SHARDS,
-        Option(("--shard-by",), "shard_by", choices=("partition", "user"),
-               help="key the user shards by input partition, on the worker that read it (no event crosses to "
-                    "another process; the topic must be keyed by user), or by user (crc32(user_id) modulo "
-                    "--user-shards, as before); the sweeper (--idle-timeout-ms) always keys by user "
-                    "(default: %(default)s)"),
+        SHARD_BY,
         Option(("--hot-threshold",), "hot_threshold", type=float, metavar="N",
                help="split a song whose changes pass N per second (per process) into partial counters; "
                     "0 never splits (default: %(default)s)"),

@@ -33,12 +33,20 @@ from rankflow.connectors.redis_generations import claim_generation, join_run, ne
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_publish import Publisher, dumps_document
 from rankflow.connectors.snapshot_age import judged
+from rankflow.connectors.board_layout import keyed
 from rankflow.state.board_index import ALIAS, CREATE, DROP, UPSERT, BoardsCopy, ChangeSet, LiveBoards, Served, entry_key
 from rankflow.state.snapshot import snapshot_id
 from tests.engine.test_script_keys import boards_snap  # a BoardsSnapshot from (player, changes) pairs
 from tests.snapshot_stamp import stamped
 
 PLAYERS = ["a", "ab", "b", "é", "🎮", "z", "clan/zoe", "Z"]
+
+
+def day_start(board: str) -> int:
+    """The first ms of a daily board's day: its entries' ``reached_at`` are in it (layout 3 keys them from it)."""
+    codec = keyed(board)
+    assert codec is not None
+    return codec.origin
 BOARDS = [("g", "all"), ("g", "best"), ("g", "daily:2027-01-01"), ("g", "daily:2027-01-02"), ("h", "all")]
 
 
@@ -221,7 +229,8 @@ class RandomBoards:
             player = rng.choice(PLAYERS) + str(rng.randrange(4))
             game, board = rng.choice(BOARDS)
             self.live.add((game, board))
-            entries.append((player, ((game, board, rng.randrange(0, 6), rng.randrange(0, 4), True),)))
+            at = rng.randrange(0, 4) + (day_start(board) if board.startswith("daily:") else 0)  # in the period
+            entries.append((player, ((game, board, rng.randrange(0, 6), at, True),)))
         dropped = []
         if rng.random() < 0.1 and self.live:
             dropped = [rng.choice(sorted(self.live))]

@@ -4,16 +4,20 @@ Random snapshots of boards large enough to take several ``reached_at`` buckets g
 through the flow's own publisher (``Publisher``, ``BoardsState``); after each one:
 
 * every board, read whole, is the model's board in docs/semantics/boards.md 4's order;
-* the layout holds: the bucket count is the least that kept the average at most
+* the layout holds: on ``all`` the bucket count is the least that kept the average at most
   ``BUCKET_LOAD`` with each snapshot's entries counted as new (buckets only grow), every
   player is in the bucket ``bucket_of`` names (Python's function agrees with the Lua that
   placed them), with the member's ``reached_at``, and nothing else is in the buckets; on
-  a seeded board of thousands, every bucket is a listpack;
+  a seeded board of thousands, every bucket is a listpack; on ``best`` and the periods every
+  member is the bare id with its order key's double as score, and no bucket exists;
+* at the ends of every keyed board's range (scores 0 and the cap, the first and last
+  millisecond of a period, ``reached_at`` 0 and the last ms of 9999 on ``best``) the order, ranks,
+  competition and dense ranks and pages are the model's;
 * a sample of players' ranks from the Redis reader are the model's;
 * a dropped board leaves no key behind.
 
-A generation written in another layout is refused by the publisher and the reader,
-with a message that says what to do.
+A generation written in another layout (1, or 2: buckets on every board) is refused by the
+publisher and the reader, with a message that says what to do.
 """
 
 from __future__ import annotations
@@ -30,8 +34,10 @@ from rankflow.connectors.board_layout import (
     BUCKET_LOAD,
     LAYOUT,
     REACHED_BYTES,
+    BoardScoreTooHigh,
     RedisBoardsLayout,
     bucket_of,
+    keyed,
     layout_message,
     member,
 )
@@ -54,6 +60,12 @@ def in_order(entries: dict[str, tuple[int, int]]) -> list[tuple[str, int, int]]:
 def check_layout(client: redis.Redis, keys: Keys, game: str, board: str, entries: dict[str, tuple[int, int]],
                  buckets: int, listpacks: bool) -> None:
     zset, count_key = keys.board(game, board)
+    codec = keyed(board)
+    if codec is not None:
+        assert not client.keys(count_key.replace("*", "\\*") + "*"), "no buckets on a keyed board"
+        assert {m.decode(): s for m, s in client.zrange(zset, 0, -1, withscores=True)} == \
+            {p: codec.score(score, at) for p, (score, at) in entries.items()}
+        return
     n = int(client.get(count_key) or 1)
     assert n == buckets, "the fewest buckets that kept the load when each snapshot came"
     found: dict[str, bytes] = {}
@@ -91,6 +103,8 @@ class Boards:
         for game, board, player, _, _ in changes:
             coming.setdefault((game, board), set()).add(player)
         for bid, players in coming.items():
+            if keyed(bid[1]) is not None:
+                continue
             need = math.ceil((len(self.model.get(bid, {})) + len(players)) / BUCKET_LOAD)
             self.buckets[bid] = max(self.buckets.get(bid, 1), need)
         for game, board, player, score, at in changes:
@@ -105,7 +119,7 @@ class Boards:
         for (game, board), entries in self.model.items():
             ordered = in_order(entries)
             assert boards[game][board] == ordered
-            check_layout(self.client, self.keys, game, board, entries, self.buckets[(game, board)], listpacks)
+            check_layout(self.client, self.keys, game, board, entries, self.buckets.get((game, board), 1), listpacks)
             for player, score, _ in rng.sample(ordered, min(5, len(ordered))):
                 answer = reader.player(game, board, player)
                 rank = [e[0] for e in ordered].index(player) + 1
@@ -126,7 +140,7 @@ def test_boards_and_their_buckets_are_the_model_after_every_snapshot(redis_clien
     rng = random.Random(seed)
     try:
         for changes, dropped in snapshots:
-            rows = [(*BOARDS[b], f"p{player}" if player % 3 else f"é{player}", score, at)
+            rows = [(*BOARDS[b], f"p{player}" if player % 3 else f"é{player}", score, in_period(BOARDS[b][1], at))
                     for b, player, score, at in changes]
             gone = [BOARDS[b] for b in dropped if BOARDS[b] in boards.model]
             rows = [r for r in rows if (r[0], r[1]) not in gone]
@@ -138,6 +152,12 @@ def test_boards_and_their_buckets_are_the_model_after_every_snapshot(redis_clien
                     not redis_client.keys(count_key + "*"), "a dropped board leaves no key"
     finally:
         boards.publisher.close()
+
+
+def in_period(board: str, at: int) -> int:
+    """A ``reached_at`` a board can hold: a period's is a time in it."""
+    codec = keyed(board)
+    return at if codec is None or board == "best" else codec.origin + at % (86_400_000 * (7 if "weekly" in board else 1))
 
 
 def test_a_board_grows_bucket_by_bucket_to_thousands_of_players(redis_client, redis_url, namespace):
@@ -164,6 +184,11 @@ def test_a_generation_in_another_layout_is_refused_with_what_to_do(redis_client,
             boards.publish([("g", "all", "bo", 6, 11)], [])
         with pytest.raises(RedisBoardsLayout, match="layout 1"):
             BoardReader(redis_client, namespace).player("g", "all", "ana")
+        redis_client.set(boards.keys.boards_layout, "2")  # buckets on every board, as rankflow before layout 3
+        with pytest.raises(RedisBoardsLayout, match=r"layout 2.*rankflow rebuild --flow boards"):
+            boards.publish([("g", "all", "bo", 6, 11)], [])
+        with pytest.raises(RedisBoardsLayout, match="layout 2"):
+            BoardReader(redis_client, namespace).player("g", "best", "ana")
     finally:
         boards.publisher.close()
 
@@ -180,3 +205,44 @@ def test_the_cli_reader_says_in_one_line_what_to_do_with_an_older_layout(redis_c
     done = cli("boards", "top", "--game", "g", "--board", "all", "--namespace", namespace, "--redis", redis_url)
     assert done.returncode == 1 and "Traceback" not in done.stderr
     assert done.stderr.strip().splitlines() == [f"rankflow: {layout_message('1')}"]
+
+
+EDGES = {"best": (0, 10_000, 0, 253402300799999), "daily:2027-01-06": (0, keyed("daily:2027-01-06").cap, 1799193600000,
+                                                                1799193600000 + 86_400_000 - 1),
+         "weekly:2027-W01": (0, keyed("weekly:2027-W01").cap, 1799020800000, 1799020800000 + 7 * 86_400_000 - 1)}
+
+
+@pytest.mark.parametrize("board", sorted(EDGES))
+def test_a_keyed_board_is_exact_at_the_ends_of_its_range(redis_client, redis_url, namespace, board):
+    low, high, first, last = EDGES[board]
+    scores, times = (low, low + 1, high // 2, high - 1, high), (first, first + 1, last - 1, last)
+    rows = [("g", board, f"{name}{i}", score, at) for i, (score, at) in
+            enumerate((s, t) for s in scores for t in times) for name in ("a", "b", "é")]
+    boards = Boards(redis_client, redis_url, namespace)
+    try:
+        boards.publish(rows, [])
+        boards.check(random.Random(1))
+        ordered = in_order(boards.model[("g", board)])
+        distinct = sorted({score for _, score, _ in ordered}, reverse=True)
+        reader = BoardReader(redis_client, namespace)
+        for player, score, _ in ordered:
+            answer = reader.player("g", board, player, ties="dense")
+            assert answer["rank"] == distinct.index(score) + 1
+        top, after = reader.top("g", board, 7, after=""), []
+        while "next" in top:
+            after += top["items"]
+            top = reader.top("g", board, 7, after=top["next"])
+        assert [i["player_id"] for i in after + top["items"]] == [p for p, _, _ in ordered]
+        assert reader.score_for_percentile("g", board, "50")["score"] == ordered[len(ordered) // 2 - 1][1]
+        r = len(ordered) // 2  # dense: the r-th distinct score (the last if fewer), stepping group by group
+        assert reader.score_for_percentile("g", board, "50", ties="dense")["score"] == distinct[min(r, len(distinct)) - 1]
+        assert reader.score_for_percentile("g", board, "96.66", ties="dense")["score"] == distinct[1]  # r = 2
+    finally:
+        boards.publisher.close()
+
+
+def test_a_period_total_above_its_key_is_refused_not_misordered():
+    week = keyed("weekly:2027-W01")
+    assert week is not None
+    with pytest.raises(BoardScoreTooHigh, match="8585740287"):
+        week.score(week.cap + 1, week.origin)

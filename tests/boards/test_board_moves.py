@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from hypothesis import given, settings, strategies as st
 
-from rankflow.state.board_index import BoardIndex, entry_key
+from rankflow.state.board_index import BoardIndex, entry_fields, entry_key
 from rankflow.state.board_moves import Moves
 
 PLAYERS = ["a", "ab", "b", "é", "🎮", "z", "Z"]
@@ -27,7 +27,7 @@ def ranks(board: Board) -> dict[str, int]:
 @given(start=st.lists(entries, max_size=8), change_sets=st.lists(st.lists(entries, max_size=6), max_size=5))
 def test_the_ranks_at_every_earlier_state_from_the_moved_entries_alone(start, change_sets):
     board: Board = {player: entry_key(player, score, at) for player, score, at in start}
-    index = BoardIndex.of(dict(board), sorted(board.values()))
+    index = BoardIndex.of(board.values())
     states, moves = [dict(board)], []
     for change_set in change_sets:
         moved = Moves()
@@ -36,14 +36,15 @@ def test_the_ranks_at_every_earlier_state_from_the_moved_entries_alone(start, ch
             old = index.upsert(player, key)
             moved.record(player, old, key)
         moves.append(moved)
-        states.append({player: key for player, key in index.keys.items()})
+        states.append({entry_fields(key)[0]: key for key in index.entries.keys()})
     now = ranks(states[-1])
     for s, state in enumerate(states):
         since = Moves()
         for later in moves[s:]:
             since = since.then(later)
         then = ranks(state)
-        for player, key in index.keys.items():
+        for key in index.entries.keys():
+            player = entry_fields(key)[0]
             expected = then[player] - now[player] if player in then else None
             assert since.gained(player, key, index.rank0(player), index.below) == expected, (s, player)
     index._check()

@@ -150,6 +150,10 @@ def test_every_script_touches_only_keys_it_declares(undeclared, monkeypatch, red
     assert not outside, "keys touched outside KEYS:\n" + "\n".join(outside)
 
 
+JAN1, JAN9 = 1798761600000, 1799452800000
+"""The first ms of 2027-01-01 and 2027-01-09: a daily board's ``reached_at`` is a time of its day."""
+
+
 def boards_snap(run: int, epoch: int, entries: list, dropped: list = (), aliases: dict | None = None) -> BoardsSnapshot:
     grouped: dict = {}
     for player, changes in entries:
@@ -179,9 +183,9 @@ def boards_publish_and_read(client: redis.Redis, url: str, namespace: str) -> No
     token, generation = join_run(client, ns, uuid.uuid4().hex, fresh=True)
     pub = Publisher(url, ns, token, generation, state=BoardsState())
     try:
-        assert pub.publish(boards_snap(token, 1, [("a", (("g", "all", 5, 1, True), ("g", "daily:2027-01-01", 5, 1, True)))],
+        assert pub.publish(boards_snap(token, 1, [("a", (("g", "all", 5, 1, True), ("g", "daily:2027-01-01", 5, JAN1 + 1, True)))],
                                        aliases={"g": ("2027-01-01", "2026-W53")})) == 1
-        assert pub.publish(boards_snap(token, 2, [("a", (("g", "all", 9, 2, False),)), ("b", (("g", "daily:2027-01-09", 1, 3, True),))],
+        assert pub.publish(boards_snap(token, 2, [("a", (("g", "all", 9, 2, False),)), ("b", (("g", "daily:2027-01-09", 1, JAN9 + 3, True),))],
                                        dropped=[("g", "daily:2027-01-01")], aliases={"g": ("2027-01-09", "2027-W01")})) == 1
         client.delete(Keys(ns, generation).snapshot_id)  # Redis "lost" the snapshot
         with pytest.raises(RedisLostBoards):
@@ -191,7 +195,7 @@ def boards_publish_and_read(client: redis.Redis, url: str, namespace: str) -> No
     # a run republishing it all, keeping the moves (--rank-change): c is new, a moves down past it
     again = Publisher(url, ns, token, generation, state=BoardsState(complete=True, rank_change=True))
     try:
-        assert again.publish(boards_snap(token, 4, [("a", (("g", "all", 9, 2, False),)), ("b", (("g", "daily:2027-01-09", 1, 3, False),)),
+        assert again.publish(boards_snap(token, 4, [("a", (("g", "all", 9, 2, False),)), ("b", (("g", "daily:2027-01-09", 1, JAN9 + 3, False),)),
                                                     ("c", (("g", "all", 10, 4, True),))],
                                          aliases={"g": ("2027-01-09", "2027-W01")})) == 1
     finally:
