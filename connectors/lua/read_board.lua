@@ -24,9 +24,11 @@ local card = redis.call('ZCARD', KEYS[4])
 if card == 0 then
   return {'board', sid, at, 0}
 end
-local refused = choose_basis(KEYS[4], ARGV[7], ARGV[13])  -- rank change's basis (lua/rank_change.lua)
-if refused then
-  return refused
+if ARGV[4] ~= 'at' and ARGV[4] ~= 'ranks' then  -- rank change's basis (lua/rank_change.lua)
+  local refused = choose_basis(KEYS[4], ARGV[7], ARGV[13])
+  if refused then
+    return refused
+  end
 end
 local function paged(answer)
   -- an answer of items (top's flat pairs, or {start, better, flat, ...}), their rank changes and their basis
