@@ -245,7 +245,8 @@ def test_openapi_lists_the_board_routes(api):
     for path in ("/boards/{game}/{board}/top", "/boards/{game}/{board}/players/{player_id}",
                  "/boards/{game}/{board}/players/{player_id}/around", "/boards/{game}/{board}/stream"):
         cached = set() if path.endswith("/stream") else {"304"}  # If-None-Match on the reads (api.openapi_cache)
-        assert set(paths[path]["get"]["responses"]) == {"200", "400", "404", "503"} | cached, path  # never 422
+        since = set() if path.endswith("/stream") else {"409"}  # a since not retained (semantics/boards.md 5.6)
+        assert set(paths[path]["get"]["responses"]) == {"200", "400", "404", "503"} | cached | since, path  # never 422
 
 
 # -- the stream, on a flow that follows a growing log -----------------------------------------
