@@ -121,7 +121,7 @@ def test_a_board_stream_resumes_with_the_changes_since_the_last_event(redis_url,
             assert resumed["removed"] == [] and resumed["size"] == len(top["items"])
             held.apply(resumed)
             # the top as of the event's snapshot or a later one (snapshots keep coming, the same top)
-            now = api.get("/activity/A/top").json()
+            now = api.get("/boards/g1/all/top").json()
             assert held.is_answer(now) and now["items"] == top["items"], (held.answer, now)
             _, _, unknown = first_event(api, "/boards/g1/all/stream", UNKNOWN)
             assert unknown["full"] is True and unknown["changed"] == top["items"]
