@@ -57,7 +57,10 @@ Its generation holds, besides the keys above (without counts and changes):
 ``{ns:boards}:g<G>:rank_change``       the snapshot id from which a ``--rank-change`` run
                                        keeps the boards' moves (absent: none kept);
                                        each board's are its sorted set's key followed
-                                       by ``:m``, ``:mt`` and ``:mn`` (``lua/rank_change.lua``)
+                                       by ``:m``, ``:mt`` and ``:mn`` (``lua/rank_change.lua``),
+                                       and since the day start ``:dm``, ``:dt``, ``:dn``
+``{ns:boards}:g<G>:rank_change:day``   per game its day's first snapshot and the one
+                                       before it, the day start (``lua/day_moves.lua``)
 ``{ns:boards}:g<G>:finals``            every final standings there is (hash: JSON
                                        ``[game, "final:<board>"]`` -> JSON
                                        ``{closed_by, positions, players}``); each

@@ -34,7 +34,7 @@ from rankflow.connectors.redis_read import read_history, read_latest
 from rankflow.options import RunOptions
 from rankflow.runner import run
 from tests import boards_example as example
-from tests.boards.test_boards_flow import model_of, score_logs
+from tests.boards.test_boards_flow import HOUR, model_of, score_logs
 
 Entries = list[tuple[str, int, int]]
 Changes = dict[str, dict[str, dict[str, int | None]]]  # game -> board -> player -> rank change
@@ -183,6 +183,35 @@ def test_every_entry_carries_the_models_rank_change(redis_url, redis_client, tmp
     assert set(ends) <= set(stored)
     check_answers(redis_client, namespace, expected_changes(lines, stored, path))
     check_since(redis_client, namespace, expected_since(lines, stored, stored_ids(redis_client, namespace), path))
+
+
+@st.composite
+def busy_days(draw: st.DrawFn) -> list[bytes]:
+    """Logs whose days hold many results (an hour or less apart, a new day now and then), each its
+    own match: players overtake each other several times a day."""
+    t = example.ms("2027-01-03 20:00:00.000")
+    lines = []
+    for i in range(draw(st.integers(2, 30))):
+        t += draw(st.sampled_from([1000, HOUR, HOUR, 3 * HOUR, 20 * HOUR]))
+        lines.append(example.result(draw(st.sampled_from(["a", "b", "c"])), f"m{i}", draw(st.sampled_from([0, 10, 20, 50])),
+                                    t, t + 1000, game=draw(st.sampled_from(["g1", "g1", "g2"]))))
+    return lines
+
+
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(lines=busy_days(), cuts=st.lists(st.integers(1, 30), min_size=2, max_size=8), shards=st.sampled_from([0, 2]))
+def test_since_answers_the_model_over_many_snapshots_a_day(redis_url, redis_client, tmp_path, lines, cuts, shards):
+    """Many stored snapshots a day: entries that move twice or more since their day start, boards
+    unchanged since it, boards new on it (5.6), against the model."""
+    from hypothesis import event
+
+    ends = sorted({min(cut, len(lines)) for cut in cuts} | {len(lines)})
+    namespace, path = executions(redis_url, tmp_path, lines, ends, user_shards=shards, extra={"rank_change": True})
+    stored = stored_positions(redis_client, namespace, path)
+    bases = expected_since(lines, stored, stored_ids(redis_client, namespace), path)
+    event(f"a nonzero change since the day start: "
+          f"{any(c not in (None, 0) for boards in bases.values() for b in boards.values() for c in b['day'][1].values())}")
+    check_since(redis_client, namespace, bases)
 
 
 def test_a_durable_run_resumed_with_more_input_answers_the_same(redis_url, redis_client, tmp_path):
