@@ -19,6 +19,9 @@ from collections.abc import Callable
 from typing import NamedTuple
 from zlib import crc32
 
+
+from rankflow import _native
+
 REACHED_BYTES = 6
 """A board's sorted-set member is ``reached_at`` as 6 big-endian bytes (it is at most
 253402300799999 < 2**48, docs/semantics/boards.md 1) followed by the player id's UTF-8
@@ -83,18 +86,22 @@ class KeyedBoard(NamedTuple):
         """The sorted-set score of an entry."""
         return float(_DOUBLE.unpack(_WORD.pack(self.key(score, reached_at)))[0])
 
-    def scores(self, entries: dict[str, tuple[int, int]]) -> dict[str, float]:
-        """Each player's sorted-set score, of ``{player: (score, reached_at)}`` (the publisher's
-        per-entry work: one loop, no call per entry but the two ``struct`` ones)."""
-        bits, cap, origin = self
-        span, pack, unpack = 1 << bits, _WORD.pack, _DOUBLE.unpack
-        out = {}
-        for player, (score, reached_at) in entries.items():
-            offset = reached_at - origin
-            if not (0 <= score <= cap and 0 <= offset < span):
-                self.key(score, reached_at)  # raises, saying which
-            out[player] = unpack(pack((cap - score) << bits | offset))[0]
-        return out
+    def scores_json(self, entries: dict[str, tuple[int, int]]) -> bytes:
+        """Each player's sorted-set score (:meth:`score`), of ``{player: (score, reached_at)}``, as the
+        JSON object the publish script takes: the publisher's per-entry work, in the native kernel
+        (``keyed_scores``: 0.53 µs an entry in a Python loop).
+
+        >>> import orjson
+        >>> best = keyed("best")
+        >>> orjson.loads(best.scores_json({"ana": (70, 5)})) == {"ana": best.score(70, 5)}
+        True
+        """
+        made = _native.keyed_scores(entries, self.bits, self.cap, self.origin)
+        if made is None:  # an entry the key cannot hold: say which
+            for score, reached_at in entries.values():
+                self.key(score, reached_at)
+        assert made is not None
+        return made
 
     def fields(self, score: float) -> tuple[int, int]:
         """``(score, reached_at)`` of a sorted-set score."""

@@ -140,7 +140,7 @@ class BoardsState:
         args.append(dumps(hashes))
         for (game, board), entries in self._pending.items():
             codec = keyed(board)
-            scores = b"" if codec is None else dumps(codec.scores(entries))
+            scores = b"" if codec is None else codec.scores_json(entries)
             args += (board_name(game, board), dumps(entries), len(entries), scores)
         args.extend(board_name(game, board) for game, board in self._dropped)
         for (game, board), meta in self._closed.items():

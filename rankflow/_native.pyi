@@ -11,6 +11,8 @@ class ScoreChecker:
         self, records: list[bytes], start: int, offsets: list[int] | None = None
     ) -> tuple[list[tuple[str, str, str, int, int, int, int, bytes]], list[tuple[int, str, str]]]: ...
 
+def keyed_scores(entries: dict[str, tuple[int, int]], bits: int, cap: int, origin: int) -> bytes | None: ...
+
 class BoardKeys:
     """One board's keys in order and each player's key (native/src/order.rs)."""
 

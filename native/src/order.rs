@@ -288,6 +288,37 @@ pub fn percentile_json(rank: u64, entries: u64) -> String {
     }
 }
 
+/// A keyed board's sorted-set score of an entry (`connectors/board_layout.py`, `KeyedBoard`):
+/// the double whose 64-bit pattern is `(cap - score) << bits | (reached_at - origin)`, so
+/// Redis's order of the doubles is the board's order; None when the entry is outside what
+/// the key holds (a score above `cap`, a time outside the period).
+pub fn keyed_score(score: i64, reached_at: i64, bits: u32, cap: i64, origin: i64) -> Option<f64> {
+    let offset = reached_at.checked_sub(origin)?;
+    if !(0..=cap).contains(&score) || offset < 0 || offset >> bits != 0 {
+        return None;
+    }
+    Some(f64::from_bits(((cap - score) as u64) << bits | offset as u64))
+}
+
+/// `text` as a JSON string: quotes, the two escapes JSON needs, control characters as `\u00XX`.
+pub fn json_string(out: &mut String, text: &str) {
+    out.push('"');
+    if !text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
+        out.push_str(text); // nearly every id: nothing to escape
+        out.push('"');
+        return;
+    }
+    for c in text.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
 /// A board key's score: its first 8 bytes are `2^64 - 1 - score`, big-endian.
 pub fn key_score(key: &[u8]) -> Option<u64> {
     let first: [u8; 8] = key.get(..8)?.try_into().ok()?;
@@ -449,6 +480,18 @@ mod tests {
         board.check();
         let order: Vec<&[u8]> = board.order().iter().map(Key::as_bytes).collect();
         assert_eq!(order, vec![&entry(1, "cy")[..], &entry(7, "bo")[..], &entry(9, "ana")[..]]);
+    }
+
+    #[test]
+    fn keyed_scores_order_as_the_board() {
+        let day = |score, at| keyed_score(score, at, 27, (2047i64 << 52 >> 27) - 1, 1_000).unwrap();
+        assert!(day(120, 1_000) < day(120, 1_001) && day(120, 1_001) < day(119, 1_000));
+        assert_eq!(keyed_score(10_001, 5, 48, 10_000, 0), None);
+        assert_eq!(keyed_score(5, 999, 27, 100, 1_000), None);
+        assert_eq!(keyed_score(5, 1_000 + (1 << 27), 27, 100, 1_000), None);
+        let mut out = String::new();
+        json_string(&mut out, "a\"b\\c\u{1}é");
+        assert_eq!(out, "\"a\\\"b\\\\c\\u0001é\"");
     }
 
     #[test]

@@ -4,11 +4,13 @@
 //! (the Kafka client's and the publisher's threads keep running); only then are the
 //! valid results made into tuples and the refused ones into `(index, reason, detail)`.
 
+use std::fmt::Write;
+
 use pyo3::exceptions::{PyIndexError, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyList, PyString, PyTuple};
+use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::order::{percentile_json, BadKey, BoardKeys, Key, Probe};
+use crate::order::{json_string, keyed_score, percentile_json, BadKey, BoardKeys, Key, Probe};
 use crate::score::{check, Refused, Score, MAX_ID_CHARS, MAX_POINTS, MAX_TIME};
 use crate::signature::Signer;
 
@@ -209,10 +211,38 @@ impl PyBoardKeys {
     }
 }
 
+/// A keyed board's entries `{player: (score, reached_at)}` as the publish script takes their
+/// sorted-set scores: the JSON object `{player: double}` (`board_layout.KeyedBoard.score` of
+/// each, the doubles written exactly: shortest round trip, exponent form); None when an entry
+/// is outside what the key holds (the caller says which).
+#[pyfunction]
+fn keyed_scores<'py>(
+    py: Python<'py>,
+    entries: &Bound<'py, PyDict>,
+    bits: u32,
+    cap: i64,
+    origin: i64,
+) -> PyResult<Option<Bound<'py, PyBytes>>> {
+    let mut out = String::with_capacity(2 + entries.len() * 40);
+    out.push('{');
+    for (player, entry) in entries.iter() {
+        let (score, reached_at): (i64, i64) = entry.extract()?;
+        let Some(value) = keyed_score(score, reached_at, bits, cap, origin) else { return Ok(None) };
+        if out.len() > 1 {
+            out.push(',');
+        }
+        json_string(&mut out, player.cast::<PyString>()?.to_str()?);
+        write!(out, ":{value:e}").expect("a String takes any write");
+    }
+    out.push('}');
+    Ok(Some(PyBytes::new(py, out.as_bytes())))
+}
+
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<ScoreChecker>()?;
     m.add_class::<PyBoardKeys>()?;
+    m.add_function(wrap_pyfunction!(keyed_scores, m)?)?;
     m.add("MAX_ID_CHARS", MAX_ID_CHARS)?;
     m.add("MAX_POINTS", MAX_POINTS)?;
     m.add("MAX_TIME", MAX_TIME)?;

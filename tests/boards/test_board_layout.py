@@ -22,9 +22,12 @@ publisher and the reader, with a message that says what to do.
 
 from __future__ import annotations
 
+import json
 import math
 import random
 import uuid
+
+import orjson
 
 import pytest
 import redis
@@ -246,3 +249,21 @@ def test_a_period_total_above_its_key_is_refused_not_misordered():
     assert week is not None
     with pytest.raises(BoardScoreTooHigh, match="8585740287"):
         week.score(week.cap + 1, week.origin)
+
+
+@settings(max_examples=200, deadline=None)
+@given(board=st.sampled_from(["best", "daily:2027-01-06", "weekly:2027-W01"]),
+       entries=st.dictionaries(st.text(max_size=8), st.tuples(st.integers(0, 10_000), st.integers(0, 86_399_999)),
+                               max_size=30))
+def test_the_native_keyed_scores_are_each_entrys_score(board: str, entries: dict[str, tuple[int, int]]) -> None:
+    """``KeyedBoard.scores_json`` (the kernel's ``keyed_scores``) reads back, through JSON, as
+    :meth:`KeyedBoard.score` of every entry exactly, whatever the player's characters."""
+    codec = keyed(board)
+    assert codec is not None
+    placed = {p: (s, codec.origin + t) for p, (s, t) in entries.items()}
+    assert orjson.loads(codec.scores_json(placed)) == {p: codec.score(s, t) for p, (s, t) in placed.items()}
+    assert json.loads(codec.scores_json(placed)) == {p: codec.score(s, t) for p, (s, t) in placed.items()}
+    if placed:
+        player = next(iter(placed))
+        with pytest.raises(BoardScoreTooHigh):
+            codec.scores_json({**placed, player: (codec.cap + 1, codec.origin)})

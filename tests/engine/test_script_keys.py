@@ -59,7 +59,9 @@ local function checked(call)
   return function(command, ...)
     local found, keys = pcall(redis.call, 'COMMAND', 'GETKEYS', command, ...)
     for _, key in ipairs(found and keys or {}) do
-      local base = string.match(key, '^(.*):%%d+$') or string.match(key, '^(.*):m[tn]?$')  -- buckets, moves
+      -- built from a declared key: buckets, moves, the moves since the day start, the day's marker
+      local base = string.match(key, '^(.*):%%d+$') or string.match(key, '^(.*):m[tn]?$')
+        or string.match(key, '^(.*):d[mtn]$') or string.match(key, '^(.*):day$')
       if not declared[key] and not (base and declared[base]) then
         redis.call('RPUSH', '%(log)s', '%(script)s: ' .. command .. ' ' .. key)
       end
