@@ -10,7 +10,7 @@ COUNTS = {"dead_letters.x": 2, "duplicates": 3, "dead_letters.a": 1}
 
 def test_each_document_opens_with_the_cut_and_counts_dead_letters_by_reason():
     boards = BoardsSnapshot(1_000_000_001, 1, 1, {"0": 5}, 3, 10, {("g", "all"): (2, [("p", 5, 7)])}, {},
-                            [("g", "daily:x")], {"g": ("d", "w")}, {"0": 4}, [], COUNTS, 4)
+                            [("g", "daily:x")], {"g": ("d", "w")}, {"0": 4}, [], counts=COUNTS, total_boards=4)
     activity = ActivitySnapshot(1_000_000_002, 1, 2, {"0": 5}, 3, COUNTS, 10, 830_000, 60_000, 3, "messages",
                                 [(("w", "c"), 3)], 1, {"w": {"c": 3}}, True, {"0": 1}, [])
     listeners = Snapshot(1_000_000_003, 1, 3, {"0": 1}, 5, 4, 3, 2, 10, [("s", 5)], {"0": 0}, [],
