@@ -120,6 +120,8 @@ def test_the_processes_of_a_run_log_json_too(tmp_path, redis_url, namespace):
     done = cli("run", "--input", f"jsonl:{log}", "--until-eof", "--processes", "2", "--redis", redis_url,
                "--namespace", namespace, "--dead-letter", f"jsonl:{tmp_path / 'dead.jsonl'}", "--log-format", "json")
     assert done.returncode == 0, done.stderr
+    plain = [line for line in done.stderr.splitlines() if not line.startswith("{")]
+    assert not plain, done.stderr  # every line of every process is a JSON object
     objects = [orjson.loads(line) for line in done.stderr.splitlines()]
     owns = [obj for obj in objects if obj.get("event") == "publishing"]
     assert all(f"now publishes to namespace {namespace!r}" in obj["message"] for obj in owns), owns
