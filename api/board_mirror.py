@@ -54,6 +54,7 @@ import redis.asyncio as aioredis
 
 from rankflow._native import BoardKeys
 from rankflow.api.change_feed import FeedGap, chain_end
+from rankflow.api.http_cache import tag_parts
 from rankflow.api.watch import Polling
 from rankflow.connectors.board_read import (
     AsyncBoardReader,
@@ -110,7 +111,7 @@ MAX_SCORES = 10_000
 # player_bytes' parts of a board: (the change set in flight when made, board name, index, the
 # answer's first bytes, its bytes after age and stale, the entries ahead of each score asked,
 # published_at, entries, the board's native order when it is the live one)
-_Hot = tuple[object, str, Board, bytes, bytes, dict[int, int], int, int, BoardKeys | None]
+_Hot = tuple[object, str, Board, bytes, bytes, dict[int, int], int, int, BoardKeys | None, int]
 """Scores per board and snapshot whose competition rank :meth:`BoardMirror.player_bytes` keeps."""
 LOAD_ATTEMPTS = 5
 """Starts of one board's load before giving up (every anchor left the board each time)."""
@@ -440,7 +441,7 @@ class BoardMirror(Polling):
             hot = self._heat(game, board)
             if hot is None:
                 return None
-        _, name, index, head, middle, better, at, entries, native = hot
+        _, name, index, head, middle, better, at, entries, native, _ = hot
         if native is not None:  # the board as served: its numbers read and written natively
             made = native.player_answer(player, head, middle, orjson.dumps(player), at, stale_after_ms)
             if made is None:
@@ -460,6 +461,27 @@ class BoardMirror(Polling):
         return b'%s%d,"stale":%s%s%s,"score":%d,"rank":%d,"competition_rank":%d,"percentile":%s}' % (
             head, age, b"true" if age > stale_after_ms else b"false", middle, orjson.dumps(player), score,
             rank, ahead + 1, orjson.dumps(percentile(rank, entries)))
+
+    def player_reply(self, game: str, board: str, player: str, stale_after_ms: int, target: bytes,
+                     control: bytes) -> tuple[bytes, bytes] | None:
+        """:meth:`player_bytes` and the answer's cache validators for request ``target`` (``api.prepared.
+        Validated``: the lines ``api.http_cache.HttpCache.of_body`` makes of the body, ``control`` its
+        ``cache-control``), the board as served in one call of the kernel (``BoardKeys.player_reply``);
+        None as :meth:`player_bytes`, and while the served board is a view of one half changed."""
+        if self._missing is not None:
+            return None
+        hot = self._hot.get((game, board))
+        if hot is None or not self._settled(hot[0]):
+            hot = self._heat(game, board)
+            if hot is None:
+                return None
+        _, name, _, head, middle, _, at, _, native, sid = hot
+        if native is None:
+            return None
+        made = native.player_reply(player, head, middle, at, stale_after_ms, target, *tag_parts(sid, at, control))
+        if made is None:
+            raise NotOnBoard(f"{player} is not on {game}/{name}")
+        return made
 
     def _settled(self, flight: object) -> bool:
         """Whether the served boards are still the live ones of when ``flight`` was current: no
@@ -486,7 +508,7 @@ class BoardMirror(Polling):
         assert self._buffer is not None
         # a view corrects a board half changed: made again per request
         order = index.entries if isinstance(index, BoardIndex) else None
-        hot: _Hot = (self._buffer.flight, name, index, parts[1], parts[2], parts[3], at, len(index), order)
+        hot: _Hot = (self._buffer.flight, name, index, parts[1], parts[2], parts[3], at, len(index), order, sid)
         if order is not None:
             if len(self._hot) >= MAX_PARTS:
                 self._hot = {}

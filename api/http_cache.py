@@ -111,6 +111,35 @@ class Validators:
         return matches(if_none_match, self.opaque, star)
 
 
+@functools.lru_cache(maxsize=64)
+def tag_parts(snapshot_id: int, published_at: int, control: bytes) -> tuple[bytes, bytes, bytes]:
+    """The validator lines of every target of one snapshot around the target's digest (:func:`target_digest`):
+    ``(before, fresh end, stale end)``; a target's lines are ``before + digest + end``, as
+    :meth:`HttpCache.of` makes them. Made once per snapshot (the kernel's ``BoardKeys.player_reply``
+    joins them per request).
+
+    >>> before, fresh, _ = tag_parts(7, 0, b"no-cache")
+    >>> (before + b"<digest>" + fresh).decode().splitlines()
+    ['etag: W/"7-0-<digest>"', 'cache-control: no-cache', 'last-modified: Thu, 01 Jan 1970 00:00:00 GMT']
+    """
+    tail = b"\r\ncache-control: %s\r\nlast-modified: %s\r\n" % (control, http_date(published_at))
+    return b'etag: W/"%d-%d-' % (snapshot_id, published_at), b'"' + tail, b'-stale"' + tail
+
+
+def target_digest(target: bytes) -> bytes:
+    """A request target's part of its tags: 12 hex digits of its BLAKE2s."""
+    return hashlib.blake2s(target, digest_size=6).hexdigest().encode()
+
+
+def opaque_of(lines: bytes) -> bytes:
+    """The quoted tag of validator ``lines`` (:attr:`Validators.lines`): after ``etag: W/``, up to its line's end.
+
+    >>> opaque_of(b'etag: W/"7-0-ab"\\r\\ncache-control: no-cache\\r\\n')
+    b'"7-0-ab"'
+    """
+    return lines[8:lines.index(b"\r\n")]
+
+
 class _Shared:
     """What the validators of every target of one snapshot share: the bytes the answers start with
     up to its id and publish time (``first``), and per staleness the tag and the lines around the
@@ -180,7 +209,7 @@ class HttpCache:
         return None
 
     def of(self, target: bytes, snapshot_id: int, published_at: int, stale: bool = False) -> Validators:
-        digest = hashlib.blake2s(target, digest_size=6).hexdigest().encode()
+        digest = target_digest(target)
         opaque = b'"%d-%d-%s%s"' % (snapshot_id, published_at, digest, b"-stale" if stale else b"")
         return Validators(opaque, self.control, published_at)
 
@@ -217,7 +246,7 @@ class HttpCache:
         end = len(shared.first)
         stale = body.find(_STALE, end, end + STALE_WITHIN) >= 0
         tag, tag_end, line, line_end = shared.parts[stale]
-        digest = hashlib.blake2s(target, digest_size=6).hexdigest().encode()
+        digest = target_digest(target)
         made = Validators.made(tag + digest + tag_end, line + digest + line_end, self.control, http_date(shared.snapshot[1]))
         if len(self._by_target) >= MAX_TARGETS:
             self._by_target = {}

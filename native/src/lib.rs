@@ -8,6 +8,7 @@ pub mod json;
 pub mod order;
 pub mod score;
 pub mod signature;
+pub mod tags;
 
 #[cfg(feature = "python")]
 mod python;

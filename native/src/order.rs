@@ -300,7 +300,8 @@ pub fn keyed_score(score: i64, reached_at: i64, bits: u32, cap: i64, origin: i64
     Some(f64::from_bits(((cap - score) as u64) << bits | offset as u64))
 }
 
-/// `text` as a JSON string: quotes, the two escapes JSON needs, control characters as `\u00XX`.
+/// `text` as a JSON string, byte for byte as orjson writes it: quotes, the two escapes JSON
+/// needs, `\b \t \n \f \r` short, the other control characters as `\u00XX`.
 pub fn json_string(out: &mut String, text: &str) {
     out.push('"');
     if !text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
@@ -312,6 +313,11 @@ pub fn json_string(out: &mut String, text: &str) {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
             c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
