@@ -54,7 +54,7 @@ import redis.asyncio as aioredis
 
 from rankflow._native import BoardKeys
 from rankflow.api.change_feed import FeedGap, chain_end
-from rankflow.api.http_cache import tag_parts
+from rankflow.api.http_cache import STALE, tag_parts, target_digest
 from rankflow.api.watch import Polling
 from rankflow.connectors.board_read import (
     AsyncBoardReader,
@@ -466,8 +466,8 @@ class BoardMirror(Polling):
                      control: bytes) -> tuple[bytes, bytes] | None:
         """:meth:`player_bytes` and the answer's cache validators for request ``target`` (``api.prepared.
         Validated``: the lines ``api.http_cache.HttpCache.of_body`` makes of the body, ``control`` its
-        ``cache-control``), the board as served in one call of the kernel (``BoardKeys.player_reply``);
-        None as :meth:`player_bytes`, and while the served board is a view of one half changed."""
+        ``cache-control``), the board as served in one call of the kernel (``BoardKeys.player_reply``),
+        a view of a board half changed by :meth:`player_bytes`; None as :meth:`player_bytes`."""
         if self._missing is not None:
             return None
         hot = self._hot.get((game, board))
@@ -476,8 +476,12 @@ class BoardMirror(Polling):
             if hot is None:
                 return None
         _, name, _, head, middle, _, at, _, native, sid = hot
-        if native is None:
-            return None
+        if native is None:  # a view of a board half changed: its answer from Python, the same lines
+            body = self.player_bytes(game, board, player, stale_after_ms)
+            if body is None:
+                return None
+            before, fresh, stale = tag_parts(sid, at, control)
+            return body, before + target_digest(target) + (stale if STALE in body else fresh)
         made = native.player_reply(player, head, middle, at, stale_after_ms, target, *tag_parts(sid, at, control))
         if made is None:
             raise NotOnBoard(f"{player} is not on {game}/{name}")

@@ -72,7 +72,8 @@ class Cacheable:
 
 
 _SNAPSHOT_ID = re.compile(rb'"snapshot_id":(\d+)[,}]')
-_STALE = b'"stale":true'
+STALE = b'"stale":true'
+"""What an answer past its staleness bound says (``connectors.snapshot_age.judged``)."""
 STALE_WITHIN = 48
 """Where a body says ``"stale": true``, after its publish time: right after its ``age_ms`` (every
 answer that says ``stale``: the listener rankings', the boards' and the activity's,
@@ -227,7 +228,7 @@ class HttpCache:
         kept = self._by_target.get(target)
         if kept is not None and body.startswith(kept[0]):
             end = len(kept[0])
-            stale = body.find(_STALE, end, end + STALE_WITHIN) >= 0
+            stale = body.find(STALE, end, end + STALE_WITHIN) >= 0
             made = kept[3] if stale else kept[2]
             if made is None:
                 made = self.of(target, *kept[1], stale=stale)
@@ -244,7 +245,7 @@ class HttpCache:
             shared = self._shared = _Shared(body[:max(sid.end(), at.end())], (int(sid.group(1)), int(at.group(1))),
                                             self.control)
         end = len(shared.first)
-        stale = body.find(_STALE, end, end + STALE_WITHIN) >= 0
+        stale = body.find(STALE, end, end + STALE_WITHIN) >= 0
         tag, tag_end, line, line_end = shared.parts[stale]
         digest = target_digest(target)
         made = Validators.made(tag + digest + tag_end, line + digest + line_end, self.control, http_date(shared.snapshot[1]))
