@@ -222,6 +222,44 @@ impl PyBoardKeys {
         bytes_list(py, self.board.order().iter())
     }
 
+    /// From now on record what changes (`state.board_index.InFlight`): the `*_before`
+    /// queries and the answers are the board as it is now, until `settle`.
+    fn begin(&mut self) {
+        self.board.begin();
+    }
+
+    /// Forget what was recorded: the board as it is is the one served again.
+    fn settle(&mut self) {
+        self.board.settle();
+    }
+
+    /// Whether anything changed since `begin`.
+    fn recorded(&self) -> bool {
+        self.board.recorded()
+    }
+
+    /// Entries before the change set being applied.
+    fn len_before(&self) -> usize {
+        self.board.len_before()
+    }
+
+    /// The player's key before the change set being applied, None if not on the board then.
+    fn key_before<'py>(&self, py: Python<'py>, player: &str) -> Option<Bound<'py, PyBytes>> {
+        self.board.key_before(player.as_bytes()).map(|k| PyBytes::new(py, &k))
+    }
+
+    /// Keys before `key` (on the board or not) before the change set being applied.
+    fn below_before(&self, key: &[u8]) -> usize {
+        self.board.below_before(key)
+    }
+
+    /// The keys the change set being applied added that are still there, and those it
+    /// removed that were there before it, each list in order.
+    fn flight_keys<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        let (added, removed) = self.board.flight_keys();
+        Ok((bytes_list(py, added)?, bytes_list(py, removed)?))
+    }
+
     /// The structure's invariants (panics, as a Python exception, on the first one broken).
     fn _check(&self) {
         self.board.check();
@@ -229,7 +267,8 @@ impl PyBoardKeys {
 }
 
 impl PyBoardKeys {
-    /// A player's answer and whether it says `"stale":true` (see `player_answer`).
+    /// A player's answer and whether it says `"stale":true` (see `player_answer`): the board
+    /// as it was before the change set being applied, if one is.
     fn answer(
         &self,
         player: &str,
@@ -239,15 +278,14 @@ impl PyBoardKeys {
         published_at: i64,
         stale_after_ms: i64,
     ) -> Option<(Vec<u8>, bool)> {
-        let key = self.board.key(player.as_bytes())?;
-        let order = self.board.order();
-        let (score, rank, competition) = order.ranks_of(&key)?;
+        let key = self.board.key_before(player.as_bytes())?;
+        let (score, rank, competition) = self.board.ranks_before(&key)?;
         let now = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
         let age = (now - published_at).max(0);
         let is_stale = age > stale_after_ms;
-        let percentile = percentile_json(rank as u64, order.len() as u64);
+        let percentile = percentile_json(rank as u64, self.board.len_before() as u64);
         let tail = format!(
             ",\"score\":{score},\"rank\":{rank},\"competition_rank\":{competition},\"percentile\":{percentile}}}"
         );
