@@ -196,6 +196,8 @@ def missing_board(game: str, board: str, listing: dict[str, Any]) -> str:
     "no board 'weekly' in game 'g1'; its boards: all, daily:2027-01-04 (daily)"
     >>> missing_board("g2", "all", listing)
     "no game 'g2'; games: g1, g3"
+    >>> missing_board("g3", "all@region=eu", listing)
+    "no board 'all@region=eu' in game 'g3'; its boards: all; it has no group boards (a run with --group-by FIELD makes them)"
     """
     games = listing["games"]
     if game not in games:
@@ -205,7 +207,12 @@ def missing_board(game: str, board: str, listing: dict[str, Any]) -> str:
     for group, aliases in entry.get("groups", {}).items():
         named.update({concrete: f"{alias}@{group}" for alias, concrete in aliases.items() if concrete})
     boards = [f"{name} ({named[name]})" if name in named else name for name in entry["boards"]]
-    return f"no board {board!r} in game {game!r}; its boards: {_listed(boards)}"
+    told = f"no board {board!r} in game {game!r}; its boards: {_listed(boards)}"
+    if "@" in board:  # a group's: name the groups there are (another field, another value)
+        groups = list(entry.get("groups", {}))
+        told += (f"; its groups: {_listed(groups)}" if groups
+                 else "; it has no group boards (a run with --group-by FIELD makes them)")
+    return told
 
 
 class BoardsMoving(RuntimeError):
@@ -724,6 +731,8 @@ def games_answer(snapshot_id: int | None, boards: Iterable[tuple[str, str] | lis
                 named[alias] = None if period is None else f"{alias}:{period}{suffix}"
     for entry in games.values():
         entry["boards"] = ordered_boards(entry["boards"])
+        if "groups" in entry:
+            entry["groups"] = dict(sorted(entry["groups"].items()))
     return {"snapshot_id": snapshot_id, "games": dict(sorted(games.items()))}
 
 

@@ -173,6 +173,8 @@ def test_readers_read_a_group_board_by_its_name(redis_url, redis_client, tmp_pat
     assert ("g1", "final:season:winter") in listed  # the game's own
     with pytest.raises(NoSuchBoard, match="no board 'all@region=xx' in game 'g1'; its boards: all, best"):
         reader.top("g1", "all@region=xx", 10)
+    with pytest.raises(NoSuchBoard, match="its groups: region=eu, region=us$"):  # a reader naming another field
+        reader.player("g1", "best@platform=pc", "a")
     common = ["--redis", redis_url, "--namespace", namespace]
     capsys.readouterr()
     assert main(["boards", "top", *common, "--game", "g1", "--board", "weekly@region=eu", "--json"]) == 0
