@@ -101,3 +101,17 @@ def test_scoped_ranks_carry_rank_change(redis_url, grouped, index):
                    .json()["items"])
         refused = api.post("/boards/g1/all/ranks", params={"since": "12345"}, json={"players": ["ana"]})
         assert refused.status_code == 409, refused.text
+
+
+@pytest.mark.parametrize("index", INDEXES)
+def test_a_group_board_streams_its_top(redis_url, grouped, index):
+    from tests.api.test_api_boards import sse_events
+
+    reader = BoardReader(redis.Redis.from_url(redis_url), grouped)
+    want = reader.top("g1", "daily@region=eu", 10)
+    with serving(Settings(redis_url=redis_url, namespace=grouped, board_index=index)) as api:
+        with api.stream("GET", "/boards/g1/daily@region=eu/stream") as stream:
+            [(kind, event)] = sse_events(stream.iter_lines(), 1)
+    assert kind == "board" and event["full"] is True, event
+    assert (event["game_id"], event["board"], event["size"]) == ("g1", want["board"], len(want["items"]))
+    assert [e["player_id"] for e in event["changed"]] == [i["player_id"] for i in want["items"]]
