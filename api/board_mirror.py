@@ -628,8 +628,8 @@ class MirroredBoards:
 
     def serves_board(self, board: str) -> bool:
         """Whether the mirror answers for ``board``: it copies the live boards, and a final's standings
-        (``final:``, docs/semantics/boards.md 9) are read from Redis."""
-        return self.mirror.serves and not board.startswith(FINAL)
+        (``final:``, docs/semantics/boards.md 9) and a group's boards (``@``, 10) are read from Redis."""
+        return self.mirror.serves and not board.startswith(FINAL) and "@" not in board
 
     async def top(self, game: str, board: str, n: int = 10, **asked: Any) -> dict[str, Any]:
         """``asked``: ``after``, ``ties``, ``percentile`` (docs/semantics/boards.md 5.1 to 5.3)."""

@@ -27,7 +27,8 @@ read with the id), ``age_ms``, its age when answered, and ``stale``, whether tha
 * ``POST /boards/{game}/{board}/ranks`` with ``{"players": [id, ...]}`` (at most 1,000) -> ``{snapshot_id,
   published_at, age_ms, stale, game_id, board, total_players, items: [{rank, competition_rank, rank_in_set,
   player_id, score}], absent: [id, ...]}``: the players on the board in board order, the others apart
-  (``board_read.scoped_ranks``). A body that is not such an object, or an id that is not a string of 1 to 64
+  (``board_read.scoped_ranks``); with ``--rank-change`` each item's ``rank_change`` too, and ``since`` as on
+  the other routes. A body that is not such an object, or an id that is not a string of 1 to 64
   characters, is ``400``; a body over 1 MiB ``413``.
 
 Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5.3, ``connectors.board_pages``):
@@ -45,7 +46,9 @@ Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5.3, ``connec
 
 A usage error is ``400 {"error"}`` and never clamped: ``n`` outside 1..1000, ``r``
 outside 0..50, a value that is not an integer, a board name that is none of ``all``,
-``best``, ``daily``, ``weekly``, ``daily:YYYY-MM-DD``, ``weekly:YYYY-Www``. A board
+``best``, ``daily``, ``weekly``, ``daily:YYYY-MM-DD``, ``weekly:YYYY-Www``, ``season:NAME``, ``final:`` and
+a period's, each optionally followed by ``@FIELD=VALUE`` (a group's board, docs/semantics/boards.md 10: read
+from Redis whatever ``--board-index`` says). A board
 that does not exist is ``404 {"error": "no board 'B' in game 'G'; its boards: ..."}`` (or ``"no game
 'G'; games: ..."``: ``board_read.missing_board``); a player not
 on the board ``404 {"error": "PLAYER is not on GAME/BOARD"}``. ``503`` while Redis
@@ -152,7 +155,8 @@ def game_path() -> Any:
 def board_path() -> Any:
     """The board name the routes accept (else ``400``): its pattern in the schema."""
     return Path(description="all, best, daily, weekly (aliases of the newest period), daily:YYYY-MM-DD, "
-                            "weekly:YYYY-Www, season:NAME, or final: and one of those periods (its final standings)",
+                            "weekly:YYYY-Www, season:NAME, or final: and one of those periods (its final standings); "
+                            "any of them @FIELD=VALUE for a group's board (rankflow run --group-by FIELD)",
                 examples=["all", "daily"], **bounded(pattern=schemas_boards.BOARD))
 
 
@@ -284,7 +288,7 @@ MAX_RANKS_BODY = 1 << 20
 """Bytes of a ranks body at most (``413`` past it): 1,000 ids of 64 characters, each escaped as
 ``\\uXXXX``, fit in 400 KiB."""
 
-RANKS_WHY = {**WHY, 400: model(Error, "a usage error: the body is not JSON, not an object with a list 'players', "
+RANKS_WHY = {**SINCE_WHY, 400: model(Error, "a usage error: the body is not JSON, not an object with a list 'players', "
                                       f"holds more than {MAX_PLAYERS} ids or one that is not a string of 1 to 64 "
                                       "characters; an unknown board name"),
              404: model(Error, "no such board in the current snapshot (its game or period has no result, or it was "
@@ -310,7 +314,7 @@ def players_of(body: bytes) -> Any:
                         **RANKS_WHY},
              openapi_extra=schemas_boards.ranks_body(MAX_PLAYERS))
 async def ranks(request: Request, game: str = game_path(), board: str = board_path(),
-                ties: str | None = ties_query()) -> Response:
+                ties: str | None = ties_query(), since: str | None = since_query()) -> Response:
     body = await read_body(request, MAX_RANKS_BODY)
     if body is None:
         return error_response(413, f"the body is longer than {MAX_RANKS_BODY} bytes")
@@ -318,7 +322,9 @@ async def ranks(request: Request, game: str = game_path(), board: str = board_pa
         players = players_of(body)
     except ValueError as exc:
         return error_response(400, str(exc))
-    return await answer(request, lambda reader: reader.ranks(game, board, players, ties=ties))
+    asked = {"since": since} if since is not None else {}
+    return await answer(request, from_redis(request, since,
+                                            lambda reader: reader.ranks(game, board, players, ties=ties, **asked)))
 
 
 # -- answers ready before the request (api.prepared): the server's protocol writes them ------

@@ -122,6 +122,7 @@ class Ranks(Stamp):
     items: list[SetEntry] = Field(description="the players asked for who are on the board, in board order "
                                               "(each once)")
     absent: list[str] = Field(description="the players asked for who are not on the board, in the order asked")
+    since_snapshot_id: int | None = Field(None, description=SINCE_ID)
 
 
 def ranks_body(most: int) -> dict[str, Any]:
@@ -141,8 +142,13 @@ class Aliases(Exact):
 
 
 class GameBoards(Exact):
-    boards: list[str] = Field(description="all and best first, then the periods newest first")
+    boards: list[str] = Field(description="all and best first, then the periods newest first; then each group's "
+                                          "boards (a run with --group-by), named BOARD@FIELD=VALUE")
     aliases: Aliases
+    groups: dict[str, Aliases] | None = Field(
+        None, description="with group boards only: per group (FIELD=VALUE) its own aliases daily@FIELD=VALUE and "
+                          "weekly@FIELD=VALUE, the group's newest periods", examples=[{"region=eu": {
+                              "daily": "daily:2027-01-04@region=eu", "weekly": "weekly:2027-W01@region=eu"}}])
 
 
 class BoardList(Exact):

@@ -137,7 +137,7 @@ def keyed(board: str) -> KeyedBoard | None:
     >>> keyed("final:daily:2027-01-06") == keyed("daily:2027-01-06"), keyed("season:s1")
     (True, None)
     """
-    kind, _, period = board.removeprefix("final:").partition(":")
+    kind, _, period = board.partition("@")[0].removeprefix("final:").partition(":")  # a group's: its board's
     bits = TIME_BITS.get(kind)
     if bits is None:
         return None

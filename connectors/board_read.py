@@ -42,6 +42,7 @@ from rankflow.connectors.board_layout import (LAYOUT, RedisBoardsLayout, cursor_
                                              player_hash, score_of)
 from rankflow.connectors.board_pages import (Cursor, check_ties, hundredths, page_answer, percentile, restyle,
                                              styled_rank, top_ask, within_percent)
+from rankflow.connectors.board_groups import SUFFIX, game_of, split
 from rankflow.connectors.read_hint import GenerationHint
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_replies import Hash, Scored
@@ -62,9 +63,10 @@ MAX_REMEMBERED_ALIASES = 10_000
 """Alias guesses kept per reader (two per game): past this they are forgotten at once."""
 
 BOARD_PATTERN = re.compile(r"(all|best|daily|weekly|(final:)?(daily:[0-9]{4}-[0-9]{2}-[0-9]{2}|weekly:[0-9]{4}-W[0-9]{2}"
-                           r"|season:[A-Za-z0-9_.-]{1,32}))")
-"""A board name or alias. ASCII digits only (``\\d`` would take any Unicode digit): the HTTP routes
-publish it as their OpenAPI pattern (``api.schemas_boards``), where ``\\d`` means ASCII digits."""
+                           r"|season:[A-Za-z0-9_.-]{1,32}))(" + SUFFIX + ")?")
+"""A board name or alias, and a group's (``@FIELD=VALUE`` after it, ``connectors.board_groups``). ASCII
+digits only (``\\d`` would take any Unicode digit): the HTTP routes publish it as their OpenAPI pattern
+(``api.schemas_boards``), where ``\\d`` means ASCII digits."""
 
 
 class BoardQueryError(LookupError):
@@ -194,14 +196,23 @@ def missing_board(game: str, board: str, listing: dict[str, Any]) -> str:
     "no board 'weekly' in game 'g1'; its boards: all, daily:2027-01-04 (daily)"
     >>> missing_board("g2", "all", listing)
     "no game 'g2'; games: g1, g3"
+    >>> missing_board("g3", "all@region=eu", listing)
+    "no board 'all@region=eu' in game 'g3'; its boards: all; it has no group boards (a run with --group-by FIELD makes them)"
     """
     games = listing["games"]
     if game not in games:
         return f"no game {game!r}; games: {_listed(list(games))}" if games else f"no game {game!r}: no game has a board yet"
     entry = games[game]
     named = {concrete: alias for alias, concrete in entry["aliases"].items() if concrete}
+    for group, aliases in entry.get("groups", {}).items():
+        named.update({concrete: f"{alias}@{group}" for alias, concrete in aliases.items() if concrete})
     boards = [f"{name} ({named[name]})" if name in named else name for name in entry["boards"]]
-    return f"no board {board!r} in game {game!r}; its boards: {_listed(boards)}"
+    told = f"no board {board!r} in game {game!r}; its boards: {_listed(boards)}"
+    if "@" in board:  # a group's: name the groups there are (another field, another value)
+        groups = list(entry.get("groups", {}))
+        told += (f"; its groups: {_listed(groups)}" if groups
+                 else "; it has no group boards (a run with --group-by FIELD makes them)")
+    return told
 
 
 class BoardsMoving(RuntimeError):
@@ -213,7 +224,7 @@ def check_board(board: str) -> None:
     """A usage error (ValueError) unless ``board`` is a board name or an alias."""
     if not BOARD_PATTERN.fullmatch(board):
         raise ValueError(f"unknown board {board!r}: all, best, daily, weekly, daily:YYYY-MM-DD, weekly:YYYY-Www, "
-                         "season:NAME, or final: and a period's board")
+                         "season:NAME, or final: and a period's board; any of them @FIELD=VALUE for a group's")
 
 
 def check_n(n: int) -> None:
@@ -290,6 +301,8 @@ class BoardQuery:
                  ties: str | None = None, cursor: Cursor | None = None, since: str | None = None) -> None:
         check_board(board)
         self.since = check_since(since, board)  # docs/semantics/boards.md 5.6
+        self.asked = game, board  # as the reader named them: a group's board is its game key's (board_groups)
+        game, board, self.suffix = split(game, board)
         self.guesses, self.game, self.board = guesses, game, board
         self.query, self.arg, self.player = query, arg, player
         self.ties, self.cursor = ties or "", cursor  # docs/semantics/boards.md 5.1, 5.3 (connectors.board_pages)
@@ -329,13 +342,14 @@ class BoardQuery:
             self.guesses.learn_alias(self.game, self.alias, reply[1].decode())
             return False
         if tag == b"since":
-            raise not_retained(self.game, self.name, self.since, reply)
+            raise not_retained(self.asked[0], self.name + self.suffix, self.since, reply)
         sid, at, players = reply[1], reply[2], int(reply[3])
         if not sid:  # the publish script writes the id with the boards: without it, none are usable
             raise NoBoardsSnapshot(no_snapshot(self.guesses.keys.namespace))
         if players == 0:
-            raise NoSuchBoard(f"no such board: {self.game}/{self.name}")
-        self.reply = Reply(int(sid), players, reply[4] if len(reply) > 4 else None, self.name, published(at),
+            raise NoSuchBoard(f"no such board: {self.asked[0]}/{self.name}{self.suffix}")
+        self.reply = Reply(int(sid), players, reply[4] if len(reply) > 4 else None, self.name + self.suffix,
+                           published(at),
                            reply[5] if len(reply) > 5 else None, reply[6] if self.since and len(reply) > 6 else None)
         return True
 
@@ -347,8 +361,9 @@ class RanksQuery(BoardQuery):
     """A scoped ranks query: :class:`BoardQuery`'s call with each player and its CRC-32 after
     the fixed arguments (``scripts.READ_BOARD``'s ``ranks``)."""
 
-    def __init__(self, guesses: Guesses, game: str, board: str, players: list[str], ties: str | None = None) -> None:
-        super().__init__(guesses, game, board, "ranks", 0, ties=ties)
+    def __init__(self, guesses: Guesses, game: str, board: str, players: list[str], ties: str | None = None,
+                 since: str | None = None) -> None:
+        super().__init__(guesses, game, board, "ranks", 0, ties=ties, since=since)
         self.players = players
         self._more = [x for player in players for x in (player, player_hash(player))]
 
@@ -494,31 +509,42 @@ def score_query(guesses: Guesses, game: str, board: str, percent: str, ties: str
 
 
 def ranks_answer(game: str, players: list[str], reply: Reply, ties: str | None = None) -> dict[str, Any]:
-    """The script's ``ranks`` reply as :func:`scoped_ranks` gives it (``ties``: 5.3's style of ``rank``)."""
+    """The script's ``ranks`` reply as :func:`scoped_ranks` gives it (``ties``: 5.3's style of ``rank``; each
+    item's ``rank_change`` when the board keeps its moves, 5.5, and the basis asked with ``since``, 5.6)."""
     rows, absent = [], []
+    changes = iter(reply.changes or ())
+    moved: dict[str, bytes] = {}
     for player, found in zip(players, reply.answer):
         if found:
             score, rank, better, *dense = found
             rank, competition = int(rank) + 1, int(better) + 1
             shown = styled_rank(ties, rank, competition, int(dense[0]) if dense else 0)
             rows.append((player, score_of(reply.board, score), rank, competition, shown))
+            if reply.changes:
+                moved[player] = next(changes)
         else:
             absent.append(player)
-    return scoped_ranks(stamp(reply.snapshot_id, reply.published_at), game, reply.board, reply.players, rows, absent)
+    return with_since(scoped_ranks(stamp(reply.snapshot_id, reply.published_at), game, reply.board, reply.players,
+                                   rows, absent, moved or None), reply)
 
 
 def scoped_ranks(stamped: dict[str, Any], game: str, board: str, players: int,
-                 rows: list[tuple[str, int, int, int, int]], absent: list[str]) -> dict[str, Any]:
+                 rows: list[tuple[str, int, int, int, int]], absent: list[str],
+                 changes: dict[str, bytes] | None = None) -> dict[str, Any]:
     """``POST /boards/{game}/{board}/ranks``'s answer (docs/semantics/boards.md 5.4), from Redis or the
     mirror alike: ``rows`` the ``(player, score, rank, competition rank, rank shown)`` of the players on the
     board (any order; the rank shown is the tie style's, 5.3), ``absent`` the others in the order asked; items
-    in board order, ``rank_in_set`` their place among the players asked for.
+    in board order, ``rank_in_set`` their place among the players asked for; ``changes`` (Redis's, with
+    ``--rank-change``) each player's ``rank_change`` as the script gave it (5.5).
 
     >>> scoped_ranks({"snapshot_id": 9}, "g1", "all", 5, [("eve", 0, 5, 5, 5), ("bo", 50, 2, 1, 2)], ["zed"])["items"]
     [{'rank': 2, 'competition_rank': 1, 'rank_in_set': 1, 'player_id': 'bo', 'score': 50}, {'rank': 5, 'competition_rank': 5, 'rank_in_set': 2, 'player_id': 'eve', 'score': 0}]
     """
     items = [{"rank": shown, "competition_rank": competition, "rank_in_set": i, "player_id": player, "score": score}
              for i, (player, score, _, competition, shown) in enumerate(sorted(rows, key=lambda row: row[2]), start=1)]
+    if changes is not None:
+        for item in items:
+            with_rank_change(item, changes.get(str(item["player_id"])))
     return {**stamped, "game_id": game, "board": board, "total_players": players, "items": items, "absent": absent}
 
 
@@ -555,11 +581,13 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
         query, answer = score_query(self.hint, game, board, p, ties)
         return answer(self._query(query))
 
-    def ranks(self, game: str, board: str, players: list[str], *, ties: str | None = None) -> dict[str, Any]:
+    def ranks(self, game: str, board: str, players: list[str], *, ties: str | None = None,
+              since: str | None = None) -> dict[str, Any]:
         """The ranks of ``players`` on a board, among all and among themselves (:func:`scoped_ranks`)."""
         players = check_players(players)
         check_ties(ties)
-        return ranks_answer(game, players, self._query(RanksQuery(self.hint, game, board, players, ties)), ties)
+        return ranks_answer(game, players, self._query(RanksQuery(self.hint, game, board, players, ties, since)),
+                            ties)
 
     def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot: :meth:`AsyncBoardReader.boards`."""
@@ -577,7 +605,7 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
         for _ in range(ATTEMPTS):
             listing = self.boards()
             keys = self.hint.keys.of_generation(self.hint.generation)
-            pairs = [(game, board) for game, entry in listing["games"].items() for board in entry["boards"]]
+            pairs = [split(game, board)[:2] for game, entry in listing["games"].items() for board in entry["boards"]]
             pipe = self.client.pipeline(transaction=True)
             pipe.get(keys.generation)
             pipe.get(keys.snapshot_id)
@@ -592,7 +620,7 @@ class BoardReader(ScriptReader[redis.Redis, Guesses]):
         try:
             return answer_of(run(self.script, query))
         except NoSuchBoard:
-            raise NoSuchBoard(missing_board(query.game, query.board, self.boards())) from None
+            raise NoSuchBoard(missing_board(*query.asked, self.boards())) from None
 
 
 class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
@@ -629,11 +657,12 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
         query, answer = score_query(self.hint, game, board, p, ties)
         return answer(await self._query(query))
 
-    async def ranks(self, game: str, board: str, players: list[str], *, ties: str | None = None) -> dict[str, Any]:
+    async def ranks(self, game: str, board: str, players: list[str], *, ties: str | None = None,
+                    since: str | None = None) -> dict[str, Any]:
         players = check_players(players)
         check_ties(ties)
-        return ranks_answer(game, players, await self._query(RanksQuery(self.hint, game, board, players, ties)),
-                            ties)
+        return ranks_answer(game, players,
+                            await self._query(RanksQuery(self.hint, game, board, players, ties, since)), ties)
 
     async def boards(self) -> dict[str, Any]:
         """Every game's boards and aliases, from one snapshot (one ``MULTI``: the publish
@@ -652,7 +681,7 @@ class AsyncBoardReader(ScriptReader[aioredis.Redis, Guesses]):
         try:
             return answer_of(await arun(self.script, query))
         except NoSuchBoard:
-            raise NoSuchBoard(missing_board(query.game, query.board, await self.boards())) from None
+            raise NoSuchBoard(missing_board(*query.asked, await self.boards())) from None
 
 
 def ordered_boards(boards: list[str]) -> list[str]:
@@ -661,9 +690,19 @@ def ordered_boards(boards: list[str]) -> list[str]:
     >>> ordered_boards(["weekly:2027-W01", "daily:2027-01-03", "best", "daily:2027-01-04", "all"])
     ['all', 'best', 'daily:2027-01-04', 'daily:2027-01-03', 'weekly:2027-W01']
     """
-    kinds = ("all", "best", "daily", "weekly", "season")
     newest_first = sorted(boards, reverse=True)
-    return sorted(newest_first, key=lambda board: kinds.index(board.partition(":")[0]))  # stable
+    return sorted(newest_first, key=_board_order)  # stable
+
+
+_KINDS = ("all", "best", "daily", "weekly", "season")
+
+
+def _board_order(board: str) -> tuple[str, int]:
+    """The game's own boards first, then each group's (docs/semantics/boards.md 10), each by kind."""
+    at = board.find("@")
+    if at < 0:
+        return "", _KINDS.index(board.partition(":")[0])
+    return board[at:], _KINDS.index(board[:at].partition(":")[0])
 
 
 def boards_answer(sid: bytes | None, names: set[bytes], aliases: dict[bytes, bytes]) -> dict[str, Any]:
@@ -677,15 +716,23 @@ def games_answer(snapshot_id: int | None, boards: Iterable[tuple[str, str] | lis
     """:func:`boards_answer` from decoded parts (also the in-process mirror's, ``api.board_mirror``):
     ``boards`` the ``(game, board)`` there are, ``aliases`` per game its ``[daily, weekly]`` periods."""
     games: dict[str, dict[str, Any]] = {}
-    for game, board in boards:
-        games.setdefault(game, {"boards": [], "aliases": {"daily": None, "weekly": None}})["boards"].append(board)
-    for game, periods in aliases.items():
+    for key, board in boards:
+        game, suffix = game_of(key)  # a group's boards under their game (docs/semantics/boards.md 10)
+        games.setdefault(game, {"boards": [], "aliases": {"daily": None, "weekly": None}})["boards"].append(
+            board + suffix)
+    for key, periods in aliases.items():
+        game, suffix = game_of(key)
         entry = games.get(game)
         if entry is not None:
+            named = entry["aliases"]
+            if suffix:  # a group's aliases: under "groups", by FIELD=VALUE
+                named = entry.setdefault("groups", {}).setdefault(suffix[1:], {"daily": None, "weekly": None})
             for alias, period in zip(ALIASES, periods):
-                entry["aliases"][alias] = None if period is None else f"{alias}:{period}"
+                named[alias] = None if period is None else f"{alias}:{period}{suffix}"
     for entry in games.values():
         entry["boards"] = ordered_boards(entry["boards"])
+        if "groups" in entry:
+            entry["groups"] = dict(sorted(entry["groups"].items()))
     return {"snapshot_id": snapshot_id, "games": dict(sorted(games.items()))}
 
 
@@ -697,6 +744,8 @@ def sizes_answer(listing: dict[str, Any], players: list[int]) -> dict[str, Any]:
     rows = []
     for game, entry in listing["games"].items():
         named = {concrete: alias for alias, concrete in entry["aliases"].items() if concrete}
+        for group, aliases in entry.get("groups", {}).items():
+            named.update({concrete: f"{alias}@{group}" for alias, concrete in aliases.items() if concrete})
         for board in entry["boards"]:
             rows.append({"game_id": game, "board": board, "alias": named.get(board), "players": int(next(sizes))})
     return {"snapshot_id": listing["snapshot_id"], "boards": rows}

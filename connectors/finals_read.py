@@ -14,18 +14,23 @@ import orjson
 import redis
 import redis.asyncio as aioredis
 
+from rankflow.connectors.board_groups import game_of
 from rankflow.connectors.board_read import NoBoardsSnapshot, no_snapshot
 from rankflow.connectors.redis_generations import current_generation
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 
 
 def finals_answer(sid: bytes | None, namespace: str, held: dict[bytes, bytes], game: str | None) -> dict[str, Any]:
-    """``{snapshot_id, finals: [{game_id, board, closed_by, players}]}``, by game then newest first."""
+    """``{snapshot_id, finals: [{game_id, board, closed_by, players}]}``, by game then newest first; a
+    group's final is its game's, named ``final:BOARD@FIELD=VALUE`` (read like a board by that name)."""
     if sid is None:
         raise NoBoardsSnapshot(no_snapshot(namespace))
     rows = []
     for name, meta in held.items():
         game_id, board = orjson.loads(name)
+        if "@" in game_id:  # a group's final under its game (docs/semantics/boards.md 10)
+            game_id, suffix = game_of(game_id)
+            board += suffix
         if game is None or game_id == game:
             info = orjson.loads(meta)
             rows.append({"game_id": game_id, "board": board, "closed_by": info["closed_by"],

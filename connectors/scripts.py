@@ -459,8 +459,8 @@ answers ``{r, score}``, r the last rank inside it and the score there (the r-th 
 with ``dense``), or false when no entry is.
 
 Rank change (docs/semantics/boards.md 5.5, ``lua/rank_change.lua``): the replies of ``top``,
-``after``, ``page``, ``around`` and ``player`` carry a sixth element, per item (the player for
-``player``) the positions gained since the board's previous change as a decimal string, ''
+``after``, ``page``, ``around``, ``player`` and ``ranks`` carry a sixth element, per item (the player for
+``player``, each player on the board in the order asked for ``ranks``) the positions gained since the board's previous change as a decimal string, ''
 for an entry new then; or false when the generation keeps no moves (``KEYS`` 8, the
 ``rank_change`` marker, absent: a run without ``--rank-change``) or the board has not changed
 since they are kept. ``ARGV`` ``since`` (5.6): '' for that, ``day`` for the change since the

@@ -85,6 +85,7 @@ def build_flow(
     seasons: Seasons = (),
     keep_final: int = 0,
     shard_workers: int = 0,
+    group_by: str | None = None,
 ) -> Dataflow:
     """The score-board dataflow; see the module docstring for its shape.
 
@@ -97,6 +98,8 @@ def build_flow(
     final standings are kept (0: none; docs/semantics/boards.md section 9).
     ``shard_workers``: N > 0 keys the player stage by input partition, on the worker that read
     it, of N workers in all processes (``operators.keyed_shards``); needs ``user_shards >= 1``.
+    ``group_by``: a result field whose value keeps one set of boards per value (docs/semantics/boards.md
+    10): read by the parse step, entered by the player stage under the game key ``GAME@FIELD=VALUE``.
     """
     if board_partitions < 1:
         raise ValueError("board_partitions must be >= 1")
@@ -113,7 +116,7 @@ def build_flow(
     flow = Dataflow(flow_id)
     batches = op.input("input", flow, source)
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
-    parsed = op.map("parse", stamped, partial(ParsedBatch, parse=partial(parse_score_records, key=signing_key)))
+    parsed = op.map("parse", stamped, partial(ParsedBatch, parse=partial(parse_score_records, key=signing_key, group=group_by)))
 
     results: KeyedStream[ShardItems]
     if shard_workers:
@@ -126,7 +129,8 @@ def build_flow(
     shards = BY_PARTITION if shard_workers else user_shards
     decisions = op.stateful_batch("players", results, PlayerShardLogic.builder(changelog, shards, whole,
                                                                                     republish=republish,
-                                                                                    seasons=seasons))
+                                                                                    seasons=seasons,
+                                                                                    grouped=group_by is not None))
     entries = op.flat_map_batch("board_entries", decisions, partial(route_board_entries, partitions=board_partitions))
     ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, partitions=board_partitions))
     counter_in: KeyedStream[BoardBatch | Tick] = op.merge("counter_input", entries, ticks)

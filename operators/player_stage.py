@@ -32,7 +32,7 @@ from rankflow.operators.metrics import METRICS
 from rankflow.state.board_rules import (DETAILS, Entry, Piece, Span, Verdict, apply_result, finish_piece, forget_expired,
                                         loaded, merge_piece, note_piece, standings, stored)
 from rankflow.state.events import DeadLetter
-from rankflow.state.score_events import ScoreEvent
+from rankflow.state.score_events import GroupedScoreEvent, ScoreEvent
 
 ScoreBatch = tuple[str, int, list[ScoreEvent]]
 """``(source partition, epoch, results)``."""
@@ -65,18 +65,22 @@ PlayerOutput = BoardChanges | DeadLetter | Tally
 class PlayerShardLogic(ShardLogic):
     """One key per player shard: each of the shard's players and their record."""
 
-    __slots__ = ("republish", "duplicates", "pieces", "seasons")
+    __slots__ = ("republish", "duplicates", "pieces", "seasons", "grouped")
 
     merge = staticmethod(merge_piece)  # changelog frames hold the pieces of records that changed
 
     def __init__(self, resume: Position | ShardSnapshot | None, changelog: Path | None, shards: int,
-                 whole: bool = False, republish: bool = False, seasons: Sequence[Span] = ()) -> None:
+                 whole: bool = False, republish: bool = False, seasons: Sequence[Span] = (),
+                 grouped: bool = False) -> None:
         """``republish``: the first call emits every entry of every record (Redis lost the
         boards while the run was down: see ``runner``; the router makes every shard run).
-        ``seasons``: the run's seasons, whose boards results played in them enter too."""
+        ``seasons``: the run's seasons, whose boards results played in them enter too.
+        ``grouped``: the run groups its boards (``--group-by``): each result carries a ninth
+        field, its group's game key (``state.score_events.GroupedScoreEvent``)."""
         super().__init__(resume, changelog, shards, whole)
         self.republish = republish
         self.seasons = tuple(seasons)
+        self.grouped = grouped
         self.pieces: dict[str, Piece] = {}  # with a changelog: per player, the results and boards changed
         self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
 
@@ -95,7 +99,10 @@ class PlayerShardLogic(ShardLogic):
             if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
                 out.append(BoardChanges(epoch, entries))
                 entries, epoch = [], batch_epoch
-            self._apply(partition, epoch, results, entries, out)
+            if self.grouped:
+                self._apply_grouped(partition, epoch, results, entries, out)  # type: ignore[arg-type]
+            else:
+                self._apply(partition, epoch, results, entries, out)
         self._saw_epoch(epoch)
         if entries:
             out.append(BoardChanges(epoch, entries))
@@ -130,6 +137,34 @@ class PlayerShardLogic(ShardLogic):
             else:
                 out.append(DeadLetter(verdict, DETAILS[verdict], partition, offset, raw, epoch))
 
+    def _apply_grouped(self, partition: str, epoch: int, results: list[GroupedScoreEvent],
+                       entries: list[PlayerChanges], out: list[Any]) -> None:
+        """:meth:`_apply` for a run that groups its boards: the same steps, each result with its group
+        (docs/semantics/boards.md 10). Apart, so a run without groups unpacks its tuples as before."""
+        self.source = partition
+        records, changed, tally, pieces, seasons = self.records, self.changed, VERDICTS, self.pieces, self.seasons
+        for game, match, player, points, played_at, received_at, offset, raw, group in results:
+            old = records.get(player)
+            record, verdict, changes = apply_result(old, game, match, player, points, played_at, received_at, seasons,
+                                                    group)
+            tally[verdict] = tally.get(verdict, 0) + 1
+            if record is not old:
+                records[player] = record
+                if old is not None and changed is not None:
+                    pieces[player] = {"W": 1, "r": {}, "b": {}}
+            if changed is not None:
+                changed.add(player)
+            if verdict == ACCEPTED:
+                entries.append((player, changes))
+                if changed is not None and not isinstance(record, bytes):
+                    piece = pieces.get(player)
+                    if piece is None:
+                        piece = pieces[player] = {}
+                    note_piece(piece, record, game, match, changes)
+            elif verdict == DUPLICATE:
+                self.duplicates += 1
+            else:
+                out.append(DeadLetter(verdict, DETAILS[verdict], partition, offset, raw, epoch))
 
     def _changes(self) -> dict[str, Any]:
         records, pieces = self.records, self.pieces

@@ -7,9 +7,10 @@ to ask for. Pages, percentiles and tie styles (docs/semantics/boards.md 5.1 to 5
 --percentile P`` the top P percent, ``page`` the page a player is on, ``score-for-percentile``
 the least score at a percentile, and ``--ties`` the ranks' style; ``ranks`` the ranks of a set
 of players (docs/semantics/boards.md 5.4); ``--since day-start|SNAPSHOT`` on ``top``, ``player``,
-``around`` and ``page`` the rank change since the day's start or a snapshot still retained (5.6,
+``around``, ``page`` and ``ranks`` the rank change since the day's start or a snapshot still retained (5.6,
 exit 1 naming the retained ones otherwise); ``finals`` the final standings retention made of dropped
-periods (docs/semantics/boards.md 9), each read like a board by its name ``final:BOARD``. Exit status: 0 an answer, 1 no
+periods (docs/semantics/boards.md 9), each read like a board by its name ``final:BOARD``; a group's
+boards (a run with ``--group-by FIELD``, docs/semantics/boards.md 10) by ``BOARD@FIELD=VALUE``. Exit status: 0 an answer, 1 no
 such game or board (the message lists the ones there are) or the player is not on it, 2 bad
 usage (``-n/--limit`` outside 1..1000, ``-r/--radius`` outside 0..50, an unknown board name, a
 cursor no page gave, a percentile outside 0..100 or with more than two decimals, an unknown tie
@@ -81,7 +82,8 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
         p.add_argument("--game", required=True, metavar="G")
         p.add_argument("--board", required=True, metavar="B",
                        help="all, best, daily, weekly, daily:YYYY-MM-DD, weekly:YYYY-Www, season:NAME, or final: "
-                            "and one of those periods (its final standings)")
+                            "and one of those periods (its final standings); any of them @FIELD=VALUE for a "
+                            "group's board (a run with --group-by FIELD), such as weekly@region=eu")
         p.add_argument("--json", action="store_true", help="print one JSON object")
         add_redis(p)
     add_option(top, ("-n", "--limit"), "--n", type=int, default=10, metavar="N",
@@ -96,7 +98,7 @@ def add_parser(sub: Any, add_redis: Callable[[argparse.ArgumentParser], None]) -
     for p in (top, player, around, page, score, ranks):
         p.add_argument("--ties", metavar="S", help=f"the style of every rank: {', '.join(TIES)} (1234, 1224, 1223); "
                                                    "without it, ordinal ranks and the competition rank beside them")
-    for p in (top, player, around, page):
+    for p in (top, player, around, page, ranks):
         p.add_argument("--since", metavar="WHEN",
                        help="rank_change since day-start (the board before the game's day began) or a snapshot id "
                             "still retained, instead of since the board's previous change (a --rank-change run's)")
@@ -121,7 +123,7 @@ def cmd_boards(args: argparse.Namespace) -> int:
     try:
         check_board(args.board)
         check_ties(args.ties)
-        since: str | None = getattr(args, "since", None)  # top, player, around, page (5.6)
+        since: str | None = getattr(args, "since", None)  # top, player, around, page, ranks (5.6)
         try:
             check_since(since, args.board)
         except SinceNotRetained as exc:  # a final has no rank change: the user's mistake, known before Redis
@@ -151,7 +153,7 @@ def cmd_boards(args: argparse.Namespace) -> int:
         if args.query == "score-for-percentile":
             return reader.score_for_percentile(args.game, args.board, args.percentile, ties=args.ties)
         if args.query == "ranks":
-            return reader.ranks(args.game, args.board, players, ties=args.ties)
+            return reader.ranks(args.game, args.board, players, ties=args.ties, since=since)
         return reader.around(args.game, args.board, args.player, args.radius, ties=args.ties, since=since)
 
     return answer_query(args.redis, args.redis_read, ask, BoardQueryError, args.json, orjson.dumps, print_answer)
@@ -226,7 +228,11 @@ def print_answer(answer: dict[str, Any]) -> None:
         footer = [f"{quantity(answer['total_players'])} players on the board",
                   *([f"not on it: {absent}"] if absent else []), snapshot]
         rows = [{**item, "player_id": escape(item["player_id"])} for item in answer["items"]]
-        print_rows(title, ("rank", "competition_rank", "rank_in_set", "player_id", "score"), rows, footer)
+        shown: tuple[str, ...] = ("rank", "competition_rank", "rank_in_set", "player_id", "score")
+        if any("rank_change" in item for item in rows):  # a --rank-change run's (docs/semantics/boards.md 5.5)
+            shown += ("rank_change",)
+            rows = [{**item, "rank_change": change_shown(item)} for item in rows]
+        print_rows(title, shown, rows, footer)
         return
     if "page" in answer:
         title = f"Page {answer['page']} of {board} (with {escape(answer['player_id'])})"

@@ -250,15 +250,17 @@ def _drop_old_periods(boards: Aggregates, prefix: str, oldest_kept: Callable[[st
 # -- one result (sections 1 checks 7-8, 2, 3, 4) --------------------------------
 
 def apply_result(record: PlayerRecord | bytes | None, game: str, match: str, player: str, points: int,
-                 played_at: int, received_at: int,
-                 seasons: Sequence[Span] = ()) -> tuple[PlayerRecord | bytes, str, tuple[Entry, ...]]:
+                 played_at: int, received_at: int, seasons: Sequence[Span] = (),
+                 group: str | None = None) -> tuple[PlayerRecord | bytes, str, tuple[Entry, ...]]:
     """The player's record after one result that passed checks 1 to 6, what it did, and the entries it changed.
 
     ``record`` is updated in place (a new one is made for a player's first event):
     R takes this event's ``received_at`` whatever the verdict (check 7's R counts
     every event that passed checks 1 to 6, and is taken *before* check 7), the rest
     changes only when the verdict is ``accepted``. ``seasons``: the run's seasons (section 9),
-    whose boards a result played inside them enters too. ``player`` is the record's owner;
+    whose boards a result played inside them enters too. ``group``: the game key of the result's
+    group boards (section 10, ``GAME@FIELD=VALUE``), whose boards an accepted result enters as a
+    game of their own; identity (section 2) stays the game's. ``player`` is the record's owner;
     the rules do not need it (every entry is this player's), it is there so a call
     reads like the result. A verdict other than ``accepted`` changes no board.
 
@@ -276,9 +278,9 @@ def apply_result(record: PlayerRecord | bytes | None, game: str, match: str, pla
         if played_at < received_at - DAY_MS or played_at > received_at + FUTURE_MS:  # 7, 8
             return ([received_at, NONE_HELD, {}, {}],
                     Verdict.TOO_OLD if played_at < received_at - DAY_MS else Verdict.IN_FUTURE, ())
-        if not seasons or not _in_season(seasons, played_at):
+        if group is None and (not seasons or not _in_season(seasons, played_at)):
             return _first_result(game, match, points, played_at, received_at)
-        record = [received_at, NONE_HELD, {}, {}]  # in a season: the list form (a packed one holds no season)
+        record = [received_at, NONE_HELD, {}, {}]  # in a season or a group: the list form (a packed one holds neither)
     if isinstance(record, bytes):  # a second event: the list form from here on
         record = unpack(record)
     newest = record[R]
@@ -302,6 +304,9 @@ def apply_result(record: PlayerRecord | bytes | None, game: str, match: str, pla
     matches[match] = (points, played_at)  # replaces a result that left the window, if any
     if played_at < record[OLDEST]:
         record[OLDEST] = played_at
+    if group is not None:
+        return record, Verdict.ACCEPTED, (_enter(record[BOARDS], game, points, played_at, seasons)
+                                          + _enter(record[BOARDS], group, points, played_at, seasons))
     return record, Verdict.ACCEPTED, _enter(record[BOARDS], game, points, played_at, seasons)
 
 
@@ -550,6 +555,9 @@ def note_piece(piece: Piece, record: PlayerRecord | bytes, game: str, match: str
         noted = boards[game] = {}
     held = record[BOARDS][game]
     for change in changes:
+        if change[0] is not game and change[0] != game:  # a group's board (section 10): its own game key
+            boards.setdefault(change[0], {})[change[1]] = record[BOARDS][change[0]][change[1]]
+            continue
         noted[change[1]] = held[change[1]]
 
 

@@ -26,7 +26,7 @@ from rankflow.state.events import SHAPE_REASONS, DeadLetter, InvalidEvent
 __all__ = [
     "BAD_SIGNATURE",
     "REASONS", "ID_FIELDS", "INT_FIELDS", "FIELDS", "MAX_ID_CHARS", "MAX_POINTS", "MAX_TIME",
-    "ScoreResult", "ScoreEvent", "check_score", "parse_score", "parse_score_records", "loads_json",
+    "ScoreResult", "ScoreEvent", "GroupedScoreEvent", "check_score", "parse_score", "parse_score_records", "loads_json",
 ]
 
 # Reason codes of checks 1 to 6. The first five are the shape checks of every flow
@@ -74,6 +74,10 @@ PLAYER_ID = 2
 ScoreEvent = tuple[str, str, str, int, int, int, int, bytes]
 """A :class:`ScoreResult`'s fields as a plain tuple, in the same order."""
 
+GroupedScoreEvent = tuple[str, str, str, int, int, int, int, bytes, str | None]
+"""A :data:`ScoreEvent` of a run that groups its boards (``--group-by FIELD``): a ninth field, the
+game key of the result's group boards, ``GAME@FIELD=VALUE`` (None: the result has no group)."""
+
 
 def _parse_int(digits: str) -> int:
     """An integer literal as an int; one too long to matter stays an int, out of range."""
@@ -98,8 +102,8 @@ def loads_json(raw: bytes) -> Any:
 
 
 @functools.lru_cache(maxsize=4)
-def _checker(key: bytes | None) -> _native.ScoreChecker:
-    return _native.ScoreChecker(key)
+def _checker(key: bytes | None, group: str | None = None) -> _native.ScoreChecker:
+    return _native.ScoreChecker(key, group)
 
 
 def check_score(raw: bytes, key: bytes | None) -> tuple[str, str, str, int, int, int]:
@@ -136,11 +140,14 @@ def parse_score(raw: bytes, partition: str, offset: int, epoch: int,
 
 
 def parse_score_records(
-    records: list[bytes], offsets: range | list[int], partition: str, epoch: int, key: bytes | None
+    records: list[bytes], offsets: range | list[int], partition: str, epoch: int, key: bytes | None,
+    group: str | None = None,
 ) -> tuple[list[ScoreEvent], list[tuple[str, DeadLetter]]]:
     """Parse a batch: the valid :data:`ScoreEvent`\\ s and ``(partition, dead letter)`` pairs.
 
-    The hot path of the score flow: one call into the kernel per batch.
+    The hot path of the score flow: one call into the kernel per batch. ``group``: the field a
+    run groups its boards by (``--group-by``, docs/semantics/boards.md 10); each event then has a
+    ninth field, its group's game key ``GAME@FIELD=VALUE`` (:data:`GroupedScoreEvent`), or None.
 
     >>> line = b'{"game_id":"g1","match_id":"m1","player_id":"ana","points":5,"played_at":1,"received_at":2}'
     >>> events, dead = parse_score_records([line, b"{"], range(7, 9), "p0", 1, None)
@@ -149,7 +156,7 @@ def parse_score_records(
     >>> [(partition, d.reason, d.offset) for partition, d in dead]
     [('p0', 'invalid_json', 8)]
     """
-    checker = _checker(key)
+    checker = _checker(key, group)
     if type(offsets) is range and offsets.step == 1:
         events, refused = checker.parse(records, offsets.start)
     else:

@@ -15,6 +15,7 @@ import fractions
 import hashlib
 import hmac
 import json
+import re
 from typing import Any
 
 DAY = 86_400_000
@@ -97,10 +98,15 @@ def week_start(day: datetime.date) -> datetime.date:
 class BoardsModel:
     """Feed events in log order (per partition), then read the boards."""
 
-    def __init__(self, key: bytes | None, seasons: dict[str, tuple[int, int]] | None = None) -> None:
-        """``seasons``: name -> ``(start, end)`` in ms, the boards ``season:NAME`` of section 9."""
+    def __init__(self, key: bytes | None, seasons: dict[str, tuple[int, int]] | None = None,
+                 group_by: str | None = None) -> None:
+        """``seasons``: name -> ``(start, end)`` in ms, the boards ``season:NAME`` of section 9;
+        ``group_by``: the field whose values keep group boards (section 10), each group held as the
+        game ``GAME@FIELD=VALUE`` (how Redis holds them)."""
         self.key = key
         self.seasons = seasons or {}
+        self.group_by = group_by
+        self.groups: dict[tuple[str, str, str, int], str] = {}  # (player, game, match, nth accepted) -> its group's game key
         self.newest_receipt: dict[str, int] = {}  # R per player
         self.accepted: dict[str, list[tuple[str, str, int, int]]] = {}  # player -> (game, match, points, played_at)
         self.dead_letters: list[tuple[str, str, int]] = []  # (reason, partition, offset)
@@ -120,6 +126,16 @@ class BoardsModel:
         reason, ev = check(raw, self.key)
         if reason is not None:
             return reason
+        field = self.group_by
+        group = None
+        if field is not None:  # section 10: checks 4 and 5 of the group field
+            value = ev.get(field)
+            if value is not None and not isinstance(value, str):
+                return "wrong_type"
+            if ((value is not None and re.fullmatch(r"[A-Za-z0-9_.-]{1,32}", value) is None)
+                    or f"@{field}=" in ev["game_id"]):
+                return "out_of_range"
+            group = None if value is None else f"{ev['game_id']}@{field}={value}"
         player, game, match = ev["player_id"], ev["game_id"], ev["match_id"]
         points, played_at, received_at = ev["points"], ev["played_at"], ev["received_at"]
         r = max(self.newest_receipt.get(player, received_at), received_at)
@@ -133,14 +149,19 @@ class BoardsModel:
             if (g, m) == (game, match) and t >= r - DAY:  # still remembered
                 return "duplicate" if (p, t) == (points, played_at) else "conflict"
         mine.append((game, match, points, played_at))
+        if group is not None:
+            self.groups[(player, game, match, len(mine))] = group
         return "accepted"
 
     def _results(self) -> dict[str, list[tuple[str, int, int]]]:
         """Per game, every accepted ``(player, points, played_at)``."""
         games: dict[str, list[tuple[str, int, int]]] = {}
         for player, results in self.accepted.items():
-            for game, _, points, played_at in results:
+            for i, (game, match, points, played_at) in enumerate(results, start=1):
                 games.setdefault(game, []).append((player, points, played_at))
+                group = self.groups.get((player, game, match, i))
+                if group is not None:  # section 10: the group's boards are a game's of their own
+                    games.setdefault(group, []).append((player, points, played_at))
         return games
 
     def aliases(self) -> dict[str, dict[str, str]]:

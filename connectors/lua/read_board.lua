@@ -24,7 +24,7 @@ local card = redis.call('ZCARD', KEYS[4])
 if card == 0 then
   return {'board', sid, at, 0}
 end
-if ARGV[4] ~= 'at' and ARGV[4] ~= 'ranks' then  -- rank change's basis (lua/rank_change.lua)
+if ARGV[4] ~= 'at' then  -- rank change's basis (lua/rank_change.lua)
   local refused = choose_basis(KEYS[4], ARGV[7], ARGV[13])
   if refused then
     return refused
@@ -66,21 +66,24 @@ local function member_of(player, hash)
   return reached and reached .. player
 end
 if ARGV[4] == 'ranks' then  -- scoped ranks: a player and its CRC-32 per pair of arguments after the fixed thirteen
-  local found = {}
+  local found, changes = {}, basis and {}  -- changes: per player on the board its gain (rank change kept)
   for i = 14, #ARGV - 1, 2 do
     local m = member_of(ARGV[i], tonumber(ARGV[i + 1]))
     local score = m and redis.call('ZSCORE', KEYS[4], m)
     if score then
-      found[#found + 1] = {score, redis.call('ZRANK', KEYS[4], m),
-                           redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. group_of(score, bits))}
+      local rank = redis.call('ZRANK', KEYS[4], m)
+      found[#found + 1] = {score, rank, redis.call('ZCOUNT', KEYS[4], '-inf', '(' .. group_of(score, bits))}
       if dense then
         found[#found][4] = distinct_above(KEYS[4], score, bits)
+      end
+      if changes then
+        changes[#changes + 1] = rank_changes(KEYS[4], {m, score}, rank)[1]
       end
     else
       found[#found + 1] = false
     end
   end
-  return {'board', sid, at, card, found}
+  return {'board', sid, at, card, found, changes, basis_id}
 end
 local m = member_of(ARGV[6], tonumber(ARGV[9]))
 local score = m and redis.call('ZSCORE', KEYS[4], m)

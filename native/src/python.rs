@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
 use crate::order::{json_string, keyed_score, percentile_json, BadKey, BoardKeys, Key, Probe};
-use crate::score::{check, Refused, Score, MAX_ID_CHARS, MAX_POINTS, MAX_TIME};
+use crate::score::{check, check_grouped, Refused, Score, MAX_ID_CHARS, MAX_POINTS, MAX_TIME};
 use crate::signature::Signer;
 use crate::tags::target_digest;
 
@@ -20,6 +20,8 @@ use crate::tags::target_digest;
 #[pyclass(frozen, module = "rankflow._native")]
 struct ScoreChecker {
     signer: Option<Signer>,
+    /// `--group-by FIELD` (docs/semantics/boards.md 10): each result also carries its group's key.
+    group: Option<String>,
 }
 
 fn refusal<'py>(py: Python<'py>, refused: &Refused) -> PyResult<Bound<'py, PyTuple>> {
@@ -40,9 +42,9 @@ fn fields<'py>(py: Python<'py>, score: &Score<'_>) -> [Bound<'py, PyAny>; 6] {
 #[pymethods]
 impl ScoreChecker {
     #[new]
-    #[pyo3(signature = (key))]
-    fn new(key: Option<&[u8]>) -> Self {
-        ScoreChecker { signer: key.map(Signer::new) }
+    #[pyo3(signature = (key, group=None))]
+    fn new(key: Option<&[u8]>, group: Option<String>) -> Self {
+        ScoreChecker { signer: key.map(Signer::new), group }
     }
 
     /// One record: its six fields `(game_id, match_id, player_id, points, played_at,
@@ -55,7 +57,8 @@ impl ScoreChecker {
     }
 
     /// A batch: `(results, refused)`. Each result is the tuple `(game_id, match_id,
-    /// player_id, points, played_at, received_at, offset, raw)`, `raw` the record itself;
+    /// player_id, points, played_at, received_at, offset, raw)`, `raw` the record itself,
+    /// and with a group field a ninth, its group's game key `GAME@FIELD=VALUE` or None;
     /// each refused record is `(index in the batch, reason, detail)`. A record's offset is
     /// `offsets[i]`, or `start + i` when `offsets` is None.
     #[pyo3(signature = (records, start, offsets=None))]
@@ -75,8 +78,11 @@ impl ScoreChecker {
             records.iter().map(|r| r.cast_into::<PyBytes>().map_err(PyErr::from)).collect::<PyResult<_>>()?;
         let slices: Vec<&[u8]> = held.iter().map(|b| b.as_bytes()).collect();
         let signer = self.signer.as_ref();
-        let checked: Vec<Result<Score<'_>, Refused>> =
-            py.detach(|| slices.iter().map(|raw| check(raw, signer)).collect());
+        let group = self.group.as_deref();
+        let checked: Vec<Result<Score<'_>, Refused>> = py.detach(|| match group {
+            None => slices.iter().map(|raw| check(raw, signer)).collect(),
+            Some(field) => slices.iter().map(|raw| check_grouped(raw, signer, field)).collect(),
+        });
         let results = PyList::empty(py);
         let refused = PyList::empty(py);
         for (i, (outcome, raw)) in checked.iter().zip(&held).enumerate() {
@@ -85,7 +91,18 @@ impl ScoreChecker {
                     let offset = offsets.as_ref().map_or(start + i as i64, |o| o[i]);
                     let [g, m, p, n, t, r] = fields(py, score);
                     let item = [g, m, p, n, t, r, offset.into_pyobject(py)?.into_any(), raw.clone().into_any()];
-                    results.append(PyTuple::new(py, item)?)?;
+                    match group {
+                        None => results.append(PyTuple::new(py, item)?)?,
+                        Some(field) => {
+                            // a ninth field: the group's boards' game key, `GAME@FIELD=VALUE`, or None
+                            let key = match &score.group {
+                                Some(value) => PyString::new(py, &format!("{}@{field}={value}", score.game)).into_any(),
+                                None => py.None().into_bound(py),
+                            };
+                            let [g, m, p, n, t, r, o, w] = item;
+                            results.append(PyTuple::new(py, [g, m, p, n, t, r, o, w, key])?)?
+                        }
+                    }
                 }
                 Err(why) => refused.append((i, why.reason, why.detail.as_str()))?,
             }

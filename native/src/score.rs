@@ -21,6 +21,9 @@ pub const MAX_ID_CHARS: usize = 64;
 pub const MAX_POINTS: u64 = 10_000;
 /// 9999-12-31T23:59:59.999Z in ms.
 pub const MAX_TIME: u64 = 253_402_300_799_999;
+/// A group value (`rankflow run --flow boards --group-by FIELD`): 1 to this many of
+/// `A-Z a-z 0-9 _ . -`, so `BOARD@FIELD=VALUE` is one board name in a path and a key.
+pub const MAX_GROUP_CHARS: usize = 32;
 
 /// The six fields in the order checks name them, then `sig`.
 const NAMES: [&str; 7] = ["game_id", "match_id", "player_id", "points", "played_at", "received_at", "sig"];
@@ -37,6 +40,8 @@ pub struct Score<'a> {
     pub points: u64,
     pub played_at: u64,
     pub received_at: u64,
+    /// The group field's value (`--group-by`), when the run groups and the result has one.
+    pub group: Option<Cow<'a, str>>,
 }
 
 /// The first failed check: its reason code and a readable detail.
@@ -64,7 +69,30 @@ fn in_range(literal: &str, max: u64) -> Option<u64> {
 
 /// Checks 1 to 6 of one record; `signer` None checks no signature.
 pub fn check<'a>(raw: &'a [u8], signer: Option<&Signer>) -> Result<Score<'a>, Refused> {
-    let fields = match read_top(raw, &NAMES) {
+    check_fields(raw, signer, &NAMES)
+}
+
+/// [`check`] of a run that groups its boards by the field `group` (docs/semantics/boards.md
+/// 10): the field is optional (absent or null: no group); any other value than a string of
+/// 1 to [`MAX_GROUP_CHARS`] of `A-Z a-z 0-9 _ . -` is refused with check 4 or 5, as is a
+/// `game_id` holding `@FIELD=` (it would read as another game's group boards).
+pub fn check_grouped<'a>(raw: &'a [u8], signer: Option<&Signer>, group: &str) -> Result<Score<'a>, Refused> {
+    let names = [NAMES[0], NAMES[1], NAMES[2], NAMES[3], NAMES[4], NAMES[5], NAMES[6], group];
+    check_fields(raw, signer, &names)
+}
+
+fn group_value_ok(value: &str) -> bool {
+    (1..=MAX_GROUP_CHARS).contains(&value.len())
+        && value.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'.' || b == b'-')
+}
+
+/// The checks over `names`: the six fields and `sig`, then (N = 8) the group field.
+fn check_fields<'a, const N: usize>(
+    raw: &'a [u8],
+    signer: Option<&Signer>,
+    names: &[&str; N],
+) -> Result<Score<'a>, Refused> {
+    let fields = match read_top(raw, names) {
         Err(not_json) => return Err(Refused { reason: INVALID_JSON, detail: not_json.0 }),
         Ok(Top::Other(value)) => {
             return Err(Refused {
@@ -86,6 +114,9 @@ pub fn check<'a>(raw: &'a [u8], signer: Option<&Signer>) -> Result<Score<'a>, Re
             (true, _) => wrong.push(format!("{name} must be a string")),
             (false, _) => wrong.push(format!("{name} must be an integer")),
         }
+    }
+    if N > 7 && !matches!(&fields[7], None | Some(Value::Null) | Some(Value::Str(_))) {
+        wrong.push(format!("{} must be a string (or absent)", names[7]));
     }
     if !wrong.is_empty() {
         return Err(refused(WRONG_TYPE, wrong));
@@ -109,6 +140,16 @@ pub fn check<'a>(raw: &'a [u8], signer: Option<&Signer>) -> Result<Score<'a>, Re
             }
         }
     }
+    if N > 7 {
+        if let Some(Value::Str(value)) = &fields[7] {
+            if !group_value_ok(value) {
+                bad.push(format!("{} must be 1 to {MAX_GROUP_CHARS} of A-Z a-z 0-9 _ . -", names[7]));
+            }
+        }
+        if ids[0].contains(&format!("@{}=", names[7])) {
+            bad.push(format!("game_id must not hold '@{0}=' while boards are grouped by {0}", names[7]));
+        }
+    }
     if !bad.is_empty() {
         return Err(refused(OUT_OF_RANGE, bad));
     }
@@ -123,19 +164,17 @@ pub fn check<'a>(raw: &'a [u8], signer: Option<&Signer>) -> Result<Score<'a>, Re
             return Err(Refused { reason: BAD_SIGNATURE, detail: detail.into() });
         }
     }
-    let [game, r#match, player, _, _, _, _] = fields;
-    let text = |v: Option<Value<'a>>| match v {
-        Some(Value::Str(s)) => s,
+    let mut fields = fields.into_iter();
+    let mut text = || match fields.next() {
+        Some(Some(Value::Str(s))) => s,
         _ => unreachable!("checked above"),
     };
-    Ok(Score {
-        game: text(game),
-        r#match: text(r#match),
-        player: text(player),
-        points: ints[0],
-        played_at: ints[1],
-        received_at: ints[2],
-    })
+    let (game, r#match, player) = (text(), text(), text());
+    let group = match fields.nth(4) {
+        Some(Some(Value::Str(s))) => Some(s),
+        _ => None,
+    };
+    Ok(Score { game, r#match, player, points: ints[0], played_at: ints[1], received_at: ints[2], group })
 }
 
 #[cfg(test)]
@@ -187,6 +226,24 @@ mod tests {
         );
         assert_eq!(check(b"{}", None).unwrap_err().detail.matches("is missing").count(), 6);
         assert_eq!(check(b"7", None).unwrap_err().detail, "expected a JSON object, got a number");
+    }
+
+    #[test]
+    fn a_group_field() {
+        let grouped =
+            |raw: &str| check_grouped(raw.as_bytes(), None, "region").map(|s| s.group.map(|g| g.into_owned()));
+        assert_eq!(grouped(LINE), Ok(None));
+        assert_eq!(grouped(&with("region", "null")), Ok(None));
+        assert_eq!(grouped(&with("region", r#""eu-1.b_C""#)), Ok(Some("eu-1.b_C".into())));
+        assert_eq!(grouped(&with("region", "7")).unwrap_err().reason, WRONG_TYPE);
+        assert_eq!(grouped(&with("region", "7")).unwrap_err().detail, "region must be a string (or absent)");
+        assert_eq!(grouped(&with("region", r#""e u""#)).unwrap_err().reason, OUT_OF_RANGE);
+        assert_eq!(grouped(&with("region", r#""""#)).unwrap_err().reason, OUT_OF_RANGE);
+        assert_eq!(grouped(&with("region", &format!("\"{}\"", "a".repeat(33)))).unwrap_err().reason, OUT_OF_RANGE);
+        let game = LINE.replace(r#""g1""#, r#""g1@region=eu""#);
+        assert_eq!(grouped(&game).unwrap_err().reason, OUT_OF_RANGE);
+        assert_eq!(reason(&game, None), "ok"); // without grouping, any game id
+        assert_eq!(check(with("region", "7").as_bytes(), None).map(|s| s.group), Ok(None));
     }
 
     #[test]

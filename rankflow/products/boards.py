@@ -57,6 +57,28 @@ def seasons_of(path: str | None) -> Any:
         raise UsageError(f"--seasons: {exc}") from None
 
 
+GROUP_FIELD = r"[A-Za-z_][A-Za-z0-9_]{0,31}"
+"""A group field's name (``--group-by``): it goes into board names (``all@FIELD=VALUE``)."""
+
+
+def group_field(name: str | None) -> str | None:
+    """``--group-by FIELD`` checked (a usage error names the mistake), before any service is asked:
+    a JSON member name of 1 to 32 of ``A-Z a-z 0-9 _`` (not starting with a digit) that is none of
+    a result's own fields (docs/semantics/boards.md 10)."""
+    import re
+
+    from rankflow.state.score_events import FIELDS
+
+    if name is None:
+        return None
+    if not re.fullmatch(GROUP_FIELD, name):
+        raise UsageError(f"--group-by: {name!r} is not a field name: 1 to 32 of A-Z a-z 0-9 _, not starting "
+                         "with a digit")
+    if name in (*FIELDS, "sig"):
+        raise UsageError(f"--group-by: {name} is one of a result's own fields; name another (such as region)")
+    return name
+
+
 class Boards(Product):
     name = "boards"
     title = "game score boards"
@@ -84,6 +106,9 @@ class Boards(Product):
         Option(("--keep-final",), "keep_final", metavar="DAYS", type=within(0, 3660), default=KEEP_FINAL_DAYS,
                help="keep each period retention drops (a day, a week, a season) as its final standings, "
                     "final:BOARD, for DAYS days more (default %(default)s; 0: drop them as before)"),
+        Option(("--group-by",), "group_by", metavar="FIELD", resolve=group_field, default=None,
+               help="also keep every board per value of this result field (such as region): boards "
+                    "BOARD@FIELD=VALUE, like all@region=eu or weekly@region=eu (docs/semantics/boards.md 10)"),
     )
     k_max = BOARDS_K_MAX  # the live top 10: the whole boards are in Redis, and a longer list costs every barrier
 
@@ -98,9 +123,11 @@ class Boards(Product):
         from rankflow.state.seasons import fingerprint
 
         # the boards hold results checked with the key; the players' records hold their seasons' sums
-        # (a season added on resume would miss the results before it): a resume keeps both
+        # (a season added on resume would miss the results before it), and their groups' boards
+        # (a group field changed on resume would mix two groupings): a resume keeps all three
         layout: dict[str, Any] = {KEY_FINGERPRINT: key_fingerprint(opts.signing_key),
-                                  "seasons": fingerprint(opts.option("seasons") or ())}
+                                  "seasons": fingerprint(opts.option("seasons") or ()),
+                                  "group_by": opts.option("group_by")}
         workers = shard_workers(opts)
         if opts.user_shards:  # shards by partition live under keys that depend on the reading worker
             layout["shard_by"] = "partition" if workers else "user"
@@ -111,7 +138,7 @@ class Boards(Product):
     def layout_before(self) -> dict[str, Any]:
         # a directory made before seasons were recorded had none; every run before --shard-by keyed
         # its player shards by player
-        return {"seasons": None, "shard_by": "user"}
+        return {"seasons": None, "shard_by": "user", "group_by": None}
 
     def warn(self, opts: RunOptions) -> None:
         """A run without a signing key counts every result as its match server sent it: say so once
@@ -174,6 +201,7 @@ class Boards(Product):
             seasons=opts.option("seasons") or (),
             keep_final=opts.option("keep_final"),
             shard_workers=shard_workers(opts),
+            group_by=opts.option("group_by"),
             **self.engine(opts, token),
         )
 

@@ -220,7 +220,7 @@ def test_every_answer_is_described(offline):
             if method == "post":
                 body = operation["requestBody"]
                 assert body["required"] and body["content"]["application/json"]["examples"], where
-                refusals = {"200", "400", "404", "413", "503"} if path in READ_POSTS else {
+                refusals = {"200", "400", "404", "409", "413", "503"} if path in READ_POSTS else {
                     "202", "400", "401", "413", "415", "503"}
                 assert set(responses) == refusals, where
     health = schema["paths"]["/health"]["get"]["responses"]
@@ -228,7 +228,12 @@ def test_every_answer_is_described(offline):
     board = schema["paths"]["/boards/{game}/{board}/top"]["get"]["parameters"]
     assert {p["name"]: p["schema"].get("pattern") for p in board}["board"] == (
         "^(all|best|daily|weekly|(final:)?(daily:[0-9]{4}-[0-9]{2}-[0-9]{2}|weekly:[0-9]{4}-W[0-9]{2}"
-        "|season:[A-Za-z0-9_.-]{1,32}))$")
+        "|season:[A-Za-z0-9_.-]{1,32}))(@[A-Za-z_][A-Za-z0-9_]{0,31}=[A-Za-z0-9_.-]{1,32})?$")
+    ranks = schema["paths"]["/boards/{game}/{board}/ranks"]["post"]
+    assert "since" in {p["name"] for p in ranks["parameters"]}  # rank change since a basis (5.6)
+    assert "rank_change" in schema["components"]["schemas"]["SetEntry"]["properties"]
+    assert "since_snapshot_id" in schema["components"]["schemas"]["Ranks"]["properties"]
+    assert "groups" in schema["components"]["schemas"]["GameBoards"]["properties"]
 
 
 def conforms(schema: dict[str, Any], template: str, method: str, answer: httpx.Response) -> None:

@@ -112,6 +112,8 @@ def check_since(client: redis.Redis, namespace: str, want: Bases) -> None:
                     paged = reader.top(game, board, 2, after=paged["next"], since=since)
                     seen.update(changes_of(paged["items"]))
                 assert seen == changes, (game, board, since)
+                scoped = reader.ranks(game, board, [*reversed(changes), "nobody"], since=since)  # 5.4 with 5.6
+                assert (changes_of(scoped["items"]), scoped["since_snapshot_id"]) == (changes, basis), (game, board)
                 for player, change in changes.items():
                     answer = reader.player(game, board, player, since=since)
                     assert (answer.get("rank_change"), answer["since_snapshot_id"]) == (change, basis)
@@ -142,6 +144,10 @@ def check_answers(client: redis.Redis, namespace: str, want: Changes) -> None:
                 paged = reader.top(game, board, 2, after=paged["next"])
                 seen.update(changes_of(paged["items"]))
             assert seen == changes, (game, board)
+            asked = [*reversed(changes), "nobody"]  # scoped ranks (5.4): each item's rank change, in any set
+            assert changes_of(reader.ranks(game, board, asked)["items"]) == changes, (game, board)
+            assert changes_of(reader.ranks(game, board, asked[::2], ties="dense")["items"]) == {
+                p: changes[p] for p in asked[::2] if p in changes}, (game, board)
             for player, change in changes.items():
                 assert reader.player(game, board, player).get("rank_change") == change, (game, board, player)
                 around = changes_of(reader.around(game, board, player, 1)["items"])
@@ -269,6 +275,8 @@ def test_without_the_option_no_answer_has_rank_change_and_turning_it_on_forgets_
     for board in ("all", "best"):
         top = reader.top("g1", board, 1000)
         assert all("rank_change" not in item for item in top["items"])
+        scoped = reader.ranks("g1", board, [i["player_id"] for i in top["items"]])
+        assert all("rank_change" not in item for item in scoped["items"]) and "since_snapshot_id" not in scoped
         assert "rank_change" not in reader.player("g1", board, top["items"][0]["player_id"])
     assert not redis_client.exists(f"{{{boards_namespace(namespace)}}}:g0:rank_change")
     with pytest.raises(SinceNotRetained, match="without --rank-change"):
@@ -314,6 +322,13 @@ def test_the_cli_shows_rank_change(redis_url, redis_client, tmp_path, capsys):
     assert main(["boards", "top", *common, "-n", "5"]) == 0
     table = capsys.readouterr().out
     assert "rank_change" in table or "+1" in table
+    assert main(["boards", "ranks", *common, "--players", "bo,ana", "--json"]) == 0
+    assert [(i["player_id"], i["rank_change"]) for i in orjson.loads(capsys.readouterr().out)["items"]] == [
+        ("ana", 1), ("bo", -1)]
+    assert main(["boards", "ranks", *common, "--players", "bo", "--since", "day-start", "--json"]) == 0
+    assert orjson.loads(capsys.readouterr().out)["since_snapshot_id"] is None  # the day began with the first
+    assert main(["boards", "ranks", *common, "--players", "bo,ana"]) == 0
+    assert "+1" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("argv", [["--rank-change", "yes"]])
