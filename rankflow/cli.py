@@ -31,7 +31,8 @@ from rankflow.connectors.redis_keys import DEFAULT_NAMESPACE
 from rankflow.connectors.redis_replicas import READ_URL_ENV, read_urls
 from rankflow.cluster_watch import DEFAULT_PEER_TIMEOUT_S
 from rankflow.execution import stop_signal, tune_gc
-from rankflow.options import (DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER, SIGNING_KEY_ENV, RunOptions,
+from rankflow.options import (DEFAULT_BARRIER_MS, DEFAULT_DEAD_LETTER, DEFAULT_REBUILD_DEAD_LETTER,
+                              SEVERAL_PROCESSES_BARRIER_MS, SIGNING_KEY_ENV, RunOptions,
                               ServiceError, UsageError, check_input_file, check_output_file, check_redis_url,
                               default_redis_url, redacted)
 from rankflow.api.http_cache import DEFAULT_MAX_AGE_S
@@ -130,8 +131,10 @@ def _add_flow_options(p: argparse.ArgumentParser, dead_letter: str, command: str
                    help="songs ranked per snapshot (default 100), or entries listed per changed board with "
                         "--flow boards (default 10; the whole boards are in Redis)")
     p.add_argument("--workers", type=_positive, default=1, metavar="N")
-    p.add_argument("--barrier-ms", type=_positive, default=250, metavar="MS",
-                   help="how often the run publishes a snapshot, in milliseconds (default: %(default)s)")
+    p.add_argument("--barrier-ms", type=_positive, metavar="MS",
+                   help="how often the run publishes a snapshot, in milliseconds (default: "
+                        f"{DEFAULT_BARRIER_MS} with one process, {SEVERAL_PROCESSES_BARRIER_MS} with several "
+                        "(--processes, --addresses): every barrier makes the processes wait for one another)")
     p.add_argument("--read-batch", type=_positive, metavar="N",
                    help="Kafka input: the most messages a partition reads at once (default: "
                         + ", ".join(f"{RunOptions(input='', flow=name).kafka_batch} for --flow {name}"

@@ -118,7 +118,7 @@ def _stop_gracefully(signum: int, frame: Any) -> None:
 
 def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -> None:
     """Run ``flow`` to its end (or a graceful stop) with the options' workers and processes."""
-    interval = timedelta(milliseconds=opts.barrier_ms)
+    interval = timedelta(milliseconds=opts.barrier)
     STOP.clear()  # a stop of an earlier run in this process must not end this one
     _stopped_by.clear()
     _stopped_at.clear()

@@ -119,13 +119,15 @@ def main() -> None:
     ap.add_argument("--processes", default="1,2,4", help="process counts (default: %(default)s)")
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--extra", default="", help="more `rankflow run` options, for both systems")
+    ap.add_argument("--base-extra", default="", help="more `rankflow run` options for the base only: with this "
+                    "checkout's own rankflow as --base, two settings of one checkout (e.g. --barrier-ms 250)")
     ap.add_argument("--flow", choices=sorted(FLOWS), default="listeners")
     ap.add_argument("--players", type=int, default=100_000, help="--flow boards: players")
     ap.add_argument("--pin", action="store_true", help="each process on its own core (taskset), see above")
     args = ap.parse_args()
     counts = [int(x) for x in args.processes.split(",")]
     systems = {"new": str(Path(sys.executable).parent / "rankflow"), "base": args.base}
-    extra = args.extra.split()
+    extra = {"new": args.extra.split(), "base": args.extra.split() + args.base_extra.split()}
     with Rig() as rig:
         log = rig.work / "events.jsonl"
         kind, key_field = FLOWS[args.flow]
@@ -142,7 +144,7 @@ def main() -> None:
                 order = ["new", "base"] if (rep + n) % 2 == 0 else ["base", "new"]
                 pair = {}
                 for name in order:
-                    r = run_flow(systems[name], rig, "events", n, extra, args.flow, args.pin)
+                    r = run_flow(systems[name], rig, "events", n, extra[name], args.flow, args.pin)
                     if first_items is None:
                         first_items = r["items"]
                     exact = r["items"] == first_items and r["items"] is not None
