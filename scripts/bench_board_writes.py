@@ -1,37 +1,39 @@
-"""What Redis spends per changed board entry, today's layout against the tie-break in the score.
+"""What Redis spends per changed board entry: the boards flow's publisher against the floors under it.
 
     .venv/bin/python scripts/bench_board_writes.py [--players 1000000,100000,10000] [--reps 3]
-        [--snapshots 150] [--entries 700]
+        [--snapshots 150] [--entries 700] [--variants today,zadd,stream] [--only KINDS] [--check]
 
-Issue 41, item 2: an entry costs Redis some 10.5 µs in layout 2 (the old member found through
-the board's ``reached_at`` bucket, then ``ZREM``, ``ZADD``, ``HSET``), a bare in-place ``ZADD``
-some 4. This script starts its own Redis servers (``rankflow.services.LocalRedis``), one per
-variant, loads the same boards into each (three games of ``--players`` players: ``all`` and
-``best`` hold every player, the current week 40% of them, the current day 15%), then replays
-the same stream of entry updates through each, alternating variants ``--reps`` times (each rep
-``--snapshots`` snapshots of ``--entries`` entries: 90% a player already there whose score
-rises, 10% a new one, as the rules make them). Variants:
+Issue 41, item 2 chose the boards' Redis layout with a prototype of this script (its variants
+``layout2``, ``layout3`` and ``layout3j``, a copy of the publish script's board loop; their
+figures are in docs/benchmarks.md, "One write per changed entry"). Layout 3 landed
+(``connectors/board_layout.py``), and the prototype variants were removed with it: what is
+measured now is the real publisher against the floors under it.
 
-- ``layout2``: today's publish script and layout, through the flow's own publisher
-  (``Publisher``, ``BoardsState``);
-- ``layout3``: the same prelude and stream, each board's loop replaced: ``best``,
-  ``daily:*`` and ``weekly:*`` entries are one ``ZADD`` of the bare player id, the score a
-  double whose bit pattern is the order key (:func:`order_key`, docs/design.md), computed by
-  the publisher and sent as the ``ZADD``'s arguments (after the entries' JSON, which the
-  stream keeps); ``all``, whose key does not fit, as today;
-- ``zadd``: the floor, no script: one pipelined ``ZADD`` of bare ids per board with the same
-  scores (``all`` too, as if its key fitted);
-- ``stream``: design (a)'s Redis floor: the same script keeping only the ``board_changes``
-  stream and the boards' set (the boards themselves held elsewhere; a top K not kept).
+It starts its own Redis servers (``rankflow.services.LocalRedis``), one per variant, loads the
+same boards into each (three games of ``--players`` players: ``all`` and ``best`` hold every
+player, the current week 40% of them, the current day 15%), then replays the same stream of
+entry updates through each, alternating variants ``--reps`` times (each rep ``--snapshots``
+snapshots of ``--entries`` entries: 90% a player already there whose score rises, 10% a new
+one, as the rules make them). Variants:
 
-- ``layout3j``: ``layout3`` with each board's scores as one JSON object (player -> score)
-  instead of flat arguments;
+- ``today``: the boards flow's own publisher (``Publisher``, ``BoardsState``, the real
+  ``scripts.PUBLISH_BOARDS``) over boards loaded in today's layout: ``best`` and the periods
+  bare ids scored by their order keys (``board_layout.KeyedBoard``), ``all`` layout 2's
+  members with their ``reached_at`` buckets;
+- ``zadd``: the floor, no script: one pipelined ``ZADD`` of bare ids per board, the keyed
+  boards with the same scores (``KeyedBoard.scores_json``), ``all`` with ``-score`` as if its
+  key fitted (its order then not section 4's: it is a cost, not a board);
+- ``stream``: a what-if floor, design (a) of docs/design.md (rejected): ``PUBLISH_BOARDS``
+  with its board loop swapped for one that keeps only the ``board_changes`` stream and the
+  boards' set (:data:`STREAM_BODY`; the boards would be the serving processes'). rankflow
+  never runs this body.
 
 Prints per rep and variant Redis's CPU seconds (``INFO cpu``: ``used_cpu_sys`` +
 ``used_cpu_user``) per 1M entries (and this process's CPU µs an entry: building and sending
-the calls, the flow's publisher's share), then the medians and the ratios to ``layout2``. With
-``--check`` it then compares every board of ``layout3`` with ``layout2``'s, entry by entry in
-order (decoded), and exits 1 if any differs.
+the calls, the flow's publisher's share for ``today``), then the medians and the ratios to
+``today``. With ``--check`` it then reads every board ``today`` wrote back, decoded with
+``board_layout.entries_of``, and compares it entry by entry in order with the model the
+stream was made from; exit 1 if any differs.
 """
 
 from __future__ import annotations
@@ -41,18 +43,16 @@ import dataclasses
 import datetime as dt
 import random
 import statistics
-import struct
 import sys
 import tempfile
 import time
-import zlib
-from typing import Any
+from typing import Any, NoReturn, cast
 
 import orjson
 import redis
 
-from rankflow.connectors.board_layout import BUCKET_LOAD, LAYOUT, REACHED_BYTES, member, member_fields
-from rankflow.connectors.redis_boards import BoardsState, board_name
+from rankflow.connectors.board_layout import BUCKET_LOAD, REACHED_BYTES, TIME_BITS, bucket_of, entries_of, keyed, member
+from rankflow.connectors.redis_boards import BoardsState
 from rankflow.connectors.redis_generations import join_run
 from rankflow.connectors.redis_keys import Keys, boards_namespace
 from rankflow.connectors.redis_publish import Publisher
@@ -66,155 +66,28 @@ DAY0 = int(dt.datetime(2027, 1, 6, tzinfo=dt.UTC).timestamp() * 1000)  # a Wedne
 WEEK0 = DAY0 - 2 * DAY_MS  # Monday 2027-01-04
 DAILY, WEEKLY = "daily:2027-01-06", "weekly:2027-W01"
 BOARDS = ("all", "best", WEEKLY, DAILY)
-
-TIME_BITS = {"best": 48, "daily": 27, "weekly": 30, "all": 48}
-"""Bits of ``reached_at`` in the key: ``best`` any time below 2^48, a day's 86,400,000 ms below
-2^27, a week's 604,800,000 below 2^30 (offsets from the period's start)."""
-
-
-def points_cap(kind: str) -> int:
-    """The greatest score a board of ``kind`` can encode: keys stay below the bit pattern of
-    +inf (2047 * 2^52), so every key is a finite, non-negative double. ``best`` needs 10,000;
-    ``all`` could hold only 32,751 (what the ``zadd`` floor pretends)."""
-    return 10_000 if kind == "best" else 2047 * 2 ** (52 - TIME_BITS[kind]) - 1
-
-
-def kind_of(board: str) -> str:
-    return board.partition(":")[0]
-
-
-def origin_of(board: str) -> int:
-    return {"daily": DAY0, "weekly": WEEK0}.get(kind_of(board), 0)
-
-
-def order_key(board: str, score: int, reached_at: int) -> int:
-    """The 63-bit key ordering a board as docs/semantics/boards.md 4 (ascending: the best first;
-    equal keys order by member, the player id): the score's complement, then the time."""
-    kind = kind_of(board)
-    return (points_cap(kind) - score) << TIME_BITS[kind] | (reached_at - origin_of(board))
-
-
-def key_double(key: int) -> float:
-    """The double whose bit pattern is ``key``: non-negative doubles order as their patterns."""
-    return float(struct.unpack(">d", struct.pack(">Q", key))[0])
-
-
-def key_of_double(score: float) -> int:
-    return int(struct.unpack(">Q", struct.pack(">d", score))[0])
-
-
-LAYOUT3_BODY = r"""
-local boards = tonumber(ARGV[P + 4])
-local dropped = tonumber(ARGV[P + 5])
-redis.call('DEL', KEYS[#KEYS])
-local a = P + 7
-local size = 0
-local aliases = {}
-local function in_batches(command, key, list)
-  for i = 1, #list, 4000 do
-    redis.call(command, key, unpack(list, i, math.min(i + 3999, #list)))
-  end
-end
-local function grow(z, r, coming)
-  local n, low = bucket_span(r)
-  local before = n
-  local card = redis.call('ZCARD', z) + coming
-  while card > LOAD * n do
-    local split = n - low
-    local from, to = r .. ':' .. split, r .. ':' .. (split + low)
-    local flat = redis.call('HGETALL', from)
-    local moved, gone = {}, {}
-    for i = 1, #flat, 2 do
-      if crc32(flat[i]) % (2 * low) == split + low then
-        moved[#moved + 1], moved[#moved + 2] = flat[i], flat[i + 1]
-        gone[#gone + 1] = flat[i]
-      end
-    end
-    if #gone > 0 then
-      redis.call('HSET', to, unpack(moved))
-      redis.call('HDEL', from, unpack(gone))
-    end
-    n = n + 1
-    if n == 2 * low then
-      low = 2 * low
-    end
-  end
-  if n ~= before then
-    redis.call('SET', r, n)
-  end
-  return n, low
-end
-for i = 1, tonumber(ARGV[a]) do
-  redis.call('HSET', KEYS[9], ARGV[a + 2 * i - 1], ARGV[a + 2 * i])
-  aliases[2 * i - 1], aliases[2 * i] = ARGV[a + 2 * i - 1], ARGV[a + 2 * i]
-end
-a = a + 1 + 2 * tonumber(ARGV[a])
-local hashes = cjson.decode(ARGV[a])
-a = a + 1
-local changed = {}
-for b = 1, boards do
-  local z, r = KEYS[11 + 2 * b], KEYS[12 + 2 * b]
-  redis.call('SADD', KEYS[10], ARGV[a])
-  changed[2 * b - 1], changed[2 * b] = ARGV[a], ARGV[a + 1]
-  size = size + #ARGV[a + 1]
-  local count = tonumber(ARGV[a + 2])
-  if ARGV[a + 3] == '1' then  -- the scores and ids to ZADD follow, the score's double from the flow
-    for i = a + 4, a + 3 + 2 * count, 4000 do
-      redis.call('ZADD', z, unpack(ARGV, i, math.min(i + 3999, a + 3 + 2 * count)))
-    end
-    a = a + 4 + 2 * count
-  elseif ARGV[a + 3] == '2' then  -- one JSON object: player -> the score's double
-    local adds = {}
-    for player, score in pairs(cjson.decode(ARGV[a + 4])) do
-      adds[#adds + 1], adds[#adds + 2] = score, player
-    end
-    in_batches('ZADD', z, adds)
-    a = a + 5
-  else
-    local n, low = grow(z, r, count)
-    local adds, removes = {}, {}
-    for player, e in pairs(cjson.decode(ARGV[a + 1])) do
-      local at = struct.pack('>I6', e[2])
-      local bucket = bucket_key(r, hashes[player], n, low)
-      local old = redis.call('HGET', bucket, player)
-      if old ~= at then
-        if old then
-          removes[#removes + 1] = old .. player
-        end
-        redis.call('HSET', bucket, player, at)
-      end
-      adds[#adds + 1], adds[#adds + 2] = -e[1], at .. player
-    end
-    in_batches('ZREM', z, removes)
-    in_batches('ZADD', z, adds)
-    a = a + 4
-  end
-end
-redis.call('XADD', KEYS[11], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'published_at', ARGV[8],
-           'previous', previous or '', 'full', 'delta', 'aliases', #aliases > 0 and cjson.encode(aliases) or '[]',
-           'boards', '[' .. table.concat(changed, ',') .. ']', 'dropped', '[]')
-return 1
-"""
-"""Layout 3's board loop (a prototype: no rank change, no dropped boards, which this stream has none of)."""
+KINDS = ("all", *TIME_BITS)
 
 STREAM_BODY = r"""
 local boards = tonumber(ARGV[P + 4])
-redis.call('DEL', KEYS[#KEYS])
-local a = P + 7
+local a = P + 9
 a = a + 1 + 2 * tonumber(ARGV[a])
 a = a + 1
 local changed = {}
 for b = 1, boards do
   redis.call('SADD', KEYS[10], ARGV[a])
   changed[2 * b - 1], changed[2 * b] = ARGV[a], ARGV[a + 1]
-  a = a + 3
+  a = a + 4
 end
 redis.call('XADD', KEYS[11], 'MAXLEN', '~', ARGV[P + 2], '*', 'snapshot_id', ARGV[3], 'published_at', ARGV[8],
            'previous', previous or '', 'full', 'delta', 'aliases', '[]',
            'boards', '[' .. table.concat(changed, ',') .. ']', 'dropped', '[]')
 return 1
 """
-"""Design (a)'s Redis part: the changes only (the boards are the serving processes')."""
+"""A what-if floor, not rankflow's code: design (a)'s Redis part, the changes only (the boards
+would be held by the serving processes). It replaces ``lua/publish_boards.lua`` in
+``PUBLISH_BOARDS`` (the prelude stays) and reads the same arguments; it handles no aliases,
+dropped, closed or expired boards, which this stream has none of."""
 
 
 def swapped(body: str, name: str) -> Script:
@@ -224,47 +97,20 @@ def swapped(body: str, name: str) -> Script:
     return script
 
 
-class Layout3State(BoardsState):
-    """Today's arguments, but the players' CRC-32 only for the ``all`` boards (the only ones with buckets),
-    and after each other board's entries its ``ZADD`` arguments: flat (``mode`` 1), or one JSON object of
-    player -> score (``mode`` 2: ``orjson`` packs it, ``cjson`` unpacks it in Redis)."""
-
-    script = swapped(LAYOUT3_BODY, "publish_boards_layout3")
-    mode = "1"
-
-    def args(self) -> list[Any]:
-        args = PUBLISH_BOARDS.at_p(full="full" if self._full else "delta", layout=LAYOUT, changes_cap=100,
-                                   entry_bytes=1 << 20, changed=len(self._pending), dropped=len(self._dropped),
-                                   rank_change="", aliases=0)
-        hashes = {p: zlib.crc32(p.encode()) for (_, board), entries in self._pending.items() if board == "all"
-                  for p in entries}
-        args.append(orjson.dumps(hashes))
-        for (game, board), entries in self._pending.items():
-            args += (board_name(game, board), orjson.dumps(entries), len(entries), "" if board == "all" else self.mode)
-            if board == "all":
-                continue
-            if self.mode == "2":
-                args.append(orjson.dumps({p: key_double(order_key(board, score, at))
-                                          for p, (score, at) in entries.items()}))
-            else:
-                for p, (score, at) in entries.items():
-                    args += (repr(key_double(order_key(board, score, at))), p)
-        return args
-
-
-class Layout3JsonState(Layout3State):
-    mode = "2"
-
-
 class StreamState(BoardsState):
-    script = swapped(STREAM_BODY, "publish_boards_stream")
+    """Today's arguments, sent to :data:`STREAM_BODY`."""
+
+    script = swapped(STREAM_BODY, "publish_boards_stream_floor")
 
 
-VARIANTS = ("layout2", "layout3", "layout3j", "zadd", "stream")
-STATES: dict[str, type[BoardsState]] = {"layout2": BoardsState, "layout3": Layout3State, "layout3j": Layout3JsonState,
-                                        "stream": StreamState}
+VARIANTS = ("today", "zadd", "stream")
+STATES: dict[str, type[BoardsState]] = {"today": BoardsState, "stream": StreamState}
 
 Boards = dict[tuple[str, str], dict[str, tuple[int, int]]]
+
+
+def kind_of(board: str) -> str:
+    return board.partition(":")[0]
 
 
 def initial_boards(sizes: list[int], rng: random.Random) -> Boards:
@@ -320,6 +166,16 @@ def stream(boards: Boards, sizes: list[int], snapshots: int, per: int, rng: rand
     return out
 
 
+def floor_scores(board: str, entries: dict[str, tuple[int, int]]) -> dict[str, float]:
+    """The ``zadd`` floor's scores of bare ids: a keyed board's own (its order keys, from the
+    kernel as the publisher makes them), ``all``'s ``-score`` (no tie-break: a cost only)."""
+    codec = keyed(board)
+    if codec is None:
+        return {p: -s for p, (s, _) in entries.items()}
+    scores: dict[str, float] = orjson.loads(codec.scores_json(entries))
+    return scores
+
+
 class Variant:
     """One variant on its own Redis: its loaded boards and how it takes a snapshot's entries."""
 
@@ -344,22 +200,21 @@ class Variant:
             return
         for (game, board), entries in boards.items():
             z, r = self.keys.board(game, board)
-            bare = self.name == "zadd" or (self.name.startswith("layout3") and board != "all")
+            bucketed = self.name == "today" and keyed(board) is None  # all: members and reached_at buckets
             items = list(entries.items())
             buckets = max(1, -(-len(items) // BUCKET_LOAD))
-            if not bare and buckets > 1:
+            if bucketed and buckets > 1:
                 self.client.set(r, buckets)
             for i in range(0, len(items), 5000):
                 pipe = self.client.pipeline(transaction=False)
-                chunk = items[i:i + 5000]
-                if bare:
-                    pipe.zadd(z, {p: key_double(order_key(board, s, at) if board != "all" else
-                                                all_key(s, at)) for p, (s, at) in chunk})
+                chunk = dict(items[i:i + 5000])
+                if not bucketed:
+                    pipe.zadd(z, floor_scores(board, chunk))
                 else:
-                    pipe.zadd(z, {member(p, at): -s for p, (s, at) in chunk})
+                    pipe.zadd(z, {member(p, at): -s for p, (s, at) in chunk.items()})
                     grouped: dict[int, dict[str, bytes]] = {}
-                    for p, (_, at) in chunk:
-                        grouped.setdefault(bucket_index(p, buckets), {})[p] = at.to_bytes(REACHED_BYTES, "big")
+                    for p, (_, at) in chunk.items():
+                        grouped.setdefault(bucket_of(p, buckets), {})[p] = at.to_bytes(REACHED_BYTES, "big")
                     for b, mapping in grouped.items():
                         pipe.hset(f"{r}:{b}", mapping=mapping)  # type: ignore[arg-type]
                 pipe.execute()
@@ -369,9 +224,7 @@ class Variant:
         if self.publisher is None:
             pipe = self.client.pipeline(transaction=False)
             for (game, board), entries in snap.items():
-                pipe.zadd(self.keys.board(game, board)[0],
-                          {p: key_double(order_key(board, s, at) if board != "all" else all_key(s, at))
-                           for p, (s, at) in entries.items()})
+                pipe.zadd(self.keys.board(game, board)[0], floor_scores(board, entries))
             pipe.execute()
             return
         sid = self.token * SNAPSHOT_ID_RUN_FACTOR + self.epoch
@@ -381,61 +234,73 @@ class Variant:
         if self.publisher.publish(snapshot) != 1:
             raise RuntimeError(f"{self.name}: snapshot {sid} was not stored")
 
+    def rows(self, game: str, board: str) -> list[tuple[str, int, int]]:
+        """A board top down as ``(player, score, reached_at)``, decoded as the readers decode it."""
+        decode = entries_of(board)
+        flat = cast(list[tuple[bytes, float]], self.client.zrange(self.keys.board(game, board)[0], 0, -1,
+                                                                   withscores=True))
+        return [decode(m, s) for m, s in flat]
+
     def stop(self) -> None:
         if self.publisher is not None:
             self.publisher.close()
         self.service.stop()
 
 
-def all_key(score: int, reached_at: int) -> int:
-    """The ``zadd`` floor's stand-in for ``all`` (not exact: a sum above 32,751 wraps)."""
-    return ((points_cap("all") - score) % (points_cap("all") + 1)) << 48 | reached_at
+def model_rows(entries: dict[str, tuple[int, int]]) -> list[tuple[str, int, int]]:
+    """A board of the model top down: docs/semantics/boards.md 4 (score down, then reached_at, then id bytes)."""
+    return sorted(((p, s, at) for p, (s, at) in entries.items()), key=lambda e: (-e[1], e[2], e[0].encode()))
 
 
-def bucket_index(player: str, buckets: int) -> int:
-    h = zlib.crc32(player.encode())
-    low = 1 << (buckets.bit_length() - 1)
-    b = h % low
-    return h % (2 * low) if b < buckets - low else b
+class Parser(argparse.ArgumentParser):
+    """A mistake on the command line is one line on stderr, exit 2 (the usage would hide it)."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"bench_board_writes: {message} (see --help)\n")
 
 
-def board_rows(v: Variant, game: str, board: str) -> list[tuple[str, int, int]]:
-    """A board of ``v`` top down as ``(player, score, reached_at)``, decoded from its layout."""
-    flat = v.client.zrange(v.keys.board(game, board)[0], 0, -1, withscores=True)
-    if v.name == "layout2" or board == "all":  # layout 2's members
-        return [(p, -int(s), at) for m, s in flat for p, at in (member_fields(m),)]
-    kind, rows = kind_of(board), []
-    for m, s in flat:
-        key = key_of_double(s)
-        bits = TIME_BITS[kind]
-        rows.append((m.decode(), points_cap(kind) - (key >> bits), origin_of(board) + (key & ((1 << bits) - 1))))
-    return rows
+def counts(text: str) -> list[int]:
+    try:
+        values = [int(n) for n in text.split(",")]
+    except ValueError:
+        values = []
+    if not values or any(n < 1 for n in values):
+        raise argparse.ArgumentTypeError(f"takes positive counts, comma-separated, not {text!r}")
+    return values
+
+
+def positive(text: str) -> int:
+    if not text.isdigit() or int(text) < 1:
+        raise argparse.ArgumentTypeError(f"takes a positive count, not {text!r}")
+    return int(text)
+
+
+def names_of(allowed: tuple[str, ...]) -> Any:
+    def parse(text: str) -> list[str]:
+        names = [n for n in text.split(",") if n]
+        if not set(names) <= set(allowed) or len(set(names)) != len(names):
+            raise argparse.ArgumentTypeError(f"takes some of {','.join(allowed)}, each once, not {text!r}")
+        return names
+    return parse
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--players", default="1000000,100000,10000", help="players per game (comma-separated)")
-    ap.add_argument("--reps", type=int, default=3)
-    ap.add_argument("--snapshots", type=int, default=150, help="snapshots per rep and variant")
-    ap.add_argument("--entries", type=int, default=700, help="entries per snapshot")
-    ap.add_argument("--variants", default=",".join(VARIANTS))
-    ap.add_argument("--only", default="", help="keep only these board kinds' entries in the stream (e.g. "
-                    "best,daily,weekly: what layout 3 writes with one ZADD)")
-    ap.add_argument("--check", action="store_true", help="compare layout3's boards with layout2's at the end")
+    ap = Parser(description=__doc__.split("\n\n")[0], allow_abbrev=False)
+    ap.add_argument("--players", type=counts, default=[1_000_000, 100_000, 10_000],
+                    help="players per game (comma-separated; default 1000000,100000,10000)")
+    ap.add_argument("--reps", type=positive, default=3)
+    ap.add_argument("--snapshots", type=positive, default=150, help="snapshots per rep and variant")
+    ap.add_argument("--entries", type=positive, default=700, help="entries per snapshot")
+    ap.add_argument("--variants", type=names_of(VARIANTS), default=list(VARIANTS),
+                    help=f"some of {','.join(VARIANTS)} (today, the baseline, always runs)")
+    ap.add_argument("--only", type=names_of(KINDS), default=[],
+                    help="keep only these board kinds' entries in the measured stream (e.g. best,daily,weekly)")
+    ap.add_argument("--check", action="store_true",
+                    help="compare every board today wrote with the model at the end (exit 1 on a difference)")
     a = ap.parse_args()
-    try:
-        sizes = [int(n) for n in a.players.split(",")]
-        names = a.variants.split(",")
-        if any(n < 1 for n in sizes) or not set(names) <= set(VARIANTS) or "layout2" not in names:
-            raise ValueError
-    except ValueError:
-        print(f"bench_board_writes: --players takes positive counts, --variants some of {','.join(VARIANTS)} "
-              "with layout2", file=sys.stderr)
-        return 2
-    kinds = set(a.only.split(",")) - {""}
-    if not kinds <= set(TIME_BITS):
-        print("bench_board_writes: --only takes board kinds: all, best, daily, weekly", file=sys.stderr)
-        return 2
+    sizes: list[int] = a.players
+    names = ["today", *(n for n in a.variants if n != "today")]
+    kinds = set(a.only)
     rng = random.Random(41)
     boards = initial_boards(sizes, rng)
     print(f"boards: {', '.join(f'{b}={sum(len(e) for (_, bb), e in boards.items() if bb == b)}' for b in BOARDS)}",
@@ -443,8 +308,10 @@ def main() -> int:
     results: dict[str, list[float]] = {n: [] for n in names}
     client: dict[str, list[float]] = {n: [] for n in names}
     with tempfile.TemporaryDirectory(prefix="bench-writes-") as workdir:
-        variants = [Variant(n, workdir) for n in names]
+        variants: list[Variant] = []
         try:
+            for n in names:
+                variants.append(Variant(n, workdir))
             for v in variants:
                 v.load(boards)
             clock = [DAY0 + DAY_MS // 2]
@@ -468,22 +335,22 @@ def main() -> int:
                     client[v.name].append((time.process_time() - own) / entries * 1e6)
                     line.append(f"{v.name} {per_m:.2f} (client {client[v.name][-1]:.2f})")
                 print(f"rep {rep + 1}: {entries} entries; Redis CPU-s per 1M entries: {', '.join(line)}", flush=True)
-            base = statistics.median(results["layout2"])
+            base = statistics.median(results["today"])
             for n in names:
                 med = statistics.median(results[n])
                 print(f"{n}: median {med:.2f} CPU-s per 1M entries ({med:.2f} us an entry), x{med / base:.2f} "
-                      f"layout2; this process (building and sending the calls) {statistics.median(client[n]):.2f} us "
+                      f"today; this process (building and sending the calls) {statistics.median(client[n]):.2f} us "
                       "an entry", flush=True)
-            if a.check and "layout3" in names:
-                by = {v.name: v for v in variants}
-                bad = [(game, board) for game, board in boards for n in names if n.startswith("layout3")
-                       if board_rows(by["layout2"], game, board) != board_rows(by[n], game, board)]
-                ok = all(board_rows(by["layout3"], g, b) == sorted(
-                    ((p, s, at) for p, (s, at) in boards[(g, b)].items()), key=lambda e: (-e[1], e[2], e[0].encode()))
-                    for g, b in boards if not kinds or kind_of(b) in kinds)
-                print(f"check: {len(bad)} boards of layout 3 differ from layout 2's; the model's order: "
-                      f"{'equal' if ok else 'DIFFERENT'}", flush=True)
-                if bad or not ok:
+            if a.check:
+                today = variants[0]
+                checked = [bid for bid in boards if not kinds or kind_of(bid[1]) in kinds]
+                bad = [bid for bid in checked if today.rows(*bid) != model_rows(boards[bid])]
+                listed = {tuple(orjson.loads(raw)) for raw in today.client.smembers(today.keys.boards)}
+                unlisted = [bid for bid in checked if bid not in listed]
+                print(f"check: {len(checked)} boards of today ({sum(len(boards[b]) for b in checked)} entries) "
+                      f"against the model: {len(bad)} differ{': ' + str(bad) if bad else ''}, {len(unlisted)} "
+                      "missing from the boards set", flush=True)
+                if bad or unlisted:
                     return 1
         finally:
             for v in variants:
