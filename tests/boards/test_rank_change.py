@@ -444,3 +444,20 @@ def test_a_bad_since_is_a_usage_error_before_redis(argv, said, capsys):
     assert main(["boards", argv[0], "--game", "g1", *argv[1:], "--redis", "redis://127.0.0.1:9/0"]) == 2
     err = capsys.readouterr().err
     assert said in err and "Traceback" not in err and len(err.strip().splitlines()) == 1
+
+
+def test_a_durable_run_of_two_processes_answers_the_models_rank_change(redis_url, redis_client, tmp_path):
+    """The moves kept by a run of two processes (``--processes 2``), resumed twice with more of the
+    log: every read's rank change, and since the day start or a retained snapshot, is the model's
+    at the snapshots the run stored."""
+    import random
+
+    from tests.boards.test_boards_flow import random_log
+
+    lines = random_log(random.Random(29), 90)
+    ends = [30, 60, 90]
+    namespace, path = executions(redis_url, tmp_path, lines, ends, processes=2, extra={"rank_change": True})
+    stored = stored_positions(redis_client, namespace, path)
+    assert set(ends) <= set(stored)
+    check_answers(redis_client, namespace, expected_changes(lines, stored, path))
+    check_since(redis_client, namespace, expected_since(lines, stored, stored_ids(redis_client, namespace), path))
