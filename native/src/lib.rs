@@ -6,8 +6,11 @@
 
 pub mod json;
 pub mod order;
+pub mod rules;
 pub mod score;
 pub mod signature;
 
 #[cfg(feature = "python")]
 mod python;
+#[cfg(feature = "python")]
+mod rules_python;
