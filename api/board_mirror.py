@@ -54,6 +54,7 @@ import redis.asyncio as aioredis
 
 from rankflow._native import BoardKeys
 from rankflow.api.change_feed import FeedGap, chain_end
+from rankflow.api.http_cache import tag_parts
 from rankflow.api.watch import Polling
 from rankflow.connectors.board_read import (
     AsyncBoardReader,
@@ -88,7 +89,6 @@ from rankflow.state.board_index import (
     entry_fields,
     entry_key,
     key_of_member,
-    key_score,
     stream_ops,
 )
 
@@ -106,12 +106,9 @@ READ_MAX = 1_000
 """Stream entries read per poll at most (the stream keeps fewer)."""
 MAX_PARTS = 1_000
 """Boards whose answer parts :meth:`BoardMirror.player_bytes` keeps; past this they start over."""
-MAX_SCORES = 10_000
-# player_bytes' parts of a board: (the change set in flight when made, board name, index, the
-# answer's first bytes, its bytes after age and stale, the entries ahead of each score asked,
-# published_at, entries, the board's native order when it is the live one)
-_Hot = tuple[object, str, Board, bytes, bytes, dict[int, int], int, int, BoardKeys | None]
-"""Scores per board and snapshot whose competition rank :meth:`BoardMirror.player_bytes` keeps."""
+# player_bytes' parts of a board: (the change set in flight when made, board name, the answer's
+# first bytes, its bytes after age and stale, published_at, the board's kernel, snapshot id)
+_Hot = tuple[object, str, bytes, bytes, int, BoardKeys, int]
 LOAD_ATTEMPTS = 5
 """Starts of one board's load before giving up (every anchor left the board each time)."""
 
@@ -155,7 +152,7 @@ class BoardMirror(Polling):
         self._chunk = bind(client, BOARD_CHUNK)
         self._version_made: tuple[Any, Any] = (None, None)  # :attr:`version`, per what it is made of
         # player_bytes' per board and snapshot: the answer's parts, and the entries ahead of each score
-        self._parts: dict[tuple[str, str], tuple[tuple[int, int, int], bytes, bytes, dict[int, int]]] = {}
+        self._parts: dict[tuple[str, str], tuple[tuple[int, int, int], bytes, bytes]] = {}
         self._hot: dict[tuple[str, str], _Hot] = {}  # the same per board as asked (an alias too), while settled
 
     # -- following Redis (:class:`api.watch.Polling` calls these) ------------------------
@@ -430,47 +427,49 @@ class BoardMirror(Polling):
         and encoding it cost a prepared rank more than its two order queries (docs/benchmarks.md,
         "Capacity of one serve process"). One format of the numbers into the parts that stay the
         same per board (kept per board and snapshot) is the same bytes. A player's competition rank
-        is the entries with a better score: one order query per score and snapshot, kept, since
-        many players share a score (the served copy is exactly one snapshot, so the count holds
-        until the next)."""
+        is the entries with a better score. The board's kernel makes the whole answer in one call
+        (``BoardKeys.player_answer``), as the board is served: while a change set is half applied,
+        as it was before it (the kernel records what the change set did so far)."""
+        hot = self._hot_board(game, board)
+        if hot is None:
+            return None
+        _, name, head, middle, at, native, _ = hot
+        made = native.player_answer(player, head, middle, orjson.dumps(player), at, stale_after_ms)
+        if made is None:
+            raise NotOnBoard(f"{player} is not on {game}/{name}")
+        return made
+
+    def player_reply(self, game: str, board: str, player: str, stale_after_ms: int, target: bytes,
+                     control: bytes) -> tuple[bytes, bytes] | None:
+        """:meth:`player_bytes` and the answer's cache validators for request ``target`` (``api.prepared.
+        Validated``: the lines ``api.http_cache.HttpCache.of_body`` makes of the body, ``control`` its
+        ``cache-control``), the board as served, in one call of the kernel (``BoardKeys.player_reply``);
+        None as :meth:`player_bytes`."""
+        hot = self._hot_board(game, board)
+        if hot is None:
+            return None
+        _, name, head, middle, at, native, sid = hot
+        made = native.player_reply(player, head, middle, at, stale_after_ms, target, *tag_parts(sid, at, control))
+        if made is None:
+            raise NotOnBoard(f"{player} is not on {game}/{name}")
+        return made
+
+    def _hot_board(self, game: str, board: str) -> _Hot | None:
+        """:meth:`_heat`'s parts of a board, kept while the same change set is the next one (its
+        kernel answers the board as served meanwhile); None: the dict path answers."""
         if self._missing is not None:
             return None
         hot = self._hot.get((game, board))
-        if hot is None or not self._settled(hot[0]):
-            hot = self._heat(game, board)
-            if hot is None:
-                return None
-        _, name, index, head, middle, better, at, entries, native = hot
-        if native is not None:  # the board as served: its numbers read and written natively
-            made = native.player_answer(player, head, middle, orjson.dumps(player), at, stale_after_ms)
-            if made is None:
-                raise NotOnBoard(f"{player} is not on {game}/{name}")
-            return made
-        key = index.key(player)
-        if key is None:
-            raise NotOnBoard(f"{player} is not on {game}/{name}")
-        score = key_score(key)
-        ahead = better.get(score)  # the competition rank of each score asked in this snapshot: players share scores
-        if ahead is None:
-            if len(better) >= MAX_SCORES:
-                better.clear()
-            ahead = better[score] = index.better_than(score)
-        age = max(0, int(time.time() * 1000) - at)
-        rank = index.below(key) + 1
-        return b'%s%d,"stale":%s%s%s,"score":%d,"rank":%d,"competition_rank":%d,"percentile":%s}' % (
-            head, age, b"true" if age > stale_after_ms else b"false", middle, orjson.dumps(player), score,
-            rank, ahead + 1, orjson.dumps(percentile(rank, entries)))
-
-    def _settled(self, flight: object) -> bool:
-        """Whether the served boards are still the live ones of when ``flight`` was current: no
-        operation of the next change set applied yet (a board's answers need no correction)."""
         buffer = self._buffer
-        return buffer is not None and buffer.untouched(flight)
+        if hot is None or buffer is None or hot[0] is not buffer.flight:
+            hot = self._heat(game, board)
+        return hot
 
     def _heat(self, game: str, board: str) -> _Hot | None:
-        """:meth:`player_bytes`' parts of one board for the snapshot served (its name, index, the
-        answer's fixed bytes, the competition ranks asked so far), kept while the live boards are
-        the served ones; None when the snapshot has no publish time (the dict path answers)."""
+        """:meth:`player_bytes`' parts of one board for the snapshot served (its name, the answer's
+        fixed bytes, its kernel), kept while the change set in flight is the same one (a new
+        snapshot, or a new load, makes them again); None when the snapshot has no publish time
+        (the dict path answers)."""
         copy, name, index = self._board(game, board)
         at, sid = copy.published_at, copy.snapshot_id
         if at is None or sid is None:
@@ -482,15 +481,14 @@ class BoardMirror(Polling):
                 self._parts = {}
             parts = self._parts[(game, name)] = (
                 served, b'{"snapshot_id":%d,"published_at":%d,"age_ms":' % (sid, at),
-                b',"game_id":%s,"board":%s,"player_id":' % (orjson.dumps(game), orjson.dumps(name)), {})
+                b',"game_id":%s,"board":%s,"player_id":' % (orjson.dumps(game), orjson.dumps(name)))
         assert self._buffer is not None
-        # a view corrects a board half changed: made again per request
-        order = index.entries if isinstance(index, BoardIndex) else None
-        hot: _Hot = (self._buffer.flight, name, index, parts[1], parts[2], parts[3], at, len(index), order)
-        if order is not None:
-            if len(self._hot) >= MAX_PARTS:
-                self._hot = {}
-            self._hot[(game, board)] = hot
+        # a view is its live board's kernel, which answers as before the change set in flight
+        native = index.entries if isinstance(index, BoardIndex) else index.live.entries
+        hot: _Hot = (self._buffer.flight, name, parts[1], parts[2], at, native, sid)
+        if len(self._hot) >= MAX_PARTS:
+            self._hot = {}
+        self._hot[(game, board)] = hot
         return hot
 
     def around(self, game: str, board: str, player: str, r: int = 5, *, ties: str | None = None) -> dict[str, Any]:

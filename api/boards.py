@@ -348,6 +348,17 @@ def ready_player(state: Any, params: tuple[str, ...], _: int | None) -> bytes | 
     return reader.mirror.player_bytes(game, board, player, state.settings.stale_after_ms)
 
 
+def validated_player(state: Any, params: tuple[str, ...], _: int | None, target: bytes,
+                     control: bytes) -> tuple[bytes, bytes] | None:
+    """:func:`ready_player` and its validators in one call (``api.prepared.Validated``): a rank is a
+    new target almost every request."""
+    reader: Reader = state.boards
+    game, board, player = params
+    if not isinstance(reader, MirroredBoards) or not reader.serves_board(board):
+        return None
+    return reader.mirror.player_reply(game, board, player, state.settings.stale_after_ms, target, control)
+
+
 async def answer_top(state: Any, params: tuple[str, ...], n: int | None) -> bytes:
     """:func:`ready_top` read now (``SharedTops.top_bytes``: once per board, n and snapshot)."""
     tops: SharedTops = state.board_tops
@@ -362,7 +373,8 @@ async def answer_player(state: Any, params: tuple[str, ...], _: int | None) -> b
 
 
 PREPARED = (PreparedRoute("/boards/{game}/{board}/top", "n", TOP_N, ready_top, answer_top),
-            PreparedRoute("/boards/{game}/{board}/players/{player_id}", None, None, ready_player, answer_player))
+            PreparedRoute("/boards/{game}/{board}/players/{player_id}", None, None, ready_player, answer_player,
+                          validated_player))
 """The top and a player's rank, for ids without ``/``: written by the server's protocol when
 ready, else answered by ``api.hot_reads`` before FastAPI's route."""
 

@@ -72,7 +72,8 @@ class Cacheable:
 
 
 _SNAPSHOT_ID = re.compile(rb'"snapshot_id":(\d+)[,}]')
-_STALE = b'"stale":true'
+STALE = b'"stale":true'
+"""What an answer past its staleness bound says (``connectors.snapshot_age.judged``)."""
 STALE_WITHIN = 48
 """Where a body says ``"stale": true``, after its publish time: right after its ``age_ms`` (every
 answer that says ``stale``: the listener rankings', the boards' and the activity's,
@@ -109,6 +110,35 @@ class Validators:
         """Whether ``If-None-Match: if_none_match`` holds this tag (weak comparison) or is ``*``
         (``star``: the answer is known to be a ``200``)."""
         return matches(if_none_match, self.opaque, star)
+
+
+@functools.lru_cache(maxsize=64)
+def tag_parts(snapshot_id: int, published_at: int, control: bytes) -> tuple[bytes, bytes, bytes]:
+    """The validator lines of every target of one snapshot around the target's digest (:func:`target_digest`):
+    ``(before, fresh end, stale end)``; a target's lines are ``before + digest + end``, as
+    :meth:`HttpCache.of` makes them. Made once per snapshot (the kernel's ``BoardKeys.player_reply``
+    joins them per request).
+
+    >>> before, fresh, _ = tag_parts(7, 0, b"no-cache")
+    >>> (before + b"<digest>" + fresh).decode().splitlines()
+    ['etag: W/"7-0-<digest>"', 'cache-control: no-cache', 'last-modified: Thu, 01 Jan 1970 00:00:00 GMT']
+    """
+    tail = b"\r\ncache-control: %s\r\nlast-modified: %s\r\n" % (control, http_date(published_at))
+    return b'etag: W/"%d-%d-' % (snapshot_id, published_at), b'"' + tail, b'-stale"' + tail
+
+
+def target_digest(target: bytes) -> bytes:
+    """A request target's part of its tags: 12 hex digits of its BLAKE2s."""
+    return hashlib.blake2s(target, digest_size=6).hexdigest().encode()
+
+
+def opaque_of(lines: bytes) -> bytes:
+    """The quoted tag of validator ``lines`` (:attr:`Validators.lines`): after ``etag: W/``, up to its line's end.
+
+    >>> opaque_of(b'etag: W/"7-0-ab"\\r\\ncache-control: no-cache\\r\\n')
+    b'"7-0-ab"'
+    """
+    return lines[8:lines.index(b"\r\n")]
 
 
 class _Shared:
@@ -180,7 +210,7 @@ class HttpCache:
         return None
 
     def of(self, target: bytes, snapshot_id: int, published_at: int, stale: bool = False) -> Validators:
-        digest = hashlib.blake2s(target, digest_size=6).hexdigest().encode()
+        digest = target_digest(target)
         opaque = b'"%d-%d-%s%s"' % (snapshot_id, published_at, digest, b"-stale" if stale else b"")
         return Validators(opaque, self.control, published_at)
 
@@ -198,7 +228,7 @@ class HttpCache:
         kept = self._by_target.get(target)
         if kept is not None and body.startswith(kept[0]):
             end = len(kept[0])
-            stale = body.find(_STALE, end, end + STALE_WITHIN) >= 0
+            stale = body.find(STALE, end, end + STALE_WITHIN) >= 0
             made = kept[3] if stale else kept[2]
             if made is None:
                 made = self.of(target, *kept[1], stale=stale)
@@ -215,9 +245,9 @@ class HttpCache:
             shared = self._shared = _Shared(body[:max(sid.end(), at.end())], (int(sid.group(1)), int(at.group(1))),
                                             self.control)
         end = len(shared.first)
-        stale = body.find(_STALE, end, end + STALE_WITHIN) >= 0
+        stale = body.find(STALE, end, end + STALE_WITHIN) >= 0
         tag, tag_end, line, line_end = shared.parts[stale]
-        digest = hashlib.blake2s(target, digest_size=6).hexdigest().encode()
+        digest = target_digest(target)
         made = Validators.made(tag + digest + tag_end, line + digest + line_end, self.control, http_date(shared.snapshot[1]))
         if len(self._by_target) >= MAX_TARGETS:
             self._by_target = {}

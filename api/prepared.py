@@ -39,17 +39,23 @@ from __future__ import annotations
 
 import re
 import time
+from operator import itemgetter
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from rankflow.api.http_cache import HttpCache, target_of
+from rankflow.api.http_cache import HttpCache, matches, opaque_of, target_of
 
 Ready = Callable[[Any, tuple[str, ...], int | None], "bytes | None"]
 """``ready(app state, the path's {name} segments in order, the query's value or default)``."""
 
 Answer = Callable[[Any, tuple[str, ...], int | None], Awaitable["bytes | None"]]
 """``answer(...)``: as :data:`Ready`, but it may await a read (``api.hot_reads``)."""
+
+Validated = Callable[[Any, tuple[str, ...], int | None, bytes, bytes], "tuple[bytes, bytes] | None"]
+"""``validated(app state, segments, value, target, cache-control)``: as :data:`Ready`, with the
+answer's validator lines (``api.http_cache.tag_parts``, the same as ``HttpCache.of_body`` makes of
+the body): ``(body, lines)``, or None."""
 
 _DIGITS = re.compile(rb"\d{1,4}")
 STATUS_200 = b"HTTP/1.1 200 OK\r\n"
@@ -67,6 +73,10 @@ class PreparedRoute:
     answer: Answer | None = None
     """The same ``200`` body when it is not ready, read now; the ASGI app's lean path
     (``api.hot_reads``) awaits it before FastAPI's route would run. None: FastAPI's route."""
+    validated: Validated | None = None
+    """The body and its validators in one call, for a route whose answers are a new target almost
+    every request (a player's rank): keeping validators per target would not pay. None: ``ready``,
+    then the validators kept per target."""
 
     def segments(self) -> tuple[str | None, ...]:
         """The template's segments after the first ``/``: a literal, or None for a ``{name}``.
@@ -77,17 +87,30 @@ class PreparedRoute:
         return tuple(None if s.startswith("{") else s for s in self.template.split("/")[1:])
 
 
+def _no_segment(parts: list[str]) -> tuple[str, ...]:
+    return ()
+
+
+def _one_segment(at: int) -> Callable[[list[str]], tuple[str, ...]]:
+    return lambda parts: (parts[at],)
+
+
 class _Matcher:
     """One route, ready to match: its literal segments by position and its metric children."""
 
-    __slots__ = ("route", "label", "literals", "holes", "prefix", "count", "not_modified", "latency", "pending",
-                 "total")
+    __slots__ = ("route", "label", "literals", "literal_values", "holes", "prefix", "count", "not_modified", "latency",
+                 "pending", "total")
 
     def __init__(self, route: PreparedRoute, label: str, count: Any, latency: Any, not_modified: Any = None) -> None:
         self.route, self.label = route, label
         segments = route.segments()
-        self.literals = [(i, s) for i, s in enumerate(segments) if s is not None]
-        self.holes = [i for i, s in enumerate(segments) if s is None]
+        # C getters of a split path's parts, each giving a tuple (a getter of one item gives the
+        # item): the literals' led by the first part ("" before the first "/")
+        self.literals = itemgetter(0, *(i + 1 for i, s in enumerate(segments) if s is not None))
+        self.literal_values = ("", *(s for s in segments if s is not None))
+        holes = [i + 1 for i, s in enumerate(segments) if s is None]
+        self.holes: Callable[[list[str]], tuple[str, ...]] = (
+            itemgetter(*holes) if len(holes) > 1 else _one_segment(holes[0]) if holes else _no_segment)
         self.prefix = None if route.query is None else route.query.encode() + b"="  # the query's ``name=``
         self.count, self.latency, self.not_modified = count, latency, not_modified
         self.pending = [0, 0]  # 200s and 304s not yet added to ``count`` and ``not_modified``
@@ -133,11 +156,16 @@ class PreparedAnswers:
         app answers. The body comes apart from the head: a top of 100 is some 8 KB, and each
         copy of it costs (the protocol writes the two without joining them)."""
         started = time.perf_counter()
-        found = self._ready(path, query)
+        found = self.match(path, query)
         if found is None:
             return None
-        matcher, body = found
         cache = self.cache
+        if cache is not None and found[0].route.validated is not None:
+            return self._validated(found, target or target_of(path.encode(), query), if_none_match, cache, started)
+        matcher = found[0]
+        body = self._body(found)
+        if body is None:
+            return None
         if cache is None:
             validators = None
         else:
@@ -152,16 +180,37 @@ class PreparedAnswers:
         return STATUS_200, b"content-length: %d\r\ncontent-type: application/json\r\n%s\r\n" % (
             len(body), validators.lines), body
 
+    def _validated(self, found: tuple[_Matcher, tuple[str, ...], int | None], target: bytes,
+                   if_none_match: bytes | None, cache: HttpCache, started: float) -> tuple[bytes, bytes, bytes] | None:
+        """:meth:`reply` for a route with ``validated``: its body and validators in one call."""
+        matcher, params, value = found
+        try:
+            made = matcher.route.validated(self.state, params, value, target, cache.control)  # type: ignore[misc]
+        except Exception:  # noqa: BLE001 - the app answers the failure (its status, message and log)
+            return None
+        if made is None:
+            return None
+        body, lines = made
+        if if_none_match is not None and matches(if_none_match, opaque_of(lines)):
+            self._count(matcher, 1, started)
+            return STATUS_304, lines + b"\r\n", b""
+        self._count(matcher, 0, started)
+        return STATUS_200, b"content-length: %d\r\ncontent-type: application/json\r\n%s\r\n" % (len(body), lines), body
+
     def _ready(self, path: str, query: bytes) -> tuple[_Matcher, bytes] | None:
         found = self.match(path, query)
         if found is None:
             return None
+        body = self._body(found)
+        return None if body is None else (found[0], body)
+
+    def _body(self, found: tuple[_Matcher, tuple[str, ...], int | None]) -> bytes | None:
+        """The route's ``ready`` body for a match; None (a failure too): the app answers."""
         matcher, params, value = found
         try:
-            body = matcher.route.ready(self.state, params, value)
+            return matcher.route.ready(self.state, params, value)
         except Exception:  # noqa: BLE001 - the app answers the failure (its status, message and log)
             return None
-        return None if body is None else (matcher, body)
 
     def _count(self, matcher: _Matcher, status: int, started: float) -> None:
         """One answer of ``matcher``'s route: ``status`` 0 a ``200``, 1 a ``304``."""
@@ -199,8 +248,8 @@ class PreparedAnswers:
         if parts[0]:
             return None
         for matcher in self._by_length.get(len(parts) - 1, ()):
-            if all(parts[i + 1] == s for i, s in matcher.literals):
-                params = tuple(parts[i + 1] for i in matcher.holes)
+            if matcher.literals(parts) == matcher.literal_values:
+                params = matcher.holes(parts)
                 if "" in params:
                     return None
                 value = matcher.route.default

@@ -7,6 +7,7 @@ their options without importing the command line.
 from __future__ import annotations
 
 import argparse
+from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
@@ -21,14 +22,31 @@ def not_negative(text: str) -> int:
     return _integer(text, 0)
 
 
-def _integer(text: str, least: int) -> int:
+def _integer(text: str, least: int, below: str | None = None) -> int:
+    """``text`` as an integer of at least ``least``; ``below``: what to say of one less than it."""
     try:
         value = int(text)
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
     if value < least:
-        raise argparse.ArgumentTypeError(f"must be >= {least}, got {value}")
+        raise argparse.ArgumentTypeError(f"{below or f'must be >= {least}'}, got {value}")
     return value
+
+
+def within(least: int, most: int) -> Callable[[str], int]:
+    """The argparse type of an integer from ``least`` to ``most``.
+
+    >>> within(0, 3660)("7"), within(0, 3660).__name__
+    (7, 'integer 0 to 3660')
+    """
+    def parse(text: str) -> int:
+        value = _integer(text, least, f"must be between {least} and {most}")
+        if value > most:
+            raise argparse.ArgumentTypeError(f"must be between {least} and {most}, got {value}")
+        return value
+
+    parse.__name__ = f"integer {least} to {most}"  # what argparse names in "invalid ... value"
+    return parse
 
 
 def port(text: str) -> int:

@@ -12,6 +12,8 @@ control), ``GET /boards/arena/all/top?n=100``, ``GET /boards/arena/all/players/{
 --players}`` (a new target nearly every call, as under load) and ``GET /rankings?k=100``, whole
 and by part: matching the path, the route's ``ready`` (the body), the cache validators
 (``api.http_cache``), the counting, and the head the protocol joins (uvicorn's default headers).
+A route with ``validated`` (the body and its validators in one call: a player's rank) has that
+call under "ready" and nothing under "validators".
 
 The boards come from a real Redis (a board of ``--players`` players published by ``rankflow run
 --flow boards``, loaded into ``api.board_mirror``); the listener ranking is a snapshot of 100
@@ -134,10 +136,13 @@ def parts_of(prepared: Any, cache: Any, state: Any, requests: list[tuple[str, by
     bodies = [f[0].route.ready(state, f[1], f[2]) for f in found]
     matcher = found[0][0]
     status = 0 if hasattr(matcher, "pending") else matcher.count  # after: 0 (a 200); before: its counter
+    validated = getattr(matcher.route, "validated", None)  # after: the body and validators in one call
     parts: dict[str, Any] = {
         "match": lambda: [prepared.match(path, query) for path, query in requests],
-        "ready": lambda: [f[0].route.ready(state, f[1], f[2]) for f in found],
-        "validators": lambda: [cache.of_body(t, b, p, state) for t, b, (p, _) in zip(targets, bodies, requests)],
+        "ready": lambda: [f[0].route.ready(state, f[1], f[2]) for f in found] if validated is None else [
+            validated(state, f[1], f[2], t, cache.control) for f, t in zip(found, targets)],
+        "validators": lambda: [] if validated is not None else [
+            cache.of_body(t, b, p, state) for t, b, (p, _) in zip(targets, bodies, requests)],
         "count": lambda: [prepared._count(matcher, status, 0.0) for _ in range(calls)],
         "head": lambda: [head(*one_reply) for _ in range(calls)],
         "reply": lambda: [head(*prepared.reply(path, query, None, t)) for (path, query), t in zip(requests, targets)],

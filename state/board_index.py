@@ -16,7 +16,7 @@ Contract:
   hundred operations (the caller yields between them, so applying a big snapshot never
   holds the event loop for long), and serves (:class:`Served`) the boards as of the
   last change set wholly applied: while one is half applied, each query corrects what
-  it reads of a board it touched by what it changed so far (:class:`Changes`,
+  it reads of a board it touched by what it changed so far (the board's kernel records it:
   :class:`BoardView`). So an answer is always wholly at one snapshot, and each change
   is applied once.
 """
@@ -24,7 +24,7 @@ Contract:
 from __future__ import annotations
 
 import struct
-from bisect import bisect_left, bisect_right, insort
+from bisect import bisect_right
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -168,72 +168,31 @@ def answer_items(keys: list[bytes], start: int, better_than: Any) -> list[dict[s
     return out
 
 
-class Changes:
-    """What a change set applied so far did to one live board: the keys it added that are
-    still there (``added``), the keys it removed that were there before it (``removed``),
-    both sorted, and each touched player's key before it (``before``, None: not on it).
+class BoardView:
+    """A live board as it was before the change set being applied: the same queries as
+    :class:`BoardIndex`, each O(log n) plus, for :meth:`items`, O(changes).
 
-    So the board before the change set is ``live - added + removed``, and any count of
-    entries before a key is the live count corrected by two bisections (:class:`BoardView`).
+    The board's kernel (``BoardKeys``) records what the change set did to it since
+    :meth:`InFlight.touch` began it: the keys it added that are still there, the keys it
+    removed that were there before it, each touched player's key before it. So the board
+    before is ``live - added + removed``, and any count of entries before a key is the live
+    count corrected by two bisections (``BoardKeys.below_before``); the prepared rank reads
+    the same record (``BoardKeys.player_reply``).
     """
 
-    __slots__ = ("added", "removed", "before", "joined")
+    __slots__ = ("live",)
 
-    def __init__(self) -> None:
-        self.added: list[bytes] = []
-        self.removed: list[bytes] = []
-        self.before: dict[str, bytes | None] = {}
-        self.joined = 0  # players on the live board that were not on it before
-
-    def record(self, player: str, old: bytes | None, new: bytes) -> None:
-        """The live board moved ``player`` from ``old`` (None: absent) to ``new``. O(k) for k
-        changes so far (list inserts; k is at most a change set's entries). A key holds its
-        player's id, so before the player's first change neither key can be listed."""
-        if player not in self.before:  # the first change of the player's (nearly all): neither key is listed
-            self.before[player] = old
-            if old is None:
-                self.joined += 1
-            else:
-                insort(self.removed, old)
-            insort(self.added, new)
-            return
-        if old is not None:
-            _discard_or_insert(self.added, self.removed, old)
-        _discard_or_insert(self.removed, self.added, new)
-
-    def __bool__(self) -> bool:
-        return bool(self.before)
-
-
-def _discard_or_insert(there: list[bytes], other: list[bytes], key: bytes) -> None:
-    """Remove ``key`` from sorted ``there`` if it is in it, else insert it into sorted ``other``."""
-    i = bisect_left(there, key)
-    if i < len(there) and there[i] == key:
-        del there[i]
-    else:
-        insort(other, key)
-
-
-class BoardView:
-    """A live board as it was before the change set being applied (:class:`Changes`):
-    the same queries as :class:`BoardIndex`, each O(log n) plus, for :meth:`items`,
-    O(changes)."""
-
-    __slots__ = ("live", "changes")
-
-    def __init__(self, live: BoardIndex, changes: Changes) -> None:
-        self.live, self.changes = live, changes
+    def __init__(self, live: BoardIndex) -> None:
+        self.live = live
 
     def __len__(self) -> int:
-        return len(self.live) - self.changes.joined
+        return self.live.entries.len_before()
 
     def key(self, player: str) -> bytes | None:
-        before = self.changes.before
-        return before[player] if player in before else self.live.key(player)
+        return self.live.entries.key_before(player)
 
     def below(self, key: bytes) -> int:
-        c = self.changes
-        return self.live.below(key) - bisect_left(c.added, key) + bisect_left(c.removed, key)
+        return self.live.entries.below_before(key)
 
     def rank0(self, player: str) -> int | None:
         key = self.key(player)
@@ -249,14 +208,15 @@ class BoardView:
         removed ones after the live entry before them, hold every entry of those ranks, in
         a run of the board before from its first one (whose rank :meth:`below` gives) on.
         O(log n + changes)."""
-        c, order = self.changes, self.live.entries
+        order = self.live.entries
+        added_keys, removed = order.flight_keys()
         if stop <= start:
             return []
-        lo, hi = min(len(order), max(0, start - len(c.removed))), min(len(order), stop + len(c.added))
+        lo, hi = min(len(order), max(0, start - len(removed))), min(len(order), stop + len(added_keys))
         window = order.islice(lo, hi)
-        first = bisect_right(c.removed, order[lo - 1]) if lo > 0 else 0  # none before the window's neighbour
-        added = set(c.added)
-        run = sorted([k for k in window if k not in added] + c.removed[first:])
+        first = bisect_right(removed, order[lo - 1]) if lo > 0 else 0  # none before the window's neighbour
+        added = set(added_keys)
+        run = sorted([k for k in window if k not in added] + removed[first:])
         if not run:
             return []
         at = self.below(run[0])  # at most start: every rank from start on that exists is in run
@@ -318,19 +278,16 @@ class BoardsCopy:
             kind = op[0]
             if kind == UPSERT:
                 board = boards[op[1]]
-                old = board.upsert(op[2], op[3])
-                if old != op[3]:
-                    changes = flight.changes(op[1], board)
-                    if changes is not None:
-                        changes.record(op[2], old, op[3])
+                flight.touch(op[1], board)
+                board.upsert(op[2], op[3])
             elif kind == CREATE:
                 if op[1] not in boards:
-                    flight.boards.setdefault(op[1], (None, Changes()))
+                    flight.boards.setdefault(op[1], None)
                     boards[op[1]] = BoardIndex()
             elif kind == DROP:
                 gone = boards.pop(op[1], None)
                 if gone is not None:
-                    flight.boards.setdefault(op[1], (gone, Changes()))
+                    flight.boards.setdefault(op[1], gone)
             else:
                 if op[1] not in flight.aliases:
                     flight.aliases[op[1]] = self.aliases.get(op[1], _ABSENT)
@@ -342,22 +299,28 @@ _ABSENT: list[str | None] = []  # an alias the game did not have before the chan
 
 class InFlight:
     """What the change set being applied changed so far: per board it touched, the board
-    object it started from (None: it did not exist) and that object's :class:`Changes`;
-    per game whose aliases it set, the aliases before."""
+    object it started from (None: it did not exist), whose kernel records what the change
+    set does to it (:meth:`touch`); per game whose aliases it set, the aliases before."""
 
     __slots__ = ("boards", "aliases")
 
     def __init__(self) -> None:
-        self.boards: dict[BoardId, tuple[BoardIndex | None, Changes]] = {}
+        self.boards: dict[BoardId, BoardIndex | None] = {}
         self.aliases: dict[str, list[str | None]] = {}
 
-    def changes(self, bid: BoardId, board: BoardIndex) -> Changes | None:
-        """Where to record a change of the live ``board``; None if the change set replaced
-        the board it started from (dropped it, made a new one): that one is not seen."""
-        entry = self.boards.get(bid)
-        if entry is None:
-            entry = self.boards[bid] = (board, Changes())
-        return entry[1] if entry[0] is board else None
+    def touch(self, bid: BoardId, board: BoardIndex) -> None:
+        """Before a change of the live ``board``: the first one begins its record (``BoardKeys.
+        begin``). A board the change set made (dropped the one it started from, made a new
+        one) records nothing: the one it started from is what is served."""
+        if bid not in self.boards:
+            self.boards[bid] = board
+            board.entries.begin()
+
+    def settle(self) -> None:
+        """The change set is wholly applied: every board it touched is served as it is."""
+        for board in self.boards.values():
+            if board is not None:
+                board.entries.settle()
 
 
 Board = BoardIndex | BoardView
@@ -382,11 +345,11 @@ class Served:
 
     def board(self, bid: BoardId) -> Board | None:
         """One board, None if it was not there. O(1)."""
-        entry = self.flight.boards.get(bid)
-        if entry is None:
+        touched = self.flight.boards
+        if bid not in touched:
             return self.live.boards.get(bid)
-        start, changes = entry
-        return None if start is None else BoardView(start, changes) if changes else start
+        start = touched[bid]
+        return None if start is None else BoardView(start) if start.entries.recorded() else start
 
     @property
     def boards(self) -> dict[BoardId, Board]:
@@ -429,7 +392,7 @@ class LiveBoards:
     A second copy that takes each change set before the served one swaps with it applies
     every change twice and holds every entry twice; here each is applied once, and a query
     that comes while a change set is half applied corrects what it reads by what that
-    change set changed so far (:class:`Changes`, :class:`BoardView`).
+    change set changed so far (each board's kernel records it: :class:`BoardView`).
     """
 
     def __init__(self, copy: BoardsCopy) -> None:
@@ -485,6 +448,7 @@ class LiveBoards:
                 return moved
             copy.at, copy.op, copy.snapshot_id = copy.at + 1, 0, change.snapshot_id
             copy.published_at = change.published_at
+            self._flight.settle()
             self._flight, moved = InFlight(), True
             del self._log[0]
             if limit <= 0:

@@ -9,6 +9,7 @@ pub mod order;
 pub mod rules;
 pub mod score;
 pub mod signature;
+pub mod tags;
 
 #[cfg(feature = "python")]
 mod python;

@@ -300,7 +300,8 @@ pub fn keyed_score(score: i64, reached_at: i64, bits: u32, cap: i64, origin: i64
     Some(f64::from_bits(((cap - score) as u64) << bits | offset as u64))
 }
 
-/// `text` as a JSON string: quotes, the two escapes JSON needs, control characters as `\u00XX`.
+/// `text` as a JSON string, byte for byte as orjson writes it: quotes, the two escapes JSON
+/// needs, `\b \t \n \f \r` short, the other control characters as `\u00XX`.
 pub fn json_string(out: &mut String, text: &str) {
     out.push('"');
     if !text.bytes().any(|b| b < 0x20 || b == b'"' || b == b'\\') {
@@ -312,6 +313,11 @@ pub fn json_string(out: &mut String, text: &str) {
         match c {
             '"' => out.push_str("\\\""),
             '\\' => out.push_str("\\\\"),
+            '\u{8}' => out.push_str("\\b"),
+            '\t' => out.push_str("\\t"),
+            '\n' => out.push_str("\\n"),
+            '\u{c}' => out.push_str("\\f"),
+            '\r' => out.push_str("\\r"),
             c if (c as u32) < 0x20 => out.push_str(&format!("\\u{:04x}", c as u32)),
             c => out.push(c),
         }
@@ -345,6 +351,61 @@ impl KeyOrder {
 pub struct BoardKeys {
     order: KeyOrder,
     players: std::collections::HashMap<Box<[u8]>, u128>,
+    /// What the change set being applied did so far, while one is ([`BoardKeys::begin`]).
+    flight: Option<Flight>,
+}
+
+/// What a change set applied so far did to one board (`state/board_index.py`): the keys it
+/// added that are still there and the keys it removed that were there before it, both
+/// sorted, each touched player's key before it (None: not on it), and how many players it
+/// brought. So the board before the change set is `live - added + removed`, and any count
+/// of keys before a key is the live count corrected by two bisections.
+#[derive(Default, Debug)]
+pub struct Flight {
+    added: Vec<Key>,
+    removed: Vec<Key>,
+    before: std::collections::HashMap<Box<[u8]>, Option<Vec<u8>>>,
+    joined: usize,
+}
+
+impl Flight {
+    /// The board moved `player` from `old` (None: absent) to `new`. O(k) for k changes so
+    /// far. A key names its player, so before the player's first change neither key is listed.
+    fn record(&mut self, player: &[u8], old: Option<&[u8]>, new: &[u8]) {
+        if !self.before.contains_key(player) {
+            self.before.insert(player.into(), old.map(<[u8]>::to_vec));
+            match old {
+                None => self.joined += 1,
+                Some(old) => insert_sorted(&mut self.removed, Key::new(old)),
+            }
+            insert_sorted(&mut self.added, Key::new(new));
+            return;
+        }
+        if let Some(old) = old {
+            discard_or_insert(&mut self.added, &mut self.removed, Key::new(old));
+        }
+        discard_or_insert(&mut self.removed, &mut self.added, Key::new(new));
+    }
+
+    /// Keys of `keys` (sorted) before `probe`.
+    fn before_in(keys: &[Key], probe: &Probe<'_>) -> usize {
+        keys.partition_point(|k| k.against(probe) == Ordering::Less)
+    }
+}
+
+fn insert_sorted(keys: &mut Vec<Key>, key: Key) {
+    let at = keys.partition_point(|k| *k < key);
+    keys.insert(at, key);
+}
+
+/// Remove `key` from sorted `there` if it is in it, else insert it into sorted `other`.
+fn discard_or_insert(there: &mut Vec<Key>, other: &mut Vec<Key>, key: Key) {
+    match there.binary_search(&key) {
+        Ok(at) => {
+            there.remove(at);
+        }
+        Err(_) => insert_sorted(other, key),
+    }
 }
 
 /// Why a key cannot be a board key.
@@ -366,7 +427,7 @@ impl BoardKeys {
                 return Err(BadKey::Player);
             }
         }
-        Ok(BoardKeys { order: KeyOrder::from_keys(keys), players })
+        Ok(BoardKeys { order: KeyOrder::from_keys(keys), players, flight: None })
     }
 
     pub fn order(&self) -> &KeyOrder {
@@ -394,7 +455,66 @@ impl BoardKeys {
         }
         self.players.insert(player.into(), new.head);
         self.order.add(new);
+        if let Some(flight) = &mut self.flight {
+            flight.record(player, old.as_deref(), key);
+        }
         Ok(old)
+    }
+
+    /// From now on record what changes, until [`BoardKeys::settle`]: the queries `*_before`
+    /// answer the board as it was here. Nothing if recording already.
+    pub fn begin(&mut self) {
+        self.flight.get_or_insert_with(Flight::default);
+    }
+
+    /// Forget what was recorded: the board as it is is the one served again.
+    pub fn settle(&mut self) {
+        self.flight = None;
+    }
+
+    /// Whether anything changed since [`BoardKeys::begin`].
+    pub fn recorded(&self) -> bool {
+        self.flight.as_ref().is_some_and(|f| !f.before.is_empty())
+    }
+
+    /// Entries before the change set being applied.
+    pub fn len_before(&self) -> usize {
+        self.order.len() - self.flight.as_ref().map_or(0, |f| f.joined)
+    }
+
+    /// The player's key before the change set being applied, None if not on the board then.
+    pub fn key_before(&self, player: &[u8]) -> Option<Vec<u8>> {
+        match self.flight.as_ref().and_then(|f| f.before.get(player)) {
+            Some(before) => before.clone(),
+            None => self.key(player),
+        }
+    }
+
+    /// Keys before `key` (on the board or not) before the change set being applied.
+    pub fn below_before(&self, key: &[u8]) -> usize {
+        let probe = Probe::new(key);
+        let live = self.order.bisect_left(&probe);
+        match &self.flight {
+            None => live,
+            Some(f) => live + Flight::before_in(&f.removed, &probe) - Flight::before_in(&f.added, &probe),
+        }
+    }
+
+    /// `(score, rank, competition rank)` of `key` before the change set being applied (see
+    /// [`KeyOrder::ranks_of`]).
+    pub fn ranks_before(&self, key: &[u8]) -> Option<(u64, usize, usize)> {
+        let score = key_score(key)?;
+        let mut floor = [0u8; 16];
+        floor[..8].copy_from_slice(&key[..8]);
+        Some((score, self.below_before(key) + 1, self.below_before(&floor) + 1))
+    }
+
+    /// The keys the change set added that are still there, and those it removed, in order.
+    pub fn flight_keys(&self) -> (&[Key], &[Key]) {
+        match &self.flight {
+            None => (&[], &[]),
+            Some(f) => (&f.added, &f.removed),
+        }
     }
 
     /// The invariants: the order's, and the map holding exactly the order's keys.
@@ -428,6 +548,45 @@ mod tests {
         bytes.extend_from_slice(&[0; 8]);
         bytes.extend_from_slice(format!("p{n}").as_bytes());
         Key::new(&bytes)
+    }
+
+    /// A board key of `player` at `score` (8 bytes of `2^64 - 1 - score`, 8 of time 0).
+    fn board_key(score: u64, player: &str) -> Vec<u8> {
+        let mut bytes = (u64::MAX - score).to_be_bytes().to_vec();
+        bytes.extend_from_slice(&[0; 8]);
+        bytes.extend_from_slice(player.as_bytes());
+        bytes
+    }
+
+    #[test]
+    fn the_board_before_a_change_set_is_answered_while_it_is_applied() {
+        let mut rng = Rng(0x2545f4914f6cdd1d);
+        for _round in 0..200 {
+            let mut board = BoardKeys::default();
+            for _ in 0..rng.next() % 30 {
+                let player = format!("p{}", rng.next() % 20);
+                board.upsert(&board_key(rng.next() % 6, &player)).unwrap();
+            }
+            let before: Vec<Vec<u8>> = board.order().iter().map(|k| k.as_bytes().to_vec()).collect();
+            board.begin();
+            for _ in 0..rng.next() % 40 {
+                let player = format!("p{}", rng.next() % 24);
+                board.upsert(&board_key(rng.next() % 6, &player)).unwrap();
+                assert_eq!(board.len_before(), before.len());
+                for probe in 0..8 {
+                    let probe = board_key(probe % 7, &format!("p{}", rng.next() % 24));
+                    assert_eq!(board.below_before(&probe), before.iter().filter(|k| **k < probe).count());
+                }
+                for p in 0..24 {
+                    let player = format!("p{p}");
+                    let then = before.iter().find(|k| &k[16..] == player.as_bytes()).cloned();
+                    assert_eq!(board.key_before(player.as_bytes()), then);
+                }
+            }
+            board.settle();
+            assert!(!board.recorded() && board.len_before() == board.order().len());
+            board.check();
+        }
     }
 
     #[test]

@@ -13,6 +13,7 @@ use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 use crate::order::{json_string, keyed_score, percentile_json, BadKey, BoardKeys, Key, Probe};
 use crate::score::{check, Refused, Score, MAX_ID_CHARS, MAX_POINTS, MAX_TIME};
 use crate::signature::Signer;
+use crate::tags::target_digest;
 
 /// Checks 1 to 6 of docs/semantics/boards.md section 1 under one signing key (None: no
 /// signature check).
@@ -178,26 +179,42 @@ impl PyBoardKeys {
         published_at: i64,
         stale_after_ms: i64,
     ) -> Option<Bound<'py, PyBytes>> {
-        let key = self.board.key(player.as_bytes())?;
-        let order = self.board.order();
-        let (score, rank, competition) = order.ranks_of(&key)?;
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
-        let age = (now - published_at).max(0);
-        let stale = if age > stale_after_ms { "true" } else { "false" };
-        let percentile = percentile_json(rank as u64, order.len() as u64);
-        let tail = format!(
-            ",\"score\":{score},\"rank\":{rank},\"competition_rank\":{competition},\"percentile\":{percentile}}}"
-        );
-        let age = format!("{age},\"stale\":{stale}");
-        let mut out = Vec::with_capacity(head.len() + middle.len() + player_json.len() + age.len() + tail.len());
-        out.extend_from_slice(head);
-        out.extend_from_slice(age.as_bytes());
-        out.extend_from_slice(middle);
-        out.extend_from_slice(player_json);
-        out.extend_from_slice(tail.as_bytes());
+        let (out, _) = self.answer(player, head, middle, player_json, published_at, stale_after_ms)?;
         Some(PyBytes::new(py, &out))
+    }
+
+    /// [`Self::player_answer`] and its cache validators in one call (`api.board_mirror.
+    /// BoardMirror.player_reply`): `(body, lines)`, the lines `tag`, the request target's
+    /// digest (BLAKE2s of 6 bytes, in hex, as `hashlib.blake2s(target, digest_size=6)`), then
+    /// `fresh` or `stale` as the answer is (`api.http_cache.tag_parts` makes the three once per
+    /// snapshot). The id's JSON is written here. None if the player is not on the board.
+    ///
+    /// Why: a player's rank is a new target almost every request; made apart, its answer and
+    /// its validators were two trips through Python per request (docs/benchmarks.md).
+    #[allow(clippy::too_many_arguments)]
+    fn player_reply<'py>(
+        &self,
+        py: Python<'py>,
+        player: &str,
+        head: &[u8],
+        middle: &[u8],
+        published_at: i64,
+        stale_after_ms: i64,
+        target: &[u8],
+        tag: &[u8],
+        fresh: &[u8],
+        stale: &[u8],
+    ) -> Option<(Bound<'py, PyBytes>, Bound<'py, PyBytes>)> {
+        let mut player_json = String::with_capacity(player.len() + 2);
+        json_string(&mut player_json, player);
+        let (body, is_stale) =
+            self.answer(player, head, middle, player_json.as_bytes(), published_at, stale_after_ms)?;
+        let end = if is_stale { stale } else { fresh };
+        let mut lines = Vec::with_capacity(tag.len() + 12 + end.len());
+        lines.extend_from_slice(tag);
+        lines.extend_from_slice(target_digest(target).as_bytes());
+        lines.extend_from_slice(end);
+        Some((PyBytes::new(py, &body), PyBytes::new(py, &lines)))
     }
 
     /// Every key in order, as a list.
@@ -205,9 +222,81 @@ impl PyBoardKeys {
         bytes_list(py, self.board.order().iter())
     }
 
+    /// From now on record what changes (`state.board_index.InFlight`): the `*_before`
+    /// queries and the answers are the board as it is now, until `settle`.
+    fn begin(&mut self) {
+        self.board.begin();
+    }
+
+    /// Forget what was recorded: the board as it is is the one served again.
+    fn settle(&mut self) {
+        self.board.settle();
+    }
+
+    /// Whether anything changed since `begin`.
+    fn recorded(&self) -> bool {
+        self.board.recorded()
+    }
+
+    /// Entries before the change set being applied.
+    fn len_before(&self) -> usize {
+        self.board.len_before()
+    }
+
+    /// The player's key before the change set being applied, None if not on the board then.
+    fn key_before<'py>(&self, py: Python<'py>, player: &str) -> Option<Bound<'py, PyBytes>> {
+        self.board.key_before(player.as_bytes()).map(|k| PyBytes::new(py, &k))
+    }
+
+    /// Keys before `key` (on the board or not) before the change set being applied.
+    fn below_before(&self, key: &[u8]) -> usize {
+        self.board.below_before(key)
+    }
+
+    /// The keys the change set being applied added that are still there, and those it
+    /// removed that were there before it, each list in order.
+    fn flight_keys<'py>(&self, py: Python<'py>) -> PyResult<(Bound<'py, PyList>, Bound<'py, PyList>)> {
+        let (added, removed) = self.board.flight_keys();
+        Ok((bytes_list(py, added)?, bytes_list(py, removed)?))
+    }
+
     /// The structure's invariants (panics, as a Python exception, on the first one broken).
     fn _check(&self) {
         self.board.check();
+    }
+}
+
+impl PyBoardKeys {
+    /// A player's answer and whether it says `"stale":true` (see `player_answer`): the board
+    /// as it was before the change set being applied, if one is.
+    fn answer(
+        &self,
+        player: &str,
+        head: &[u8],
+        middle: &[u8],
+        player_json: &[u8],
+        published_at: i64,
+        stale_after_ms: i64,
+    ) -> Option<(Vec<u8>, bool)> {
+        let key = self.board.key_before(player.as_bytes())?;
+        let (score, rank, competition) = self.board.ranks_before(&key)?;
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX));
+        let age = (now - published_at).max(0);
+        let is_stale = age > stale_after_ms;
+        let percentile = percentile_json(rank as u64, self.board.len_before() as u64);
+        let tail = format!(
+            ",\"score\":{score},\"rank\":{rank},\"competition_rank\":{competition},\"percentile\":{percentile}}}"
+        );
+        let age = format!("{age},\"stale\":{is_stale}");
+        let mut out = Vec::with_capacity(head.len() + middle.len() + player_json.len() + age.len() + tail.len());
+        out.extend_from_slice(head);
+        out.extend_from_slice(age.as_bytes());
+        out.extend_from_slice(middle);
+        out.extend_from_slice(player_json);
+        out.extend_from_slice(tail.as_bytes());
+        Some((out, is_stale))
     }
 }
 

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import argparse
 import logging
 import os
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
+from rankflow.arg_types import within
 from rankflow.errors import ServiceError, UsageError
 from rankflow.products import Option, Product
 from rankflow.products.listeners import SHARD_BY, USER_SHARDS, shard_workers
@@ -57,17 +57,6 @@ def seasons_of(path: str | None) -> Any:
         raise UsageError(f"--seasons: {exc}") from None
 
 
-def keep_final_days(text: str) -> int:
-    """``--keep-final DAYS``: 0 (no finals) to 3660."""
-    try:
-        days = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"DAYS must be a whole number of days, got {text!r}") from None
-    if not 0 <= days <= 3660:
-        raise argparse.ArgumentTypeError(f"DAYS must be between 0 and 3660, got {days}")
-    return days
-
-
 class Boards(Product):
     name = "boards"
     title = "game score boards"
@@ -92,7 +81,7 @@ class Boards(Product):
         Option(("--seasons",), "seasons", metavar="FILE", resolve=seasons_of, default=(),
                help="a JSON or TOML file of seasons, {NAME: {start, end}} as ISO dates or instants: each is a "
                     "board season:NAME of the points played in [start, end) (docs/semantics/boards.md 9)"),
-        Option(("--keep-final",), "keep_final", metavar="DAYS", type=keep_final_days, default=KEEP_FINAL_DAYS,
+        Option(("--keep-final",), "keep_final", metavar="DAYS", type=within(0, 3660), default=KEEP_FINAL_DAYS,
                help="keep each period retention drops (a day, a week, a season) as its final standings, "
                     "final:BOARD, for DAYS days more (default %(default)s; 0: drop them as before)"),
     )

@@ -26,6 +26,7 @@ import redis.asyncio as aioredis
 from hypothesis import given, settings, strategies as st
 
 from rankflow.api.board_mirror import BoardMirror
+from rankflow.api.http_cache import HttpCache
 from rankflow.connectors.board_read import AsyncBoardReader, NoSuchBoard, NotOnBoard
 from rankflow.connectors import redis_boards
 from rankflow.connectors.redis_boards import BoardsState
@@ -198,13 +199,18 @@ def test_the_prepared_rank_follows_the_served_boards(raws, plan):
         if (game, name) not in boards:
             with pytest.raises(NoSuchBoard):
                 mirror.player_bytes(game, board, player, 1000)
+            with pytest.raises(NoSuchBoard):
+                mirror.player_reply(game, board, player, 1000, b"/", b"no-cache")
         elif not mine:
             with pytest.raises(NotOnBoard):
                 mirror.player_bytes(game, board, player, 1000)
+            with pytest.raises(NotOnBoard):
+                mirror.player_reply(game, board, player, 1000, b"/", b"no-cache")
         else:
             answer = orjson.loads(mirror.player_bytes(game, board, player, 1000))
             assert (answer["snapshot_id"], answer["board"], answer["score"], answer["rank"],
                     answer["competition_rank"]) == (live.serving.snapshot_id, name, *mine[0][1:])
+            same_reply(mirror, game, board, player)  # the kernel's, or a view's from Python
 
 
 # -- against Redis ---------------------------------------------------------------------------
@@ -295,6 +301,24 @@ def same_bytes(mirror: BoardMirror, game: str, board: str, player: str) -> None:
         assert made == dumps_document(judged(parsed, bound))  # the keys, their order, the age's "stale"
         assert stamped(parsed, parsed["published_at"]) == stamped(judged(mirror.player(game, board, player), bound),
                                                                   parsed["published_at"])
+    same_reply(mirror, game, board, player)
+
+
+def same_reply(mirror: BoardMirror, game: str, board: str, player: str) -> None:
+    """``player_reply`` (the prepared rank with its validators, one call of the kernel; a view of
+    a board half changed from Python): the body of ``player_bytes`` (but for the age: both read
+    the clock) and the validator lines ``HttpCache.of_body`` makes of it for the request's
+    target, fresh or stale (a bound of -1: every age is past it)."""
+    path = f"/boards/{game}/{board}/players/{player}"
+    for bound in (-1, 10**9):
+        reply = mirror.player_reply(game, board, player, bound, path.encode(), b"public, max-age=1")
+        assert reply is not None
+        body, lines = reply
+        made = mirror.player_bytes(game, board, player, bound)
+        assert made is not None
+        assert {**orjson.loads(body), "age_ms": 0} == {**orjson.loads(made), "age_ms": 0}
+        assert body == dumps_document(judged(orjson.loads(body), bound))
+        assert lines == HttpCache(1, []).of_body(path.encode(), body, path, None).lines
 
 
 async def until(condition: Any, timeout: float = 10.0) -> None:

@@ -88,3 +88,28 @@ def test_a_player_answer_has_every_rank_and_percentile_as_python_writes_them(ent
             player, score, rank, 3 * (1000 - score) + 1)
         assert made.endswith(b'"percentile":%s}' % orjson.dumps(percentile(rank, entries)))
         assert answer["stale"] is False and answer["age_ms"] > 0
+
+
+@settings(max_examples=200, deadline=None)
+@given(player=st.text(max_size=12), target=st.binary(max_size=80), stale=st.booleans())
+def test_a_player_reply_is_the_answer_and_the_validators_python_makes(player: str, target: bytes,
+                                                                     stale: bool) -> None:
+    """``player_reply``: ``player_answer``'s body with the id written as orjson writes it (every
+    escape), and the lines ``api.http_cache`` makes for the target: the tag's digest is
+    ``hashlib.blake2s(target, digest_size=6)``, the end fresh or stale as the answer says."""
+    import hashlib
+
+    from rankflow.api.http_cache import tag_parts
+
+    board = BoardKeys([entry_key(player, 5, 1), entry_key(player + "x", 7, 1)])
+    bound = -1 if stale else 10**15
+    parts = tag_parts(9, 3, b"no-cache")
+    future = 2**62  # published after now: an age of 0 (the two calls read the clock)
+    made = board.player_reply(player, b'{"age_ms":', b',"player_id":', future, bound, target, *parts)
+    assert made is not None
+    body, lines = made
+    assert body == board.player_answer(player, b'{"age_ms":', b',"player_id":', orjson.dumps(player), future, bound)
+    assert orjson.loads(body)["stale"] is stale
+    digest = hashlib.blake2s(target, digest_size=6).hexdigest().encode()
+    assert lines == parts[0] + digest + parts[2 if stale else 1]
+    assert board.player_reply(player + "y", b"{", b"", 0, 0, target, *parts) is None

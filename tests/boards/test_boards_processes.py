@@ -129,3 +129,67 @@ def test_keyed_by_player_a_resume_rescales_exactly(kafka_brokers, redis_url, red
     produce_lines(kafka_brokers, topic, lines[half:], tmp_path / "rest.jsonl")
     run_topic(kafka_brokers, redis_url, topic, tmp_path, namespace=namespace, workers=3, **common)
     assert_models(redis_client, namespace, model, lines, dead)
+
+
+def test_the_reads_of_boards_two_processes_wrote_are_the_models(kafka_brokers, redis_url, redis_client, tmp_path,
+                                                                  score_topic):
+    """Pages by cursor, a player's page and percentile, the top P percent, the score at a
+    percentile, tie styles and scoped ranks (docs/semantics/boards.md 5.1 to 5.4) of boards a run
+    of two processes wrote with ``--rank-change``: the model's from the Redis reader, entries of a
+    top with a rank change; the in-process mirror steps aside (it keeps no moves), so a service
+    answers them from Redis too."""
+    import asyncio
+    import fractions
+
+    from rankflow.connectors.board_read import BoardReader
+    from tests import boards_model
+    from tests.boards.test_board_pages import loaded_mirror, rows
+
+    topic, lines, model = score_topic
+    dead = tmp_path / "dead.jsonl"
+    namespace = run_topic(kafka_brokers, redis_url, topic, tmp_path, workers=1, processes=2, user_shards=8,
+                          shard_by="partition", dead_letter=f"jsonl:{dead}", read_batch=1_000,
+                          extra={"rank_change": True})
+    assert_models(redis_client, namespace, model, lines, dead)
+    loop = asyncio.new_event_loop()
+    mirror, client = loop.run_until_complete(loaded_mirror(redis_url, namespace))
+    reader = BoardReader(redis_client, namespace)
+    try:
+        assert mirror.ready and mirror.rank_change and not mirror.serves
+        for game, boards in sorted(model.boards().items()):
+            for name in ("all", "best", min(b for b in boards if b.startswith("weekly:"))):
+                entries, total = boards[name], len(boards[name])
+                for ties in (None, "competition", "dense"):
+                    expected = boards_model.styled(entries, ties)
+                    seen, page = [], reader.top(game, name, 50, after="", ties=ties)
+                    moved = 0
+                    while True:
+                        moved += sum("rank_change" in item for item in page["items"])
+                        seen += rows(page["items"])
+                        if "next" not in page:
+                            break
+                        page = reader.top(game, name, 50, after=page["next"], ties=ties)
+                    assert seen == expected, (game, name, ties)
+                    assert moved, (game, name)  # entries on the board before its last change carry one
+                    for player, score, rank in expected[::97]:
+                        mine = reader.player(game, name, player, ties=ties)
+                        assert (mine["score"], mine["rank"], mine["percentile"]) == (
+                            score, rank, boards_model.percentile(rank, total))
+                        at = [row[0] for row in expected].index(player)
+                        assert rows(reader.page(game, name, player, 20, ties=ties)["items"]) == \
+                            expected[at - at % 20:at - at % 20 + 20]
+                    for percent in ("0.5", "10", "99.99"):
+                        exact = fractions.Fraction(percent)
+                        part = reader.top(game, name, 100, percentile=percent, ties=ties)
+                        assert rows(part["items"]) == boards_model.top_percent(entries, ties, exact, 100)
+                        assert reader.score_for_percentile(game, name, percent, ties=ties)["score"] == \
+                            boards_model.score_for_percentile(entries, ties, exact)
+                    asked = [row[0] for row in entries[::53]] + ["nobody"]
+                    scoped = reader.ranks(game, name, asked, ties=ties)
+                    on, absent = boards_model.scoped(entries, asked, ties)
+                    assert [(i["player_id"], i["score"], i["rank"], i["rank_in_set"]) for i in scoped["items"]] == [
+                        (p, s, r, place) for p, s, r, _, place in on]
+                    assert absent == ["nobody"]
+    finally:
+        loop.run_until_complete(client.aclose())
+        loop.close()
