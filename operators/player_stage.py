@@ -8,7 +8,8 @@ Contract:
   player (``--shard-by``, ``--user-shards``; sharding and recovery: ``operators.keyed_shards``).
 * **State**: per player the record of ``state.board_rules``: the newest receipt
   ``R``, the accepted results still inside the 24 h identity window, and the
-  player's score and ``reached_at`` ingredients on each board. With player shards
+  player's score and ``reached_at`` ingredients on each board, as bytes the Rust
+  kernel reads and writes (``state.board_rules.apply_result``). With player shards
   the changelog gets, per barrier, only the pieces of records that changed
   (``state.board_rules.note_piece``), merged back on restore.
 * **Output**, keyed like the input: one :class:`BoardChanges` per call with the
@@ -29,8 +30,8 @@ from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
 from rankflow.operators.engine_types import MERGER_KEY, Tally
 from rankflow.operators.metrics import METRICS
-from rankflow.state.board_rules import (DETAILS, Entry, Piece, Span, Verdict, apply_result, finish_piece, forget_expired,
-                                        loaded, merge_piece, note_piece, standings, stored)
+from rankflow.state.board_rules import (DETAILS, Entry, Piece, Span, Verdict, finish_piece, forget_expired, loaded,
+                                        merge_piece, note_piece, rules, standings, stored)
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import GroupedScoreEvent, ScoreEvent
 
@@ -65,7 +66,7 @@ PlayerOutput = BoardChanges | DeadLetter | Tally
 class PlayerShardLogic(ShardLogic):
     """One key per player shard: each of the shard's players and their record."""
 
-    __slots__ = ("republish", "duplicates", "pieces", "seasons", "grouped")
+    __slots__ = ("republish", "duplicates", "pieces", "seasons", "grouped", "apply")
 
     merge = staticmethod(merge_piece)  # changelog frames hold the pieces of records that changed
 
@@ -81,6 +82,7 @@ class PlayerShardLogic(ShardLogic):
         self.republish = republish
         self.seasons = tuple(seasons)
         self.grouped = grouped
+        self.apply = rules(self.seasons).apply  # the kernel's rules (state.board_rules.apply_result)
         self.pieces: dict[str, Piece] = {}  # with a changelog: per player, the results and boards changed
         self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
 
@@ -114,24 +116,24 @@ class PlayerShardLogic(ShardLogic):
     def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
                entries: list[PlayerChanges], out: list[Any]) -> None:
         self.source = partition  # names a partition's shard (keyed by input partition)
-        records, changed, tally, pieces, seasons = self.records, self.changed, VERDICTS, self.pieces, self.seasons
+        records, changed, tally, pieces, apply = self.records, self.changed, VERDICTS, self.pieces, self.apply
         for game, match, player, points, played_at, received_at, offset, raw in results:
             old = records.get(player)
-            record, verdict, changes = apply_result(old, game, match, player, points, played_at, received_at, seasons)
+            record, verdict, changes = apply(old, game, match, points, played_at, received_at)
             tally[verdict] = tally.get(verdict, 0) + 1
-            if record is not old:
+            if record is not old:  # a held record changes in place
                 records[player] = record
-                if old is not None and changed is not None:  # a packed record unpacked: write it whole
-                    pieces[player] = {"W": 1, "r": {}, "b": {}}
-            if changed is not None:  # the record changes in place: R moves with every result that gets here
+                if changed is not None:  # a new record, or a single one now held: written whole
+                    pieces[player] = {"W": 1}
+            if changed is not None:  # R moves with every result that gets here
                 changed.add(player)
             if verdict == ACCEPTED:
                 entries.append((player, changes))
-                if changed is not None and not isinstance(record, bytes):  # packed: written whole (finish_piece)
+                if changed is not None:
                     piece = pieces.get(player)
                     if piece is None:
                         piece = pieces[player] = {}
-                    note_piece(piece, record, game, match, changes)
+                    note_piece(piece, game, match, points, played_at, changes)
             elif verdict == DUPLICATE:
                 self.duplicates += 1
             else:
@@ -142,25 +144,24 @@ class PlayerShardLogic(ShardLogic):
         """:meth:`_apply` for a run that groups its boards: the same steps, each result with its group
         (docs/semantics/boards.md 10). Apart, so a run without groups unpacks its tuples as before."""
         self.source = partition
-        records, changed, tally, pieces, seasons = self.records, self.changed, VERDICTS, self.pieces, self.seasons
+        records, changed, tally, pieces, apply = self.records, self.changed, VERDICTS, self.pieces, self.apply
         for game, match, player, points, played_at, received_at, offset, raw, group in results:
             old = records.get(player)
-            record, verdict, changes = apply_result(old, game, match, player, points, played_at, received_at, seasons,
-                                                    group)
+            record, verdict, changes = apply(old, game, match, points, played_at, received_at, group)
             tally[verdict] = tally.get(verdict, 0) + 1
-            if record is not old:
+            if record is not old:  # a held record changes in place
                 records[player] = record
-                if old is not None and changed is not None:
-                    pieces[player] = {"W": 1, "r": {}, "b": {}}
-            if changed is not None:
+                if changed is not None:  # a new record, or a single one now held: written whole
+                    pieces[player] = {"W": 1}
+            if changed is not None:  # R moves with every result that gets here
                 changed.add(player)
             if verdict == ACCEPTED:
                 entries.append((player, changes))
-                if changed is not None and not isinstance(record, bytes):
+                if changed is not None:
                     piece = pieces.get(player)
                     if piece is None:
                         piece = pieces[player] = {}
-                    note_piece(piece, record, game, match, changes)
+                    note_piece(piece, game, match, points, played_at, changes)
             elif verdict == DUPLICATE:
                 self.duplicates += 1
             else:
@@ -175,10 +176,7 @@ class PlayerShardLogic(ShardLogic):
         return out
 
     def _load(self, flat: dict[str, Any]) -> None:
-        records = {player: loaded(record) for player, record in flat.items()}
-        super()._load(records)
-        for record in records.values():
-            forget_expired(record)
+        super()._load({player: forget_expired(loaded(record)) for player, record in flat.items()})
 
     def _flat(self, ids: Iterable[str]) -> dict[str, Any]:
         records = self.records

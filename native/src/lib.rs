@@ -6,9 +6,12 @@
 
 pub mod json;
 pub mod order;
+pub mod rules;
 pub mod score;
 pub mod signature;
 pub mod tags;
 
 #[cfg(feature = "python")]
 mod python;
+#[cfg(feature = "python")]
+mod rules_python;

@@ -36,10 +36,13 @@ H = 3_600_000
 
 
 def play(record, match, points, played_at, received_at=None, game="g1"):
-    """One result of player "p" (received 1 s after it was played unless told)."""
+    """One result of player "p" (received 1 s after it was played unless told), on a record
+    in its list form: packed back into the kernel's bytes first (so every step also checks
+    that the list form says all the record holds), the record returned in its list form."""
     received_at = played_at + 1000 if received_at is None else received_at
+    record = loaded(record) if isinstance(record, list) else record
     record, verdict, entries = apply_result(record, game, match, "p", points, played_at, received_at)
-    return (unpack(record) if isinstance(record, bytes) else record), verdict, entries  # the list form, to look into
+    return unpack(record), verdict, entries
 
 
 def boards_via_rules(lines: list[bytes], key: bytes | None, partition: str = "p0", roundtrip: bool = False,
@@ -171,7 +174,7 @@ def test_conflict_keeps_the_first(points, played_at):
     record = play(None, "m1", 5, T)[0]
     record, verdict, entries = play(record, "m1", points, played_at, T + 5000)
     assert (verdict, entries) == (Verdict.CONFLICT, ())
-    assert [s for s in standings(record) if s[1] == "all"] == [("g1", "all", 5, T)]
+    assert [s for s in standings(loaded(record)) if s[1] == "all"] == [("g1", "all", 5, T)]
 
 
 def test_identity_is_per_game_and_match():
@@ -328,7 +331,7 @@ def test_standings_rebuild_what_the_entries_said():
         record, verdict, entries = play(record, f"m{i}", points, T + hours * H, T + 60 * H)
         for game, board, score, reached_at, _ in entries:
             last[(game, board)] = (score, reached_at)
-    assert {(g, b): (s, r) for g, b, s, r in standings(record)} == last
+    assert {(g, b): (s, r) for g, b, s, r in standings(loaded(record))} == last
 
 
 def test_record_is_json_and_works_after_a_round_trip():
@@ -336,37 +339,39 @@ def test_record_is_json_and_works_after_a_round_trip():
     record = play(record, "m2", 0, T + H)[0]
     text = orjson.dumps(record)
     assert text.startswith(b"[%d," % (T + H + 1000))
-    copy = orjson.loads(text)
+    copy = orjson.loads(text)  # lists where the record had tuples: the same record
     assert play(copy, "m1", 5, T, T + 2 * H)[1] == Verdict.DUPLICATE
     assert play(copy, "m3", 4, T + 2 * H)[2] == play(record, "m3", 4, T + 2 * H)[2]
     assert orjson.dumps(copy) == orjson.dumps(record)
 
 
-def test_packed_record_round_trips_through_the_changelog_forms():
-    """A first result is packed; its stored form reads back to the same bytes, its merge into a
-    later piece and its expansion give the list record the rules would have built."""
-    from rankflow.state.board_rules import finish_piece, merge_piece, note_piece
+def test_single_record_round_trips_through_the_changelog_forms():
+    """A first result is single; its stored form reads back to the same bytes, and a later
+    piece merged into it gives the record the rules hold."""
+    from rankflow.state.board_rules import Piece, finish_piece, merge_piece, note_piece
 
-    packed, verdict, entries = apply_result(None, "g1", "m1", "p", 50, T, T + 1000)
-    assert isinstance(packed, bytes) and verdict == Verdict.ACCEPTED and len(entries) == 4
-    frame = orjson.loads(orjson.dumps(finish_piece({}, packed)))
-    assert merge_piece(None, frame) == packed and loaded(frame) == packed
-    assert unpack(packed) == apply_result([T + 1000, 1 << 62, {}, {}], "g1", "m1", "p", 50, T, T + 1000)[0]
-    record, _, changes = apply_result(packed, "g1", "m2", "p", 10, T + 5, T + 2000)
-    piece: dict = {}
-    note_piece(piece, record, "g1", "m2", changes)  # type: ignore[arg-type]
-    rebuilt = merge_piece(merge_piece(None, frame), orjson.loads(orjson.dumps(finish_piece(piece, record))))  # type: ignore[arg-type]
-    assert orjson.loads(orjson.dumps(rebuilt)) == orjson.loads(orjson.dumps(record))
-    assert sorted(standings(rebuilt)) == sorted(standings(record))
+    single, verdict, entries = apply_result(None, "g1", "m1", "p", 50, T, T + 1000)
+    assert isinstance(single, bytes) and verdict == Verdict.ACCEPTED and len(entries) == 4
+    frame = orjson.loads(orjson.dumps(finish_piece({}, single)))
+    assert loaded(merge_piece(None, frame)) == single and loaded(frame) == single
+    record, _, changes = apply_result(single, "g1", "m2", "p", 10, T + 5, T + 2000)
+    record, _, more = apply_result(record, "g1", "m3", "p", 0, T - H, T + 3000)
+    piece: Piece = {}
+    note_piece(piece, "g1", "m2", 10, T + 5, changes)
+    note_piece(piece, "g1", "m3", 0, T - H, more)
+    rebuilt = merge_piece(merge_piece(None, frame), orjson.loads(orjson.dumps(finish_piece(piece, record))))
+    assert loaded(rebuilt) == record
+    assert sorted(standings(loaded(rebuilt))) == sorted(standings(record))
 
 
 @pytest.mark.parametrize("points, played_at", [(50, 1798884000000), (0, 1798884000000), (7, 1799020799999),
                                                (10000, 1799020800000), (3, 0)])
 def test_a_packed_first_result_gives_the_list_rules_entries(points, played_at):
-    """A first result is packed with its entries written out (``_first_result``): they must be
-    what the list rules give the same result on an empty record."""
+    """A first result is single, its entries written out apart: they must be what the
+    general rules give the same result on an empty full record."""
     received_at = played_at + 2_000
     packed, verdict, entries = br.apply_result(None, "g1", "m1", "ana", points, played_at, received_at)
-    listed = br.apply_result([received_at, br.NONE_HELD, {}, {}], "g1", "m1", "ana", points, played_at, received_at)
-    assert isinstance(packed, bytes) and (verdict, entries) == listed[1:]
-    assert br.unpack(packed) == listed[0]
+    empty = br.loaded([received_at, br.NONE_HELD, {}, {}])  # a full record: the general path
+    listed = br.apply_result(empty, "g1", "m1", "ana", points, played_at, received_at)
+    assert br.is_single(packed) and not br.is_single(listed[0]) and (verdict, entries) == listed[1:]
+    assert br.unpack(packed) == br.unpack(listed[0])

@@ -42,6 +42,7 @@ from rankflow.state.board_rules import (
     Verdict,
     apply_result,
     is_kept,
+    is_single,
     loaded,
     newest_periods,
     rank_key,
@@ -109,10 +110,10 @@ def model_of(lines: list[bytes]) -> BoardsModel:
 
 def listed(record: Any, game: str, match: str, player: str, points: int, played_at: int,
            received_at: int) -> tuple[Any, str, tuple]:
-    """The list rules alone: a first event starts from an empty list record, so nothing is ever
-    packed (what the rules were before packing, and what ``unpack`` must reproduce)."""
+    """The general rules alone: a first event starts from an empty full record, so nothing is
+    ever single (what ``unpack`` of a single record must reproduce)."""
     if record is None:
-        record = [received_at, NONE_HELD, {}, {}]
+        record = loaded([received_at, NONE_HELD, {}, {}])
     return apply_result(record, game, match, player, points, played_at, received_at)
 
 
@@ -147,7 +148,7 @@ def boards_of(events: list[ScoreEvent], outcomes: list[Outcome]) -> dict[str, di
 
 
 def expanded(record: Any) -> Any:
-    return unpack(record) if isinstance(record, bytes) else record
+    return unpack(record)
 
 
 def as_json(value: Any) -> Any:
@@ -190,13 +191,13 @@ def test_packed_rules_give_the_list_rules_and_the_models_verdicts_entries_and_bo
     packed, records = fold(apply_result, events)
     listed_outcomes, listed_records = fold(listed, events)
     assert packed == listed_outcomes  # every verdict and every entry, in order
-    assert {p: expanded(r) for p, r in records.items()} == listed_records
+    assert {p: expanded(r) for p, r in records.items()} == {p: expanded(r) for p, r in listed_records.items()}
     model = model_of(lines)
     assert [verdict for verdict, _ in packed] == model.outcomes
     assert boards_of(events, packed) == model.boards()
     for player, record in records.items():  # packed exactly while the player has one event, accepted
         mine = [v for e, (v, _) in zip(events, packed) if e[2] == player]
-        assert isinstance(record, bytes) == (mine == [Verdict.ACCEPTED])
+        assert is_single(record) == (mine == [Verdict.ACCEPTED])
 
 
 def test_the_log_strategy_reaches_every_verdict_and_both_forms():
@@ -212,7 +213,7 @@ def test_the_log_strategy_reaches_every_verdict_and_both_forms():
         seen.update(v for v, _ in outcomes)
         for player, record in records.items():
             mine = [v for e, (v, _) in zip(events, outcomes) if e[2] == player]
-            if isinstance(record, bytes):
+            if is_single(record):
                 seen.add("stays packed")
             elif mine[0] == Verdict.ACCEPTED:
                 seen.add("unpacked")
@@ -231,7 +232,7 @@ def test_a_record_read_back_from_its_stored_form_decides_as_the_live_one(before,
     events = events_of(before)
     _, live = fold(apply_result, events)
     read_back = {p: loaded(as_json(stored(r))) for p, r in live.items()}
-    assert {p: type(r) for p, r in read_back.items()} == {p: type(r) for p, r in live.items()}
+    assert {p: is_single(r) for p, r in read_back.items()} == {p: is_single(r) for p, r in live.items()}
     assert {p: as_json(expanded(r)) for p, r in read_back.items()} == {p: as_json(expanded(r)) for p, r in live.items()}
     later = events_of(before + after)[len(events):]
     assert fold(apply_result, later, read_back)[0] == fold(apply_result, later, live)[0]
@@ -323,7 +324,7 @@ def test_the_player_stage_restored_at_any_barrier_decides_as_the_rules(lines, da
         assert stage.dead == [(v, e[6]) for e, (v, _) in zip(events, outcomes) if v in Verdict.DEAD]
         assert stage.duplicates == sum(v == Verdict.DUPLICATE for v, _ in outcomes)
         assert {p: in_effect(r) for p, r in stage.logic.records.items()} == {p: in_effect(r) for p, r in live.items()}
-        assert {p: type(r) for p, r in stage.logic.records.items()} == {p: type(r) for p, r in live.items()}
+        assert {p: is_single(r) for p, r in stage.logic.records.items()} == {p: is_single(r) for p, r in live.items()}
         stage.close()
     assert boards_of(events, outcomes) == model_of(lines).boards()
 
@@ -362,7 +363,7 @@ def test_a_first_and_a_second_result_in_one_barrier_restore_as_live(tmp_path):
     stage.feed(events[1:])
     assert stage.logic.pieces["p"]["W"] == 1
     stage.snapshot()
-    assert whole_frames(tmp_path)[-1]["p"] == as_json(fold(apply_result, events)[1]["p"])
+    assert whole_frames(tmp_path)[-1]["p"] == as_json(expanded(fold(apply_result, events)[1]["p"]))
     check_restore_and_go_on(stage, lines)
 
 
@@ -375,7 +376,7 @@ def test_a_first_result_in_one_barrier_and_a_second_in_the_next_restore_as_live(
         stage.barrier([one])
     written = whole_frames(tmp_path)
     assert written[-2]["p"] == ["packed", T0 + 1000, "g1", "m1", 50, T0]
-    assert written[-1]["p"] == as_json(fold(apply_result, events)[1]["p"])
+    assert written[-1]["p"] == as_json(expanded(fold(apply_result, events)[1]["p"]))
     check_restore_and_go_on(stage, lines)
 
 
