@@ -21,7 +21,7 @@ import time
 from abc import abstractmethod
 from collections.abc import Sequence
 from datetime import datetime, timedelta, UTC
-from typing import Generic, TypeVar
+from typing import ClassVar, Generic, TypeVar
 
 from bytewax.inputs import StatefulSourcePartition
 
@@ -117,10 +117,70 @@ class SourceBatch:
 BUSY_PAUSE = timedelta(milliseconds=1)
 """After a batch with records, a partition of a run with several workers reads again no sooner."""
 
+WAIT_SHARE = 0.8
+"""The share of the last barrier wait a worker's partitions sleep through before they ask again."""
 
-def pause_when_busy(workers: int) -> None:
+
+class BarrierWait:
+    """One worker's barriers: when its partitions' epoch last closed, and how long they sleep then.
+
+    Why: Bytewax 0.21's input reads nothing of a new epoch until every earlier epoch has
+    left the dataflow, in every process (backpressure), and it asks a partition when to wake
+    only after a read: through a wait at a barrier it keeps the answers it had, and once they
+    have passed it wakes the worker at once, every step (``src/inputs.rs``). A worker waiting
+    for a slower process then spins a core for the whole wait. So the reads that close an
+    epoch answer "not before most of the last wait": the worker parks (``step_or_park``)
+    through it and spins only for the rest. Bytewax closes all of a worker's partitions in one
+    activation, so they share one guess and wake together. The guess follows the waits, from
+    the close to the worker's first read after it: a wait longer than the guess (the worker
+    spun) sets it to :data:`WAIT_SHARE` of that wait; one no longer (the read could have come
+    sooner) shrinks it by that share, so it never delays a barrier by more than a fraction of
+    the waits it saw. At most twice the barrier (a wait is the slowest process's epoch worked
+    through everywhere, which can take longer than the barrier), at least :data:`BUSY_PAUSE`.
+
+    >>> w = BarrierWait(1.0, now=0.0)
+    >>> w.guess_s
+    0.001
+    >>> _ = w.closed(1.0); w.read(1.2); round(w.guess_s, 3)   # waited 200 ms, spinning for 199
+    0.16
+    >>> _ = w.closed(2.2); w.read(2.361); round(w.guess_s, 4)  # woke at the guess and could read
+    0.128
+    >>> _ = w.closed(3.4); w.read(3.5); w.read(3.6); round(w.guess_s, 4)  # one wait per close
+    0.1024
+    >>> _ = w.closed(4.0); w.read(9.0); w.guess_s               # never more than twice the barrier
+    2.0
+    """
+
+    __slots__ = ("barrier_s", "closed_at", "guess_s", "waiting")
+
+    def __init__(self, barrier_s: float, now: float) -> None:
+        self.barrier_s = barrier_s
+        self.closed_at = now  # the first snapshot of the last close (at first: the start)
+        self.waiting = False  # closed, and no partition has read since
+        self.guess_s = BUSY_PAUSE.total_seconds()
+
+    def closed(self, now: float) -> float:
+        """A partition's snapshot: the time the worker's epoch closed (its first snapshot)."""
+        if not self.waiting and now - self.closed_at > self.barrier_s / 2:
+            self.closed_at, self.waiting = now, True
+        return self.closed_at
+
+    def read(self, now: float) -> None:
+        """A partition whose epoch closed reads again: the first such read ends the wait."""
+        if not self.waiting:
+            return
+        self.waiting = False
+        floor = BUSY_PAUSE.total_seconds()
+        wait_s = now - self.closed_at
+        guess = wait_s * WAIT_SHARE if wait_s > self.guess_s * 1.05 + floor else self.guess_s * WAIT_SHARE
+        self.guess_s = min(self.barrier_s * 2, max(floor, guess))
+
+
+def pause_when_busy(workers: int, barrier_ms: int = 250) -> None:
     """With several workers (``workers``: in all processes), make every partition wait
-    :data:`BUSY_PAUSE` after a batch with records before it reads again; with one, read at once.
+    :data:`BUSY_PAUSE` after a batch with records before it reads again, and sleep through
+    most of a barrier's wait (:class:`BarrierWait`, ``barrier_ms``: the run's interval); with
+    one worker, read at once.
 
     Why: Bytewax 0.21's input reads nothing more until every earlier epoch has left the
     dataflow (backpressure), and while it waits it asks to be woken again at the partitions'
@@ -130,7 +190,10 @@ def pause_when_busy(workers: int) -> None:
     process, its exchange, the merger), and the loop is CPU per event that buys nothing. A
     wake-up a millisecond later lets the worker park (``step_or_park``) in between. The
     pause does not delay a read beyond it: a batch takes longer than that downstream."""
-    BarrierPartition.busy_pause = BUSY_PAUSE if workers > 1 else None
+    several = workers > 1
+    BarrierPartition.busy_pause = BUSY_PAUSE if several else None
+    BarrierPartition.barrier_s = barrier_ms / 1000 if several else None
+    BarrierPartition._workers.clear()  # a run's own: thread ids are reused
 
 
 class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
@@ -145,12 +208,22 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
     busy_pause: timedelta | None = None
     """How long to wait before the next read after a batch with records, None: at once
     (:func:`pause_when_busy` sets it for the whole process)."""
+    barrier_s: float | None = None
+    """The run's barrier interval when it has several workers (:func:`pause_when_busy`), else
+    None: no sleeping through barrier waits (:class:`BarrierWait`)."""
+    _workers: ClassVar[dict[int, BarrierWait]] = {}
+    """Worker thread -> its partitions' barriers (Bytewax builds and steps a worker's
+    partitions on the worker's thread)."""
 
     def __init__(self) -> None:
         self._epoch_open = True  # the first call of an execution opens an epoch
         self._idle = False
         self._ended = False
         self._last_records = time.monotonic()  # when this partition last had records (docs/semantics/windows.md 2: idle time)
+        self._epoch_started = self._last_records  # the open epoch's start (:meth:`snapshot`)
+        self._closed = False  # the epoch closed, and this partition has not read since
+        self._wait = None if self.barrier_s is None else \
+            self._workers.setdefault(threading.get_ident(), BarrierWait(self.barrier_s, self._last_records))
 
     @abstractmethod
     def read(self) -> SourceBatch | None:
@@ -165,6 +238,10 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
         """Resume state: where the next execution starts reading."""
 
     def next_batch(self) -> list[SourceBatch]:
+        now = time.monotonic()
+        if self._closed and self._wait is not None:
+            self._wait.read(now)
+            self._closed = False
         if self._ended:
             raise StopIteration
         try:
@@ -201,12 +278,35 @@ class BarrierPartition(StatefulSourcePartition[SourceBatch, S], Generic[S]):
         return [batch]
 
     def next_awake(self) -> datetime | None:
+        if self._wait is not None and (awake := self._barrier_awake(self._wait)) is not None:
+            return awake
         # When idle, poll gently; a new epoch still gets its tick within IDLE_POLL.
         if self._idle:
             return datetime.now(UTC) + self.idle_poll
         pause = self.busy_pause
         return None if pause is None else datetime.now(UTC) + pause
 
+    def _barrier_awake(self, wait: BarrierWait) -> datetime | None:
+        """The answer of a read after the epoch's end, which Bytewax closes the epoch after:
+        sleep for most of the wait (:class:`BarrierWait`). None: not after the end.
+
+        Bytewax closes the epoch in the first activation after its interval, after the reads
+        of the partitions due then (a busy partition is due after :data:`BUSY_PAUSE`), and
+        keeps each partition's last answer through the wait. The epoch's start here is the
+        worker's first snapshot of the last close (:meth:`BarrierWait.closed`), a little
+        after Bytewax's own (its clock is read once, at the top of the activation), so once this
+        end has passed Bytewax's has too, give or take the reads of the same activation before
+        this one; a partition that answered a moment early is closed in the next activation
+        (the others are due by then), without a read, and keeps its answer."""
+        assert self.barrier_s is not None
+        if time.monotonic() - self._epoch_started < self.barrier_s:
+            return None
+        sleep = timedelta(seconds=wait.guess_s)
+        return datetime.now(UTC) + (max(sleep, self.idle_poll) if self._idle else sleep)
+
     def snapshot(self) -> S:
         self._epoch_open = True
+        if self._wait is not None:
+            self._closed = True
+            self._epoch_started = self._wait.closed(time.monotonic())
         return self.position_state()

@@ -139,7 +139,7 @@ def run(opts: RunOptions, start: Start | None = None) -> dict[str, Any] | None:
     if opts.process_id in (None, 0):  # one line per run, not per process
         warn_unchecked(opts)
     tune_gc()
-    pause_when_busy(opts.worker_count)
+    pause_when_busy(opts.worker_count, opts.barrier)
     if start is None:
         start = Start.of(opts)
     fresh = start.fresh

@@ -18,7 +18,7 @@ boards its positions, dead letters and every board no retention drops, :func:`la
 ``--process-id`` each), pinned with ``taskset -c`` to core ``id % cores``: with as many cores as
 processes, each process has a core to itself, as on a cluster of machines; with more processes
 than cores the figure is what they cost sharing the cores they had. The run's CPU is then the
-sum of the processes' own (each ``wait4``).
+sum of the processes' own (each ``wait4``; each process's own is in the run's line, ``cpu_each_s``).
 """
 
 from __future__ import annotations
@@ -58,9 +58,9 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def pinned(cmd: list[str], processes: int, rig: Rig, namespace: str) -> tuple[float, float]:
+def pinned(cmd: list[str], processes: int, rig: Rig, namespace: str) -> tuple[float, list[float]]:
     """``cmd`` as ``processes`` processes of one run, each pinned to its own core (modulo the
-    cores): the wall seconds and the sum of their CPU seconds."""
+    cores): the wall seconds and each process's CPU seconds."""
     cores = os.cpu_count() or 1
     addresses = ",".join(f"127.0.0.1:{p}" for p in free_ports(processes))
     started = time.perf_counter()
@@ -70,13 +70,13 @@ def pinned(cmd: list[str], processes: int, rig: Rig, namespace: str) -> tuple[fl
         procs.append(subprocess.Popen(["taskset", "-c", str(i % cores), *cmd, "--addresses", addresses,
                                        "--process-id", str(i), "--run-id", namespace], stderr=err,
                                       stdout=subprocess.DEVNULL))
-    cpu = 0.0
+    cpu: list[float] = []
     for i, proc in enumerate(procs):
         _, status, usage = os.wait4(proc.pid, 0)
         proc.returncode = os.waitstatus_to_exitcode(status)
         if proc.returncode != 0:
             raise RuntimeError(f"process {i} exited {proc.returncode}: see {rig.stderr(f'{namespace}-{i}')}")
-        cpu += usage.ru_utime + usage.ru_stime
+        cpu.append(usage.ru_utime + usage.ru_stime)
     return time.perf_counter() - started, cpu
 
 
@@ -94,10 +94,10 @@ def run_flow(rankflow: str, rig: Rig, topic: str, processes: int, extra: list[st
            "--redis", rig.redis_url, "--namespace", namespace,
            "--dead-letter", f"jsonl:{rig.work / (namespace + '.dead.jsonl')}", *extra]
     if pin:
-        wall, cpu = pinned(cmd, processes, rig, namespace)
+        wall, each = pinned(cmd, processes, rig, namespace)
     else:
         run = timed([*cmd, "--processes", str(processes)], rig.stderr(namespace))
-        wall, cpu = run.seconds, run.cpu_s
+        wall, each = run.seconds, [run.cpu_s]
     assert rig.client is not None
     stored = namespace if flow == "listeners" else boards_namespace(namespace)
     final = read_latest(rig.client, stored) or {}
@@ -105,7 +105,7 @@ def run_flow(rankflow: str, rig: Rig, topic: str, processes: int, extra: list[st
         (sorted((final.get("positions") or {}).items()), final.get("dead_letters"), lasting(read_boards(rig.client, namespace)))
     for key in rig.client.scan_iter(match=f"{{{stored}}}*", count=1000):
         rig.client.unlink(key)
-    return {"cpu_s": cpu, "wall_s": wall, "items": same}
+    return {"cpu_s": sum(each), "cpu_each_s": each, "wall_s": wall, "items": same}
 
 
 def main() -> None:
@@ -150,7 +150,8 @@ def main() -> None:
                     exact = r["items"] == first_items and r["items"] is not None
                     per_m = r["cpu_s"] * 1e6 / args.events
                     print(json.dumps({"rep": rep, "system": name, "processes": n, "cpu_s_per_1m": round(per_m, 3),
-                                      "wall_s": round(r["wall_s"], 2), "exact": exact}), flush=True)
+                                      "wall_s": round(r["wall_s"], 2), "exact": exact,
+                                      "cpu_each_s": [round(c, 2) for c in r["cpu_each_s"]]}), flush=True)
                     if not exact:
                         sys.exit(f"{name} --processes {n}: the final snapshot differs from the first run's")
                     results.setdefault((name, n), []).append(per_m)
