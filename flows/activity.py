@@ -5,11 +5,13 @@ step                 keyed by          what it does
 ===================  ================  ==============================================
 input                (source part.)    one ``SourceBatch`` per batch of raw records
 stamp_epoch                            the batch learns its epoch: its barrier
-parse                                  checks 1-3 of docs/semantics/windows.md 1 once per record
-window_events        counter part.     a batch's events per partition of
-                                       workspaces, each with its partition's running
-                                       greatest ``ts``; every partition gets the
-                                       batch's mark (its greatest ``ts``, idleness)
+parse                                  one call into the kernel per batch: checks 1-3
+                                       of docs/semantics/windows.md 1 once per record,
+                                       and the events per partition of workspaces, each
+                                       with its batch's running greatest ``ts``, summed
+                                       per bucket and pair where they are on time
+window_events        counter part.     every partition gets its part and the batch's
+                                       mark (its greatest ``ts``, idleness)
 window_counters      counter part.     the watermark from every mark; each event
                                        judged (check 4, ``expired``) and counted in
                                        its bucket; buckets join and leave the window
@@ -50,10 +52,10 @@ from rankflow.operators.engine_types import Tick
 from rankflow.operators.merger import MergerLogic
 from rankflow.operators.parse import ParsedBatch, stamp_epoch
 from rankflow.operators.ranking_stage import rank_and_publish
-from rankflow.operators.window_counter import WindowBatch, WindowTable, expired_dead_letters, route_messages
+from rankflow.operators.window_counter import (
+    MessageParser, WindowBatch, WindowTable, expired_dead_letters, route_messages)
 from rankflow.state.events import DeadLetter
 from rankflow.operators.window_ranking import ActivityRanking
-from rankflow.state.message_events import parse_message_records
 from rankflow.state.window_rules import MESSAGES, MODES
 
 
@@ -92,7 +94,8 @@ def build_flow(
     flow = Dataflow(flow_id)
     batches = op.input("input", flow, source)
     stamped = op.inspect_debug("stamp_epoch", batches, stamp_epoch)
-    parsed = op.map("parse", stamped, partial(ParsedBatch, parse=parse_message_records))
+    parser = MessageParser(partitions, bucket_ms, window_buckets, per_event=mode != MESSAGES or summary > 0)
+    parsed = op.map("parse", stamped, partial(ParsedBatch, parse=parser))
 
     # the counter stage takes batches and ticks; every WindowBatch is its source batch's tick here
     routed: KeyedStream[WindowBatch | Tick] = op.flat_map(

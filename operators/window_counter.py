@@ -6,7 +6,9 @@ so each workspace's counts are exact in one place):
 
 * **Input**: :class:`WindowBatch` items from :func:`route_messages`, exactly one per
   source batch per partition (each is its batch's barrier tick too): the batch's events
-  of this partition's workspaces (often none) and the batch's
+  of this partition's workspaces (often none), as the kernel routed them in the parse
+  step (:class:`MessageParser`: one by one, or the events on time within their batch
+  summed per bucket and pair and the others one by one), and the batch's
   :class:`state.window_rules.SourceMark`. Every partition sees every mark, so every
   partition computes the same watermark.
 * **State**: a :class:`state.window_rules.Watermark`, a
@@ -22,6 +24,10 @@ so each workspace's counts are exact in one place):
   within ``seen``'s window counts at once, and only a bucket between the two (an
   event late by more than the window, within its partition) waits for the barrier's
   marks to be judged by :meth:`state.window_rules.Watermark.event_watermark`.
+  A summed part whose least bucket is in or after the window and within the window of
+  its source partition's greatest ``ts`` so far counts per pair at once (each of its
+  events would count), and its late events are judged one by one; any other part is
+  judged event by event.
 * **Output**: when epoch ``e`` closes, one :class:`WindowReport`: the watermark after
   ``e``, each changed workspace's channel counts (0: gone; Redis holds the whole
   rankings, so exact ranks come from there), the partition's global top ``K_max``, and
@@ -38,17 +44,17 @@ from __future__ import annotations
 
 import logging
 import time
-import zlib
 from collections.abc import Hashable
 from pathlib import Path
 from typing import Any, NamedTuple, cast
 
+from rankflow import _native
 from rankflow.connectors.changelog import ShardChangelog
 from rankflow.operators.engine_types import SourceMark
 from rankflow.operators.parse import ParsedBatch
 from rankflow.state.events import DeadLetter
 from rankflow.state.heavy_hitters import MisraGries
-from rankflow.state.message_events import EXPIRED
+from rankflow.state.message_events import EXPIRED, exact_ts
 from rankflow.state.ranking_index import RetakenTop
 from rankflow.state.window_rules import USERS, Watermark, WindowCounts, window_buckets
 
@@ -73,7 +79,7 @@ class WindowBatch(NamedTuple):
 
     epoch: int
     mark: SourceMark
-    events: list[WindowEvent]
+    events: WindowPart
     part: int = 0  # the counter partition it is for (names the partition's changelog)
 
 
@@ -92,22 +98,83 @@ class WindowReport(NamedTuple):
     """``--global-summary``: per bucket that changed (every bucket when ``full``) its summary here."""
 
 
+class WindowPart(NamedTuple):
+    """One counter partition's share of a source batch, as the kernel routes it
+    (``_native.MessageRouter.route``): its events one by one, or summed."""
+
+    events: list[WindowEvent] | None
+    """The events one by one (None: summed)."""
+    counts: dict[int, dict[Pair, int]] | None
+    """Summed: per bucket each pair's number of events, over the events on time within their
+    batch (no bucket before the window of their ``seen``); every ``ts`` within 64 bits."""
+    late: list[WindowEvent]
+    """Summed: the other events, one by one (late by more than the window in their batch)."""
+    raws: list[bytes]
+    """Summed: every event's record, and in ``packed`` their offsets and ``seen``, from which
+    the kernel makes them one by one again (:meth:`WindowTable.stage`'s rare path)."""
+    packed: bytes
+    seen: int | None
+    """The source batch's greatest valid ``ts`` (None: it has none)."""
+
+
+class MessageParser:
+    """The activity flow's parse step (a ``operators.parse.Parser``): checks 1 to 3 and the
+    routing to the counter partitions in one call into the kernel per batch. Its "events"
+    are the batch's :class:`WindowPart` per counter partition, in order.
+
+    ``per_event``: every part one by one (mode ``users`` and a global summary need each
+    event); otherwise a part's events on time within their batch are summed per bucket and
+    pair, the others listed one by one.
+    """
+
+    def __init__(self, partitions: int, bucket_ms: int, n: int, per_event: bool) -> None:
+        self.router = _native.MessageRouter(partitions, bucket_ms, n, not per_event)
+
+    def __call__(self, records: list[bytes], offsets: range | list[int], partition: str, epoch: int
+                 ) -> tuple[list[WindowPart], list[tuple[str, DeadLetter]]]:
+        if type(offsets) is range and offsets.step == 1:
+            parts, seen, refused = self.router.route(records, offsets.start)
+        else:
+            parts, seen, refused = self.router.route(records, 0, list(offsets))
+        seen = None if seen is None else exact_ts(seen)
+        out = [WindowPart(events if events is None else _exact_events(events), counts, late, raws, packed, seen)
+               for events, counts, late, raws, packed in parts]
+        dead = [(partition, DeadLetter(reason, detail, partition, offsets[i], records[i], epoch))
+                for i, reason, detail in refused]
+        return out, dead
+
+
+
+_UNSUMMING = _native.MessageRouter(1, 1, 1, False)  # its ``events`` knows no partitions or window
+
+
+def part_events(part: WindowPart) -> list[WindowEvent]:
+    """A part's events one by one, in input order."""
+    if part.events is not None:
+        return part.events
+    return _UNSUMMING.events(part.raws, part.packed)
+
+
+def _exact_events(events: list[Any]) -> list[WindowEvent]:
+    """The kernel's events with ``ts`` and ``seen`` exact (a literal beyond 64 bits comes as text)."""
+    for i, e in enumerate(events):
+        if type(e[3]) is not int or type(e[4]) is not int:
+            events[i] = (e[0], e[1], e[2], exact_ts(e[3]), exact_ts(e[4]), e[5], e[6])
+    return cast("list[WindowEvent]", events)
+
+
 def route_messages(parsed: ParsedBatch, partitions: int, quiet_after_s: float | None
                    ) -> list[tuple[str, WindowBatch]]:
-    """A parsed batch's events, per counter partition, each with the batch's running greatest
-    ``ts``; every partition gets the batch's mark. ``quiet_after_s``: a batch without
-    records this long after the partition's last records marks it idle (None: never)."""
-    groups: list[list[WindowEvent]] = [[] for _ in range(partitions)]
-    seen = -1
-    crc = zlib.crc32
-    for ws, ch, user, ts, offset, raw in parsed.events:
-        if ts > seen:
-            seen = ts
-        groups[crc(ws.encode("utf-8", "surrogatepass")) % partitions].append((ws, ch, user, ts, seen, offset, raw))
+    """A parsed batch's parts (:class:`MessageParser`), one per counter partition, each with
+    the batch's mark. ``quiet_after_s``: a batch without records this long after the
+    partition's last records marks it idle (None: never)."""
+    parts = cast("list[WindowPart]", parsed.events)
+    if len(parts) != partitions:
+        raise RuntimeError(f"a batch routed to {len(parts)} counter partitions, not {partitions}")
     quiet = quiet_after_s is not None and parsed.quiet_s >= quiet_after_s
-    mark = SourceMark(parsed.partition, parsed.start, seen if seen >= 0 else None, quiet)
+    mark = SourceMark(parsed.partition, parsed.start, parts[0].seen if parts else None, quiet)
     epoch = parsed.epoch
-    return [(str(p), WindowBatch(epoch, mark, events, p)) for p, events in enumerate(groups)]
+    return [(str(p), WindowBatch(epoch, mark, part, p)) for p, part in enumerate(parts)]
 
 
 class WindowTable:
@@ -155,7 +222,18 @@ class WindowTable:
         prior = self.running.get(mark.partition, -1)
         first = self.counts.first
         bucket_ms, n = self.bucket_ms, self.n
-        for event in batch.events:
+        part = batch.events
+        counts = part.counts
+        if counts is not None and (not counts or min(counts) >= max(-1 if first is None else first,
+                                                                    prior // bucket_ms - n + 1)):
+            # summed by the kernel, and every bucket is in or after the window and within the
+            # window of its partition's greatest ts so far: each pair counts, as its events would
+            for b, keys in counts.items():
+                self.counts.add_counts(b, keys)
+            events = part.late  # none of the others expires or waits: the late ones keep their order
+        else:
+            events = part_events(part)
+        for event in events:
             ws, ch, user, ts, seen, offset, raw = event
             b = ts // bucket_ms
             if first is not None and b < first:  # before the window: expired whatever the barrier says

@@ -6,8 +6,9 @@ Generates the three logs once under ``--data`` (1M playback events of 100k users
 songs; 600k score results of 100k players; 1M messages of 2,000 workspaces), then runs
 each flow with ``--until-eof`` in each checkout, ``--reps`` times, and prints one JSON
 line a run (the flow's user+sys CPU seconds, Redis's CPU seconds, wall seconds, the
-barriers the run closed, the load average), then per flow the medians with their range
-and the median of the reps' ratios new/base.
+barriers the run closed, the load average, and ``result``: a digest of what the run left
+for its readers), then per flow the medians with their range, the median of the reps'
+ratios new/base, and whether every run's result was the same (the runs are exact alike).
 
 Why ``--together``: a flow's CPU seconds grow with its wall time, because every barrier
 (``--barrier-ms``, an epoch of wall-clock time) costs the same work whatever it holds,
@@ -22,6 +23,7 @@ pair's (both runs share the Redis). Without it the runs alternate which goes fir
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -38,7 +40,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from rankflow.bench.rig import timed  # noqa: E402
-from rankflow.connectors.redis_read import read_latest  # noqa: E402
+from rankflow.connectors.redis_keys import Keys  # noqa: E402
+from rankflow.connectors.redis_read import current_generation, read_latest  # noqa: E402
 from rankflow.products import get as product  # noqa: E402
 
 LOGS = {
@@ -51,6 +54,21 @@ LOGS = {
 def redis_cpu(client: redis.Redis) -> float:
     info = client.info("cpu")
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
+
+
+def result_digest(client: redis.Redis, flow: str, published: str, final: dict[str, Any]) -> str:
+    """What a run left for its readers, as a digest that two exact runs share: the final
+    snapshot's ranked items and dead-letter count and, for activity, every workspace's ranking
+    (the slot its readers read). Run-specific fields (ids, times, epochs) are left out."""
+    digest = hashlib.sha256(json.dumps([final.get("items"), final.get("dead_letters")], sort_keys=True,
+                                       default=str).encode())
+    if flow == "activity":
+        keys = Keys(published, current_generation(client, published))
+        slots = {k.decode(): v.decode() for k, v in client.hgetall(keys.workspace_slots).items()}  # type: ignore[union-attr]
+        for ws in sorted(m.decode() for m in client.smembers(keys.workspaces)):  # type: ignore[union-attr]
+            ranking = client.zrange(keys.workspace(ws, slots.get(ws, "a")), 0, -1, withscores=True)
+            digest.update(json.dumps([ws, [(m.decode(), s) for m, s in ranking]]).encode())  # type: ignore[union-attr]
+    return digest.hexdigest()[:16]
 
 
 def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) -> dict[str, Any]:
@@ -67,11 +85,13 @@ def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) 
     except RuntimeError as exc:
         sys.exit(f"{rankflow} {flow}: {exc}")
     final = read_latest(client, published) or {}
+    result = result_digest(client, flow, published, final)
     dead.unlink(missing_ok=True)
     stderr.unlink(missing_ok=True)
     for key in client.scan_iter(match=f"{{{published}}}*", count=1000):
         client.unlink(key)
-    return {"flow_cpu": run.cpu_s, "wall": run.seconds, "barriers": final.get("epoch"), "load": os.getloadavg()[0]}
+    return {"flow_cpu": run.cpu_s, "wall": run.seconds, "barriers": final.get("epoch"), "load": os.getloadavg()[0],
+            "result": result}
 
 
 def one_rep(systems: dict[str, str], order: list[str], flow: str, log: Path, url: str, client: redis.Redis,
@@ -108,6 +128,8 @@ def summary(flow: str, rows: list[dict[str, Any]], systems: dict[str, str]) -> l
         if r["flow"] == flow:
             by_rep.setdefault(r["rep"], {})[r["system"]] = r["flow_cpu"]
     ratios = [rep["new"] / rep["base"] for rep in by_rep.values() if {"new", "base"} <= rep.keys()]
+    results = {r["result"] for r in rows if r["flow"] == flow}
+    lines.append(f"{flow} results: {'every run the same' if len(results) == 1 else f'{len(results)} different'}")
     if ratios:
         lines.append(f"{flow} new/base flow CPU per rep: median x{statistics.median(ratios):.3f} "
                      f"({min(ratios):.3f}-{max(ratios):.3f}, {sum(x < 1 for x in ratios)} of {len(ratios)} below 1)")

@@ -371,8 +371,9 @@ class RetakenTop:
     def update(self, changed: Mapping[Any, int], counts: Mapping[Any, int]) -> None:
         """``changed``: keys whose count changed, with their counts now (0: gone); ``counts``:
         the whole table after those changes. One comparison per change below the top,
-        O(log K) comparisons and an O(K) memmove per change in it; O(n log K) when a count
-        falls inside the top (taken again from ``counts``).
+        O(log K) comparisons and an O(K) memmove per change in it; when a count falls inside
+        the top, O((K + changes) log K) from the keys held and changed, or O(n log K) from the
+        whole table if those rank below the top's floor before the update.
 
         >>> counts = {"a": 1}
         >>> top = RetakenTop(1, counts)
@@ -380,11 +381,12 @@ class RetakenTop:
         [('b', 2)]
         """
         held, index, capacity = self._held, self._index, self.capacity
+        floor, before = (index[0] if len(index) >= capacity else None), list(held)
         for key, n in changed.items():
             old = held.get(key)
             if old is not None:
                 if n < old:  # a count fell inside the top: a key below may now belong in it
-                    self._take_all(counts)
+                    self._retake_after_fall(changed, counts, floor, before)
                     return
                 del index[bisect_left(index, (old, key))]
                 insort(index, (n, key))
@@ -405,6 +407,22 @@ class RetakenTop:
         [('b', 1)]
         """
         self._take_all(counts)
+
+    def _retake_after_fall(self, changed: Mapping[Any, int], counts: Mapping[Any, int],
+                           floor: tuple[int, Any] | None, before: list[Any]) -> None:
+        """The top again after a count in it fell, from the keys that could be in it: those held
+        before the update and the changed ones. Every other key kept its count, below ``floor``
+        (the top's least pair before the update; None: the top held every key then), so the
+        candidates' best are the table's unless they rank below it, and only then is the whole
+        table taken (a sliding window's bucket leaving costs its keys, not the window's)."""
+        get = counts.get
+        best = heapq.nlargest(self.capacity, [(n, key) for key in {*before, *changed} if (n := get(key, 0)) > 0])
+        if floor is not None and (len(best) < self.capacity or best[-1] < floor):
+            self._take_all(counts)
+            return
+        best.reverse()
+        self._index = best
+        self._held = {key: n for n, key in best}
 
     def _take_all(self, counts: Mapping[Any, int]) -> None:
         # (count, key) pairs made by zip in C; the best non-positive ones, if any made it in, go after

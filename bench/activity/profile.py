@@ -20,7 +20,8 @@ PROFILE_PARTS = {  # a frame whose name contains a key counts for the part (inne
         "MergerLogic.snapshot", "WindowTable._changes", "WindowTable._image", "_nested", "take_dirty",
         "_summary_json", "_merge_bucket"),
     "changelog (write, fdatasync)": ("ShardChangelog", "changelog", "fdatasync"),
-    "parse (JSON, validation)": ("parse_message_records", "parse_message", "ParsedBatch"),
+    "parse and routing (the kernel's MessageParser)": ("MessageParser", "parse_message_records", "parse_message",
+                                                       "ParsedBatch"),
     "routing to counter partitions (route_messages)": ("route_messages",),
     "window counter: place and count (WindowTable, WindowCounts)": ("_place", "WindowCounts", "Watermark",
                                                                     "_summarize", "MisraGries"),
@@ -34,7 +35,7 @@ PROFILE_PARTS = {  # a frame whose name contains a key counts for the part (inne
     "Kafka read": ("_KafkaPartition", "rd_kafka"),
     "start-up (imports)": ("_find_and_load", "_compile_bytecode"),
 }
-PROFILE_GENERIC: dict[str, tuple[str, ...]] = {"parse (JSON, validation)": ("orjson",), "publisher: redis-py (pack, send, wait)": ("redis/",)}
+PROFILE_GENERIC: dict[str, tuple[str, ...]] = {"parse and routing (the kernel's MessageParser)": ("orjson",), "publisher: redis-py (pack, send, wait)": ("redis/",)}
 
 
 def profile(bench: ActivityBench, result: ActivityBenchResult) -> None:

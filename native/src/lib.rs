@@ -11,6 +11,9 @@ pub mod score;
 pub mod signature;
 pub mod tags;
 
+pub mod messages;
+#[cfg(feature = "python")]
+mod messages_python;
 #[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]

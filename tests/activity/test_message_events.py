@@ -1,7 +1,9 @@
-"""Validation of activity (message) events (state.message_events), docs/semantics/windows.md section 1 checks 1 to 3.
+"""Validation of activity (message) events (state.message_events over the kernel's
+native/src/messages.rs), docs/semantics/windows.md section 1 checks 1 to 3.
 
-Every outcome is checked three ways: the batch hot path, the one-line path with every
-rule, and a small model of section 1 written here with the standard library only.
+Every outcome is checked four ways: the kernel's batch path, its one-line path, the
+activity flow's routing parse (``operators.window_counter.MessageParser``) and a small
+model of section 1 written here with the standard library only (the oracle).
 """
 
 from __future__ import annotations
@@ -19,7 +21,8 @@ from hypothesis import strategies as st
 
 import rankflow.state.json_exact
 import rankflow.state.message_events
-from rankflow.state.events import DeadLetter, InvalidEvent
+from rankflow.operators.window_counter import MessageParser, part_events
+from rankflow.state.events import DeadLetter
 from rankflow.state.json_exact import exact_int
 from rankflow.state.message_events import (
     CHANNEL,
@@ -32,7 +35,6 @@ from rankflow.state.message_events import (
     WORKSPACE,
     parse_message,
     parse_message_records,
-    validate_message,
 )
 
 GOOD = {"workspace_id": "w1", "channel_id": "general", "user_id": "ana", "ts": 1_767_225_600_000}
@@ -82,9 +84,12 @@ def model(raw: bytes) -> str | tuple[str, str, str, int]:
 
 
 def outcome(raw: bytes) -> str:
-    """``"ok"`` or the reason, the same through the batch (fast) path, the one-line path and the model."""
+    """``"ok"`` or the reason, the same through the batch path, the one-line path, the routing parse and the model."""
     one = parse_message(raw, "messages", 7, 3)
     events, dead = parse_message_records([raw], [7], "messages", 3)
+    parts, routed_dead = MessageParser(3, 60_000, 60, per_event=False)([raw], [7], "messages", 3)
+    routed = [e for part in parts for e in part_events(part)]
+    assert routed_dead == dead and [e[:4] + e[5:] for e in routed] == events
     expected = model(raw)
     if isinstance(one, DeadLetter):
         assert events == [] and dead == [("messages", one)]
@@ -356,22 +361,14 @@ def test_details_name_the_fields():
 
 # -- the functions on their own -------------------------------------------------------------
 
-def test_validate_message_reads_big_integers_exactly_from_raw():
+def test_big_integers_are_exact_and_negative_ones_out_of_range():
     raw = with_literal("ts", "18446744073709551617")
-    obj = orjson.loads(raw)
-    assert type(obj["ts"]) is float  # what orjson makes of it
-    assert validate_message(obj, raw) == ("w1", "general", "ana", 18446744073709551617)
-    raw = with_literal("ts", "-18446744073709551617")
-    with pytest.raises(InvalidEvent) as err:
-        validate_message(orjson.loads(raw), raw)
-    assert err.value.reason == "out_of_range"
-    raw = with_literal("ts", "50.0")
-    with pytest.raises(InvalidEvent) as err:
-        validate_message(orjson.loads(raw), raw)
-    assert err.value.reason == "wrong_type"
+    assert parse_message(raw, "m", 0, 1)[TS] == 18446744073709551617
+    assert parse_message(with_literal("ts", "-18446744073709551617"), "m", 0, 1).reason == "out_of_range"
+    assert parse_message(with_literal("ts", "50.0"), "m", 0, 1).reason == "wrong_type"
 
 
-def test_batches_mix_fast_and_full_paths_in_order():
+def test_batches_keep_their_order_valid_or_not():
     lines = [line(), b"", line(ts=1.0), line(channel_id="🎉"), with_literal("ts", "1" + "0" * 30), b"[]",
              line(user_id=DROP), line(workspace_id="")]
     events, dead = parse_message_records(lines, range(100, 108), "p3", 9)
@@ -382,16 +379,6 @@ def test_batches_mix_fast_and_full_paths_in_order():
     assert all(isinstance(d, DeadLetter) and d.raw is lines[d.offset - 100] for _, d in dead)
     assert events[1][:4] == ("w1", "🎉", "ana", GOOD["ts"]) and events[2][TS] == 10**30
     assert all(type(e) is tuple and len(e) == 6 for e in events)
-
-
-def test_common_valid_lines_take_the_fast_path(monkeypatch):
-    def full_rules(*args):
-        raise AssertionError("took the full rules")
-
-    monkeypatch.setattr(rankflow.state.message_events, "parse_message", full_rules)
-    lines = [line(), line(channel_id="🎉" * 64, extra=[1.5]), line(ts=0), line(ts=2**64 - 1), b'{"ts": 1, ' + line()[1:]]
-    events, dead = parse_message_records(lines, range(5), "p", 1)
-    assert len(events) == 5 and dead == []
 
 
 def test_offsets_may_be_a_list():
@@ -474,7 +461,7 @@ def json_ish(draw) -> bytes:
 
 @settings(max_examples=600, deadline=None)
 @given(json_ish())
-def test_the_fast_path_and_the_full_rules_agree_on_any_input(raw):
+def test_every_path_and_the_model_agree_on_any_input(raw):
     outcome(raw)
 
 

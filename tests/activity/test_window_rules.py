@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import orjson
 import pytest
 from hypothesis import HealthCheck, assume, example, given, settings
 from hypothesis import strategies as st
 
 from rankflow.operators.merger import Cut
-from rankflow.operators.window_counter import WindowTable, route_messages
+from rankflow.operators.window_counter import MessageParser, WindowTable, route_messages
 from rankflow.operators.window_ranking import ActivityRanking
 from rankflow.state.window_rules import (EXPIRED, SourceMark, Watermark, WindowCounts, bucket, place,
                                          window_bounds)
@@ -22,20 +23,32 @@ EXAMPLE = [  # section 8: (channel, user, ts), workspace A, one partition
 ]
 
 
+def parsed_batch(partition: str, start: int, epoch: int, events: list[tuple[str, str, str, int]], partitions: int,
+                 bucket_ms: int, n: int, per_event: bool, quiet: float = 0.0) -> SimpleNamespace:
+    """A source batch of ``events`` as the flow's parse step makes it: their JSON lines through the
+    kernel's checks and routing (``MessageParser``), one part per counter partition."""
+    lines = [orjson.dumps({"workspace_id": ws, "channel_id": ch, "user_id": u, "ts": ts}) for ws, ch, u, ts in events]
+    parts, dead = MessageParser(partitions, bucket_ms, n, per_event)(lines, range(start, start + len(lines)),
+                                                                     partition, epoch)
+    assert dead == []
+    return SimpleNamespace(partition=partition, start=start, epoch=epoch, quiet_s=quiet, events=parts)
+
+
 class Tables:
     """P counter tables fed the way the flow feeds them: batches routed, epochs closed."""
 
     def __init__(self, partitions: int, bucket_ms: int, n: int, mode: str = "messages", k_max: int = 100,
                  summary: int = 0) -> None:
         self.tables = [WindowTable(bucket_ms, n, mode, k_max, summary=summary) for _ in range(partitions)]
+        self.bucket_ms, self.n, self.per_event = bucket_ms, n, mode != "messages" or summary > 0
         self.ranking = ActivityRanking(k_max, bucket_ms, n, mode, summary=summary)
         self.epoch = 1
         self.expired: list[tuple[str, int]] = []
         self.snapshot = None
 
     def batch(self, partition: str, start: int, events: list[tuple[str, str, str, int]], quiet: float = 0.0) -> None:
-        parsed = SimpleNamespace(partition=partition, start=start, epoch=self.epoch, quiet_s=quiet,
-                                 events=[(*e, start + i, b"raw") for i, e in enumerate(events)])
+        parsed = parsed_batch(partition, start, self.epoch, events, len(self.tables), self.bucket_ms, self.n,
+                              self.per_event, quiet)
         for p, wb in route_messages(parsed, len(self.tables), 5.0):
             self.tables[int(p)].stage(wb)
 
@@ -267,14 +280,13 @@ def test_global_summary_keeps_the_bounds_of_section_5(log, cuts, n, partitions, 
         at, i = at + size, i + 1
 
 
-def epoch_batches(log, cuts):
+def epoch_batches(log, cuts, n, per_event):
     """``log`` cut into epochs (``cuts`` events each, in turn) as one source partition's batches:
     each epoch with the ``WindowBatch`` es it routes to a single counter partition."""
     at, epoch = 0, 1
     while at < len(log):
         size = cuts[epoch % len(cuts)]
-        parsed = SimpleNamespace(partition="p", start=at, epoch=epoch, quiet_s=0.0,
-                                 events=[(*e, at + i, b"raw") for i, e in enumerate(log[at:at + size])])
+        parsed = parsed_batch("p", at, epoch, list(log[at:at + size]), 1, 60_000, n, per_event)
         yield epoch, [wb for _, wb in route_messages(parsed, 1, None)]
         at, epoch = at + size, epoch + 1
 
@@ -308,7 +320,8 @@ def test_changelog_restores_the_table_exactly(tmp_path_factory, log, cuts, mode,
     summary_mode = summary if mode == "messages" else 0
     table = WindowTable(60_000, 3, mode, 100, summary=summary_mode, changelog=directory)
     saved, last = None, 0
-    for epoch, batches in epoch_batches(log, cuts):
+    per_event = mode != "messages" or summary_mode > 0
+    for epoch, batches in epoch_batches(log, cuts, 3, per_event):
         feed(table, epoch, batches)
         state, last = table.state(), epoch  # Bytewax's snapshot at the barrier
         if epoch == crash_at:
@@ -321,7 +334,7 @@ def test_changelog_restores_the_table_exactly(tmp_path_factory, log, cuts, mode,
     # the run that went on past crash_at wrote frames Bytewax never committed: a restore cuts them off
     resumed = WindowTable(60_000, 3, mode, 100, saved, summary=summary_mode, changelog=directory)
     replay = WindowTable(60_000, 3, mode, 100, summary=summary_mode)
-    for epoch, batches in epoch_batches(log, cuts):
+    for epoch, batches in epoch_batches(log, cuts, 3, per_event):
         if epoch > crash_at:
             break
         feed(replay, epoch, batches)
@@ -337,7 +350,7 @@ def test_window_state_carries_its_format_and_another_format_is_refused():
     fields; a format this code does not know is refused, never guessed."""
     from rankflow.operators.window_counter import WINDOW_FORMAT
     table = WindowTable(60_000, 3, "messages", 10)
-    for epoch, batches in epoch_batches([("w", "c", "u1", 1_000), ("w", "c", "u2", 2_000)], [2]):
+    for epoch, batches in epoch_batches([("w", "c", "u1", 1_000), ("w", "c", "u2", 2_000)], [2], 3, False):
         feed(table, epoch, batches)
     state = table.state()
     assert state["format"] == WINDOW_FORMAT and table.counts.counts
