@@ -52,7 +52,13 @@ STDLIB_JSON = 2
 """Flag in a frame's kind: the payload holds an integer beyond 64 bits (a version may be
 any size), which orjson neither writes nor reads back exactly: the standard library does."""
 HEADER = struct.Struct("<BIQI")  # kind, payload length, epoch, crc32 of the payload
-COMPACT_FACTOR = 2  # start a new generation when the deltas exceed this many times the image
+COMPACT_FACTOR = float(os.environ.get("RANKFLOW_CHANGELOG_FACTOR", 2))
+"""Start a new generation when the deltas exceed this many times the image. The environment
+variable exists for tests: with 0 a shard compacts as soon as its deltas pass
+:data:`COMPACT_MIN_BYTES`, which happens by a point of the log whatever the machine's speed
+(every change is in some delta, however the barriers cut the log), while whether twice the
+image is ever passed depends on how many barriers the machine's speed made (each barrier's
+frame repeats whatever it touched)."""
 COMPACT_MIN_BYTES = int(os.environ.get("RANKFLOW_CHANGELOG_MIN_BYTES", 1 << 22))
 """... and at least this much, so small shards compact rarely. The environment variable
 exists for tests that need many generations from a small log."""

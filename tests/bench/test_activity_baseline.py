@@ -50,15 +50,20 @@ def redis_ms(client) -> int:
 def test_window_counts_are_a_count_of_the_log(kafka_brokers, redis_url, redis_client, clean_topic, expire):
     topic, events = clean_topic
     prefix = "abl-" + uuid.uuid4().hex[:8]
-    before_ms = redis_ms(redis_client)  # every bucket's EXPIRE is set between these two readings
+    keys = BaselineKeys(prefix)
+    busiest = Counter(e["workspace_id"] for e in events).most_common(1)[0][0]
+    last = max(e["ts"] for e in events) // BUCKET_MS
+    checked = (last, last - 30, last - WINDOW_BUCKETS + 1)  # the newest bucket, an older one, the window's oldest
+    run_started_ms = redis_ms(redis_client)  # every bucket's last EXPIRE is sent between these two readings
     stats = run_activity_baseline(kafka_brokers, topic, redis_url, prefix, expire=expire, batch=97)
-    after_ms = redis_ms(redis_client)
+    run_ended_ms = redis_ms(redis_client)
+    expiry_ms = {b: redis_client.pexpiretime(keys.bucket(busiest, b)) for b in checked}  # read at once: see below
     assert stats["events"] == stats["counted"] == len(events) and stats["invalid"] == 0
     clock = max(e["ts"] for e in events)
     assert stats["clock"] == read_clock(redis_client, prefix) == clock
     assert sum(read_positions(redis_client, prefix).values()) == len(events)
 
-    last = clock // BUCKET_MS
+    assert last == clock // BUCKET_MS
     assert last - events[0]["ts"] // BUCKET_MS > WINDOW_BUCKETS + 10  # the window slid past the first buckets
     for first, end in ((last - WINDOW_BUCKETS + 1, last), (last - 70, last - 20)):  # the final window, an older one
         want = log_counts(events, first, end)
@@ -69,11 +74,19 @@ def test_window_counts_are_a_count_of_the_log(kafka_brokers, redis_url, redis_cl
 
     # A replayed backlog is not expired at once: each bucket got the TTL it would have had live
     # at the consumer's clock when it was last written (between its own ts and the final clock).
-    keys = BaselineKeys(prefix)
-    busiest = Counter(e["workspace_id"] for e in events).most_common(1)[0][0]
-    for b in (last, last - 30, last - WINDOW_BUCKETS + 1):
-        expires_ms = redis_client.pexpiretime(keys.bucket(busiest, b))  # when set (Redis's clock) + its TTL
-        assert before_ms + ttl_seconds(b, clock) * 1000 <= expires_ms <= after_ms + ttl_seconds(b, b * BUCKET_MS) * 1000
+    # A correctness bound on the TTLs, not a speed check: it bounds *when each key expires* (an
+    # absolute time on Redis's clock, PEXPIRETIME), never how long the run took. The bucket's last
+    # EXPIRE was sent at some moment between run_started_ms and run_ended_ms, with a TTL between
+    # ttl_seconds(b, clock) (sent at the final clock) and ttl_seconds(b, b * BUCKET_MS) (at its own
+    # minute); a slower run only moves those two readings apart and widens the interval, so the bound
+    # holds at any machine speed and fails only on a wrong TTL (one taken from the wall clock's now
+    # would expire the replayed backlog at once, below the lower bound).
+    # The expiry times are read right after the run: each key outlives its last write by at least
+    # its TTL at the final clock, two minutes or more (checked below), so it is still there.
+    for b in checked:
+        earliest_ms = run_started_ms + ttl_seconds(b, clock) * 1000
+        latest_ms = run_ended_ms + ttl_seconds(b, b * BUCKET_MS) * 1000
+        assert earliest_ms <= expiry_ms[b] <= latest_ms, (b, earliest_ms, expiry_ms[b], latest_ms)
     assert ttl_seconds(last - WINDOW_BUCKETS + 1, clock) >= 120  # the window's oldest: minutes left
     assert ttl_seconds(last, clock) > TTL_S - 1  # the newest bucket: the seed's 3660 s (and its minute's rest)
 
