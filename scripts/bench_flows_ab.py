@@ -6,8 +6,10 @@ Generates the three logs once under ``--data`` (1M playback events of 100k users
 songs; 600k score results of 100k players; 1M messages of 2,000 workspaces), then runs
 each flow with ``--until-eof`` in each checkout, ``--reps`` times, and prints one JSON
 line a run (the flow's user+sys CPU seconds, Redis's CPU seconds, wall seconds, the
-barriers the run closed, the load average), then per flow the medians with their range
-and the median of the reps' ratios new/base.
+barriers the run closed, the load average, and ``final``: a digest of the final boards or
+song counts the run left in Redis), then per flow the medians with their range, the median
+of the reps' ratios new/base, and whether every run of the flow left the same final state
+(``exact``; the activity flow's windows are not compared).
 
 Why ``--together``: a flow's CPU seconds grow with its wall time, because every barrier
 (``--barrier-ms``, an epoch of wall-clock time) costs the same work whatever it holds,
@@ -22,6 +24,7 @@ pair's (both runs share the Redis). Without it the runs alternate which goes fir
 from __future__ import annotations
 
 import argparse
+import hashlib
 import json
 import os
 import statistics
@@ -53,6 +56,24 @@ def redis_cpu(client: redis.Redis) -> float:
     return float(info["used_cpu_user"]) + float(info["used_cpu_sys"])
 
 
+def final_state(client: redis.Redis, published: str) -> str | None:
+    """A digest of what a run leaves that must not depend on its timing: every board's sorted set
+    (``...:b:<game>:<board>``) and the listener flow's count table (``...:counts``), by key name
+    after the namespace; None when the namespace holds neither (the activity flow)."""
+    digest, found = hashlib.sha256(), False
+    for key in sorted(client.scan_iter(match=f"{{{published}}}*", count=1000)):
+        name = key.decode().partition("}")[2]
+        tail = name.rpartition(":")[2]
+        if (":b:" in name and tail not in ("m", "mt", "mn", "dm", "dt", "dn")) or name.endswith(":counts"):
+            if client.type(key) != b"zset":
+                continue
+            found = True
+            digest.update(name.encode() + b"\0")
+            for member, score in client.zrange(key, 0, -1, withscores=True):
+                digest.update(member + b"\0" + repr(score).encode() + b"\0")
+    return digest.hexdigest()[:16] if found else None
+
+
 def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) -> dict[str, Any]:
     """One flow run to the end of its log: its CPU and wall seconds and the barriers it closed
     (the epoch of its last snapshot); its keys (in its product's namespace) and files are
@@ -67,11 +88,13 @@ def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) 
     except RuntimeError as exc:
         sys.exit(f"{rankflow} {flow}: {exc}")
     final = read_latest(client, published) or {}
+    state = final_state(client, published)
     dead.unlink(missing_ok=True)
     stderr.unlink(missing_ok=True)
     for key in client.scan_iter(match=f"{{{published}}}*", count=1000):
         client.unlink(key)
-    return {"flow_cpu": run.cpu_s, "wall": run.seconds, "barriers": final.get("epoch"), "load": os.getloadavg()[0]}
+    return {"flow_cpu": run.cpu_s, "wall": run.seconds, "barriers": final.get("epoch"), "load": os.getloadavg()[0],
+            "final": state}
 
 
 def one_rep(systems: dict[str, str], order: list[str], flow: str, log: Path, url: str, client: redis.Redis,
@@ -111,6 +134,10 @@ def summary(flow: str, rows: list[dict[str, Any]], systems: dict[str, str]) -> l
     if ratios:
         lines.append(f"{flow} new/base flow CPU per rep: median x{statistics.median(ratios):.3f} "
                      f"({min(ratios):.3f}-{max(ratios):.3f}, {sum(x < 1 for x in ratios)} of {len(ratios)} below 1)")
+    finals = {r["final"] for r in rows if r["flow"] == flow}
+    if finals != {None}:
+        lines.append(f"{flow} exact: " + ("every run left the same final state" if len(finals) == 1
+                                          else f"the runs' final states DIFFER: {sorted(map(str, finals))}"))
     return lines
 
 

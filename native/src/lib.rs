@@ -11,6 +11,9 @@ pub mod score;
 pub mod signature;
 pub mod tags;
 
+pub mod board_table;
+#[cfg(feature = "python")]
+mod board_table_python;
 #[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]
