@@ -61,7 +61,7 @@ def final_state(client: redis.Redis, published: str) -> str | None:
     (``...:b:<game>:<board>``) and the listener flow's count table (``...:counts``), by key name
     after the namespace; None when the namespace holds neither (the activity flow)."""
     digest, found = hashlib.sha256(), False
-    for key in sorted(client.scan_iter(match=f"{{{published}}}*", count=1000)):
+    for key in sorted(set(client.scan_iter(match=f"{{{published}}}*", count=1000))):  # SCAN may repeat a key
         name = key.decode().partition("}")[2]
         tail = name.rpartition(":")[2]
         if (":b:" in name and tail not in ("m", "mt", "mn", "dm", "dt", "dn")) or name.endswith(":counts"):
@@ -69,8 +69,8 @@ def final_state(client: redis.Redis, published: str) -> str | None:
                 continue
             found = True
             digest.update(name.encode() + b"\0")
-            for member, score in client.zrange(key, 0, -1, withscores=True):
-                digest.update(member + b"\0" + repr(score).encode() + b"\0")
+            for member, score in client.zrange(key, 0, -1, withscores=True):  # + 0.0: -0 and 0 are one score
+                digest.update(member + b"\0" + repr(score + 0.0).encode() + b"\0")
     return digest.hexdigest()[:16] if found else None
 
 

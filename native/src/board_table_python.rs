@@ -7,7 +7,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::board_table::{Held, Table};
+use crate::board_table::{crc32, Held, Table};
 
 /// One board partition: per board its best `k_max` entries, its players here and the open
 /// epoch's entries (docs/design.md, "The board counters in the kernel").
@@ -157,6 +157,32 @@ impl PyBoardTable {
     }
 }
 
+/// A call's entries `[(player_id, changes), ...]` by board partition, `crc32(player_id) % partitions`
+/// (zlib's CRC-32 of the UTF-8 id): `[(partition, entries), ...]` for the partitions that get
+/// some, each in the call's order.
+#[pyfunction]
+fn board_partitions<'py>(
+    py: Python<'py>,
+    entries: &Bound<'py, PyList>,
+    partitions: u32,
+) -> PyResult<Vec<(u32, Bound<'py, PyList>)>> {
+    if partitions == 0 {
+        return Err(PyValueError::new_err("partitions must be >= 1"));
+    }
+    let mut lists: Vec<Option<Bound<'py, PyList>>> = vec![None; partitions as usize];
+    for item in entries.iter() {
+        let player = item.cast::<PyTuple>()?.get_borrowed_item(0)?;
+        let at = (crc32(player.cast::<PyString>()?.to_str()?.as_bytes()) % partitions) as usize;
+        match &lists[at] {
+            Some(list) => list.append(item)?,
+            None => lists[at] = Some(PyList::new(py, [item])?),
+        }
+    }
+    let lists = lists.into_iter().enumerate();
+    Ok(lists.filter_map(|(p, list)| list.map(|list| (p as u32, list))).collect())
+}
+
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    m.add_class::<PyBoardTable>()
+    m.add_class::<PyBoardTable>()?;
+    m.add_function(wrap_pyfunction!(board_partitions, m)?)
 }

@@ -9,13 +9,16 @@ test runs the kernel's table against the Python table it replaced (``tests.board
 from __future__ import annotations
 
 import pickle
+import zlib
 
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from rankflow.operators.board_counter import BoardTable
-from rankflow.operators.routing import BoardBatch
+from rankflow.operators.engine_types import Tally
+from rankflow.operators.player_stage import BoardChanges
+from rankflow.operators.routing import BoardBatch, route_board_entries
 from tests.board_counter_model import BoardTableModel
 
 
@@ -132,3 +135,24 @@ def test_the_kernels_table_reports_what_the_python_table_did(k_max, steps):
             assert table._table.top(game, board, k_max) == model.boards[(game, board)].top.top(k_max)
     report = table.close(epoch)
     assert (report.boards, report.entries, report.errors) == model.close()
+
+
+# -- routing: a player's entries go to partition crc32(player_id) % P ------------------------
+
+@settings(max_examples=200, deadline=None)
+@given(st.integers(1, 9), st.lists(st.lists(st.tuples(st.text(min_size=1, max_size=12), st.integers(0, 3)),
+                                            max_size=8), max_size=4))
+def test_entries_go_to_the_partition_of_their_players_crc32(partitions, calls):
+    """The kernel's split keeps zlib's partition function (a run resumed over a recovery
+    directory written before finds every player where it was) and each call's order."""
+    items, expected = [], {}
+    for epoch, call in enumerate(calls, start=1):
+        entries = [(player, (("g", "all", n, 0, True),)) for player, n in call]
+        items.append(("shard", BoardChanges(epoch, entries)))
+        items.append(("shard", Tally(epoch, {"duplicates": 1})))
+        for entry in entries:
+            p = zlib.crc32(entry[0].encode()) % partitions
+            expected.setdefault((str(p), epoch), []).append(entry)
+    routed = route_board_entries(items, partitions)
+    assert {(p, batch.epoch): batch.entries for p, batch in routed} == expected
+    assert all(type(batch) is BoardBatch for _, batch in routed)
