@@ -15,8 +15,8 @@ players              source part.      checks 7-8, exactly once per (game, match
                                        board (docs/semantics/boards.md 1-4): changed entries
 board_entries                          routes entries to board partitions by player
 barrier_ticks        board partition   one per partition per source batch
-board_counters       board partition   per board a bounded balanced-tree index of
-                                       the local top; a report per closed epoch
+board_counters       board partition   the kernel's table: per board a bounded top of
+                                       the local best; a report per closed epoch
 merger               ``"merger"``      P reports of an epoch -> each changed board's
                                        global top, retention, aliases, positions
 publish                                one atomic Redis script per snapshot: the

@@ -43,6 +43,7 @@ from collections import Counter
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, NamedTuple
 
+from rankflow import _native
 from rankflow.operators.engine_types import SourceMark, Tally
 from rankflow.operators.parse import ParsedBatch
 from rankflow.operators.song_keys import HOT_SONGS, HotSongs
@@ -208,22 +209,22 @@ def _song_partitions(partitions: int) -> dict[str, int]:
 def route_board_entries(items: Iterable[tuple[str, PlayerOutput]], partitions: int) -> list[tuple[str, BoardBatch]]:
     """``flat_map_batch`` mapper over the per-player stage's output: entries by board partition.
 
-    A player's entries all go to partition ``crc32(player_id) % P`` (the same on every
-    process and run), so each partition holds whole players and the P local tops of
-    a board together hold its global top. The stage's dead letters and tallies go their
-    own ways; every other item is its ``BoardChanges`` ``(epoch, entries)``.
+    A player's entries all go to partition ``crc32(player_id) % P`` (zlib's CRC-32 of the
+    UTF-8 id: the same on every process and run), so each partition holds whole players and the
+    P local tops of a board together hold its global top. The kernel splits each item's entries
+    (``_native.board_partitions``: no Python object per entry); the stage's dead letters and
+    tallies go their own ways; every other item is its ``BoardChanges`` ``(epoch, entries)``.
     """
     batches: dict[tuple[int, int], list[PlayerChanges]] = {}
-    crc32 = zlib.crc32
+    split = _native.board_partitions
     for _, item in items:
         if isinstance(item, (DeadLetter, Tally)):
             continue
         epoch, entries = item
-        for entry in entries:
-            key = (epoch, crc32(entry[0].encode()) % partitions)
-            batch = batches.get(key)
+        for p, mine in split(entries, partitions):
+            batch = batches.get((epoch, p))
             if batch is None:
-                batches[key] = [entry]
+                batches[(epoch, p)] = mine
             else:
-                batch.append(entry)
+                batch.extend(mine)
     return [(str(p), BoardBatch(epoch, entries)) for (epoch, p), entries in batches.items()]

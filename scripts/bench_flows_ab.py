@@ -6,9 +6,11 @@ Generates the three logs once under ``--data`` (1M playback events of 100k users
 songs; 600k score results of 100k players; 1M messages of 2,000 workspaces), then runs
 each flow with ``--until-eof`` in each checkout, ``--reps`` times, and prints one JSON
 line a run (the flow's user+sys CPU seconds, Redis's CPU seconds, wall seconds, the
-barriers the run closed, the load average, and ``result``: a digest of what the run left
-for its readers), then per flow the medians with their range, the median of the reps'
-ratios new/base, and whether every run's result was the same (the runs are exact alike).
+barriers the run closed, the load average, ``result``: a digest of what the run left for
+its readers (the final snapshot; activity: every workspace's ranking) and ``final``: a digest
+of the final boards or song counts the run left in Redis), then per flow the medians with their
+range, the median of the reps' ratios new/base, and whether every run was the same by either
+digest (``exact``; ``final`` does not cover the activity flow's windows).
 
 Why ``--together``: a flow's CPU seconds grow with its wall time, because every barrier
 (``--barrier-ms``, an epoch of wall-clock time) costs the same work whatever it holds,
@@ -71,6 +73,24 @@ def result_digest(client: redis.Redis, flow: str, published: str, final: dict[st
     return digest.hexdigest()[:16]
 
 
+def final_state(client: redis.Redis, published: str) -> str | None:
+    """A digest of what a run leaves that must not depend on its timing: every board's sorted set
+    (``...:b:<game>:<board>``) and the listener flow's count table (``...:counts``), by key name
+    after the namespace; None when the namespace holds neither (the activity flow)."""
+    digest, found = hashlib.sha256(), False
+    for key in sorted(set(client.scan_iter(match=f"{{{published}}}*", count=1000))):  # SCAN may repeat a key
+        name = key.decode().partition("}")[2]
+        tail = name.rpartition(":")[2]
+        if (":b:" in name and tail not in ("m", "mt", "mn", "dm", "dt", "dn")) or name.endswith(":counts"):
+            if client.type(key) != b"zset":
+                continue
+            found = True
+            digest.update(name.encode() + b"\0")
+            for member, score in client.zrange(key, 0, -1, withscores=True):  # + 0.0: -0 and 0 are one score
+                digest.update(member + b"\0" + repr(score + 0.0).encode() + b"\0")
+    return digest.hexdigest()[:16] if found else None
+
+
 def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) -> dict[str, Any]:
     """One flow run to the end of its log: its CPU and wall seconds and the barriers it closed
     (the epoch of its last snapshot); its keys (in its product's namespace) and files are
@@ -86,12 +106,13 @@ def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) 
         sys.exit(f"{rankflow} {flow}: {exc}")
     final = read_latest(client, published) or {}
     result = result_digest(client, flow, published, final)
+    state = final_state(client, published)
     dead.unlink(missing_ok=True)
     stderr.unlink(missing_ok=True)
     for key in client.scan_iter(match=f"{{{published}}}*", count=1000):
         client.unlink(key)
     return {"flow_cpu": run.cpu_s, "wall": run.seconds, "barriers": final.get("epoch"), "load": os.getloadavg()[0],
-            "result": result}
+            "result": result, "final": state}
 
 
 def one_rep(systems: dict[str, str], order: list[str], flow: str, log: Path, url: str, client: redis.Redis,
@@ -133,6 +154,10 @@ def summary(flow: str, rows: list[dict[str, Any]], systems: dict[str, str]) -> l
     if ratios:
         lines.append(f"{flow} new/base flow CPU per rep: median x{statistics.median(ratios):.3f} "
                      f"({min(ratios):.3f}-{max(ratios):.3f}, {sum(x < 1 for x in ratios)} of {len(ratios)} below 1)")
+    finals = {r["final"] for r in rows if r["flow"] == flow}
+    if finals != {None}:
+        lines.append(f"{flow} exact: " + ("every run left the same final state" if len(finals) == 1
+                                          else f"the runs' final states DIFFER: {sorted(map(str, finals))}"))
     return lines
 
 

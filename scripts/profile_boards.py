@@ -28,12 +28,12 @@ CONFIGS = {"plain": [], "durable": ["--recovery-dir", "{work}/recovery"]}
 PARTS = {  # a frame whose name contains a key counts for the part (innermost frame first, first match wins)
     "garbage collector": ("gc_collect_main",),
     "signature check (HMAC-SHA256)": ("signature::Signer", "sha2::", "hmac::"),  # the kernel's (native/)
+    "board counters (the kernel's BoardTable)": ("BoardTable", "board_table", "board_counter"),
+    "player stage: rules (apply_result)": ("apply_result", "rankflow_native::rules", "BoardRules"),
     "parse (JSON, validation)": ("rankflow_native", "parse_score_records", "ParsedBatch"),
-    "player stage: rules (apply_result)": ("apply_result", "_forget", "_enter", "_add_to_sum", "_raise_best"),
     "player stage: the rest": ("PlayerShardLogic",),
     "changelog (write, fdatasync)": ("ShardChangelog", "fdatasync", "changelog"),
     "routing, barrier ticks": ("route_board_entries", "ShardRouter", "barrier_ticks"),
-    "board counters (MonotoneTop per board)": ("BoardTable", "MonotoneTop", "SortedList", "board_counter"),
     "merger (global tops, snapshot)": ("BoardRanking", "MergerLogic", "BoardsSnapshot", "merger"),
     "publisher: entries to Redis args (BoardsState)": ("BoardsState",),
     "publisher: redis-py (pack, send, wait)": ("Publisher", "hiredis"),

@@ -14,17 +14,15 @@ of its input), all behind :class:`OrderedIndex`:
   A negative count is a bug upstream: kept as it is (never clamped, so later changes still
   add up) and reported by :meth:`RetractableIndex.apply`. The listener flow's song
   partitions hold one, and so does the API's copy of the full count table.
-* :class:`MonotoneTop`: the best ``capacity`` entries of a table whose entries only ever
+* the boards' bounded top, the best ``capacity`` entries of a table whose entries only ever
   **improve** (a score board: totals only grow, a best only rises, ``reached_at`` only gets
-  earlier at an equal score; docs/semantics/boards.md sections 3 and 4). An entry pushed out of
-  the top then never has to come back by itself: it returns with the change that improves
-  it, so holding ``capacity`` entries is exact, and the whole table (10M players) stays in
-  Redis and the per-player stage. An offer below the top costs one comparison, one into it
-  O(log K) comparisons and an O(K) memmove; memory O(K). An entry that gets worse breaks the
-  assumption: :meth:`MonotoneTop.offer` refuses it and says so.
+  earlier at an equal score; docs/semantics/boards.md sections 3 and 4), is the kernel's
+  (``native/src/board_table.rs``, inside the board partition's table): an entry pushed out of
+  the top never has to come back by itself, so holding ``capacity`` entries is exact. It
+  lists its entries in :data:`SCORE_THEN_FIRST_REACHED` order, which the merge below takes.
 * :class:`RetakenTop`: the best ``capacity`` of a table of counts the caller holds, counts
   that **mostly grow** and fall only now and then (a sliding window: all at once when a
-  bucket leaves it). Growth is handled as by :class:`MonotoneTop`, a change below the top
+  bucket leaves it). Growth is handled as by the boards' top, a change below the top
   costing one comparison; a count that falls inside the top may let a key below it in,
   which only the whole table can tell, so then the top is taken again from it in
   O(n log K). It assumes the caller hands it every changed key and the whole table. The
@@ -245,101 +243,6 @@ class RetractableIndex:
         assert all(positive.get(key) == c for c, key in self._index), "the index agrees with the count map"
         assert 0 not in self._counts.values(), "a zero count is removed"
         assert self._total == sum(self._counts.values()), "total is the sum of the counts"
-
-
-BoardKey = tuple[int, int, str]
-"""``(-score, reached_at, id)``: ascending order is :data:`SCORE_THEN_FIRST_REACHED`."""
-
-
-class MonotoneTop:
-    """The best ``capacity`` entries ``(id, score, reached_at)`` of a table whose entries only
-    improve, in :data:`SCORE_THEN_FIRST_REACHED` order (see the module docstring). Built from
-    entries in O(n (log K + K)); ``changed`` tells the owner whether the top changed since it
-    last cleared it.
-
-    >>> top = MonotoneTop(2)
-    >>> for player, score, at in [("ana", 50, 10), ("bo", 50, 5), ("cy", 70, 9)]:
-    ...     top.offer(player, score, at)
-    True
-    True
-    True
-    >>> top.top(5)
-    [('cy', 70, 9), ('bo', 50, 5)]
-    >>> top.offer("ana", 80, 11), top.top(5)
-    (True, [('ana', 80, 11), ('cy', 70, 9)])
-    """
-
-    __slots__ = ("capacity", "changed", "_keys", "_index", "_floor")
-
-    order: ClassVar[RankOrder] = SCORE_THEN_FIRST_REACHED
-
-    def __init__(self, capacity: int, entries: Iterable[tuple[str, int, int]] = ()) -> None:
-        self.capacity = capacity
-        self.changed = False  # whether the top changed since the owner last cleared this
-        self._keys: dict[str, BoardKey] = {}
-        # a plain sorted list, not a SortedList: it holds at most K_max (1000) keys, so the C
-        # ``bisect`` module and one memmove per change beat SortedList's Python layers (3x here)
-        self._index: list[BoardKey] = []
-        self._floor: BoardKey | None = None  # the last key held once the index is full
-        for entry_id, score, reached_at in entries:
-            self.offer(entry_id, score, reached_at)
-
-    def offer(self, entry_id: str, score: int, reached_at: int) -> bool:
-        """Take the entry's new value; False (and nothing changes) if it is worse than the one
-        held. One comparison below the top; O(log K) comparisons and an O(K) memmove into it.
-
-        >>> top = MonotoneTop(1)
-        >>> top.offer("a", 5, 1), top.offer("a", 4, 1), top.top(1)
-        (True, False, [('a', 5, 1)])
-        """
-        keys, floor = self._keys, self._floor
-        if floor is not None and -score > floor[0] and entry_id not in keys:
-            return True  # below the top: nothing to hold (the common case on a big board; no tuple built)
-        key = (-score, reached_at, entry_id)
-        index = self._index
-        old = keys.get(entry_id)
-        if old is not None:
-            if key >= old:
-                return key == old
-            del index[bisect_left(index, old)]
-        elif floor is not None:
-            if key > floor:
-                return True  # below the top
-            del keys[index.pop()[2]]
-        insort(index, key)
-        keys[entry_id] = key
-        if len(index) >= self.capacity:
-            self._floor = index[-1]
-        self.changed = True
-        return True
-
-    def top(self, k: int) -> list[tuple[str, int, int]]:
-        """The first ``k`` entries in ranking order, as ``(id, score, reached_at)``. O(k).
-
-        >>> MonotoneTop(3, [("b", 1, 0), ("a", 1, 0)]).top(1)
-        [('a', 1, 0)]
-        """
-        return [(entry_id, -s, at) for s, at, entry_id in self._index[:k]]
-
-    def __len__(self) -> int:
-        """Entries held: at most ``capacity``. O(1).
-
-        >>> len(MonotoneTop(2, [("a", 1, 0), ("b", 2, 0), ("c", 3, 0)]))
-        2
-        """
-        return len(self._index)
-
-    def _check(self) -> None:
-        """The held keys are strictly ascending, at most ``capacity``, the same as the id map's,
-        and the floor is the last of them once the top is full. O(K).
-
-        >>> MonotoneTop(2, [("a", 1, 0), ("b", 2, 0), ("c", 3, 0)])._check()
-        """
-        index = self._index
-        assert all(a < b for a, b in zip(index, index[1:])), "held keys strictly ascending"
-        assert len(index) <= max(self.capacity, 1), "at most capacity entries"
-        assert self._keys == {key[2]: key for key in index}, "the id map agrees with the held keys"
-        assert self._floor == (index[-1] if len(index) >= self.capacity else None), "the floor is the last held"
 
 
 class RetakenTop:

@@ -14,6 +14,9 @@ pub mod tags;
 pub mod messages;
 #[cfg(feature = "python")]
 mod messages_python;
+pub mod board_table;
+#[cfg(feature = "python")]
+mod board_table_python;
 #[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]

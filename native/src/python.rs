@@ -354,5 +354,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add("MAX_TIME", MAX_TIME)?;
     crate::rules_python::register(m)?;
     crate::messages_python::register(m)?;
+    crate::board_table_python::register(m)?;
     Ok(())
 }

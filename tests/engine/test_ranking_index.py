@@ -11,8 +11,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from rankflow.state.ranking_index import (COUNT_THEN_ID_DESCENDING, SCORE_THEN_FIRST_REACHED, MonotoneTop,
-                                          OrderedIndex, RetakenTop, RetractableIndex, merge_local_tops)
+from rankflow.state.ranking_index import (COUNT_THEN_ID_DESCENDING, SCORE_THEN_FIRST_REACHED, OrderedIndex,
+                                          RetakenTop, RetractableIndex, merge_local_tops)
+from tests.board_counter_model import KernelTop, MonotoneTop
+
+TOPS = pytest.mark.parametrize("Top", [MonotoneTop, KernelTop], ids=["model", "kernel"])
+"""The boards' bounded top: the kernel's (native/src/board_table.rs) and its Python oracle."""
 
 
 def reference_top(counts: dict[str, int], k: int) -> list[tuple[str, int]]:
@@ -84,12 +88,13 @@ def test_merging_local_top_k_lists_gives_the_global_top_k(counts, partitions, k)
     assert merge_local_tops(tops, k, COUNT_THEN_ID_DESCENDING) == reference_top(counts, k)
 
 
+@TOPS
 @given(st.integers(1, 5), st.lists(st.tuples(st.sampled_from("abcdefg"), st.integers(0, 3), st.integers(-2, 2)),
                                    max_size=80))
-def test_a_bounded_board_top_is_the_top_of_all_entries_while_entries_only_rise(k, steps):
-    """MonotoneTop keeps only k entries; since an entry only ever moves up (a score rises, or
+def test_a_bounded_board_top_is_the_top_of_all_entries_while_entries_only_rise(Top, k, steps):
+    """The top keeps only k entries; since an entry only ever moves up (a score rises, or
     at an equal score reached_at gets earlier), its top is always the whole board's."""
-    top, board = MonotoneTop(k), {}
+    top, board = Top(k), {}
     for player, rise, earlier in steps:
         score, at = board.get(player, (0, 100))
         new = (score + rise, at if rise else at - abs(earlier)) if player in board else (rise, 100 + earlier)
@@ -186,12 +191,13 @@ def test_retractable_index_matches_a_count_map_after_every_step(steps):
     check(RetractableIndex(idx.counts()), reference_top(counts, len(counts)))
 
 
+@TOPS
 @given(st.integers(1, 4), st.lists(st.tuples(st.sampled_from(KEYS), st.booleans(), st.integers(0, 3),
                                              st.integers(-2, 2)), max_size=60))
-def test_monotone_top_is_the_best_of_the_board_after_every_offer(capacity, steps):
+def test_monotone_top_is_the_best_of_the_board_after_every_offer(Top, capacity, steps):
     """Entries improve (the contract); now and then one that is held gets worse: it is refused
     and nothing changes."""
-    top, board = MonotoneTop(capacity), {}
+    top, board = Top(capacity), {}
     for player, worse, rise, shift in steps:
         held = {p for p, _, _ in top.top(capacity)}
         if worse and player in held:
@@ -210,14 +216,17 @@ def test_monotone_top_is_the_best_of_the_board_after_every_offer(capacity, steps
         assert len(top) == min(capacity, len(board))
 
 
+@TOPS
 @given(st.integers(1, 4), st.lists(st.tuples(st.sampled_from(KEYS), st.integers(-5, 5), st.integers(0, 20)),
                                    max_size=60))
-def test_monotone_top_stays_sound_whatever_it_is_offered(capacity, offers):
-    """Outside the contract (entries that get worse unseen) the answer may be wrong, never the structure."""
-    top = MonotoneTop(capacity)
+def test_monotone_top_stays_sound_whatever_it_is_offered(Top, capacity, offers):
+    """Outside the contract (entries that get worse unseen) the answer may be wrong, never the structure;
+    and the kernel answers as its oracle does, offer by offer."""
+    top, oracle = Top(capacity), MonotoneTop(capacity)
     for offer in offers:
-        top.offer(*offer)
+        assert top.offer(*offer) == oracle.offer(*offer)
         top._check()
+        assert top.top(capacity) == oracle.top(capacity)
 
 
 @given(st.integers(1, 4), st.lists(st.lists(st.tuples(st.sampled_from(PAIRS), st.integers(-3, 6)), max_size=4),
@@ -247,7 +256,7 @@ def test_merging_window_tops_gives_the_global_pair_order(counts, partitions, k):
 @given(st.dictionaries(st.sampled_from(KEYS), st.tuples(st.integers(0, 3), st.integers(0, 3))),
        st.integers(1, 4), st.integers(1, 6))
 def test_merging_board_tops_gives_the_first_to_reach_a_score_first(board, partitions, k):
-    parts = [MonotoneTop(k) for _ in range(partitions)]
+    parts = [KernelTop(k) for _ in range(partitions)]
     for player, (score, at) in board.items():  # a player lives in one partition
         parts[random.Random(player).randrange(partitions)].offer(player, score, at)
     merged = merge_local_tops([p.top(k) for p in parts], k, SCORE_THEN_FIRST_REACHED)
