@@ -129,8 +129,7 @@ def build_flow(
     shards = BY_PARTITION if shard_workers else user_shards
     decisions = op.stateful_batch("players", results, PlayerShardLogic.builder(changelog, shards, whole,
                                                                                     republish=republish,
-                                                                                    seasons=seasons,
-                                                                                    grouped=group_by is not None))
+                                                                                    seasons=seasons))
     entries = op.flat_map_batch("board_entries", decisions, partial(route_board_entries, partitions=board_partitions))
     ticks = op.flat_map("barrier_ticks", parsed, partial(ParsedBatch.barrier_ticks, partitions=board_partitions))
     counter_in: KeyedStream[BoardBatch | Tick] = op.merge("counter_input", entries, ticks)

@@ -66,22 +66,20 @@ PlayerOutput = BoardChanges | DeadLetter | Tally
 class PlayerShardLogic(ShardLogic):
     """One key per player shard: each of the shard's players and their record."""
 
-    __slots__ = ("republish", "duplicates", "pieces", "seasons", "grouped", "apply")
+    __slots__ = ("republish", "duplicates", "pieces", "seasons", "apply")
 
     merge = staticmethod(merge_piece)  # changelog frames hold the pieces of records that changed
 
     def __init__(self, resume: Position | ShardSnapshot | None, changelog: Path | None, shards: int,
-                 whole: bool = False, republish: bool = False, seasons: Sequence[Span] = (),
-                 grouped: bool = False) -> None:
+                 whole: bool = False, republish: bool = False, seasons: Sequence[Span] = ()) -> None:
         """``republish``: the first call emits every entry of every record (Redis lost the
         boards while the run was down: see ``runner``; the router makes every shard run).
         ``seasons``: the run's seasons, whose boards results played in them enter too.
-        ``grouped``: the run groups its boards (``--group-by``): each result carries a ninth
-        field, its group's game key (``state.score_events.GroupedScoreEvent``)."""
+        A run that groups its boards (``--group-by``) hands each result with a ninth field, its
+        group's game key (``state.score_events.GroupedScoreEvent``), which the kernel reads."""
         super().__init__(resume, changelog, shards, whole)
         self.republish = republish
         self.seasons = tuple(seasons)
-        self.grouped = grouped
         self.apply = rules(self.seasons).apply  # the kernel's rules (state.board_rules.apply_result)
         self.pieces: dict[str, Piece] = {}  # with a changelog: per player, the results and boards changed
         self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
@@ -101,10 +99,7 @@ class PlayerShardLogic(ShardLogic):
             if batch_epoch != epoch:  # not what Bytewax does; if it ever did, keep epochs apart
                 out.append(BoardChanges(epoch, entries))
                 entries, epoch = [], batch_epoch
-            if self.grouped:
-                self._apply_grouped(partition, epoch, results, entries, out)  # type: ignore[arg-type]
-            else:
-                self._apply(partition, epoch, results, entries, out)
+            self._apply(partition, epoch, results, entries, out)
         self._saw_epoch(epoch)
         if entries:
             out.append(BoardChanges(epoch, entries))
@@ -113,13 +108,18 @@ class PlayerShardLogic(ShardLogic):
             self.duplicates = 0
         return out, not self.records
 
-    def _apply(self, partition: str, epoch: int, results: list[ScoreEvent],
+    def _apply(self, partition: str, epoch: int, results: list[ScoreEvent] | list[GroupedScoreEvent],
                entries: list[PlayerChanges], out: list[Any]) -> None:
+        """A batch's results, each through the kernel's rules whole: the kernel reads its fields,
+        and its group when the run groups its boards (a ninth field, docs/semantics/boards.md 10),
+        so one loop serves both kinds of run; only an accepted result's noted piece and a dead
+        letter look at fields here."""
         self.source = partition  # names a partition's shard (keyed by input partition)
         records, changed, tally, pieces, apply = self.records, self.changed, VERDICTS, self.pieces, self.apply
-        for game, match, player, points, played_at, received_at, offset, raw in results:
+        for event in results:
+            player = event[2]  # state.score_events.PLAYER_ID
             old = records.get(player)
-            record, verdict, changes = apply(old, game, match, points, played_at, received_at)
+            record, verdict, changes = apply(old, event)
             tally[verdict] = tally.get(verdict, 0) + 1
             if record is not old:  # a held record changes in place
                 records[player] = record
@@ -133,39 +133,11 @@ class PlayerShardLogic(ShardLogic):
                     piece = pieces.get(player)
                     if piece is None:
                         piece = pieces[player] = {}
-                    note_piece(piece, game, match, points, played_at, changes)
+                    note_piece(piece, event[0], event[1], event[3], event[4], changes)
             elif verdict == DUPLICATE:
                 self.duplicates += 1
             else:
-                out.append(DeadLetter(verdict, DETAILS[verdict], partition, offset, raw, epoch))
-
-    def _apply_grouped(self, partition: str, epoch: int, results: list[GroupedScoreEvent],
-                       entries: list[PlayerChanges], out: list[Any]) -> None:
-        """:meth:`_apply` for a run that groups its boards: the same steps, each result with its group
-        (docs/semantics/boards.md 10). Apart, so a run without groups unpacks its tuples as before."""
-        self.source = partition
-        records, changed, tally, pieces, apply = self.records, self.changed, VERDICTS, self.pieces, self.apply
-        for game, match, player, points, played_at, received_at, offset, raw, group in results:
-            old = records.get(player)
-            record, verdict, changes = apply(old, game, match, points, played_at, received_at, group)
-            tally[verdict] = tally.get(verdict, 0) + 1
-            if record is not old:  # a held record changes in place
-                records[player] = record
-                if changed is not None:  # a new record, or a single one now held: written whole
-                    pieces[player] = {"W": 1}
-            if changed is not None:  # R moves with every result that gets here
-                changed.add(player)
-            if verdict == ACCEPTED:
-                entries.append((player, changes))
-                if changed is not None:
-                    piece = pieces.get(player)
-                    if piece is None:
-                        piece = pieces[player] = {}
-                    note_piece(piece, game, match, points, played_at, changes)
-            elif verdict == DUPLICATE:
-                self.duplicates += 1
-            else:
-                out.append(DeadLetter(verdict, DETAILS[verdict], partition, offset, raw, epoch))
+                out.append(DeadLetter(verdict, DETAILS[verdict], partition, event[6], event[7], epoch))
 
     def _changes(self) -> dict[str, Any]:
         records, pieces = self.records, self.pieces

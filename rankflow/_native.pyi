@@ -59,8 +59,7 @@ class BoardRules:
 
     def __init__(self, seasons: list[tuple[str, int, int]] = ...) -> None: ...
     def apply(
-        self, record: bytes | Record | None, game: str, match: str, points: int, played_at: int, received_at: int,
-        group: str | None = None,
+        self, record: bytes | Record | None, event: tuple[Any, ...],
     ) -> tuple[bytes | Record, str, tuple[Entry, ...]]: ...
 
 def record_unpack(record: bytes | Record) -> list[Any]: ...

@@ -243,7 +243,8 @@ def apply_result(record: PlayerRecord | None, game: str, match: str, player: str
     game of their own; identity (section 2) stays the game's. ``player`` is the record's owner;
     the rules do not need it (every entry is this player's), it is there so a call reads
     like the result. A verdict other than ``accepted`` changes no board. The flow calls
-    :func:`rules` ``(seasons).apply`` directly, without ``player``.
+    :func:`rules` ``(seasons).apply`` directly, with the result as the parse kernel made it
+    (``state.score_events.ScoreEvent``, a ninth field in a grouped run).
 
     >>> rec, verdict, entries = apply_result(None, "g1", "m1", "ana", 50, 1798884000000, 1798884002000)
     >>> verdict, entries[:2]
@@ -255,7 +256,7 @@ def apply_result(record: PlayerRecord | None, game: str, match: str, player: str
     >>> apply_result(rec, "g1", "m1", "ana", 80, 1798884000000, 1798884040000)[1:]
     ('conflict', ())
     """
-    return rules(tuple(seasons)).apply(record, game, match, points, played_at, received_at, group)
+    return rules(tuple(seasons)).apply(record, (game, match, player, points, played_at, received_at, 0, b"", group))
 
 
 # -- a record's forms ------------------------------------------------------------------

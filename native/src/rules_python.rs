@@ -186,24 +186,43 @@ impl BoardRules {
         })
     }
 
-    /// One result that passed checks 1 to 6: `(record, verdict, entries)`. `record` is the
-    /// player's record after it: the same object, changed in place, when the player had a
-    /// held one; each entry is `(game_id, board, score, reached_at, new)`. `group`: the game
-    /// key of the result's group (`GAME@FIELD=VALUE`, docs/semantics/boards.md 10), whose
-    /// boards an accepted result enters too, their entries after the game's; None: no group.
-    #[allow(clippy::too_many_arguments)]
-    #[pyo3(signature = (record, game, r#match, points, played_at, received_at, group=None))]
+    /// One result that passed checks 1 to 6, as the parse kernel hands it on (a
+    /// `state.score_events.ScoreEvent`, `(game_id, match_id, player_id, points, played_at,
+    /// received_at, offset, raw)`, with a ninth field in a run that groups its boards):
+    /// `(record, verdict, entries)`. `record` is the player's record after it: the same
+    /// object, changed in place, when the player had a held one; each entry is `(game_id,
+    /// board, score, reached_at, new)`. The ninth field, when there is one: the game key of
+    /// the result's group (`GAME@FIELD=VALUE`, docs/semantics/boards.md 10), whose boards an
+    /// accepted result enters too, their entries after the game's; None: no group. One
+    /// tuple in, whichever shape, so the player stage has one loop for both kinds of run.
     fn apply<'py>(
         &self,
         py: Python<'py>,
         record: Option<Bound<'py, PyAny>>,
-        game: Bound<'py, PyString>,
-        r#match: &str,
-        points: i64,
-        played_at: i64,
-        received_at: i64,
-        group: Option<Bound<'py, PyString>>,
+        event: &Bound<'py, PyTuple>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyString>, Bound<'py, PyTuple>)> {
+        if event.len() < 6 {
+            return Err(PyValueError::new_err(
+                "a result is (game_id, match_id, player_id, points, played_at, received_at, ...)",
+            ));
+        }
+        let game = event.get_item(0)?.cast_into::<PyString>()?;
+        let match_id = event.get_borrowed_item(1)?.cast::<PyString>()?; // borrowed: no reference count
+        let r#match = match_id.to_str()?;
+        let points: i64 = event.get_borrowed_item(3)?.extract()?;
+        let played_at: i64 = event.get_borrowed_item(4)?.extract()?;
+        let received_at: i64 = event.get_borrowed_item(5)?.extract()?;
+        // a ninth field only in a grouped run (asking an 8-tuple for it would make an IndexError)
+        let group = if event.len() > 8 {
+            let group = event.get_item(8)?;
+            if group.is_none() {
+                None
+            } else {
+                Some(group.cast_into::<PyString>()?)
+            }
+        } else {
+            None
+        };
         let g = game.to_str()?;
         let group_key = match &group {
             Some(group) => Some(group.to_str()?),
