@@ -11,12 +11,12 @@ pub mod score;
 pub mod signature;
 pub mod tags;
 
-pub mod messages;
-#[cfg(feature = "python")]
-mod messages_python;
 pub mod board_table;
 #[cfg(feature = "python")]
 mod board_table_python;
+pub mod messages;
+#[cfg(feature = "python")]
+mod messages_python;
 #[cfg(feature = "python")]
 mod python;
 #[cfg(feature = "python")]
