@@ -20,6 +20,10 @@ difference between them can exceed the difference between the checkouts. With
 ``--together`` each rep starts both checkouts' runs at the same moment, so both see the
 same load; read the ratios, which are then paired. Redis's CPU seconds are then the
 pair's (both runs share the Redis). Without it the runs alternate which goes first.
+
+``--durable``: every run gets ``--recovery-dir`` with a fresh directory of its own (removed
+after the run), so the figures include what recovery costs at every barrier (Bytewax's
+recovery store, the player shards' changelogs).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import argparse
 import hashlib
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -91,19 +96,24 @@ def final_state(client: redis.Redis, published: str) -> str | None:
     return digest.hexdigest()[:16] if found else None
 
 
-def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) -> dict[str, Any]:
+def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis,
+            durable: bool = False) -> dict[str, Any]:
     """One flow run to the end of its log: its CPU and wall seconds and the barriers it closed
     (the epoch of its last snapshot); its keys (in its product's namespace) and files are
-    removed after."""
+    removed after. ``durable``: with a fresh ``--recovery-dir`` of its own."""
     namespace = f"ab-{uuid.uuid4().hex[:8]}"
     published = product(flow).namespace(namespace)
     dead = Path(f"/tmp/{namespace}-dead.jsonl")
     stderr = Path(f"/tmp/{namespace}.stderr")
+    recovery = Path(f"/tmp/{namespace}-recovery")
+    extra = ["--recovery-dir", str(recovery)] if durable else []
     try:
         run = timed([rankflow, "run", *LOGS[flow][1], "--input", f"jsonl:{log}", "--until-eof", "--redis", url,
-                     "--namespace", namespace, "--dead-letter", f"jsonl:{dead}"], stderr)
+                     "--namespace", namespace, "--dead-letter", f"jsonl:{dead}", *extra], stderr)
     except RuntimeError as exc:
         sys.exit(f"{rankflow} {flow}: {exc}")
+    finally:
+        shutil.rmtree(recovery, ignore_errors=True)
     final = read_latest(client, published) or {}
     result = result_digest(client, flow, published, final)
     state = final_state(client, published)
@@ -116,10 +126,10 @@ def one_run(rankflow: str, flow: str, log: Path, url: str, client: redis.Redis) 
 
 
 def one_rep(systems: dict[str, str], order: list[str], flow: str, log: Path, url: str, client: redis.Redis,
-            together: bool) -> list[dict[str, Any]]:
+            together: bool, durable: bool = False) -> list[dict[str, Any]]:
     """Each system's run of ``flow``: one after the other in ``order``, or all at once."""
     def run(name: str) -> dict[str, Any]:
-        return one_run(systems[name], flow, log, url, client)
+        return one_run(systems[name], flow, log, url, client, durable)
 
     if not together:
         rows = []
@@ -172,6 +182,8 @@ def main() -> None:
     parser.add_argument("--flows", default=",".join(LOGS), help="comma-separated, of: %(default)s")
     parser.add_argument("--together", action="store_true",
                         help="start both checkouts' runs of a rep at the same moment (same machine load)")
+    parser.add_argument("--durable", action="store_true",
+                        help="run every flow with --recovery-dir (a fresh directory per run, removed after)")
     args = parser.parse_args()
     systems, flows = {"base": args.base, "new": args.new}, args.flows.split(",")
     client = redis.Redis.from_url(args.redis)
@@ -185,7 +197,8 @@ def main() -> None:
     for rep in range(args.reps):
         order = list(systems) if rep % 2 == 0 else list(systems)[::-1]
         for flow in flows:
-            for row in one_rep(systems, order, flow, logs[flow], args.redis, client, args.together):
+            for row in one_rep(systems, order, flow, logs[flow], args.redis, client, args.together,
+                                  args.durable):
                 row = {"rep": rep, "flow": flow, **row}
                 print(json.dumps(row), flush=True)
                 rows.append(row)
