@@ -225,6 +225,15 @@ def _consumer(brokers: str, until_eof: bool, settings: KafkaSettings = NO_SETTIN
     }))
 
 
+PREFETCH_MIN = 10_000
+"""The fewest messages a partition's consumer keeps fetched ahead (``queued.min.messages``:
+its batch, at least this many). librdkafka's default, 100,000 a partition, fetches most of a
+backlog's partition at once: the consumer then waits at the log's end, one empty fetch every
+``fetch.wait.max.ms``, for as long as the flow takes to work through what it holds, and on the
+local broker those empty fetches cost more than the reads (docs/design.md, "The source's
+prefetch"). One batch ahead keeps the flow fed and fetches about as the flow reads."""
+
+
 class _KafkaPartition(BarrierPartition[int]):
     # consume() never blocks (partitions share a thread), so come back soon: the
     # client's fetch queue refills within milliseconds.
@@ -244,7 +253,7 @@ class _KafkaPartition(BarrierPartition[int]):
         self._end_seen: int | None = None  # the end of the log at the first fetch (operators.catch_up)
         self._caught_up = False  # read up to it
         # the end-of-partition marker live too: how a partition with nothing to read learns its end
-        self._consumer = _consumer(brokers, True, settings)
+        self._consumer = _consumer(brokers, True, settings, **{"queued.min.messages": max(batch, PREFETCH_MIN)})
         self._consumer.assign([TopicPartition(topic, partition, OFFSET_BEGINNING if resume is None else resume)])
 
     def read(self) -> SourceBatch | None:

@@ -7,6 +7,7 @@ import sys
 
 import orjson
 
+from rankflow.connectors.kafka import PREFETCH_MIN, KafkaEndpoint, KafkaSource, ensure_topic, reliable_producer
 from rankflow.generate import generate
 from tests.events import ranking
 from tests.kafka_helpers import read_topic
@@ -171,3 +172,38 @@ def test_produce_counts_the_lines_it_sends_unkeyed(tmp_path, kafka_brokers, topi
     log.write_bytes(b"".join(line + b"\n" for line in lines[:50]))
     r = cli("produce", "--input", str(log), "--kafka", f"{kafka_brokers}/{topic}", "--no-progress")
     assert r.returncode == 0 and "without a key" not in r.stderr, r.stderr
+
+
+def test_a_partition_larger_than_its_prefetch_is_read_once_to_the_end_seen_at_start(kafka_brokers, topic):
+    """The source's consumers fetch one batch ahead (``PREFETCH_MIN``), not the whole partition:
+    an until-eof read still takes every offset once and stops at the end its first fetch saw,
+    though the log grows meanwhile."""
+    ensure_topic(kafka_brokers, topic, 1)
+    producer = reliable_producer(kafka_brokers)
+    first = 2 * PREFETCH_MIN + 5_000
+    for i in range(first):
+        producer.produce(topic, value=b"%d" % i)
+    assert producer.flush(30) == 0
+    source = KafkaSource(KafkaEndpoint(kafka_brokers, topic), until_eof=True, batch=2_000)
+    part = source.build_part("in", f"{topic}/0", None)
+    offsets: list[int] = []
+    grown = False
+    try:
+        while True:
+            try:
+                batch = part.read()
+            except StopIteration:
+                break
+            if batch is None:
+                continue
+            assert len(batch.records) <= 2_000
+            offsets.extend(range(batch.start, batch.end))
+            assert [int(r) for r in batch.records] == list(range(batch.start, batch.end))
+            if not grown:  # the log grows after the first read: the run still ends where it began
+                for i in range(first, first + 3_000):
+                    producer.produce(topic, value=b"%d" % i)
+                assert producer.flush(30) == 0
+                grown = True
+    finally:
+        part.close()
+    assert offsets == list(range(first))
