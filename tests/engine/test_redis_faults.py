@@ -109,7 +109,8 @@ def _boards(tmp: Path, brokers: str) -> Case:
 
 def _activity(tmp: Path, brokers: str) -> Case:
     log = tmp / "messages.jsonl"
-    log.write_bytes(b"".join(line + b"\n" for line in message_log(30_000, 8)))
+    # 120k messages: the kernel reads 30k in under a second, before a fault placed at a quarter lands
+    log.write_bytes(b"".join(line + b"\n" for line in message_log(120_000, 8)))
     topic = "faults-activity-" + tmp.name
     produce_file(str(log), KafkaEndpoint(brokers, topic), partitions=3, progress=False, key_field="workspace_id")
     parts = read_partitions(brokers, topic)
