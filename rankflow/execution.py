@@ -15,6 +15,7 @@ from __future__ import annotations
 import gc
 import logging
 import signal
+import sys
 import threading
 import time
 from contextlib import nullcontext
@@ -139,6 +140,8 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
             cluster_main(flow, opts.addresses or [], opts.process_id or 0, epoch_interval=interval,
                          recovery_config=recovery, worker_count_per_proc=opts.workers)
     except BaseException as exc:  # a cluster's panic hides the error that caused it
+        if opts.addresses is not None or opts.workers > 1:
+            quiet_late_panics()
         if FAILURES:  # this process's own failure first: its peers' connections close because of it
             raise explain(FAILURES[0]) from exc
         if watch is not None and watch.lost_now():
@@ -155,6 +158,25 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
             signal.signal(s, handler)
     if FAILED:  # a source stopped the run because its input changed under it (source_batch.InputChanged)
         raise explain(FAILED[0])
+
+
+def quiet_late_panics() -> None:
+    """Keep the panics of a cluster's other threads, once the run has failed, off standard error.
+
+    Bytewax hands a worker's panic to ``cluster_main`` through a channel; a panic of another
+    thread after ``cluster_main`` returned (the connection threads of a link that was cut) finds
+    the channel closed and is printed through ``sys.excepthook`` as a ``RuntimeError: (src/run.rs...)
+    panicked at`` line beside the one line this process stops with. Such a panic follows from the
+    failure being reported, so it goes to the debug log; any other exception is printed as before.
+    """
+    original = sys.excepthook
+
+    def hook(kind: type[BaseException], value: BaseException, tb: Any) -> None:
+        if issubclass(kind, RuntimeError) and "panicked at" in str(value):
+            log.debug("a panic after the run failed: %s", value)
+            return
+        original(kind, value, tb)
+    sys.excepthook = hook
 
 
 TIMELY_LOST = ("timely communication error", "MergeQueue poisoned", "Send thread panic", "Recv thread panic")

@@ -98,7 +98,8 @@ def model_of(parts: dict[int, list[bytes]], topic: str, window_buckets: int, use
 def test_activity_survives_kill_9_and_resumes_exactly(tmp_path, kafka_brokers, topic, redis_url, redis_client,
                                                       namespace, count, summary, compact_bytes, stage, monkeypatch):
     log = tmp_path / "messages.jsonl"
-    log.write_bytes(b"".join(line + b"\n" for line in message_log(40_000, 3)))
+    # 120k messages: with the kernel a run of 40k could finish before its second kill landed
+    log.write_bytes(b"".join(line + b"\n" for line in message_log(120_000, 3)))
     produce_file(str(log), KafkaEndpoint(kafka_brokers, topic), partitions=3, progress=False, key_field="workspace_id")
     parts = read_partitions(kafka_brokers, topic)
     model, shape = model_of(parts, topic, 5, count == "users")
