@@ -7,7 +7,8 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::board_table::{crc32, Held, Table};
+use crate::board_table::{Held, Table};
+use crate::crc::crc32;
 
 /// One board partition: per board its best `k_max` entries, its players here and the open
 /// epoch's entries (docs/design.md, "The board counters in the kernel").

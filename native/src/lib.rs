@@ -4,6 +4,7 @@
 //! `cargo test` runs it alone; [`python`] is the module `rankflow._native` that the
 //! flows call with whole batches of raw records.
 
+pub mod crc;
 pub mod json;
 pub mod order;
 pub mod rules;

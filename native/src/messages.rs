@@ -16,8 +16,8 @@ use std::borrow::Cow;
 use std::cmp::Ordering;
 use std::collections::HashMap;
 
-use crate::json::{read_top, Top, Value};
-use crate::score::{Refused, INVALID_JSON, MISSING_FIELD, NOT_AN_OBJECT, OUT_OF_RANGE, WRONG_TYPE};
+use crate::json::Value;
+use crate::score::{read_object, Refused, MISSING_FIELD, OUT_OF_RANGE, WRONG_TYPE};
 
 /// Check 3's fields in the table's order.
 pub const FIELDS: [&str; 4] = ["workspace_id", "channel_id", "user_id", "ts"];
@@ -58,16 +58,7 @@ pub struct Message<'a> {
 
 /// Checks 1 to 3 of one record.
 pub fn check_message(raw: &[u8]) -> Result<Message<'_>, Refused> {
-    let fields = match read_top(raw, &FIELDS) {
-        Err(not_json) => return Err(Refused { reason: INVALID_JSON, detail: not_json.0 }),
-        Ok(Top::Other(value)) => {
-            return Err(Refused {
-                reason: NOT_AN_OBJECT,
-                detail: format!("expected a JSON object, got {}", value.kind()),
-            })
-        }
-        Ok(Top::Object(fields)) => fields,
-    };
+    let fields = read_object(raw, &FIELDS)?;
     let fail = |reason: &'static str, detail: String| Err(Refused { reason, detail });
     let mut ids: [Cow<'_, str>; 3] = Default::default();
     let mut ts = Ts::Small(0);
@@ -100,29 +91,7 @@ fn time(literal: &str) -> Option<Ts<'_>> {
     Some(literal.parse::<u64>().map_or(Ts::Big(literal), Ts::Small))
 }
 
-/// CRC-32 (IEEE 802.3, reflected), as zlib's `crc32`.
-pub fn crc32(bytes: &[u8]) -> u32 {
-    const TABLE: [u32; 256] = {
-        let mut table = [0u32; 256];
-        let mut i = 0;
-        while i < 256 {
-            let mut c = i as u32;
-            let mut k = 0;
-            while k < 8 {
-                c = if c & 1 != 0 { 0xEDB8_8320 ^ (c >> 1) } else { c >> 1 };
-                k += 1;
-            }
-            table[i] = c;
-            i += 1;
-        }
-        table
-    };
-    let mut crc = !0u32;
-    for &b in bytes {
-        crc = TABLE[((crc ^ b as u32) & 0xFF) as usize] ^ (crc >> 8);
-    }
-    !crc
-}
+use crate::crc::crc32;
 
 /// Per bucket, ascending, each pair's count, the pair named by the index of its first event.
 pub type BucketSums = Vec<(u64, Vec<(usize, u64)>)>;
@@ -221,6 +190,7 @@ fn sum_pairs(events: &[Message<'_>], mine: &[usize], bucket_ms: u64) -> BucketSu
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::score::{INVALID_JSON, NOT_AN_OBJECT};
 
     const LINE: &str = r#"{"workspace_id":"w1","channel_id":"c1","user_id":"ana","ts":60000}"#;
 
@@ -252,13 +222,6 @@ mod tests {
         assert_eq!(reason(&LINE.replace(r#""c1""#, "5").replace(r#""ts":60000"#, r#""x":1"#)), WRONG_TYPE);
         let big = LINE.replace("60000", "100000000000000000000");
         assert_eq!(check_message(big.as_bytes()).unwrap().ts, Ts::Big("100000000000000000000"));
-    }
-
-    #[test]
-    fn crc32_is_zlibs() {
-        assert_eq!(crc32(b""), 0);
-        assert_eq!(crc32(b"123456789"), 0xCBF4_3926);
-        assert_eq!(crc32(b"w1"), 0x7079_FDF4);
     }
 
     #[test]

@@ -51,6 +51,18 @@ pub struct Refused {
     pub detail: String,
 }
 
+/// The wanted fields of a record that is a JSON object; else refused as `invalid_json` or
+/// `not_an_object` (the first checks of every flow's records).
+pub fn read_object<'a, const N: usize>(raw: &'a [u8], names: &[&str; N]) -> Result<[Option<Value<'a>>; N], Refused> {
+    match read_top(raw, names) {
+        Err(not_json) => Err(Refused { reason: INVALID_JSON, detail: not_json.0 }),
+        Ok(Top::Other(value)) => {
+            Err(Refused { reason: NOT_AN_OBJECT, detail: format!("expected a JSON object, got {}", value.kind()) })
+        }
+        Ok(Top::Object(fields)) => Ok(fields),
+    }
+}
+
 fn refused(reason: &'static str, details: Vec<String>) -> Refused {
     Refused { reason, detail: details.join("; ") }
 }
@@ -92,16 +104,7 @@ fn check_fields<'a, const N: usize>(
     signer: Option<&Signer>,
     names: &[&str; N],
 ) -> Result<Score<'a>, Refused> {
-    let fields = match read_top(raw, names) {
-        Err(not_json) => return Err(Refused { reason: INVALID_JSON, detail: not_json.0 }),
-        Ok(Top::Other(value)) => {
-            return Err(Refused {
-                reason: NOT_AN_OBJECT,
-                detail: format!("expected a JSON object, got {}", value.kind()),
-            })
-        }
-        Ok(Top::Object(fields)) => fields,
-    };
+    let fields = read_object(raw, names)?;
     let missing: Vec<String> =
         NAMES[..6].iter().zip(&fields).filter(|(_, v)| v.is_none()).map(|(n, _)| format!("{n} is missing")).collect();
     if !missing.is_empty() {
