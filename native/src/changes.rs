@@ -16,6 +16,11 @@ use crate::rules::{single_fields, Aggregate, BadRecord, Board, Entry, Record};
 pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
     let bytes = s.as_bytes();
+    if !bytes.iter().any(|&byte| byte < 0x20 || byte == b'"' || byte == b'\\') {
+        out.extend_from_slice(bytes); // ids rarely need an escape: one copy
+        out.push(b'"');
+        return;
+    }
     let mut start = 0;
     for (at, &byte) in bytes.iter().enumerate() {
         let escape: &[u8] = match byte {
@@ -42,8 +47,23 @@ pub fn write_str(out: &mut Vec<u8>, s: &str) {
     out.push(b'"');
 }
 
+/// An integer in decimal (the formatter's machinery costs more than the digits, for many small numbers).
 fn write_int(out: &mut Vec<u8>, n: i64) {
-    let _ = write!(out, "{n}");
+    let mut digits = [0u8; 20];
+    let mut at = digits.len();
+    let mut rest = n.unsigned_abs();
+    loop {
+        at -= 1;
+        digits[at] = b'0' + (rest % 10) as u8;
+        rest /= 10;
+        if rest == 0 {
+            break;
+        }
+    }
+    if n < 0 {
+        out.push(b'-');
+    }
+    out.extend_from_slice(&digits[at..]);
 }
 
 /// `[best, first]` of `best`, `[score, last, first]` of a sum board.
@@ -264,6 +284,15 @@ mod tests {
         let mut out = Vec::new();
         write_str(&mut out, "a\"b\\c\nd\u{1}é");
         assert_eq!(out, "\"a\\\"b\\\\c\\nd\\u0001é\"".as_bytes());
+    }
+
+    #[test]
+    fn integers_are_written_in_decimal() {
+        for n in [0, 7, -7, 10, 1_798_884_000_000, i64::MAX, i64::MIN, 1 << 62] {
+            let mut out = Vec::new();
+            write_int(&mut out, n);
+            assert_eq!(out, n.to_string().as_bytes());
+        }
     }
 
     #[test]

@@ -86,7 +86,7 @@ impl PlayerChanges {
         if self.players.is_empty() {
             return Ok(PyBytes::new(py, b""));
         }
-        let mut out = Vec::with_capacity(self.players.len() * 96);
+        let mut out = Vec::with_capacity(self.players.len() * 192);
         out.push(b'{');
         for (i, (player, noted)) in self.players.iter().enumerate() {
             let player = player.bind(py);
@@ -109,7 +109,7 @@ impl PlayerChanges {
 /// A player shard's image: JSON `{player: stored record}` of every record in `records`.
 #[pyfunction]
 fn board_image<'py>(py: Python<'py>, records: &Bound<'py, PyDict>) -> PyResult<Bound<'py, PyBytes>> {
-    let mut out = Vec::with_capacity(records.len() * 128 + 2);
+    let mut out = Vec::with_capacity(records.len() * 192 + 2);
     out.push(b'{');
     for (i, (player, record)) in records.iter().enumerate() {
         if i > 0 {
