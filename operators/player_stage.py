@@ -116,8 +116,8 @@ class PlayerShardLogic(ShardLogic):
                entries: list[PlayerChanges], out: list[Any]) -> None:
         """A batch's results, each through the kernel's rules whole: the kernel reads its fields,
         and its group when the run groups its boards (a ninth field, docs/semantics/boards.md 10),
-        so one loop serves both kinds of run; only an accepted result's noted piece and a dead
-        letter look at fields here."""
+        so one loop serves both kinds of run, and notes the changes for the changelog; only a dead
+        letter looks at fields here."""
         self.source = partition  # names a partition's shard (keyed by input partition)
         records, tally, noted, apply = self.records, VERDICTS, self.noted, self.apply
         for event in results:
