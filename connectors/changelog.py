@@ -149,11 +149,14 @@ class ShardChangelog:
         return records
 
     # -- writing ------------------------------------------------------------------
-    def append(self, changed: dict[str, Any], everything: Callable[[], dict[str, Any]], epoch: int) -> Position:
+    def append(self, changed: dict[str, Any] | bytes, everything: Callable[[], dict[str, Any] | bytes],
+               epoch: int) -> Position:
         """Make a barrier's changes durable; the position Bytewax stores for it.
 
         ``everything()`` is the whole shard, written as a new generation's image when
-        the file has none yet or its deltas outgrew its image.
+        the file has none yet or its deltas outgrew its image. Either may come as the frame's
+        JSON already (bytes, empty when nothing changed): the player stage's kernel writes its
+        frames and images from its own records (``native/src/changes.rs``).
         """
         if self._file is None or self._image_due \
                 or self._delta_bytes > max(COMPACT_FACTOR * self._image_bytes, COMPACT_MIN_BYTES):
@@ -170,7 +173,7 @@ class ShardChangelog:
         Bytewax can no longer resume before it, as after a compaction."""
         self._image_due = True
 
-    def _start_generation(self, everything: dict[str, Any], epoch: int) -> None:
+    def _start_generation(self, everything: dict[str, Any] | bytes, epoch: int) -> None:
         self._image_due = False
         previous = self._file
         if previous is not None:
@@ -183,11 +186,14 @@ class ShardChangelog:
         os.fdatasync(self._file.fileno())
         _fsync_directory(self.directory)
 
-    def _write(self, kind: int, records: dict[str, Any], epoch: int) -> int:
-        try:
-            payload = orjson.dumps(records)
-        except orjson.JSONEncodeError:  # an integer beyond 64 bits
-            payload, kind = json.dumps(records, separators=(",", ":")).encode(), kind | STDLIB_JSON
+    def _write(self, kind: int, records: dict[str, Any] | bytes, epoch: int) -> int:
+        if isinstance(records, bytes):
+            payload = records
+        else:
+            try:
+                payload = orjson.dumps(records)
+            except orjson.JSONEncodeError:  # an integer beyond 64 bits
+                payload, kind = json.dumps(records, separators=(",", ":")).encode(), kind | STDLIB_JSON
         self._file.write(HEADER.pack(kind, len(payload), epoch, zlib.crc32(payload)) + payload)
         self._file.flush()
         self.offset += HEADER.size + len(payload)

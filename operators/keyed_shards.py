@@ -178,14 +178,18 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
                 shard_key(shard_of(first, self.shards))
             log = self.changelog = ShardChangelog(self._directory, name, self.merge)
             log.restore(None)
-        position = log.append(self._changes(), lambda: self._flat(self.records), self.epoch)
+        position = log.append(self._changes(), self._image, self.epoch)
         self.changed.clear()
         return (FORMAT, position)
 
-    def _changes(self) -> dict[str, Any]:
+    def _changes(self) -> dict[str, Any] | bytes:
         """What the changelog gets for a barrier: the records that changed (or, with
-        :attr:`merge`, the pieces of them that did)."""
+        :attr:`merge`, the pieces of them that did), or their frame's JSON."""
         return self._flat(self.changed or ())
+
+    def _image(self) -> dict[str, Any] | bytes:
+        """The whole shard for a changelog's image, or its JSON."""
+        return self._flat(self.records)
 
 
 def shard_of(entity_id: str, shards: int) -> int:

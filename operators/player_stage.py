@@ -10,8 +10,10 @@ Contract:
   ``R``, the accepted results still inside the 24 h identity window, and the
   player's score and ``reached_at`` ingredients on each board, as bytes the Rust
   kernel reads and writes (``state.board_rules.apply_result``). With player shards
-  the changelog gets, per barrier, only the pieces of records that changed
-  (``state.board_rules.note_piece``), merged back on restore.
+  the changelog gets, per barrier, only the pieces of records that changed, merged back
+  on restore (``state.board_rules.merge_piece``): the kernel notes each result into the
+  shard's ``_native.PlayerChanges`` and writes the frame's JSON, and the images', from its
+  own records (``native/src/changes.rs``), no Python object per changed player.
 * **Output**, keyed like the input: one :class:`BoardChanges` per call with the
   board entries the call's accepted results changed (docs/semantics/boards.md sections 2 to 4),
   a ``DeadLetter`` for every ``too_old``, ``in_future`` or ``conflict`` result, and a
@@ -26,12 +28,13 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any, NamedTuple
 
+from rankflow import _native
 from rankflow.connectors.changelog import Position
 from rankflow.operators.keyed_shards import RESUMED, ShardLogic, ShardSnapshot
 from rankflow.operators.engine_types import MERGER_KEY, Tally
 from rankflow.operators.metrics import METRICS
-from rankflow.state.board_rules import (DETAILS, Entry, Piece, Span, Verdict, finish_piece, forget_expired, loaded,
-                                        merge_piece, note_piece, rules, standings, stored)
+from rankflow.state.board_rules import (DETAILS, Entry, Span, Verdict, forget_expired, loaded, merge_piece, rules,
+                                        standings, stored)
 from rankflow.state.events import DeadLetter
 from rankflow.state.score_events import GroupedScoreEvent, ScoreEvent
 
@@ -66,7 +69,7 @@ PlayerOutput = BoardChanges | DeadLetter | Tally
 class PlayerShardLogic(ShardLogic):
     """One key per player shard: each of the shard's players and their record."""
 
-    __slots__ = ("republish", "duplicates", "pieces", "seasons", "apply")
+    __slots__ = ("republish", "duplicates", "noted", "seasons", "apply")
 
     merge = staticmethod(merge_piece)  # changelog frames hold the pieces of records that changed
 
@@ -81,7 +84,8 @@ class PlayerShardLogic(ShardLogic):
         self.republish = republish
         self.seasons = tuple(seasons)
         self.apply = rules(self.seasons).apply  # the kernel's rules (state.board_rules.apply_result)
-        self.pieces: dict[str, Piece] = {}  # with a changelog: per player, the results and boards changed
+        # with a changelog: the players that changed since the last barrier, and what did (the kernel's)
+        self.noted: _native.PlayerChanges | None = None if self.changed is None else _native.PlayerChanges()
         self.duplicates = 0  # in this call: the merger puts their running total in the snapshot
 
     def on_batch(self, batches: list[ScoreBatch]) -> tuple[list[Any], bool]:
@@ -112,40 +116,35 @@ class PlayerShardLogic(ShardLogic):
                entries: list[PlayerChanges], out: list[Any]) -> None:
         """A batch's results, each through the kernel's rules whole: the kernel reads its fields,
         and its group when the run groups its boards (a ninth field, docs/semantics/boards.md 10),
-        so one loop serves both kinds of run; only an accepted result's noted piece and a dead
-        letter look at fields here."""
+        so one loop serves both kinds of run, and notes the changes for the changelog; only a dead
+        letter looks at fields here."""
         self.source = partition  # names a partition's shard (keyed by input partition)
-        records, changed, tally, pieces, apply = self.records, self.changed, VERDICTS, self.pieces, self.apply
+        records, tally, noted, apply = self.records, VERDICTS, self.noted, self.apply
         for event in results:
             player = event[2]  # state.score_events.PLAYER_ID
             old = records.get(player)
-            record, verdict, changes = apply(old, event)
+            record, verdict, changes = apply(old, event, noted)  # noted for the changelog (R moves with every one)
             tally[verdict] = tally.get(verdict, 0) + 1
             if record is not old:  # a held record changes in place
                 records[player] = record
-                if changed is not None:  # a new record, or a single one now held: written whole
-                    pieces[player] = {"W": 1}
-            if changed is not None:  # R moves with every result that gets here
-                changed.add(player)
             if verdict == ACCEPTED:
                 entries.append((player, changes))
-                if changed is not None:
-                    piece = pieces.get(player)
-                    if piece is None:
-                        piece = pieces[player] = {}
-                    note_piece(piece, event[0], event[1], event[3], event[4], changes)
             elif verdict == DUPLICATE:
                 self.duplicates += 1
             else:
                 out.append(DeadLetter(verdict, DETAILS[verdict], partition, event[6], event[7], epoch))
 
-    def _changes(self) -> dict[str, Any]:
-        records, pieces = self.records, self.pieces
-        out = {}
+    def _changes(self) -> bytes:
+        """The barrier's frame, as the kernel writes it; records resumed from an earlier form
+        (``_resume_legacy`` puts them in :attr:`changed`) written whole."""
+        noted = self.noted
+        assert noted is not None  # a changelog has a snapshot call this
         for player in self.changed or ():
-            out[player] = finish_piece(pieces.get(player) or {}, records[player])
-        self.pieces = {}
-        return out
+            noted.mark_whole(player)
+        return noted.frame(self.records)
+
+    def _image(self) -> bytes:
+        return _native.board_image(self.records)
 
     def _load(self, flat: dict[str, Any]) -> None:
         super()._load({player: forget_expired(loaded(record)) for player, record in flat.items()})

@@ -118,13 +118,15 @@ Boards = dict[str, dict[str, list[int]]]
 
 
 class Piece(TypedDict, total=False):
-    """The part of a record that a barrier's changelog frame holds (:func:`note_piece`)."""
+    """The part of a record that a barrier's changelog frame holds: R, the results accepted in
+    the barrier and the aggregates of the boards they changed (written by the kernel,
+    native/src/changes.rs: an active player holds a day of results, and writing the record
+    whole at every barrier cost the durable flow a third of its time). A record that was new or
+    single when the barrier began is written whole instead (its stored form)."""
 
     R: list[int]  # [R, oldest]
     r: Results
     b: Boards
-    n: dict[str, set[str]]  # while the barrier lasts: per game, the boards its accepted results changed
-    W: int  # 1: the record was single when the barrier began; the frame holds it whole
 
 
 NONE_HELD = 1 << 62  # OLDEST of an empty window: later than any time
@@ -341,58 +343,8 @@ def newest_periods(boards: Iterable[str]) -> tuple[str | None, str | None]:
 
 # -- records in a changelog ----------------------------------------------------------
 
-def note_piece(piece: Piece, game: str, match: str, points: int, played_at: int,
-               changes: tuple[Entry, ...]) -> None:
-    """Add an accepted result to ``piece``: the part of the player's record that a barrier's
-    changelog frame holds (an active player holds a day of results: writing the record
-    whole at every barrier cost the durable flow a third of its time). The piece holds
-    the result and the names of the boards it changed; the frame written at the barrier
-    (:func:`finish_piece`) takes those boards' aggregates then. O(boards changed).
-
-    >>> rec, _, changes = apply_result(None, "g1", "m1", "ana", 50, 1798884000000, 1798884002000)
-    >>> finish_piece({}, rec)  # a single record: written whole
-    ['packed', 1798884002000, 'g1', 'm1', 50, 1798884000000]
-    >>> rec, _, changes = apply_result(rec, "g1", "m2", "ana", 70, 1798884005000, 1798884006000)
-    >>> piece: Piece = {}
-    >>> note_piece(piece, "g1", "m2", 70, 1798884005000, changes[1:2])
-    >>> finish_piece(piece, rec)
-    {'r': {'g1': {'m2': [70, 1798884005000]}}, 'R': [1798884006000, 1798884000000], 'b': {'g1': {'best': [70, 1798884005000]}}}
-    """
-    if "W" in piece:  # written whole at the barrier
-        return
-    if not piece:  # the player's first accepted result of the barrier: both parts start here
-        piece["r"], piece["n"] = {}, {}
-    results, noted = piece["r"], piece["n"]
-    mine = results.get(game)
-    if mine is None:
-        mine = results[game] = {}
-    mine[match] = [points, played_at]
-    boards = noted.get(game)
-    if boards is None:
-        boards = noted[game] = set()
-    for change in changes:
-        if change[0] is not game and change[0] != game:  # a group's board (section 10): its own game key
-            noted.setdefault(change[0], set()).add(change[1])
-            continue
-        boards.add(change[1])
-
-
-def finish_piece(piece: Piece, record: PlayerRecord) -> Piece | Any:
-    """The changelog frame's piece of a record that changed since the last barrier: R (it
-    moves with every result, whatever the verdict), the results :func:`note_piece` noted
-    and the aggregates of the boards it noted; the whole record when it is single, or was
-    single at the start of the barrier (``piece["W"]``: the earlier frames may not hold it)."""
-    if "W" in piece or is_single(record):
-        return stored(record)
-    noted = piece.pop("n", None)
-    piece["R"] = [record.r, record.oldest]  # type: ignore[union-attr]
-    if noted:
-        piece["b"] = _native.record_aggregates(record, noted)
-    return piece
-
-
 def merge_piece(record: ListRecord | None, piece: Piece | ListRecord) -> ListRecord:
-    """A record read back from a changelog, in its stored form: ``piece`` (:func:`finish_piece`,
+    """A record read back from a changelog, in its stored form: ``piece`` (:class:`Piece`,
     or a whole record) folded into what was read before it; :func:`loaded` makes the
     kernel's record of the result. Results and boards a live record dropped stay in the
     pieces; :func:`forget_expired` drops the results again, and the boards are dropped as

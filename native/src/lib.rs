@@ -15,6 +15,9 @@ pub mod tags;
 pub mod board_table;
 #[cfg(feature = "python")]
 mod board_table_python;
+pub mod changes;
+#[cfg(feature = "python")]
+mod changes_python;
 pub mod messages;
 #[cfg(feature = "python")]
 mod messages_python;

@@ -355,5 +355,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     crate::rules_python::register(m)?;
     crate::messages_python::register(m)?;
     crate::board_table_python::register(m)?;
+    crate::changes_python::register(m)?;
     Ok(())
 }

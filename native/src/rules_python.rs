@@ -10,6 +10,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::changes_python::PlayerChanges;
 use crate::rules::{
     pack_single, single_fields, Aggregate, BadRecord, Board, Entry, First, GameBoards, GameResults, Record, Span,
     Verdict, DAY_MS,
@@ -27,8 +28,8 @@ fn bad(_: BadRecord) -> PyErr {
 /// A player's record after its first result: held by the kernel, changed in place. Its list
 /// form (`record_unpack`) is what a changelog stores, and pickling goes through it.
 #[pyclass(module = "rankflow._native", name = "Record")]
-struct PyRecord {
-    record: Record,
+pub(crate) struct PyRecord {
+    pub(crate) record: Record,
 }
 
 #[pymethods]
@@ -195,11 +196,16 @@ impl BoardRules {
     /// the result's group (`GAME@FIELD=VALUE`, docs/semantics/boards.md 10), whose boards an
     /// accepted result enters too, their entries after the game's; None: no group. One
     /// tuple in, whichever shape, so the player stage has one loop for both kinds of run.
+    ///
+    /// `noted`: a shard's `PlayerChanges` (recovery on), which the result is noted into for the
+    /// barrier's changelog frame (`native/src/changes.rs`).
+    #[pyo3(signature = (record, event, noted=None))]
     fn apply<'py>(
         &self,
         py: Python<'py>,
         record: Option<Bound<'py, PyAny>>,
         event: &Bound<'py, PyTuple>,
+        noted: Option<Bound<'py, PlayerChanges>>,
     ) -> PyResult<(Bound<'py, PyAny>, Bound<'py, PyString>, Bound<'py, PyTuple>)> {
         if event.len() < 6 {
             return Err(PyValueError::new_err(
@@ -229,6 +235,24 @@ impl BoardRules {
             None => None,
         };
         let seasons = &self.seasons;
+        // the result in the shard's changes: `whole` when the record was new or single before it
+        let note = |whole: bool, verdict: Verdict, entries: &[Entry], extra: &[Entry]| -> PyResult<()> {
+            let Some(changes) = &noted else { return Ok(()) };
+            let player = event.get_item(2)?;
+            let mut changes = changes.borrow_mut();
+            let player = player.cast::<PyString>()?;
+            let mine = changes.noted(player)?;
+            if whole {
+                mine.set_whole();
+            }
+            if verdict == Verdict::Accepted {
+                mine.note_result(g, r#match, points, played_at, entries);
+                if let Some(key) = group_key {
+                    mine.note_group(key, extra);
+                }
+            }
+            Ok(())
+        };
         // a group's boards, entered after the game's by an accepted result
         let grouped = |record: &mut Record, verdict: Verdict| match (group_key, verdict) {
             (Some(key), Verdict::Accepted) => record.enter_group(key, points, played_at, seasons),
@@ -237,10 +261,12 @@ impl BoardRules {
         let Some(record) = record else {
             return match Record::first(g, r#match, points, played_at, received_at, seasons, group_key.is_some()) {
                 First::Single(single, entries) => {
+                    note(true, Verdict::Accepted, &entries, &[])?;
                     self.outcome(py, PyBytes::new(py, &single).into_any(), Verdict::Accepted, &game, &entries, None)
                 }
                 First::Held(mut record, verdict, entries) => {
                     let extra = grouped(&mut record, verdict);
+                    note(true, verdict, &entries, &extra)?;
                     let object = Bound::new(py, PyRecord { record })?.into_any();
                     self.outcome(py, object, verdict, &game, &entries, group.as_ref().map(|k| (k, &extra[..])))
                 }
@@ -253,11 +279,13 @@ impl BoardRules {
                 let extra = grouped(held, verdict);
                 (verdict, entries, extra)
             };
+            note(false, verdict, &entries, &extra)?;
             return self.outcome(py, record, verdict, &game, &entries, group.as_ref().map(|k| (k, &extra[..])));
         }
         let mut held = Record::from_single(record.cast::<PyBytes>()?.as_bytes()).map_err(bad)?;
         let (verdict, entries) = held.apply(g, r#match, points, played_at, received_at, seasons);
         let extra = grouped(&mut held, verdict);
+        note(true, verdict, &entries, &extra)?;
         let object = Bound::new(py, PyRecord { record: held })?.into_any();
         self.outcome(py, object, verdict, &game, &entries, group.as_ref().map(|k| (k, &extra[..])))
     }
@@ -375,35 +403,6 @@ fn record_standings<'py>(py: Python<'py>, record: &Bound<'py, PyAny>) -> PyResul
     })
 }
 
-/// The aggregates (list form) of the named boards a record holds: `{game: {board: aggregate}}`
-/// for `{game: boards}` (a changelog piece's boards).
-#[pyfunction]
-fn record_aggregates<'py>(
-    py: Python<'py>,
-    record: &Bound<'py, PyAny>,
-    noted: &Bound<'py, PyDict>,
-) -> PyResult<Bound<'py, PyDict>> {
-    with_record(&held(record)?, |held| {
-        let out = PyDict::new(py);
-        for (game, names) in noted.iter() {
-            let wanted = game.cast::<PyString>()?.to_str()?.to_owned();
-            let Some(mine) = held.boards.iter().find(|g| *g.game == *wanted) else {
-                continue;
-            };
-            let picked = PyDict::new(py);
-            for name in names.try_iter()? {
-                let name = name?;
-                let Some(board) = Board::parse(name.cast::<PyString>()?.to_str()?) else { continue };
-                if let Some((_, agg)) = mine.boards.iter().find(|(b, _)| *b == board) {
-                    picked.set_item(&name, aggregate_list(py, &board, agg)?)?;
-                }
-            }
-            out.set_item(game, picked)?;
-        }
-        Ok(out)
-    })
-}
-
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<BoardRules>()?;
     m.add_class::<PyRecord>()?;
@@ -412,6 +411,5 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(record_single, m)?)?;
     m.add_function(wrap_pyfunction!(record_fields, m)?)?;
     m.add_function(wrap_pyfunction!(record_standings, m)?)?;
-    m.add_function(wrap_pyfunction!(record_aggregates, m)?)?;
     Ok(())
 }

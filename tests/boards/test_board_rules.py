@@ -347,19 +347,23 @@ def test_record_is_json_and_works_after_a_round_trip():
 
 def test_single_record_round_trips_through_the_changelog_forms():
     """A first result is single; its stored form reads back to the same bytes, and a later
-    piece merged into it gives the record the rules hold."""
-    from rankflow.state.board_rules import Piece, finish_piece, merge_piece, note_piece
+    piece merged into it gives the record the rules hold (the kernel's frames:
+    tests/boards/test_changelog_frames.py)."""
+    from rankflow import _native
+    from rankflow.state.board_rules import merge_piece, rules
 
-    single, verdict, entries = apply_result(None, "g1", "m1", "p", 50, T, T + 1000)
+    noted = _native.PlayerChanges()
+    event = ("g1", "m1", "p", 50, T, T + 1000, 0, b"")
+    single, verdict, entries = rules(()).apply(None, event, noted)
     assert isinstance(single, bytes) and verdict == Verdict.ACCEPTED and len(entries) == 4
-    frame = orjson.loads(orjson.dumps(finish_piece({}, single)))
+    frame = orjson.loads(noted.frame({"p": single}))["p"]
     assert loaded(merge_piece(None, frame)) == single and loaded(frame) == single
-    record, _, changes = apply_result(single, "g1", "m2", "p", 10, T + 5, T + 2000)
-    record, _, more = apply_result(record, "g1", "m3", "p", 0, T - H, T + 3000)
-    piece: Piece = {}
-    note_piece(piece, "g1", "m2", 10, T + 5, changes)
-    note_piece(piece, "g1", "m3", 0, T - H, more)
-    rebuilt = merge_piece(merge_piece(None, frame), orjson.loads(orjson.dumps(finish_piece(piece, record))))
+    record, _, _ = rules(()).apply(single, ("g1", "m2", "p", 10, T + 5, T + 2000, 1, b""), noted)
+    whole = orjson.loads(noted.frame({"p": record}))["p"]  # written whole: it was single when the barrier began
+    record, _, _ = rules(()).apply(record, ("g1", "m3", "p", 5, T - H, T + 3000, 2, b""), noted)
+    piece = orjson.loads(noted.frame({"p": record}))["p"]
+    assert isinstance(whole, list) and set(piece) == {"r", "R", "b"}
+    rebuilt = merge_piece(merge_piece(merge_piece(None, frame), whole), piece)
     assert loaded(rebuilt) == record
     assert sorted(standings(loaded(rebuilt))) == sorted(standings(record))
 

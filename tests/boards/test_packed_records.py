@@ -361,7 +361,7 @@ def test_a_first_and_a_second_result_in_one_barrier_restore_as_live(tmp_path):
     stage = Stage(tmp_path)
     stage.barrier(events[:1])
     stage.feed(events[1:])
-    assert stage.logic.pieces["p"]["W"] == 1
+    assert stage.logic.noted is not None and stage.logic.noted.whole("p")
     stage.snapshot()
     assert whole_frames(tmp_path)[-1]["p"] == as_json(expanded(fold(apply_result, events)[1]["p"]))
     check_restore_and_go_on(stage, lines)
