@@ -110,6 +110,10 @@ def accepts(port: int) -> bool:
         return False
 
 
+class PortTaken(RuntimeError):
+    """The port a service was to listen on is taken by another process."""
+
+
 class LocalService:
     """A child process with a pid file, started and checked for readiness."""
 
@@ -137,6 +141,11 @@ class LocalService:
         self.dir.mkdir(parents=True, exist_ok=True)
         if self.running() and self.answers():
             return self
+        # another process's server on the port would answer the readiness check while ours
+        # fails to bind and exits: the caller would take a server that is not this one's
+        why = in_netns(self.netns, lambda: cannot_listen(self.host, self.port))
+        if why is not None:
+            raise PortTaken(f"{self.name}: {why} (another process holds the port: stop it, or pick another --port)")
         inside = ["ip", "netns", "exec", self.netns] if self.netns else []  # `ip` execs the command: same pid
         with open(self.logfile, "ab") as log:
             proc = subprocess.Popen(inside + self.command(), stdout=log, stderr=subprocess.STDOUT, cwd=self.dir,
@@ -363,7 +372,10 @@ def main(argv: list[str] | None = None) -> int:
         a.port = free_port()
     service = SERVICES[a.service](a.port or 0, a.dir)
     if a.action == "start":
-        print(service.start().url)
+        try:
+            print(service.start().url)
+        except PortTaken as exc:
+            p.exit(2, f"{p.prog}: {exc}\n")
     else:
         service.stop()
     return 0
