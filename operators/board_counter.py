@@ -23,9 +23,10 @@ Contract (the counter stage of ``operators.counter``, keyed by board partition
   it reports.
 
 The table is the kernel's (``rankflow._native.BoardTable``, docs/design.md "The board counters
-in the kernel"): a call's entries go in as the per-player stage made them and no Python object
-is made per entry until an epoch's report; retention stays here, in the rules the merger shares
-(``state.board_rules``), asked once per changed game at an epoch's close. Its recovery state
+in the kernel"): a call's entries go in as the bytes the routing wrote (``BoardBatch``) and no
+Python object is made per entry but a player's id until an epoch's report; retention stays
+here, in the rules the merger shares (``state.board_rules``), asked once per changed game at an
+epoch's close. Its recovery state
 is compact bytes; a state written by the Python table before (a dict) still resumes.
 """
 

@@ -50,7 +50,7 @@ from rankflow.operators.song_keys import HOT_SONGS, HotSongs
 from rankflow.state.events import DeadLetter
 
 if TYPE_CHECKING:
-    from rankflow.operators.player_stage import PlayerChanges, PlayerOutput
+    from rankflow.operators.player_stage import PlayerOutput
     from rankflow.operators.user_stage import Decision
 
 SongDelta = tuple[str, int, int, int]
@@ -79,10 +79,14 @@ class SongBatch(NamedTuple):
 
 class BoardBatch(NamedTuple):
     """What a board partition gets per call of :func:`route_board_entries`: the epoch's
-    entries as the per-player stage groups them, ``(player, changes)``."""
+    entries as the per-player stage groups them, ``(player, changes)``, in the bytes the
+    kernel writes (``_native.board_partitions``; ``_native.board_entries`` reads them back).
+    Half of them cross to the other process with two (a player's partition is
+    ``crc32(player) % P``): one bytes object pickles as a copy, where the tuples were pickled
+    and made again one by one."""
 
     epoch: int
-    entries: list[PlayerChanges]
+    entries: bytes
 
 
 def song_ticks(parsed: ParsedBatch, song_partitions: int, quiet_after_s: float | None
@@ -212,10 +216,11 @@ def route_board_entries(items: Iterable[tuple[str, PlayerOutput]], partitions: i
     A player's entries all go to partition ``crc32(player_id) % P`` (zlib's CRC-32 of the
     UTF-8 id: the same on every process and run), so each partition holds whole players and the
     P local tops of a board together hold its global top. The kernel splits each item's entries
-    (``_native.board_partitions``: no Python object per entry); the stage's dead letters and
-    tallies go their own ways; every other item is its ``BoardChanges`` ``(epoch, entries)``.
+    (``_native.board_partitions``: no Python object per entry) into one bytes object per
+    partition, the calls' of one epoch joined; the stage's dead letters and tallies go their own
+    ways; every other item is its ``BoardChanges`` ``(epoch, entries)``.
     """
-    batches: dict[tuple[int, int], list[PlayerChanges]] = {}
+    batches: dict[tuple[int, int], list[bytes]] = {}
     split = _native.board_partitions
     for _, item in items:
         if isinstance(item, (DeadLetter, Tally)):
@@ -224,7 +229,8 @@ def route_board_entries(items: Iterable[tuple[str, PlayerOutput]], partitions: i
         for p, mine in split(entries, partitions):
             batch = batches.get((epoch, p))
             if batch is None:
-                batches[(epoch, p)] = mine
+                batches[(epoch, p)] = [mine]
             else:
-                batch.extend(mine)
-    return [(str(p), BoardBatch(epoch, entries)) for (epoch, p), entries in batches.items()]
+                batch.append(mine)
+    return [(str(p), BoardBatch(epoch, mine[0] if len(mine) == 1 else b"".join(mine)))
+            for (epoch, p), mine in batches.items()]

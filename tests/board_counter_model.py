@@ -87,7 +87,7 @@ class KernelTop:
             self.offer(*entry)
 
     def offer(self, entry_id: str, score: int, reached_at: int) -> bool:
-        self.table.stage([(entry_id, (("g", "all", score, reached_at, False),))])
+        self.table.stage(entries_bytes([(entry_id, (("g", "all", score, reached_at, False),))]))
         return not self.table.close(lambda game, boards: [])[2]  # a refused entry is the epoch's error
 
     def top(self, k: int) -> list[tuple[str, int, int]]:
@@ -160,3 +160,9 @@ class BoardTableModel:
     def state(self) -> dict[str, Any]:
         return {"boards": {bid: (b.top.top(self.k_max), b.players) for bid, b in self.boards.items()},
                 "entries": {bid: dict(b.entries) for bid, b in self.boards.items() if b.entries}}
+
+
+def entries_bytes(entries: list[Any]) -> bytes:
+    """A call's entries ``[(player, changes), ...]`` as the bytes the kernel's table stages (the
+    routing's ``_native.board_partitions``, all to one partition)."""
+    return b"".join(blob for _, blob in _native.board_partitions(entries, 1))

@@ -236,6 +236,26 @@ impl<P> Table<P> {
         }
     }
 
+    /// A call's entries for this partition as [`put_player`] and [`put_change`] wrote them:
+    /// `hold(id)` makes a player's form once, `handle` a copy of it for each place that keeps
+    /// one. Bytes of another form are refused (the entries before the fault are staged).
+    pub fn stage_entries<H>(
+        &mut self,
+        data: &[u8],
+        mut hold: impl FnMut(&str) -> H,
+        handle: impl Fn(&H) -> P,
+    ) -> Result<(), BadState> {
+        let mut entries = Entries::new(data);
+        while let Some((player, changes)) = entries.player()? {
+            let held = hold(player);
+            for _ in 0..changes {
+                let c = entries.change()?;
+                self.stage(player, || handle(&held), c.game, c.board, c.score, c.reached_at, c.new);
+            }
+        }
+        Ok(())
+    }
+
     /// Close the open epoch: forget the boards retention drops (`dropped(game, its boards)`
     /// names them, for each game changed) and hand over every changed board's entries.
     pub fn close<E>(
@@ -408,6 +428,66 @@ fn put_entry(out: &mut Vec<u8>, id: &str, score: i64, reached_at: i64) {
     put_int(out, reached_at);
 }
 
+/// A call's board entries for one partition as bytes: the form they cross between processes in
+/// (`_native.board_partitions` writes them, [`Table::stage_entries`] reads them; one bytes
+/// object pickles as a copy, a list of tuples item by item). Per player its id and its number
+/// of changes ([`put_player`]), then per change ([`put_change`]) the game, the board, the
+/// score, `reached_at` and one byte, 1 when the player joins the board; numbers and strings as
+/// in the recovery state.
+pub fn put_player(out: &mut Vec<u8>, player: &str, changes: usize) {
+    put_str(out, player);
+    put_uint(out, changes as u64);
+}
+
+/// One change of the player [`put_player`] wrote last.
+pub fn put_change(out: &mut Vec<u8>, game: &str, board: &str, score: i64, reached_at: i64, new: bool) {
+    put_str(out, game);
+    put_str(out, board);
+    put_int(out, score);
+    put_int(out, reached_at);
+    out.push(u8::from(new));
+}
+
+/// One change read back from a call's entries.
+pub struct Change<'a> {
+    pub game: &'a str,
+    pub board: &'a str,
+    pub score: i64,
+    pub reached_at: i64,
+    pub new: bool,
+}
+
+/// A reader of a call's entries ([`put_player`]): a player, then as many [`Entries::change`]s
+/// as it said.
+pub struct Entries<'a> {
+    reader: Reader<'a>,
+}
+
+impl<'a> Entries<'a> {
+    pub fn new(data: &'a [u8]) -> Self {
+        Entries { reader: Reader { data } }
+    }
+
+    /// The next player's id and number of changes; None at the end.
+    pub fn player(&mut self) -> Result<Option<(&'a str, u64)>, BadState> {
+        if self.reader.data.is_empty() {
+            return Ok(None);
+        }
+        Ok(Some((self.reader.str()?, self.reader.uint()?)))
+    }
+
+    pub fn change(&mut self) -> Result<Change<'a>, BadState> {
+        let r = &mut self.reader;
+        let (game, board, score, reached_at) = (r.str()?, r.str()?, r.int()?, r.int()?);
+        let (&new, rest) = r.data.split_first().ok_or(BadState)?;
+        r.data = rest;
+        if new > 1 {
+            return Err(BadState);
+        }
+        Ok(Change { game, board, score, reached_at, new: new == 1 })
+    }
+}
+
 struct Reader<'a> {
     data: &'a [u8],
 }
@@ -494,6 +574,32 @@ mod tests {
             Table::from_state(2, &data[..data.len() - 1], |id: &str| Box::<str>::from(id)).unwrap_err(),
             BadState
         );
+    }
+
+    #[test]
+    fn entries_as_bytes_stage_as_the_changes_did_and_other_bytes_are_refused() {
+        let mut data = Vec::new();
+        put_player(&mut data, "ana", 2);
+        put_change(&mut data, "g", "all", -5, 10, true);
+        put_change(&mut data, "g", "best", 7, 11, false);
+        put_player(&mut data, "bo", 1);
+        put_change(&mut data, "g", "all", 3, 12, true);
+        let (mut table, mut direct) = (Table::<Box<str>>::new(2), Table::<Box<str>>::new(2));
+        table.stage_entries(&data, |id: &str| Box::<str>::from(id), |id| id.clone()).unwrap();
+        stage(&mut direct, "ana", "all", -5, 10);
+        direct.stage("ana", || "ana".into(), "g", "best", 7, 11, false);
+        stage(&mut direct, "bo", "all", 3, 12);
+        assert_eq!(table.state(|id| id.to_string()), direct.state(|id| id.to_string()));
+        let mut read = Entries::new(&data);
+        assert_eq!(read.player().unwrap(), Some(("ana", 2)));
+        let c = read.change().unwrap();
+        assert_eq!((c.game, c.board, c.score, c.reached_at, c.new), ("g", "all", -5, 10, true));
+        for bad in [&data[..data.len() - 1], b"\x03ana\x01\x01g"] {
+            assert_eq!(
+                Table::<Box<str>>::new(2).stage_entries(bad, |id: &str| Box::<str>::from(id), |id| id.clone()),
+                Err(BadState)
+            );
+        }
     }
 
     #[test]

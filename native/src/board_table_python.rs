@@ -1,5 +1,6 @@
 //! The board partition's table ([`crate::board_table`]) in `rankflow._native`: a call's
-//! entries in as the per-player stage made them, read without a Python object made; an
+//! entries in as the bytes `board_partitions` made of the per-player stage's tuples (the form
+//! that crosses between processes), read without a Python object made but a player's id; an
 //! epoch's report out as the dicts the merger joins. `operators/board_counter.py` is the
 //! typed boundary the flow calls.
 
@@ -7,7 +8,7 @@ use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyString, PyTuple};
 
-use crate::board_table::{Held, Table};
+use crate::board_table::{put_change, put_player, Entries, Held, Table};
 use crate::crc::crc32;
 
 /// One board partition: per board its best `k_max` entries, its players here and the open
@@ -42,31 +43,13 @@ impl PyBoardTable {
         Ok(PyBoardTable { table })
     }
 
-    /// A call's entries: `[(player_id, ((game_id, board, score, reached_at, new), ...)), ...]`.
-    fn stage(&mut self, entries: &Bound<'_, PyList>) -> PyResult<()> {
-        let table = &mut self.table;
-        for item in entries.iter() {
-            let item = item.cast::<PyTuple>()?;
-            let player = item.get_borrowed_item(0)?;
-            let player = player.cast::<PyString>()?;
-            let id = player.to_str()?;
-            let changes = item.get_borrowed_item(1)?;
-            for change in changes.cast::<PyTuple>()?.iter_borrowed() {
-                let change = change.cast::<PyTuple>()?;
-                let game = change.get_borrowed_item(0)?;
-                let board = change.get_borrowed_item(1)?;
-                table.stage(
-                    id,
-                    || player.to_owned().unbind(),
-                    game.cast::<PyString>()?.to_str()?,
-                    board.cast::<PyString>()?.to_str()?,
-                    change.get_borrowed_item(2)?.extract()?,
-                    change.get_borrowed_item(3)?.extract()?,
-                    change.get_borrowed_item(4)?.is_truthy()?,
-                );
-            }
-        }
-        Ok(())
+    /// A call's entries for this partition as bytes (`board_partitions`): read without a
+    /// Python object made but each player's id (the report hands it back).
+    fn stage(&mut self, py: Python<'_>, entries: &[u8]) -> PyResult<()> {
+        let hold = |id: &str| PyString::new(py, id);
+        self.table
+            .stage_entries(entries, hold, |player| player.clone().unbind())
+            .map_err(|_| PyValueError::new_err("not a call's board entries"))
     }
 
     /// Close the open epoch: `(boards, entries, errors)`. `dropped(game_id, boards)` names the
@@ -158,32 +141,67 @@ impl PyBoardTable {
     }
 }
 
-/// A call's entries `[(player_id, changes), ...]` by board partition, `crc32(player_id) % partitions`
-/// (zlib's CRC-32 of the UTF-8 id): `[(partition, entries), ...]` for the partitions that get
-/// some, each in the call's order.
+/// A call's entries `[(player_id, ((game_id, board, score, reached_at, new), ...)), ...]` by
+/// board partition, `crc32(player_id) % partitions` (zlib's CRC-32 of the UTF-8 id):
+/// `[(partition, entries), ...]` for the partitions that get some, each the bytes
+/// `BoardTable.stage` reads (`board_table::put_player`), in the call's order.
 #[pyfunction]
 fn board_partitions<'py>(
     py: Python<'py>,
     entries: &Bound<'py, PyList>,
     partitions: u32,
-) -> PyResult<Vec<(u32, Bound<'py, PyList>)>> {
+) -> PyResult<Vec<(u32, Bound<'py, PyBytes>)>> {
     if partitions == 0 {
         return Err(PyValueError::new_err("partitions must be >= 1"));
     }
-    let mut lists: Vec<Option<Bound<'py, PyList>>> = vec![None; partitions as usize];
+    let mut blobs: Vec<Vec<u8>> = vec![Vec::new(); partitions as usize];
     for item in entries.iter() {
-        let player = item.cast::<PyTuple>()?.get_borrowed_item(0)?;
-        let at = (crc32(player.cast::<PyString>()?.to_str()?.as_bytes()) % partitions) as usize;
-        match &lists[at] {
-            Some(list) => list.append(item)?,
-            None => lists[at] = Some(PyList::new(py, [item])?),
+        let item = item.cast::<PyTuple>()?;
+        let player = item.get_borrowed_item(0)?;
+        let player = player.cast::<PyString>()?;
+        let id = player.to_str()?;
+        let out = &mut blobs[(crc32(id.as_bytes()) % partitions) as usize];
+        let changes = item.get_borrowed_item(1)?;
+        let changes = changes.cast::<PyTuple>()?;
+        put_player(out, id, changes.len());
+        for change in changes.iter_borrowed() {
+            let change = change.cast::<PyTuple>()?;
+            let game = change.get_borrowed_item(0)?;
+            let board = change.get_borrowed_item(1)?;
+            put_change(
+                out,
+                game.cast::<PyString>()?.to_str()?,
+                board.cast::<PyString>()?.to_str()?,
+                change.get_borrowed_item(2)?.extract()?,
+                change.get_borrowed_item(3)?.extract()?,
+                change.get_borrowed_item(4)?.is_truthy()?,
+            );
         }
     }
-    let lists = lists.into_iter().enumerate();
-    Ok(lists.filter_map(|(p, list)| list.map(|list| (p as u32, list))).collect())
+    let blobs = blobs.into_iter().enumerate().filter(|(_, blob)| !blob.is_empty());
+    Ok(blobs.map(|(p, blob)| (p as u32, PyBytes::new(py, &blob))).collect())
+}
+
+/// The entries of [`board_partitions`]'s bytes as the per-player stage made them (the tests read
+/// what crossed with it).
+#[pyfunction]
+fn board_entries<'py>(py: Python<'py>, data: &[u8]) -> PyResult<Bound<'py, PyList>> {
+    let bad = |_| PyValueError::new_err("not a call's board entries");
+    let out = PyList::empty(py);
+    let mut entries = Entries::new(data);
+    while let Some((player, n)) = entries.player().map_err(bad)? {
+        let mut changes = Vec::with_capacity(n.min(64) as usize);
+        for _ in 0..n {
+            let c = entries.change().map_err(bad)?;
+            changes.push((c.game, c.board, c.score, c.reached_at, c.new).into_pyobject(py)?);
+        }
+        out.append((player, PyTuple::new(py, changes)?))?;
+    }
+    Ok(out)
 }
 
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<PyBoardTable>()?;
-    m.add_function(wrap_pyfunction!(board_partitions, m)?)
+    m.add_function(wrap_pyfunction!(board_partitions, m)?)?;
+    m.add_function(wrap_pyfunction!(board_entries, m)?)
 }

@@ -15,18 +15,24 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from rankflow import _native
 from rankflow.operators.board_counter import BoardTable
 from rankflow.operators.engine_types import Tally
-from rankflow.operators.player_stage import BoardChanges
+from rankflow.operators.player_stage import BoardChanges, PlayerChanges
 from rankflow.operators.routing import BoardBatch, route_board_entries
-from tests.board_counter_model import BoardTableModel
+from tests.board_counter_model import BoardTableModel, entries_bytes
+
+
+def batch_of(epoch: int, entries: list[PlayerChanges]) -> BoardBatch:
+    """A board partition's batch of these entries, in the bytes the routing writes."""
+    return BoardBatch(epoch, entries_bytes(entries))
 
 
 def test_a_report_holds_each_players_newest_entry_per_board():
     table = BoardTable(k_max=2)
-    table.stage(BoardBatch(1, [("ana", (("g", "all", 5, 10, True), ("g", "best", 5, 10, True))),
+    table.stage(batch_of(1, [("ana", (("g", "all", 5, 10, True), ("g", "best", 5, 10, True))),
                               ("bo", (("g", "all", 3, 11, True),))]))
-    table.stage(BoardBatch(1, [("ana", (("g", "all", 9, 12, False),))]))
+    table.stage(batch_of(1, [("ana", (("g", "all", 9, 12, False),))]))
     report = table.close(epoch=1)
     assert report.entries == {("g", "all"): {"ana": (9, 12), "bo": (3, 11)}, ("g", "best"): {"ana": (5, 10)}}
     assert report.boards == {("g", "all"): ([("ana", 9, 12), ("bo", 3, 11)], 2), ("g", "best"): ([("ana", 5, 10)], 1)}
@@ -35,9 +41,9 @@ def test_a_report_holds_each_players_newest_entry_per_board():
 
 def test_an_entry_that_got_worse_is_the_epochs_error_and_changes_no_top():
     table = BoardTable(k_max=2)
-    table.stage(BoardBatch(1, [("ana", (("g", "all", 5, 10, True),))]))
+    table.stage(batch_of(1, [("ana", (("g", "all", 5, 10, True),))]))
     table.close(epoch=1)
-    table.stage(BoardBatch(2, [("ana", (("g", "all", 4, 10, False),))]))
+    table.stage(batch_of(2, [("ana", (("g", "all", 4, 10, False),))]))
     report = table.close(epoch=2)
     assert report.errors == ["entry got worse: ana on g/all -> 4 at 10"]
     assert report.boards == {("g", "all"): (None, 1)}, "the top did not change"
@@ -47,7 +53,7 @@ def test_the_open_epoch_survives_a_recovery_state_of_every_format():
     python_table = BoardTableModel(k_max=2)  # the Python table of before, and the dict it stored
     python_table.stage([("ana", (("g", "all", 5, 10, True),))])
     table = BoardTable(k_max=2)
-    table.stage(BoardBatch(1, [("ana", (("g", "all", 5, 10, True),))]))
+    table.stage(batch_of(1, [("ana", (("g", "all", 5, 10, True),))]))
     for state in (pickle.loads(pickle.dumps(table.state())),  # the kernel's bytes
                   python_table.state(),  # the Python table's, entries grouped by board
                   {**python_table.state(), "entries": [("ana", (("g", "all", 5, 10, True),))]}):  # before grouping
@@ -64,9 +70,9 @@ def test_a_recovery_state_of_other_bytes_is_refused():
 
 def test_a_board_retention_drops_reports_its_entries_without_a_top():
     table = BoardTable(k_max=2)
-    table.stage(BoardBatch(1, [("ana", (("g", "daily:2027-01-01", 5, 1, True),))]))
+    table.stage(batch_of(1, [("ana", (("g", "daily:2027-01-01", 5, 1, True),))]))
     table.close(epoch=1)
-    table.stage(BoardBatch(1, [("bo", (("g", "daily:2027-01-01", 1, 2, True), ("g", "daily:2027-01-20", 1, 3, True)))]))
+    table.stage(batch_of(1, [("bo", (("g", "daily:2027-01-01", 1, 2, True), ("g", "daily:2027-01-20", 1, 3, True)))]))
     report = table.close(epoch=2)  # the 20th keeps 8 days: the 1st is dropped here, with bo's late entry on it
     # the merger decides what the late entry does: the period's final standings (boards.md 9), or nothing
     assert report.entries == {("g", "daily:2027-01-20"): {"bo": (1, 3)}, ("g", "daily:2027-01-01"): {"bo": (1, 2)}}
@@ -119,7 +125,7 @@ def test_the_kernels_table_reports_what_the_python_table_did(k_max, steps):
                         held[(player, game, board)] = entry
                     mine.append((game, board, *entry, was is None))
                 batch.append((player, tuple(mine)))
-            table.stage(BoardBatch(epoch, batch))
+            table.stage(batch_of(epoch, batch))
             model.stage(batch)
         elif kind == "close":
             report = table.close(epoch)
@@ -154,5 +160,27 @@ def test_entries_go_to_the_partition_of_their_players_crc32(partitions, calls):
             p = zlib.crc32(entry[0].encode()) % partitions
             expected.setdefault((str(p), epoch), []).append(entry)
     routed = route_board_entries(items, partitions)
-    assert {(p, batch.epoch): batch.entries for p, batch in routed} == expected
+    assert {(p, batch.epoch): _native.board_entries(batch.entries) for p, batch in routed} == expected
     assert all(type(batch) is BoardBatch for _, batch in routed)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.text(min_size=1, max_size=12), st.lists(st.tuples(
+    st.text(max_size=8), st.text(max_size=20), st.integers(-2**63, 2**63 - 1), st.integers(-2**63, 2**63 - 1),
+    st.booleans()), max_size=4).map(tuple)), max_size=8), st.integers(1, 5))
+def test_entries_cross_as_bytes_and_read_back_the_same(entries, partitions):
+    """What crosses between processes is what the per-player stage made: every id and name
+    (any text), score and time (any 64-bit integer) and the flag, in the call's order."""
+    split = _native.board_partitions(entries, partitions)
+    assert sorted(p for p, _ in split) == sorted({zlib.crc32(player.encode()) % partitions for player, _ in entries})
+    for p, blob in split:
+        assert _native.board_entries(blob) == [e for e in entries if zlib.crc32(e[0].encode()) % partitions == p]
+
+
+def test_bytes_of_another_form_are_refused():
+    blob = entries_bytes([("ana", (("g", "all", 5, 10, True),))])
+    for bad in (blob[:-1], blob + b"\x01", blob[:-1] + b"\x02"):
+        with pytest.raises(ValueError, match="not a call's board entries"):
+            BoardTable(k_max=2).stage(BoardBatch(1, bad))
+        with pytest.raises(ValueError, match="not a call's board entries"):
+            _native.board_entries(bad)
