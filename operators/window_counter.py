@@ -37,7 +37,8 @@ so each workspace's counts are exact in one place):
 * **Recovery**: with a changelog directory, the buckets go to a changelog
   (``connectors.changelog``): each barrier appends what changed in it, so a barrier
   costs its changes, not the window; Bytewax keeps the changelog's position and the
-  small rest. Without one, the whole table is Bytewax's state.
+  small rest. A worker's partitions sync their frames of a barrier together
+  (``connectors.barrier_sync``). Without one, the whole table is Bytewax's state.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 from rankflow import _native
+from rankflow.connectors.barrier_sync import BarrierSync
 from rankflow.connectors.changelog import ShardChangelog
 from rankflow.operators.engine_types import SourceMark
 from rankflow.operators.parse import ParsedBatch
@@ -217,6 +219,8 @@ class WindowTable:
                 self.log.release(batch.epoch)
             elif self.directory is not None:
                 self._open_log(batch.part)
+            if self.directory is not None:
+                BarrierSync.of_this_worker().expect(batch.epoch, self)
         mark = batch.mark
         self.marks.append(mark)
         prior = self.running.get(mark.partition, -1)
@@ -302,7 +306,9 @@ class WindowTable:
         if self.log is None:
             return {**small, "counts": self.counts.state(),
                     "summaries": {b: m.state() for b, m in self.summaries.items()}}
-        position = self.log.append(self._changes(), self._image, self.epoch)
+        # synced with the worker's other partitions of this barrier (connectors.barrier_sync)
+        position = self.log.append(self._changes(), self._image, self.epoch, sync=False)
+        BarrierSync.of_this_worker().written(self.epoch, self, self.log)
         return {**small, "changelog": position, "window": (self.counts.first, self.counts.last)}
 
     def _open_log(self, part: int) -> None:
