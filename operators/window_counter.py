@@ -318,10 +318,13 @@ class WindowTable:
 
     def _changes(self) -> dict[str, Any]:
         """The changelog frame of a barrier: per changed bucket ``{workspace: {channel: count
-        or new users}}`` (None: the bucket left), and each changed summary whole."""
+        or new users}}`` (None: the bucket left), and each changed summary whole. Mode
+        ``messages``: the counts are read as the pairs are nested, one loop per changed pair."""
         out: dict[str, Any] = {}
-        for b, keys in self.counts.take_dirty().items():
-            out[str(b)] = None if keys is None else _nested(keys, self.mode == USERS)
+        users = self.mode == USERS
+        buckets = self.counts.buckets
+        for b, keys in self.counts.take_dirty(counts=False).items():
+            out[str(b)] = None if keys is None else _nested(keys, True) if users else _nested_counts(keys, buckets[b])
         for b in self.unlogged:
             summary = self.summaries.get(b)
             out[f"s{b}"] = None if summary is None else _summary_json(summary)
@@ -361,6 +364,18 @@ def _nested(keys: dict[Any, Any], users: bool) -> dict[str, dict[str, Any]]:
         if mine is None:
             mine = out[ws] = {}
         mine[ch] = sorted(v) if users else v
+    return out
+
+
+def _nested_counts(keys: set[Any], counts: dict[Any, int]) -> dict[str, dict[str, int]]:
+    """A bucket's changed pairs (``keys``) with their counts there, nested as :func:`_nested`."""
+    out: dict[str, dict[str, int]] = {}
+    for key in keys:
+        ws, ch = key
+        mine = out.get(ws)
+        if mine is None:
+            mine = out[ws] = {}
+        mine[ch] = counts[key]
     return out
 
 
