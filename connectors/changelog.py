@@ -150,21 +150,36 @@ class ShardChangelog:
 
     # -- writing ------------------------------------------------------------------
     def append(self, changed: dict[str, Any] | bytes, everything: Callable[[], dict[str, Any] | bytes],
-               epoch: int) -> Position:
+               epoch: int, sync: bool = True) -> Position:
         """Make a barrier's changes durable; the position Bytewax stores for it.
 
         ``everything()`` is the whole shard, written as a new generation's image when
         the file has none yet or its deltas outgrew its image. Either may come as the frame's
         JSON already (bytes, empty when nothing changed): the player stage's kernel writes its
-        frames and images from its own records (``native/src/changes.rs``).
+        frames and images from its own records (``native/src/changes.rs``). ``sync`` False: a
+        delta frame is written but not yet ``fdatasync``\\ ed (:attr:`unsynced`); the caller calls
+        :meth:`sync` before Bytewax can commit the position (``connectors.barrier_sync`` syncs a
+        worker's shards of a barrier together: one journal commit, not one each).
         """
         if self._file is None or self._image_due \
                 or self._delta_bytes > max(COMPACT_FACTOR * self._image_bytes, COMPACT_MIN_BYTES):
             self._start_generation(everything(), epoch)
         elif changed:
             self._delta_bytes += self._write(DELTA, changed, epoch)
-            os.fdatasync(self._file.fileno())
+            if sync:
+                os.fdatasync(self._file.fileno())
+            else:
+                self.unsynced = True
         return (TAG, self.shard, self.generation, self.offset)
+
+    unsynced = False
+    """A frame was written with ``sync`` False and :meth:`sync` has not run since."""
+
+    def sync(self) -> None:
+        """Make the frames written with ``sync`` False durable (releases the GIL while it waits)."""
+        if self.unsynced and self._file is not None:
+            os.fdatasync(self._file.fileno())
+        self.unsynced = False
 
     def start_over(self) -> None:
         """Make the next :meth:`append` start a new generation with the whole shard as its image,
@@ -177,6 +192,7 @@ class ShardChangelog:
         self._image_due = False
         previous = self._file
         if previous is not None:
+            self.sync()
             previous.close()
             self._obsolete.append((self.generation, epoch))
         self.generation += 1
@@ -208,6 +224,7 @@ class ShardChangelog:
 
     def close(self) -> None:
         if self._file is not None:
+            self.sync()
             self._file.close()
             self._file = None
 

@@ -37,7 +37,8 @@ so each workspace's counts are exact in one place):
 * **Recovery**: with a changelog directory, the buckets go to a changelog
   (``connectors.changelog``): each barrier appends what changed in it, so a barrier
   costs its changes, not the window; Bytewax keeps the changelog's position and the
-  small rest. Without one, the whole table is Bytewax's state.
+  small rest. A worker's partitions sync their frames of a barrier together
+  (``connectors.barrier_sync``). Without one, the whole table is Bytewax's state.
 """
 
 from __future__ import annotations
@@ -49,6 +50,7 @@ from pathlib import Path
 from typing import Any, NamedTuple, cast
 
 from rankflow import _native
+from rankflow.connectors.barrier_sync import BarrierSync
 from rankflow.connectors.changelog import ShardChangelog
 from rankflow.operators.engine_types import SourceMark
 from rankflow.operators.parse import ParsedBatch
@@ -217,6 +219,8 @@ class WindowTable:
                 self.log.release(batch.epoch)
             elif self.directory is not None:
                 self._open_log(batch.part)
+            if self.directory is not None:
+                BarrierSync.of_this_worker().expect(batch.epoch, self)
         mark = batch.mark
         self.marks.append(mark)
         prior = self.running.get(mark.partition, -1)
@@ -302,7 +306,9 @@ class WindowTable:
         if self.log is None:
             return {**small, "counts": self.counts.state(),
                     "summaries": {b: m.state() for b, m in self.summaries.items()}}
-        position = self.log.append(self._changes(), self._image, self.epoch)
+        # synced with the worker's other partitions of this barrier (connectors.barrier_sync)
+        position = self.log.append(self._changes(), self._image, self.epoch, sync=False)
+        BarrierSync.of_this_worker().written(self.epoch, self, self.log)
         return {**small, "changelog": position, "window": (self.counts.first, self.counts.last)}
 
     def _open_log(self, part: int) -> None:
@@ -312,10 +318,13 @@ class WindowTable:
 
     def _changes(self) -> dict[str, Any]:
         """The changelog frame of a barrier: per changed bucket ``{workspace: {channel: count
-        or new users}}`` (None: the bucket left), and each changed summary whole."""
+        or new users}}`` (None: the bucket left), and each changed summary whole. Mode
+        ``messages``: the counts are read as the pairs are nested, one loop per changed pair."""
         out: dict[str, Any] = {}
-        for b, keys in self.counts.take_dirty().items():
-            out[str(b)] = None if keys is None else _nested(keys, self.mode == USERS)
+        users = self.mode == USERS
+        buckets = self.counts.buckets
+        for b, keys in self.counts.take_dirty(counts=False).items():
+            out[str(b)] = None if keys is None else _nested(keys, True) if users else _nested_counts(keys, buckets[b])
         for b in self.unlogged:
             summary = self.summaries.get(b)
             out[f"s{b}"] = None if summary is None else _summary_json(summary)
@@ -355,6 +364,18 @@ def _nested(keys: dict[Any, Any], users: bool) -> dict[str, dict[str, Any]]:
         if mine is None:
             mine = out[ws] = {}
         mine[ch] = sorted(v) if users else v
+    return out
+
+
+def _nested_counts(keys: set[Any], counts: dict[Any, int]) -> dict[str, dict[str, int]]:
+    """A bucket's changed pairs (``keys``) with their counts there, nested as :func:`_nested`."""
+    out: dict[str, dict[str, int]] = {}
+    for key in keys:
+        ws, ch = key
+        mine = out.get(ws)
+        if mine is None:
+            mine = out[ws] = {}
+        mine[ch] = counts[key]
     return out
 
 

@@ -195,8 +195,10 @@ class WindowCounts:
         self.counts: dict[Hashable, int] = dict(s.get("counts", {}))
         self.users: dict[Hashable, dict[str, int]] = {k: dict(v) for k, v in s.get("users", {}).items()}
         self.changed: set[Hashable] = set(s.get("changed", ()))
-        # what changed per bucket since :meth:`take_dirty` (for a changelog): None until asked for
-        self.dirty: dict[int, dict[Hashable, Any] | None] | None = None
+        # what changed per bucket since :meth:`take_dirty` (for a changelog): None until asked for;
+        # mode messages the keys added to (a set: their counts are read once, when taken), mode
+        # users each key's new users
+        self.dirty: dict[int, Any] | None = None
 
     @classmethod
     def from_buckets(cls, bucket_ms: int, n: int, mode: str, first: int | None, last: int | None,
@@ -224,14 +226,15 @@ class WindowCounts:
         live = self.in_window(b)
         dirty = self.dirty
         if not self.distinct:
-            keys[key] = total = keys.get(key, 0) + n
+            keys[key] = keys.get(key, 0) + n
             if live:
                 self._bump(key, n)
             if dirty is not None:
                 mine = dirty.get(b)
                 if mine is None:
-                    mine = dirty[b] = {}
-                mine[key] = total
+                    dirty[b] = {key}
+                else:
+                    mine.add(key)
             return
         users = keys.get(key)
         if users is None:
@@ -272,12 +275,12 @@ class WindowCounts:
             if track:
                 self.changed.update(counts)
         dirty = self.dirty
-        if dirty is not None:
+        if dirty is not None:  # the keys only, in one C loop: their counts are read when taken
             mine = dirty.get(b)
             if mine is None:
-                mine = dirty[b] = {}
-            for key in counts:
-                mine[key] = keys[key]
+                dirty[b] = set(counts)
+            else:
+                mine.update(counts)
 
     def move_to(self, w: int) -> bool:
         """Slide the window to watermark ``w`` (never back): held buckets it reaches join,
@@ -376,12 +379,17 @@ class WindowCounts:
         """Forget which keys changed (a caller that takes the whole table again instead)."""
         self.changed = set()
 
-    def take_dirty(self) -> dict[int, dict[Hashable, Any] | None]:
+    def take_dirty(self, counts: bool = True) -> dict[int, Any]:
         """Per bucket, what changed since the last call: a key's count in the bucket (mode
         ``messages``) or its new users (mode ``users``); None for a bucket that left.
-        Starts recording at the first call."""
+        Starts recording at the first call. ``counts`` False, mode ``messages``: per bucket
+        the set of keys whose count there changed (a caller that reads them from :attr:`buckets`
+        as it encodes them, in one loop)."""
         dirty, self.dirty = self.dirty or {}, {}
-        return dirty
+        if self.distinct or not counts:
+            return dirty
+        buckets = self.buckets
+        return {b: None if keys is None else {k: buckets[b][k] for k in keys} for b, keys in dirty.items()}
 
     def state(self) -> dict[str, Any]:
         return {"first": self.first, "last": self.last,
