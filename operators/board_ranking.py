@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import datetime
 import logging
+import pickle
 from typing import Any
 
 from rankflow.operators.board_counter import BoardEntries, BoardId, BoardsReport
@@ -39,15 +40,25 @@ class BoardRanking:
     """Per board the partitions' latest local tops; per game its newest periods."""
 
     def __init__(self, k_max: int, resume: dict[str, Any] | None = None, season_ends: dict[str, str] | None = None,
-                 keep_final: int = 0) -> None:
+                 keep_final: int = 0, recoverable: bool = True) -> None:
         """``season_ends``: each season's board and its last day (retention's); ``keep_final``: the
-        days a final is kept after its period's drop (0: no finals, a dropped period is deleted)."""
+        days a final is kept after its period's drop (0: no finals, a dropped period is deleted);
+        ``recoverable`` False: no recovery, so :meth:`state` keeps nothing (nobody reads it)."""
         self.k_max = k_max
+        self.recoverable = recoverable
         self.season_ends = season_ends or None
         self.keep_final = keep_final
         self.finals: dict[BoardId, str] = {bid: day for bid, day in (resume or {}).get("finals", {}).items()}
         """The finals kept in Redis: each with its period's last day (when it expires)."""
-        self.local: dict[BoardId, LocalTops] = {bid: dict(parts) for bid, parts in (resume or {}).get("local", {}).items()}
+        self.stored: dict[BoardId, bytes] = {}
+        """Per board its local tops pickled as :meth:`state` stores them, while they do not change."""
+        self.local: dict[BoardId, LocalTops] = {}
+        for bid, parts in (resume or {}).get("local", {}).items():
+            if isinstance(parts, bytes):  # stored pickled per board (:meth:`state`)
+                self.local[bid] = pickle.loads(parts)
+                self.stored[bid] = parts
+            else:  # a dict per board: stored before (a recovery directory of earlier code)
+                self.local[bid] = dict(parts)
         self.newest: dict[str, tuple[str | None, str | None]] = dict((resume or {}).get("newest", {}))
         self.merged: dict[BoardId, list[tuple[str, int, int]]] = {}  # cache: boards whose tops did not change
         self.announced = False  # every game's aliases go with an execution's first snapshot
@@ -70,6 +81,7 @@ class BoardRanking:
                     self.merged.pop(bid, None)
                 parts[part] = (top, players)
                 changed.add(bid)
+                self.stored.pop(bid, None)
         games = {game for game, _ in changed}
         aliases, dropped = self._advance(games)
         closing: list[BoardId] = []
@@ -156,11 +168,24 @@ class BoardRanking:
                 boards.discard(board)
                 del self.local[(game, board)]
                 self.merged.pop((game, board), None)
+                self.stored.pop((game, board), None)
                 dropped.append((game, board))
         return aliases, dropped
 
-    def state(self) -> dict[str, Any]:
-        out = {"local": {bid: dict(parts) for bid, parts in self.local.items()}, "newest": dict(self.newest)}
+    def state(self) -> dict[str, Any] | None:
+        """Per board its partitions' local tops pickled on their own, ``{"local": {board: pickle of
+        {partition: (top, players)}}, ...}``, each pickled again only after a barrier changed it:
+        the merger's snapshot is taken at every barrier, and the boards a barrier left alone (every
+        period but the newest) cost Bytewax a copy of bytes, not a pickle of their entries' tuples. A board stored as a
+        dict (by earlier code) resumes as it is. Without recovery, nothing (Bytewax calls the
+        snapshot all the same, and pickles it only with recovery)."""
+        if not self.recoverable:
+            return None
+        stored = self.stored
+        for bid, parts in self.local.items():
+            if bid not in stored:
+                stored[bid] = pickle.dumps(parts, protocol=pickle.HIGHEST_PROTOCOL)
+        out: dict[str, Any] = {"local": dict(stored), "newest": dict(self.newest)}
         if self.finals:
             out["finals"] = dict(self.finals)
         return out
