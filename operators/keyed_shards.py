@@ -186,7 +186,7 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
         log = self.changelog
         if log is None:
             if not self.records:
-                if self.grouped_sync:  # (never expected without records; if it were, not waited on)
+                if self.grouped_sync:  # reports all the same, so its group never waits on it
                     BarrierSync.of_this_worker().written(self.epoch, self, None)
                 return None  # nothing kept so far
             first = next(iter(self.records))
