@@ -144,6 +144,7 @@ def build_flow(
         op.flat_map_batch("rejected", decisions, select_dead_letters),
     )
     rank_and_publish(parsed, reports, dead_letters, MergerLogic.builder(
-        board_partitions, lambda stored: BoardRanking(k_max, stored, season_ends, keep_final), run_token), snapshot_sink, dead_letter_sink,
+        board_partitions, lambda stored: BoardRanking(k_max, stored, season_ends, keep_final,
+                                                   recoverable), run_token), snapshot_sink, dead_letter_sink,
         op.flat_map_batch("tallies", decisions, select_tallies))
     return flow

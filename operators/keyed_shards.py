@@ -40,6 +40,7 @@ from typing import TYPE_CHECKING, Any
 
 from bytewax.operators import StatefulBatchLogic
 
+from rankflow.connectors.barrier_sync import BarrierSync
 from rankflow.connectors.changelog import TAG as CHANGELOG
 from rankflow.connectors.changelog import Position, ShardChangelog
 from rankflow.operators.worker_keys import local_key
@@ -80,10 +81,15 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
     shape than they hold them.
     """
 
-    __slots__ = ("records", "changelog", "changed", "shards", "epoch", "whole", "source", "_directory")
+    __slots__ = ("records", "changelog", "changed", "shards", "epoch", "whole", "source", "_directory", "_expected")
 
     merge: Callable[[Any, Any], Any] | None = None
     """How a changelog frame's value folds into a record (``connectors.changelog``); None: it is the record."""
+
+    grouped_sync = False
+    """True: a barrier's frame is ``fdatasync``\\ ed with the worker's other shards of that barrier
+    (``connectors.barrier_sync``), the stage calling :meth:`_expect` for every epoch whose items it
+    keeps (one it discards is never snapshotted); False: each snapshot syncs its own frame."""
 
     def __init__(self, resume: Stored | Position | ShardSnapshot | tuple[Any, ...] | None, changelog: Path | None, shards: int,
                  whole: bool = False) -> None:
@@ -97,6 +103,7 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
         self.changelog: ShardChangelog | None = None
         self.changed: set[str] | None = None if changelog is None else set()
         self._directory = changelog
+        self._expected = 0  # the last epoch this shard told its worker's BarrierSync about
         if resume is None:
             return
         if isinstance(resume, tuple) and resume[:1] == (FORMAT,):
@@ -162,6 +169,14 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
             if self.changelog is not None:
                 self.changelog.release(epoch)
 
+    def _expect(self, epoch: int) -> None:
+        """This shard keeps items of ``epoch``: its snapshot of it will come (Bytewax snapshots every
+        key it woke in an epoch and did not discard), so the worker's other shards of ``epoch`` may
+        leave their frames to the last one's sync (``connectors.barrier_sync``)."""
+        if epoch != self._expected and self.grouped_sync and self.changed is not None and not self.whole:
+            self._expected = epoch
+            BarrierSync.of_this_worker().expect(epoch, self)
+
     def snapshot(self) -> Stored | None:
         if self.whole:
             flat = self._flat(self.records)
@@ -171,6 +186,8 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
         log = self.changelog
         if log is None:
             if not self.records:
+                if self.grouped_sync:  # reports all the same, so its group never waits on it
+                    BarrierSync.of_this_worker().written(self.epoch, self, None)
                 return None  # nothing kept so far
             first = next(iter(self.records))
             assert self._directory is not None  # ``changed`` is set only with a changelog directory
@@ -178,7 +195,11 @@ class ShardLogic(StatefulBatchLogic[ShardItems, Any, "Stored | None"]):
                 shard_key(shard_of(first, self.shards))
             log = self.changelog = ShardChangelog(self._directory, name, self.merge)
             log.restore(None)
-        position = log.append(self._changes(), self._image, self.epoch)
+        if self.grouped_sync:
+            position = log.append(self._changes(), self._image, self.epoch, sync=False)
+            BarrierSync.of_this_worker().written(self.epoch, self, log)  # synced before Bytewax commits
+        else:
+            position = log.append(self._changes(), self._image, self.epoch)
         self.changed.clear()
         return (FORMAT, position)
 

@@ -72,6 +72,7 @@ class PlayerShardLogic(ShardLogic):
     __slots__ = ("republish", "duplicates", "noted", "seasons", "apply")
 
     merge = staticmethod(merge_piece)  # changelog frames hold the pieces of records that changed
+    grouped_sync = True  # a worker's shards fdatasync a barrier's frames together (connectors.barrier_sync)
 
     def __init__(self, resume: Position | ShardSnapshot | None, changelog: Path | None, shards: int,
                  whole: bool = False, republish: bool = False, seasons: Sequence[Span] = ()) -> None:
@@ -110,7 +111,10 @@ class PlayerShardLogic(ShardLogic):
         if self.duplicates:
             out.append(Tally(epoch, {"duplicates": self.duplicates}))
             self.duplicates = 0
-        return out, not self.records
+        if not self.records:
+            return out, True  # discarded: Bytewax will not snapshot it, so its worker must not wait on it
+        self._expect(epoch)  # its snapshot of ``epoch`` will come: the worker's frames synced together
+        return out, False
 
     def _apply(self, partition: str, epoch: int, results: list[ScoreEvent] | list[GroupedScoreEvent],
                entries: list[PlayerChanges], out: list[Any]) -> None:
