@@ -31,11 +31,22 @@ from typing import Protocol
 _POOL: ThreadPoolExecutor | None = None
 _POOL_LOCK = threading.Lock()
 _LOCAL = threading.local()
+_RUN = [0]  # the process's runs so far: a worker's group belongs to one run (:func:`new_run`)
 
 
 class Syncable(Protocol):
     def sync(self) -> None:
         """Make what was written durable."""
+
+
+def new_run() -> None:
+    """A run starts in this process: every worker thread's group of an earlier run is dropped.
+
+    Why: a run stopped between a shard's first item of an epoch and its snapshot leaves that
+    shard due in its group; a later run on the same thread (tests, or an embedding program)
+    starts at low epochs again and would wait for it, leaving its own frames unsynced at a
+    commit until that epoch's group synced."""
+    _RUN[0] += 1
 
 
 def _pool() -> ThreadPoolExecutor:
@@ -61,12 +72,13 @@ class BarrierSync:
     def __init__(self) -> None:
         self.due: dict[int, set[object]] = {}  # epoch -> shards that took its items and have not written
         self.pending: list[Syncable] = []  # written, not yet synced
+        self.run = _RUN[0]
 
     @classmethod
     def of_this_worker(cls) -> BarrierSync:
         """The group of the calling worker thread (Bytewax runs a key's logic on one thread)."""
         group = getattr(_LOCAL, "group", None)
-        if group is None:
+        if group is None or group.run != _RUN[0]:
             group = _LOCAL.group = cls()
         return group
 

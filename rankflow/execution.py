@@ -28,6 +28,7 @@ from bytewax.recovery import RecoveryConfig
 from bytewax.testing import cluster_main, run_main
 
 from rankflow.cluster_watch import ClusterWatch, is_repeat
+from rankflow.connectors import barrier_sync
 from rankflow.connectors.redis_activity import RedisLostActivity
 from rankflow.connectors.board_layout import RedisBoardsLayout
 from rankflow.connectors.redis_boards import RedisLostBoards
@@ -126,6 +127,7 @@ def execute(flow: Dataflow, opts: RunOptions, recovery: RecoveryConfig | None) -
     ENDS.clear()
     FAILED.clear()
     FAILURES.clear()
+    barrier_sync.new_run()
     METRICS.catch_up.reset(whole_input=opts.addresses is None)  # one process reads all and publishes
     in_main_thread = threading.current_thread() is threading.main_thread()
     previous = {s: signal.signal(s, _stop_gracefully) for s in GRACEFUL} if in_main_thread else {}

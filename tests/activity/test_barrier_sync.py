@@ -14,7 +14,7 @@ import threading
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rankflow.connectors.barrier_sync import BarrierSync
+from rankflow.connectors.barrier_sync import BarrierSync, new_run
 from rankflow.connectors.changelog import ShardChangelog
 
 
@@ -56,6 +56,24 @@ def test_each_worker_thread_has_its_own_group():
     thread.start()
     thread.join()
     assert mine is BarrierSync.of_this_worker() and theirs[0] is not mine
+
+
+def test_a_new_run_drops_the_groups_of_the_run_before(tmp_path):
+    """A run stopped before a shard due in its epoch snapshotted leaves that shard due; the next
+    run in the same process (and thread) starts with a group of its own, so its own last shard
+    syncs its frames."""
+    stopped = BarrierSync.of_this_worker()
+    stopped.expect(2, "window-9")  # that run ended before window-9's snapshot of epoch 2
+    new_run()
+    group = BarrierSync.of_this_worker()
+    assert group is not stopped and not group.due
+    log = ShardChangelog(tmp_path, "window-0")
+    log.restore(None)
+    log.append({}, everything, 1)
+    group.expect(2, "window-0")
+    log.append({"1": {"w": {"c": 2}}}, everything, 2, sync=False)
+    group.written(2, "window-0", log)
+    assert not log.unsynced
 
 
 def test_frames_synced_together_are_the_bytes_of_a_sync_each(tmp_path):
