@@ -3,13 +3,13 @@
 //! first result is a single record's bytes, a later one a held [`PyRecord`]).
 //! `state/board_rules.py` is the typed boundary the flow calls.
 
-use std::collections::HashMap;
 use std::sync::Mutex;
 
 use pyo3::exceptions::PyValueError;
 use pyo3::prelude::*;
 use pyo3::types::{PyBool, PyBytes, PyDict, PyList, PyString, PyTuple};
 
+use crate::board_table::FxMap;
 use crate::changes_python::PlayerChanges;
 use crate::rules::{
     pack_single, single_fields, Aggregate, BadRecord, Board, Entry, First, GameBoards, GameResults, Record, Span,
@@ -92,7 +92,7 @@ struct BoardRules {
     verdicts: [Py<PyString>; 5],
     all: Py<PyString>,
     best: Py<PyString>,
-    periods: Mutex<HashMap<Board, Py<PyString>>>,
+    periods: Mutex<FxMap<Board, Py<PyString>>>, // Fx: keys are day numbers, two lookups a result
 }
 
 impl BoardRules {
@@ -183,7 +183,7 @@ impl BoardRules {
             ],
             all: interned("all"),
             best: interned("best"),
-            periods: Mutex::new(HashMap::new()),
+            periods: Mutex::new(FxMap::default()),
         })
     }
 
