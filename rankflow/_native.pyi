@@ -1,6 +1,6 @@
 """Types of the Rust kernel built from native/ (native/src/python.rs)."""
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 MAX_ID_CHARS: int
@@ -61,6 +61,10 @@ class BoardRules:
     def apply(
         self, record: bytes | Record | None, event: tuple[Any, ...], noted: PlayerChanges | None = None,
     ) -> tuple[bytes | Record, str, tuple[Entry, ...]]: ...
+    def apply_all(
+        self, records: dict[str, bytes | Record], results: Iterable[Any], entries: list[tuple[str, tuple[Entry, ...]]],
+        tally: dict[str, int], noted: PlayerChanges | None = None,
+    ) -> tuple[int, list[tuple[str, tuple[Any, ...]]]]: ...
 
 class PlayerChanges:
     """A player shard's changes since the last barrier, and its changelog frame (native/src/changes.rs)."""

@@ -90,10 +90,26 @@ impl GameResults {
         self.index.get(m).map(|&at| (self.matches[at].1, self.matches[at].2))
     }
 
+    /// Where a match is held, if it is (the one lookup [`Record::apply`] makes per result).
+    fn position(&self, m: &str) -> Option<usize> {
+        self.index.get(m).copied()
+    }
+
     /// Hold a result; one with the same match (out of the window) is replaced where it was.
     pub fn put(&mut self, m: &str, points: i64, played_at: i64) {
-        match self.index.get(m) {
-            Some(&at) => self.matches[at] = (m.into(), points, played_at),
+        let at = self.position(m);
+        self.put_at(at, m, points, played_at);
+    }
+
+    /// [`GameResults::put`] once the match's position is known: a replaced result keeps its
+    /// match id, so only a new one allocates (its id for the index and for the list).
+    fn put_at(&mut self, at: Option<usize>, m: &str, points: i64, played_at: i64) {
+        match at {
+            Some(at) => {
+                let held = &mut self.matches[at];
+                held.1 = points;
+                held.2 = played_at;
+            }
             None => {
                 self.index.insert(m.into(), self.matches.len());
                 self.matches.push((m.into(), points, played_at));
@@ -102,12 +118,27 @@ impl GameResults {
     }
 
     /// Drop the results played before `cut`; the least played_at left (NONE_HELD: none).
+    ///
+    /// The index keeps its keys and learns their new positions (a result's position only
+    /// moves down by the dropped ones before it): rebuilding it cloned and freed every match
+    /// id left, a tenth of the player stage in a long backlog.
     fn forget(&mut self, cut: i64) -> i64 {
-        let before = self.matches.len();
-        self.matches.retain(|(_, _, played_at)| *played_at >= cut);
-        if self.matches.len() != before {
-            self.index = self.matches.iter().enumerate().map(|(at, (m, _, _))| (m.clone(), at)).collect();
+        if self.matches.iter().all(|(_, _, played_at)| *played_at >= cut) {
+            return self.matches.iter().map(|(_, _, played_at)| *played_at).min().unwrap_or(NONE_HELD);
         }
+        let mut kept = 0;
+        let mut moved = vec![usize::MAX; self.matches.len()]; // old position -> new (MAX: dropped)
+        for (at, (_, _, played_at)) in self.matches.iter().enumerate() {
+            if *played_at >= cut {
+                moved[at] = kept;
+                kept += 1;
+            }
+        }
+        self.matches.retain(|(_, _, played_at)| *played_at >= cut);
+        self.index.retain(|_, at| {
+            *at = moved[*at];
+            *at != usize::MAX
+        });
         self.matches.iter().map(|(_, _, played_at)| *played_at).min().unwrap_or(NONE_HELD)
     }
 }
@@ -379,22 +410,25 @@ impl Record {
         if played_at > received_at + FUTURE_MS {
             return (Verdict::InFuture, Vec::new());
         }
-        let at = match self.results.iter().position(|g| &*g.game == game) {
+        let (at, held) = match self.results.iter().position(|g| &*g.game == game) {
             Some(at) => {
-                if let Some((seen_points, seen_at)) = self.results[at].get(m) {
+                let held = self.results[at].position(m);
+                if let Some(seen) = held {
+                    let (_, seen_points, seen_at) = &self.results[at].matches[seen];
+                    let (seen_points, seen_at) = (*seen_points, *seen_at);
                     if seen_at >= newest - DAY_MS {
                         let same = seen_points == points && seen_at == played_at;
                         return (if same { Verdict::Duplicate } else { Verdict::Conflict }, Vec::new());
                     }
                 }
-                at
+                (at, held)
             }
             None => {
                 self.results.push(GameResults::new(game));
-                self.results.len() - 1
+                (self.results.len() - 1, None)
             }
         };
-        self.results[at].put(m, points, played_at);
+        self.results[at].put_at(held, m, points, played_at);
         self.oldest = self.oldest.min(played_at);
         let mut entries = Vec::with_capacity(4);
         self.enter(game, points, played_at, seasons, &mut entries);
@@ -508,6 +542,24 @@ fn drop_old_periods(mine: &mut Vec<(Board, Aggregate)>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn forgetting_keeps_the_match_index_right() {
+        let mut held = GameResults::new("g");
+        for (i, played_at) in [5, 1, 7, 2, 9].into_iter().enumerate() {
+            held.put(&format!("m{i}"), i as i64, played_at);
+        }
+        assert_eq!(held.forget(5), 5);
+        let left: Vec<&str> = held.matches.iter().map(|(m, _, _)| &**m).collect();
+        assert_eq!(left, ["m0", "m2", "m4"]);
+        assert_eq!((held.get("m0"), held.get("m2"), held.get("m4")), (Some((0, 5)), Some((2, 7)), Some((4, 9))));
+        assert_eq!((held.get("m1"), held.get("m3"), held.index.len()), (None, None, 3));
+        held.put("m2", 8, 8); // replaced where it is
+        held.put("m5", 6, 6);
+        assert_eq!((held.get("m2"), held.get("m5"), held.matches.len()), (Some((8, 8)), Some((6, 6)), 4));
+        assert_eq!(held.forget(100), NONE_HELD);
+        assert!(held.matches.is_empty() && held.index.is_empty());
+    }
 
     const T: i64 = 1_798_884_000_000; // 2027-01-02 06:00 UTC
 

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from rankflow import _native
 from rankflow.operators.player_stage import BoardChanges, PlayerShardLogic
 from rankflow.state.board_rules import apply_result, rules
 from rankflow.state.events import DeadLetter
@@ -81,3 +82,39 @@ def test_a_result_of_the_wrong_shape_is_refused():
         rules().apply(None, ("g1", "m1", "ana"))
     with pytest.raises(TypeError):
         rules().apply(None, ("g1", "m1", "ana", "10", T, T + 1000, 0, b""))
+
+
+@pytest.mark.parametrize("group_by", [None, "region"])
+def test_a_batch_through_the_kernel_decides_as_one_result_at_a_time(group_by):
+    """``BoardRules.apply_all`` (the stage's loop in the kernel) against ``apply`` a result at a time:
+    the same records (a held one changed in place, a new object put back), entries, verdict counts
+    added to what the tally held, duplicates counted and the other refused results in input order."""
+    events, _ = parse_score_records(LINES, range(100, 100 + len(LINES)), "p0", 1, None, group_by)
+    kernel = rules()
+    records: dict[str, Any] = {}
+    want_entries, want_refused, want_tally, duplicates = [], [], {"accepted": 7}, 0
+    for e in events:
+        old = records.get(e[2])
+        record, verdict, changes = kernel.apply(old, e)
+        if record is not old:
+            records[e[2]] = record
+        want_tally[verdict] = want_tally.get(verdict, 0) + 1
+        if verdict == "accepted":
+            want_entries.append((e[2], changes))
+        elif verdict == "duplicate":
+            duplicates += 1
+        else:
+            want_refused.append((verdict, e))
+    batched: dict[str, Any] = {}
+    entries: list[Any] = []
+    tally = {"accepted": 7}
+    got_duplicates, refused = 0, []
+    for part in (events[:3], tuple(events[3:])):  # a record made in one call, changed in the next
+        n, more = kernel.apply_all(batched, part, entries, tally)
+        got_duplicates, refused = got_duplicates + n, refused + more
+    assert (entries, tally, got_duplicates, refused) == (want_entries, want_tally, duplicates, want_refused)
+    assert duplicates == 1 and [v for v, _ in refused] == ["conflict", "too_old", "in_future"]
+    assert {p: _native.record_unpack(r) for p, r in batched.items()} == {
+        p: _native.record_unpack(r) for p, r in records.items()}
+    with pytest.raises(ValueError, match="a result is"):
+        kernel.apply_all({}, [("g1", "m1", "ana")], [], {})
