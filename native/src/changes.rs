@@ -96,15 +96,7 @@ pub fn write_record(out: &mut Vec<u8>, record: &Record) {
         if i > 0 {
             out.push(b',');
         }
-        write_str(out, &game.game);
-        out.extend_from_slice(b":{");
-        for (j, (m, points, played_at)) in game.matches.iter().enumerate() {
-            if j > 0 {
-                out.push(b',');
-            }
-            write_result(out, m, *points, *played_at);
-        }
-        out.push(b'}');
+        write_game_results(out, &game.game, &game.matches);
     }
     out.extend_from_slice(b"},{");
     for (i, game) in record.boards.iter().enumerate() {
@@ -122,6 +114,20 @@ pub fn write_record(out: &mut Vec<u8>, record: &Record) {
         out.push(b'}');
     }
     out.extend_from_slice(b"}]");
+}
+
+/// One game's results, `game: {match: [points, played_at], ...}`: a record's list form and a
+/// changelog piece write them alike.
+fn write_game_results(out: &mut Vec<u8>, game: &str, results: &[(Box<str>, i64, i64)]) {
+    write_str(out, game);
+    out.extend_from_slice(b":{");
+    for (j, (m, points, played_at)) in results.iter().enumerate() {
+        if j > 0 {
+            out.push(b',');
+        }
+        write_result(out, m, *points, *played_at);
+    }
+    out.push(b'}');
 }
 
 fn write_result(out: &mut Vec<u8>, m: &str, points: i64, played_at: i64) {
@@ -221,15 +227,7 @@ impl Noted {
                     out.push(b',');
                 }
                 first = false;
-                write_str(out, &game.game);
-                out.extend_from_slice(b":{");
-                for (j, (m, points, played_at)) in game.results.iter().enumerate() {
-                    if j > 0 {
-                        out.push(b',');
-                    }
-                    write_result(out, m, *points, *played_at);
-                }
-                out.push(b'}');
+                write_game_results(out, &game.game, &game.results);
             }
             out.extend_from_slice(b"},");
         }
